@@ -1,0 +1,414 @@
+//! [`RedlockBuilder`]: nodes, timeouts, key prefix and default options.
+
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::Builder;
+use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
+
+use crate::error::BuildError;
+use crate::node::Node;
+use crate::options::LockOptions;
+use crate::redlock::Redlock;
+use crate::timing;
+
+/// The environment variable read by [`RedlockBuilder::from_env`].
+pub const NODES_ENV: &str = "REDLOCK_NODES";
+/// Default per-node time limit for one command: 100 ms.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default time allowed to connect to the nodes at build time: 2 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Builds a [`Redlock`] (consuming builder).
+///
+/// Input errors are collected as they are met and reported by [`build`](Self::build) before
+/// any connection is attempted.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redlock_core::BuildError> {
+/// use std::time::Duration;
+/// use redlock_core::{LockOptions, Redlock};
+///
+/// let redlock = Redlock::builder()
+///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .key_prefix("lock:")
+///     .node_timeout(Duration::from_millis(50))
+///     .lock_options(LockOptions::default().ttl(Duration::from_secs(10)))
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until `build` is awaited"]
+pub struct RedlockBuilder {
+    urls: Vec<String>,
+    clients: Vec<Client>,
+    deferred: Option<BuildError>,
+    key_prefix: String,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    options: LockOptions,
+    require_quorum: bool,
+}
+
+impl Default for RedlockBuilder {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            clients: Vec::new(),
+            deferred: None,
+            key_prefix: String::new(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            options: LockOptions::default(),
+            require_quorum: true,
+        }
+    }
+}
+
+impl RedlockBuilder {
+    /// Adds one master by URL: `redis://[user:password@]host[:port][/db]`, `rediss://` (with
+    /// a TLS feature), `redis+unix:///path` (with `unix-sockets`), or
+    /// `redis-sentinel://...` for a master behind Sentinel. Each URL must be a distinct,
+    /// independent master.
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.urls.push(url.into());
+        self
+    }
+
+    /// Adds several masters by URL (see [`node`](Self::node)).
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.urls.extend(urls.into_iter().map(Into::into));
+        self
+    }
+
+    /// Adds the masters listed in `REDLOCK_NODES` (comma-separated URLs).
+    pub fn from_env(self) -> Self {
+        self.from_env_var(NODES_ENV)
+    }
+
+    /// Adds the masters listed in the environment variable `var` (comma-separated URLs).
+    pub fn from_env_var(mut self, var: &str) -> Self {
+        let value = std::env::var(var).unwrap_or_default();
+        let urls: Vec<String> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if urls.is_empty() {
+            self.deferred.get_or_insert(BuildError::MissingEnv {
+                var: var.to_owned(),
+            });
+        }
+        self.nodes(urls)
+    }
+
+    /// Adds a ready `fred` client for one master. It is used as given (its own timeouts and
+    /// reconnect policy); lock commands still carry their own time limit, one attempt and
+    /// fail-fast. It must not be shared with code that runs blocking commands.
+    pub fn client(mut self, client: Client) -> Self {
+        self.clients.push(client);
+        self
+    }
+
+    /// Prefix added to every resource to form the Redis key (default: none, so the key is the
+    /// resource itself and other Redlock clients locking the same name exclude and are
+    /// excluded by ours).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Time limit for one command on one node (default 100 ms). The distlock spec asks for a
+    /// limit "small compared to the total lock auto-release time"; each attempt uses
+    /// `min(node_timeout, ttl − drift)`.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Time allowed to connect to the nodes in [`build`](Self::build) (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether [`build`](Self::build) fails when fewer than a quorum of nodes can be reached
+    /// (default `true`). With `false`, unreachable nodes keep reconnecting in the background.
+    pub fn require_quorum_at_start(mut self, require: bool) -> Self {
+        self.require_quorum = require;
+        self
+    }
+
+    /// Default options for [`Redlock::lock`].
+    pub fn lock_options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Validates everything, then connects to all nodes at once.
+    ///
+    /// # Errors
+    /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
+    /// [`BuildError::InvalidUrl`], [`BuildError::TlsNotEnabled`],
+    /// [`BuildError::UnixSocketsNotEnabled`], [`BuildError::ClusterNotSupported`],
+    /// [`BuildError::DuplicateNode`], [`BuildError::Invalid`], [`BuildError::Option`].
+    /// After: [`BuildError::TooFewReachable`] if fewer than a quorum connected within the
+    /// connect timeout, [`BuildError::DuplicateNode`] if two URLs reach the same server.
+    pub async fn build(mut self) -> Result<Redlock, BuildError> {
+        if let Some(error) = self.deferred {
+            return Err(error);
+        }
+        self.options.validate()?;
+        for (name, value) in [
+            ("node_timeout", self.node_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(BuildError::Option {
+                    name,
+                    reason: "must be more than zero".into(),
+                });
+            }
+        }
+        let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
+        for (index, url) in self.urls.iter().enumerate() {
+            let (label, config) = parse_url(index, url)?;
+            if nodes.iter().any(|n: &Node| n.label == label) {
+                return Err(BuildError::DuplicateNode { node: label });
+            }
+            let client = self.client_for(config).map_err(|e| BuildError::Client {
+                node: label.clone(),
+                reason: e.details().to_owned(),
+            })?;
+            nodes.push(Node { client, label });
+        }
+        for client in std::mem::take(&mut self.clients) {
+            let label = server_label(&client.client_config().server);
+            nodes.push(Node { client, label });
+        }
+        if nodes.is_empty() {
+            return Err(BuildError::NoNodes);
+        }
+        self.connect_all(&nodes).await?;
+        Ok(Redlock::from_parts(
+            nodes,
+            self.options,
+            self.key_prefix,
+            self.node_timeout,
+        ))
+    }
+
+    /// A client configured for locking rather than caching: a default command timeout (also
+    /// applied to `EVAL`), one attempt per command, reconnection forever with backoff, and
+    /// no failure on the first connect so that a node down at start-up joins later.
+    fn client_for(&self, mut config: Config) -> Result<Client, fred::error::Error> {
+        config.fail_fast = false;
+        let mut builder = Builder::from_config(config);
+        builder
+            .with_connection_config(|c| {
+                c.connection_timeout = self.connect_timeout;
+                c.internal_command_timeout = self.connect_timeout;
+                c.max_command_attempts = 1;
+                c.tcp.nodelay = Some(true);
+            })
+            .with_performance_config(|p| p.default_command_timeout = self.node_timeout)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+        builder.build()
+    }
+
+    async fn connect_all(&self, nodes: &[Node]) -> Result<(), BuildError> {
+        let timeout = self.connect_timeout;
+        let results = futures_util::future::join_all(nodes.iter().map(|node| async move {
+            if node.client.is_connected() {
+                return Ok(());
+            }
+            match tokio::time::timeout(timeout, node.client.init()).await {
+                Ok(Ok(_task)) => Ok(()),
+                Ok(Err(e)) => Err(format!("{}: {}", node.label, e.details())),
+                Err(_) => Err(format!("{}: no connection within {timeout:?}", node.label)),
+            }
+        }))
+        .await;
+        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+        let quorum = timing::quorum(nodes.len());
+        let reachable = nodes.len() - failures.len();
+        if self.require_quorum && reachable < quorum {
+            for node in nodes {
+                let _ = tokio::time::timeout(Duration::from_millis(100), node.client.quit()).await;
+            }
+            return Err(BuildError::TooFewReachable {
+                reachable,
+                nodes: nodes.len(),
+                quorum,
+                timeout,
+                failures,
+            });
+        }
+        for failure in &failures {
+            tracing::warn!(%failure, "node unreachable at start-up; reconnecting in the background");
+        }
+        self.check_distinct(nodes).await
+    }
+
+    /// Two URLs for one server (e.g. `localhost` and `127.0.0.1`) would count twice towards
+    /// the quorum: compare the servers' `run_id`s.
+    async fn check_distinct(&self, nodes: &[Node]) -> Result<(), BuildError> {
+        let ids = futures_util::future::join_all(
+            nodes.iter().map(|node| node.run_id(self.connect_timeout)),
+        )
+        .await;
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id
+                && ids[..i].iter().any(|other| other.as_ref() == Some(id))
+            {
+                return Err(BuildError::DuplicateNode {
+                    node: nodes[i].label.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn server_label(server: &ServerConfig) -> String {
+    match server {
+        ServerConfig::Centralized { server } => server.to_string(),
+        ServerConfig::Sentinel { service_name, .. } => format!("sentinel:{service_name}"),
+        #[cfg(feature = "unix-sockets")]
+        ServerConfig::Unix { path } => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Checks a node URL and turns it into a fred `Config`, without ever echoing credentials.
+fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
+    let invalid = |reason: String| BuildError::InvalidUrl { index, reason };
+    let url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
+    let label = match url.host_str() {
+        Some(host) if !host.is_empty() => {
+            format!(
+                "{}:{}",
+                host.to_ascii_lowercase(),
+                url.port().unwrap_or(6379)
+            )
+        }
+        _ => url.path().to_owned(),
+    };
+    match url.scheme() {
+        "redis" | "valkey" if url.host_str().is_none_or(str::is_empty) => {
+            return Err(invalid(format!("{}:// needs a host", url.scheme())));
+        }
+        "redis" | "valkey" | "redis-sentinel" | "valkey-sentinel" => {}
+        "rediss" | "valkeys" => {
+            if !cfg!(any(feature = "tls-rustls", feature = "tls-native")) {
+                return Err(BuildError::TlsNotEnabled { node: label });
+            }
+        }
+        "redis+unix" | "valkey+unix" | "unix" => {
+            if !cfg!(feature = "unix-sockets") {
+                return Err(BuildError::UnixSocketsNotEnabled { node: label });
+            }
+        }
+        "redis-cluster" | "valkey-cluster" => {
+            return Err(BuildError::ClusterNotSupported { node: label });
+        }
+        other => {
+            return Err(invalid(format!(
+                "unknown scheme `{other}`; use redis://, rediss://, redis+unix:// or redis-sentinel://"
+            )));
+        }
+    }
+    let config = Config::from_url(raw).map_err(|e| invalid(e.details().to_owned()))?;
+    Ok((label, config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reason(result: Result<(String, Config), BuildError>) -> String {
+        result.map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn urls_are_checked_without_echoing_credentials() {
+        let bad = reason(parse_url(0, "redis://user:s3cret@:6379"));
+        assert!(!bad.contains("s3cret"), "{bad}");
+        assert!(matches!(
+            parse_url(1, "not a url"),
+            Err(BuildError::InvalidUrl { index: 1, .. })
+        ));
+        assert!(matches!(
+            parse_url(0, "http://127.0.0.1:6379"),
+            Err(BuildError::InvalidUrl { .. })
+        ));
+        assert!(matches!(
+            parse_url(0, "redis-cluster://127.0.0.1:7000"),
+            Err(BuildError::ClusterNotSupported { .. })
+        ));
+        let (label, _) = parse_url(0, "redis://user:pw@LocalHost").unwrap();
+        assert_eq!(label, "localhost:6379");
+    }
+
+    #[test]
+    fn tls_without_a_tls_feature_is_refused() {
+        if cfg!(any(feature = "tls-rustls", feature = "tls-native")) {
+            return;
+        }
+        let error = reason(parse_url(0, "rediss://user:pw@example.com:6380"));
+        assert!(error.contains("tls-rustls"), "{error}");
+        assert!(!error.contains("pw@"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn input_errors_come_before_any_connection() {
+        let started = std::time::Instant::now();
+        let cases: Vec<(RedlockBuilder, fn(&BuildError) -> bool)> = vec![
+            (RedlockBuilder::default(), |e| {
+                matches!(e, BuildError::NoNodes)
+            }),
+            (
+                RedlockBuilder::default()
+                    .nodes(["redis://10.255.255.1:1", "redis://10.255.255.1:1"]),
+                |e| matches!(e, BuildError::DuplicateNode { .. }),
+            ),
+            (
+                RedlockBuilder::default().from_env_var("REDLOCK_TEST_SURELY_UNSET"),
+                |e| matches!(e, BuildError::MissingEnv { .. }),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().ttl(Duration::ZERO)),
+                |e| matches!(e, BuildError::Invalid(_)),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .node_timeout(Duration::ZERO),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "node_timeout",
+                            ..
+                        }
+                    )
+                },
+            ),
+        ];
+        for (builder, expected) in cases {
+            let error = builder.build().await.unwrap_err();
+            assert!(expected(&error), "unexpected error: {error}");
+        }
+        // 10.255.255.1 is unroutable: had any case tried to connect, it would have waited.
+        assert!(started.elapsed() < Duration::from_millis(500));
+    }
+}

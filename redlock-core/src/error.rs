@@ -1,0 +1,239 @@
+//! Error types: invalid input, lock failures, build failures.
+
+use std::time::Duration;
+
+use crate::outcome::Outcomes;
+
+/// Input rejected before anything was sent to a node.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// The resource name is empty.
+    #[error("the resource name is empty; pass the name of what you are locking, e.g. \"order:42\"")]
+    EmptyResource,
+    /// The resource name is longer than the cap.
+    #[error("the resource name is {len} bytes, more than the {max} allowed")]
+    ResourceTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The cap ([`MAX_RESOURCE_LEN`](crate::options::MAX_RESOURCE_LEN)).
+        max: usize,
+    },
+    /// The ttl is zero.
+    #[error("the ttl is zero; a lock needs a ttl of a few milliseconds or more")]
+    ZeroTtl,
+    /// The ttl is above the cap.
+    #[error("the ttl {ttl:?} is above the cap of {max:?}; check the unit (ttl is a Duration)")]
+    TtlAboveCap {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The cap ([`MAX_TTL`](crate::options::MAX_TTL)).
+        max: Duration,
+    },
+    /// The ttl is not longer than the drift allowance, so no validity could ever be left.
+    #[error(
+        "the ttl {ttl:?} leaves no validity after the {drift:?} clock drift allowance; use a longer ttl"
+    )]
+    TtlTooShort {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// `ttl × drift_factor + 2 ms`.
+        drift: Duration,
+    },
+    /// The drift factor is outside `[0, 0.5)` or not a number.
+    #[error("the drift factor {0} is outside [0, 0.5); the usual value is 0.01")]
+    DriftFactor(f64),
+}
+
+/// Why a lock could not be taken or released.
+///
+/// [`Busy`](Self::Busy) means another holder has the resource; [`Unavailable`](Self::Unavailable)
+/// means too few nodes answered to decide; [`Invalid`](Self::Invalid) means nothing was sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The input was rejected before anything was sent.
+    #[error("invalid lock request: {0}")]
+    Invalid(#[from] InvalidInput),
+    /// Another holder has the resource: enough nodes answered, but too few granted the lock
+    /// (distlock spec, step 3), on every attempt until retries or the wait deadline ran out.
+    #[error(
+        "resource `{resource}` is busy: {} of {} nodes granted it on the last of {attempts} attempt(s), {quorum} needed ({outcomes})",
+        outcomes.acquired(), outcomes.0.len()
+    )]
+    Busy {
+        /// The resource.
+        resource: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Nodes needed.
+        quorum: usize,
+        /// The last attempt's per-node answers.
+        outcomes: Outcomes,
+    },
+    /// Too few nodes answered to reach a quorum: Redis is down, stalled or unreachable.
+    #[error(
+        "resource `{resource}`: Redis unavailable, only {} of {} nodes answered on the last of {attempts} attempt(s), {quorum} needed ({outcomes})",
+        outcomes.0.len() - outcomes.failed(), outcomes.0.len()
+    )]
+    Unavailable {
+        /// The resource.
+        resource: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Nodes needed.
+        quorum: usize,
+        /// The last attempt's per-node answers.
+        outcomes: Outcomes,
+    },
+    /// A quorum granted the lock, but acquiring took so long that no validity was left
+    /// (distlock spec, step 3: elapsed ≥ ttl − drift); the partial lock was released.
+    #[error(
+        "resource `{resource}`: a quorum granted the lock but acquisition took {elapsed:?} of the {ttl:?} ttl, leaving no validity ({attempts} attempt(s))"
+    )]
+    NoValidity {
+        /// The resource.
+        resource: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Time the last attempt took.
+        elapsed: Duration,
+        /// The ttl.
+        ttl: Duration,
+    },
+    /// Fewer than a quorum of nodes confirmed a release; the lock expires with its ttl.
+    #[error(
+        "release of `{resource}` unconfirmed: only {answered} of {nodes} nodes answered, {quorum} needed; the key expires with its ttl"
+    )]
+    ReleaseUnconfirmed {
+        /// The resource.
+        resource: String,
+        /// Nodes that answered.
+        answered: usize,
+        /// Nodes in all.
+        nodes: usize,
+        /// Nodes needed.
+        quorum: usize,
+    },
+    /// The [`Redlock`](crate::Redlock) is shutting down and refuses new acquisitions.
+    #[error("shutting down: new lock acquisitions are refused")]
+    ShuttingDown,
+    /// No handle is registered under this name (see [`registry`](crate::registry)).
+    #[error(
+        "no Redlock is registered under the name `{0}`; call `redlock_core::registry::register(\"{0}\", redlock)` at start-up"
+    )]
+    NotRegistered(String),
+    /// The OS CSPRNG failed to give a token.
+    #[error("could not draw a token from the OS random source: {0}")]
+    Entropy(getrandom::Error),
+}
+
+impl LockError {
+    /// `true` if another holder has the resource ([`LockError::Busy`]).
+    pub fn is_busy(&self) -> bool {
+        matches!(self, Self::Busy { .. })
+    }
+
+    /// `true` if Redis could not decide: too few nodes answered, the acquisition outran its
+    /// validity, a release was unconfirmed, or the handle is shutting down.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Self::Unavailable { .. }
+                | Self::NoValidity { .. }
+                | Self::ReleaseUnconfirmed { .. }
+                | Self::ShuttingDown
+        )
+    }
+}
+
+/// Why a [`Redlock`](crate::Redlock) could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No node was given.
+    #[error(
+        "no Redis node given; add node URLs (e.g. redis://127.0.0.1:6379) or set REDLOCK_NODES"
+    )]
+    NoNodes,
+    /// A node URL could not be parsed.
+    #[error("node URL #{index} is malformed: {reason}")]
+    InvalidUrl {
+        /// Position of the URL in the list (0-based).
+        index: usize,
+        /// What is wrong with it (credentials are never included).
+        reason: String,
+    },
+    /// `rediss://` was asked for but no TLS feature is compiled in (fred would silently connect
+    /// in plaintext).
+    #[error(
+        "node {node} uses TLS (rediss://) but redlock-core was built without TLS; enable the `tls-rustls` or `tls-native` feature"
+    )]
+    TlsNotEnabled {
+        /// The node.
+        node: String,
+    },
+    /// A unix socket URL was given without the `unix-sockets` feature.
+    #[error(
+        "node {node} is a unix socket but redlock-core was built without the `unix-sockets` feature"
+    )]
+    UnixSocketsNotEnabled {
+        /// The node.
+        node: String,
+    },
+    /// A Redis Cluster URL was given: a cluster shards keys, so it is not N independent masters.
+    #[error(
+        "node {node} is a Redis Cluster URL; Redlock needs independent masters (give each master's own redis:// URL)"
+    )]
+    ClusterNotSupported {
+        /// The node.
+        node: String,
+    },
+    /// The same node was given twice (same address, or the same server `run_id`).
+    #[error(
+        "node {node} is given twice; Redlock's majority only means something over distinct servers"
+    )]
+    DuplicateNode {
+        /// The node.
+        node: String,
+    },
+    /// The environment variable holding the node list is missing or empty.
+    #[error("environment variable {var} is not set or empty; set it to comma-separated node URLs")]
+    MissingEnv {
+        /// The variable.
+        var: String,
+    },
+    /// The default lock options are invalid.
+    #[error("invalid default lock options: {0}")]
+    Invalid(#[from] InvalidInput),
+    /// An option of the builder is out of range.
+    #[error("invalid builder option `{name}`: {reason}")]
+    Option {
+        /// The option.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Fewer than a quorum of nodes could be reached within the connect timeout.
+    #[error("only {reachable} of {nodes} nodes were reachable within {timeout:?}, {quorum} needed: {}", failures.join("; "))]
+    TooFewReachable {
+        /// Nodes connected.
+        reachable: usize,
+        /// Nodes in all.
+        nodes: usize,
+        /// Nodes needed.
+        quorum: usize,
+        /// The connect timeout.
+        timeout: Duration,
+        /// `node: reason` for each unreachable node.
+        failures: Vec<String>,
+    },
+    /// The fred client could not be created for a node.
+    #[error("could not create the client for node {node}: {reason}")]
+    Client {
+        /// The node.
+        node: String,
+        /// fred's error.
+        reason: String,
+    },
+}

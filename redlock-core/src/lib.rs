@@ -1,0 +1,48 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod builder;
+pub mod error;
+mod guard;
+mod node;
+pub mod options;
+pub mod outcome;
+mod redlock;
+pub mod registry;
+pub mod timing;
+mod token;
+
+pub use builder::RedlockBuilder;
+pub use error::{BuildError, InvalidInput, LockError};
+pub use guard::LockGuard;
+pub use options::LockOptions;
+pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
+pub use redlock::{Redlock, ReleaseAllReport, Released};
+pub use token::{TOKEN_BYTES, Token};
+
+#[cfg(feature = "macros")]
+pub use redlock_macros::redlock;
+
+/// Support for the code `#[redlock]` expands to. Not public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::registry::get as registered;
+
+    /// Implemented by the return types `#[redlock]` accepts: `Result<T, E>` with
+    /// `E: From<LockError>`.
+    #[diagnostic::on_unimplemented(
+        message = "a `#[redlock]` function must return `Result<_, E>` with `E: From<redlock_core::LockError>`, not `{Self}`",
+        label = "the lock error is returned through this type",
+        note = "use `Result<T, redlock_core::LockError>`, a `Result<T, E>` whose `E` implements `From<LockError>`, or `redlock_axum::LockRejection` in axum handlers"
+    )]
+    pub trait LockResult {
+        /// Turns a lock error into this return type.
+        fn from_lock_error(error: crate::LockError) -> Self;
+    }
+
+    impl<T, E: From<crate::LockError>> LockResult for Result<T, E> {
+        fn from_lock_error(error: crate::LockError) -> Self {
+            Err(E::from(error))
+        }
+    }
+}

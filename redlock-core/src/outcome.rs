@@ -1,0 +1,100 @@
+//! What each node answered during one acquisition or release.
+
+use std::fmt;
+
+/// Why a node gave no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// No reply within the per-node time limit. The command may still have been applied.
+    #[error("no reply within {0:?}")]
+    Timeout(std::time::Duration),
+    /// The node is not connected (the client is reconnecting or was never connected).
+    #[error("not connected")]
+    Disconnected,
+    /// The node answered with an error reply (e.g. `NOPERM`, `READONLY`, `OOM`).
+    #[error("error reply: {0}")]
+    Reply(String),
+    /// The connection failed while the command was in flight.
+    #[error("connection error: {0}")]
+    Io(String),
+}
+
+impl NodeError {
+    pub(crate) fn from_fred(error: &fred::error::Error, limit: std::time::Duration) -> Self {
+        use fred::error::ErrorKind;
+        match error.kind() {
+            ErrorKind::Timeout => Self::Timeout(limit),
+            ErrorKind::Canceled => Self::Disconnected,
+            ErrorKind::IO => Self::Io(error.details().to_owned()),
+            _ => Self::Reply(error.details().to_owned()),
+        }
+    }
+}
+
+/// One node's answer in an acquisition attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeVote {
+    /// `SET NX` succeeded: this node holds our token.
+    Acquired,
+    /// `SET NX` was refused: another holder's key is on this node.
+    Held,
+    /// The node gave no usable answer.
+    Failed(NodeError),
+    /// The outcome was decided before this node answered (its command may still land; it is
+    /// released with the others).
+    Undecided,
+}
+
+/// A node's label (`host:port`, never credentials) and its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeOutcome {
+    /// The node, as `host:port` or a socket path.
+    pub node: String,
+    /// What it answered.
+    pub vote: NodeVote,
+}
+
+/// The answers of all nodes in one attempt, in node order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcomes(pub Vec<NodeOutcome>);
+
+impl Outcomes {
+    /// Nodes that granted the lock.
+    pub fn acquired(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Acquired))
+    }
+
+    /// Nodes where another holder's key was found.
+    pub fn held(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Held))
+    }
+
+    /// Nodes that did not answer usably.
+    pub fn failed(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Failed(_)))
+    }
+
+    fn count(&self, pred: impl Fn(&NodeVote) -> bool) -> usize {
+        self.0.iter().filter(|o| pred(&o.vote)).count()
+    }
+}
+
+impl fmt::Display for Outcomes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, outcome) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}: ", outcome.node)?;
+            match &outcome.vote {
+                NodeVote::Acquired => f.write_str("acquired")?,
+                NodeVote::Held => f.write_str("held by another holder")?,
+                NodeVote::Failed(e) => write!(f, "{e}")?,
+                NodeVote::Undecided => f.write_str("not awaited")?,
+            }
+        }
+        Ok(())
+    }
+}

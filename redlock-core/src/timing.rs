@@ -1,0 +1,81 @@
+//! The Redlock timing arithmetic: quorum, drift and validity (distlock spec, steps 3 and 4).
+
+use std::time::Duration;
+
+/// The fixed part of the clock drift allowance, added to `ttl × drift_factor`.
+///
+/// Redis expires keys with millisecond precision, so every Redlock implementation adds 2 ms
+/// (node-redlock, RedLock.net, rslock, Hyperf).
+pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// The number of nodes that must agree: a strict majority, `N / 2 + 1` (distlock spec, step 3).
+pub fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// The clock drift allowance for a lock of `ttl`: `ttl × drift_factor + 2 ms`.
+///
+/// It covers the rate difference between the client's clock and the nodes' clocks over the
+/// lifetime of the lock (distlock spec, "Safety arguments": `CLOCK_DRIFT`).
+pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+    ttl.mul_f64(drift_factor) + DRIFT_FLOOR
+}
+
+/// The validity left to a lock whose acquisition took `elapsed`: `ttl − elapsed − drift`, or
+/// `None` when nothing is left (distlock spec, steps 3 and 4; `MIN_VALIDITY`).
+///
+/// `elapsed` must be measured on a monotonic clock from a reading taken before the first `SET`
+/// was sent.
+pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift(ttl, drift_factor))
+        .filter(|left| !left.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!(
+            (1..=7).map(quorum).collect::<Vec<_>>(),
+            [1, 2, 2, 3, 3, 4, 4]
+        );
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift() {
+        // 10 s ttl, 1 % drift: drift = 100 ms + 2 ms.
+        let left = validity(Duration::from_secs(10), Duration::from_millis(50), 0.01);
+        assert_eq!(left, Some(Duration::from_millis(10_000 - 50 - 102)));
+        assert_eq!(
+            validity(Duration::from_millis(100), Duration::from_millis(97), 0.01),
+            None
+        );
+        assert_eq!(
+            validity(Duration::from_millis(100), Duration::from_millis(200), 0.01),
+            None
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn validity_never_exceeds_ttl_minus_elapsed_minus_drift(
+            ttl_ms in 1u64..86_400_000,
+            elapsed_ms in 0u64..100_000,
+            factor in 0.0f64..0.5,
+        ) {
+            let ttl = Duration::from_millis(ttl_ms);
+            let elapsed = Duration::from_millis(elapsed_ms);
+            match validity(ttl, elapsed, factor) {
+                Some(left) => {
+                    prop_assert!(left + elapsed + drift(ttl, factor) <= ttl);
+                    prop_assert!(!left.is_zero());
+                }
+                None => prop_assert!(elapsed + drift(ttl, factor) >= ttl),
+            }
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Real-server test support: `redis-server` processes on free loopback ports, killed on drop
+//! (modelled on redis-rs's `redis-test`), plus the installer used by `cargo xtask`.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Environment variable naming the `redis-server` binary to use instead of the one on `PATH`.
+pub const SERVER_BIN_ENV: &str = "REDIS_SERVER_BIN";
+
+/// Finds `redis-server`; if it is missing and we are root, installs Debian's `redis-server`
+/// package with apt-get. Otherwise the error says what to install.
+pub fn ensure_redis_server() -> Result<PathBuf, String> {
+    if let Some(path) = find_redis_server() {
+        return Ok(path);
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Err("redis-server is not installed; install it (Debian/Ubuntu: `sudo apt-get install redis-server`) or set REDIS_SERVER_BIN".into());
+    }
+    eprintln!("redis-server not found: installing Debian's redis-server package");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .map_err(|e| format!("could not run apt-get: {e}"))
+    };
+    apt(&["update", "-qq"])?;
+    let status = apt(&[
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "redis-server",
+    ])?;
+    if !status.success() {
+        return Err(format!("apt-get install redis-server failed: {status}"));
+    }
+    // The package starts a system instance on 6379; we never use it, so stop it.
+    let _ = Command::new("service")
+        .args(["redis-server", "stop"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    find_redis_server().ok_or_else(|| "redis-server still not found after install".into())
+}
+
+fn find_redis_server() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os(SERVER_BIN_ENV) {
+        return Some(PathBuf::from(bin));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("redis-server"))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// A free loopback port (bound then released; the caller retries if it was taken meanwhile).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
+}
+
+/// One `redis-server` process on a loopback port, without persistence, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    bin: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits (at most 10 s) until it answers `PING`.
+    pub fn start() -> Self {
+        let bin = ensure_redis_server().unwrap_or_else(|e| panic!("{e}"));
+        for _ in 0..10 {
+            let mut server = Self {
+                child: None,
+                port: free_port(),
+                bin: bin.clone(),
+            };
+            if server.spawn().is_ok() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port after 10 tries");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new(&self.bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(["--dir", &std::env::temp_dir().display().to_string()])
+            .args(["--enable-debug-command", "local", "--loglevel", "warning"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("could not start {}: {e}", self.bin.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                return Err(format!("redis-server exited at start: {status}"));
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect_timeout(
+            &([127, 0, 0, 1], self.port).into(),
+            Duration::from_millis(200),
+        ) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
+    }
+
+    /// The loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn pid(&self) -> Option<Pid> {
+        self.child
+            .as_ref()
+            .and_then(|c| i32::try_from(c.id()).ok())
+            .map(Pid::from_raw)
+    }
+
+    /// `kill -9`: the node and its keys are gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty (after [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn()
+            .unwrap_or_else(|e| panic!("restart failed: {e}"));
+    }
+
+    /// `SIGSTOP`: the node stalls (connections stay open, nothing is answered).
+    pub fn pause(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(pid, Signal::SIGSTOP);
+        }
+    }
+
+    /// `SIGCONT` after [`pause`](Self::pause).
+    pub fn resume(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = kill(pid, Signal::SIGCONT);
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// N independent servers.
+#[derive(Debug)]
+pub struct RedisNodes {
+    /// The servers, in order.
+    pub servers: Vec<RedisServer>,
+}
+
+impl RedisNodes {
+    /// Starts `n` servers.
+    pub fn start(n: usize) -> Self {
+        Self {
+            servers: (0..n).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    /// Their URLs, in order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+}
+
+/// A plain fred client to one server, for looking at keys from the outside.
+pub async fn plain_client(url: &str) -> fred::clients::Client {
+    use fred::interfaces::ClientLike;
+    let config = fred::types::config::Config::from_url(url).unwrap_or_else(|e| panic!("{e}"));
+    let client = fred::types::Builder::from_config(config)
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    client
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    client
+}

@@ -1,0 +1,419 @@
+//! redlock-core against 5 real redis-server processes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
+use fred::types::{Expiration, SetOptions};
+use redlock_core::{BuildError, LockError, LockOptions, NodeVote, Redlock};
+use redlock_tests::{RedisNodes, plain_client};
+
+async fn redlock(nodes: &RedisNodes) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The value of `key` on every node.
+async fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    for url in nodes.urls() {
+        out.push(plain_client(&url).await.get(key).await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mutual_exclusion_under_contention() {
+    let nodes = RedisNodes::start(5);
+    // Four independent handles (separate fred clients), as four replicas would have.
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(redlock(&nodes).await);
+    }
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let successes = Arc::new(AtomicU64::new(0));
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(5))
+        .retry_delay(Duration::from_millis(2))
+        .retry_jitter(Duration::from_millis(5))
+        .wait_timeout(Duration::from_secs(30));
+    let mut tasks = Vec::new();
+    for task in 0..16 {
+        let redlock = handles[task % 4].clone();
+        let (counter, inside, successes, options) = (
+            counter.clone(),
+            inside.clone(),
+            successes.clone(),
+            options.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let guard = redlock.lock_with("counter", &options).await.unwrap();
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                // A lost-update register: read, yield, write.
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                assert!(guard.is_valid());
+                inside.store(false, Ordering::SeqCst);
+                successes.fetch_add(1, Ordering::SeqCst);
+                assert!(guard.release().await.unwrap().was_held());
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(successes.load(Ordering::SeqCst), 160);
+    assert_eq!(counter.load(Ordering::SeqCst), 160, "lost updates");
+    assert_eq!(values(&nodes, "counter").await, vec![None; 5]);
+}
+
+#[tokio::test]
+async fn a_minority_down_keeps_locking_and_excluding() {
+    let mut nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let b = redlock(&nodes).await;
+    nodes.servers[0].kill();
+    nodes.servers[3].kill();
+    let guard = a.lock("res").await.unwrap();
+    let once = LockOptions::default().retry_count(0);
+    match b.lock_with("res", &once).await {
+        Err(LockError::Busy { outcomes, .. }) => {
+            assert_eq!(outcomes.held(), 3);
+            assert!(matches!(
+                outcomes.0[0].vote,
+                NodeVote::Failed(_) | NodeVote::Undecided
+            ));
+        }
+        other => panic!("expected Busy, got {other:?}"),
+    }
+    let released = guard.release().await.unwrap();
+    assert!(released.was_held());
+    assert_eq!(released.deleted, 3);
+    b.lock_with("res", &once)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_majority_down_fails_fast_with_a_typed_error() {
+    let mut nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    for i in [0, 2, 4] {
+        nodes.servers[i].kill();
+    }
+    let started = Instant::now();
+    let error = a
+        .lock_with("res", &LockOptions::default().retry_count(2))
+        .await
+        .unwrap_err();
+    // 3 attempts, each bounded by the node timeout, plus two delays of at most 300 ms.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(error.is_unavailable(), "{error}");
+    match error {
+        LockError::Unavailable {
+            attempts, outcomes, ..
+        } => {
+            assert_eq!(attempts, 3);
+            assert_eq!(outcomes.failed(), 3);
+        }
+        other => panic!("expected Unavailable, got {other}"),
+    }
+    // What the 2 live nodes granted was released (step 5).
+    for i in [1, 3] {
+        let client = plain_client(&nodes.servers[i].url()).await;
+        assert_eq!(client.get::<Option<String>, _>("res").await.unwrap(), None);
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_majority_is_bounded_and_a_stalled_minority_does_not_slow_acquisition() {
+    let nodes = RedisNodes::start(5);
+    let a = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    nodes.servers[1].pause();
+    nodes.servers[2].pause();
+    let started = Instant::now();
+    let guard = a.lock("res").await.unwrap();
+    // Decided by the three live nodes, without waiting for the stalled ones.
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
+    guard.release().await.unwrap();
+
+    nodes.servers[3].pause();
+    let started = Instant::now();
+    let error = a
+        .lock_with("other", &LockOptions::default().retry_count(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::Unavailable { .. }), "{error}");
+    // One node timeout for the attempt plus one for the cleanup release.
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        started.elapsed()
+    );
+    for i in 1..=3 {
+        nodes.servers[i].resume();
+    }
+}
+
+#[tokio::test]
+async fn only_the_owner_releases() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let b = redlock(&nodes).await;
+    let short = LockOptions::default().ttl(Duration::from_millis(100));
+    let stale = a.lock_with("res", &short).await.unwrap();
+    let b_guard = b
+        .lock_with(
+            "res",
+            &LockOptions::default().wait_timeout(Duration::from_secs(2)),
+        )
+        .await
+        .unwrap();
+    assert!(!stale.is_valid());
+    let released = stale.release().await.unwrap();
+    assert!(!released.was_held());
+    assert_eq!(released.deleted, 0);
+    let b_token = b_guard.token().expose().to_owned();
+    assert_eq!(values(&nodes, "res").await, vec![Some(b_token); 5]);
+    assert!(b_guard.release().await.unwrap().was_held());
+}
+
+#[tokio::test]
+async fn validity_is_ttl_minus_elapsed_minus_drift() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let ttl = Duration::from_secs(10);
+    let options = LockOptions::default().ttl(ttl).drift_factor(0.05);
+    let before = Instant::now();
+    let guard = a.lock_with("res", &options).await.unwrap();
+    let after = Instant::now();
+    let drift = redlock_core::timing::drift(ttl, 0.05);
+    assert_eq!(drift, Duration::from_millis(502));
+    assert!(guard.valid_until() <= after + ttl - drift);
+    assert!(guard.valid_until() >= before + ttl - drift);
+    // The key's ttl on every node is the full ttl.
+    let client = plain_client(&nodes.servers[0].url()).await;
+    let pttl: i64 = client.pttl("res").await.unwrap();
+    assert!((9_000..=10_000).contains(&pttl), "{pttl}");
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn plain_set_nx_holders_exclude_and_are_excluded() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let once = LockOptions::default().retry_count(0);
+    let foreign = |i: usize| nodes.servers[i].url();
+    // Another client (node-redlock, redis-py, Hyperf...) holds the key on 3 nodes.
+    for i in 0..3 {
+        let _: Option<String> = plain_client(&foreign(i))
+            .await
+            .set(
+                "shared",
+                "theirs",
+                Some(Expiration::PX(10_000)),
+                Some(SetOptions::NX),
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let error = a.lock_with("shared", &once).await.unwrap_err();
+    assert!(error.is_busy(), "{error}");
+    // Our partial lock on nodes 3 and 4 was cleaned up, theirs untouched.
+    assert_eq!(
+        values(&nodes, "shared").await,
+        [
+            Some("theirs".to_owned()),
+            Some("theirs".to_owned()),
+            Some("theirs".to_owned()),
+            None,
+            None
+        ]
+    );
+    // The other way round: while we hold it, their SET NX is refused everywhere.
+    let guard = a.lock("mine").await.unwrap();
+    for i in 0..5 {
+        let reply: Option<String> = plain_client(&foreign(i))
+            .await
+            .set(
+                "mine",
+                "theirs",
+                Some(Expiration::PX(10_000)),
+                Some(SetOptions::NX),
+                false,
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply, None);
+    }
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_survives_a_script_cache_flush() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    a.lock("warm").await.unwrap().release().await.unwrap();
+    let guard = a.lock("res").await.unwrap();
+    for url in nodes.urls() {
+        let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
+    }
+    let released = guard.release().await.unwrap();
+    assert_eq!(released.deleted, 5);
+}
+
+#[tokio::test]
+async fn a_dropped_guard_is_released_without_waiting_for_the_ttl() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let b = redlock(&nodes).await;
+    let guard = a
+        .lock_with("res", &LockOptions::default().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    drop(guard);
+    let started = Instant::now();
+    let wait = LockOptions::default()
+        .retry_delay(Duration::from_millis(5))
+        .wait_timeout(Duration::from_secs(5));
+    b.lock_with("res", &wait)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn release_all_releases_every_held_lock_and_shutdown_refuses_new_ones() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let g1 = a.lock("one").await.unwrap();
+    let g2 = a.lock("two").await.unwrap();
+    assert_eq!(a.held_count(), 2);
+    let report = a.shutdown(Duration::from_secs(1)).await;
+    let mut released = report.released.clone();
+    released.sort();
+    assert_eq!(released, ["one", "two"]);
+    assert!(report.unconfirmed.is_empty());
+    assert_eq!(values(&nodes, "one").await, vec![None; 5]);
+    assert!(matches!(
+        a.lock("three").await,
+        Err(LockError::ShuttingDown)
+    ));
+    // The inert guards' own releases find nothing left to delete.
+    assert_eq!(g1.release().await.unwrap().deleted, 0);
+    drop(g2);
+}
+
+#[tokio::test]
+async fn invalid_input_is_rejected_before_anything_is_sent() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let cases = [
+        a.lock("").await.unwrap_err(),
+        a.lock_with("r", &LockOptions::default().ttl(Duration::ZERO))
+            .await
+            .unwrap_err(),
+        a.lock_with(
+            "r",
+            &LockOptions::default().ttl(Duration::from_secs(90_000)),
+        )
+        .await
+        .unwrap_err(),
+        a.lock_with("r", &LockOptions::default().ttl(Duration::from_millis(2)))
+            .await
+            .unwrap_err(),
+    ];
+    for error in &cases {
+        assert!(matches!(error, LockError::Invalid(_)), "{error}");
+    }
+    for url in nodes.urls() {
+        let client = plain_client(&url).await;
+        let calls: String = client
+            .info(Some(fred::types::InfoKind::CommandStats))
+            .await
+            .unwrap();
+        assert!(!calls.contains("cmdstat_set:"), "a SET was sent: {calls}");
+    }
+}
+
+#[tokio::test]
+async fn building_needs_a_reachable_quorum_of_distinct_nodes() {
+    let mut nodes = RedisNodes::start(5);
+    let urls = nodes.urls();
+    // The same server under two names is one node, not two.
+    let alias = urls[0].replace("127.0.0.1", "localhost");
+    let error = Redlock::builder()
+        .nodes([urls[0].clone(), alias, urls[1].clone()])
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BuildError::DuplicateNode { .. }), "{error}");
+
+    nodes.servers[0].kill();
+    nodes.servers[1].kill();
+    let with_two_down = Redlock::builder()
+        .nodes(urls.clone())
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap();
+    nodes.servers[2].kill();
+    let started = Instant::now();
+    let error = Redlock::builder()
+        .nodes(urls.clone())
+        .connect_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(1));
+    match error {
+        BuildError::TooFewReachable {
+            reachable,
+            quorum,
+            failures,
+            ..
+        } => {
+            assert_eq!((reachable, quorum, failures.len()), (2, 3, 3));
+        }
+        other => panic!("expected TooFewReachable, got {other}"),
+    }
+    // Nodes that come back join the handle built while they were down.
+    for i in 0..3 {
+        nodes.servers[i].restart();
+    }
+    nodes.servers[3].kill();
+    nodes.servers[4].kill();
+    let wait = LockOptions::default()
+        .retry_delay(Duration::from_millis(50))
+        .wait_timeout(Duration::from_secs(10));
+    let guard = with_two_down.lock_with("res", &wait).await.unwrap();
+    assert_eq!(guard.release().await.unwrap().deleted, 3);
+}
