@@ -1,1 +1,21 @@
-//! x
+//! Redlock for axum: a tower [`Layer`](tower_layer::Layer) that locks per route, a
+//! rejection type for `#[redlock]` handlers, and a graceful-shutdown handle that releases
+//! every held lock.
+//!
+//! - [`RedlockLayer`]: `Router::route_layer(RedlockLayer::from_template(redlock,
+//!   "order:{id}")?)` locks `order:42` for `/orders/42/...`, answers `423 Locked` with
+//!   `Retry-After` when busy and `503` when Redis is unavailable, and holds the lock until the
+//!   response body has been sent.
+//! - [`LockRejection`]: return `Result<_, LockRejection>` from a handler annotated with
+//!   `#[redlock(resource = "order:{id}")]`: a busy resource becomes `423`.
+//! - [`ShutdownHandle`]: plugs into `axum::serve(..).with_graceful_shutdown(..)`; new
+//!   acquisitions are refused once shutdown starts, and held locks are released by quorum
+//!   before the process exits.
+
+pub mod lock;
+mod rejection;
+mod shutdown;
+
+pub use lock::{RedlockLayer, ReleaseOn, TemplateError};
+pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
+pub use shutdown::ShutdownHandle;

@@ -28,6 +28,19 @@ pub use redlock_macros::redlock;
 pub mod __private {
     pub use crate::registry::get as registered;
 
+    /// Reports the outcome of the release after a `#[redlock]` body.
+    pub fn released(resource: &str, result: Result<crate::Released, crate::LockError>) {
+        match result {
+            Ok(released) if !released.was_held() => tracing::warn!(
+                resource,
+                deleted = released.deleted,
+                "the lock had expired before the function returned; its work may have overlapped another holder"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(resource, %error, "release after #[redlock] body failed"),
+        }
+    }
+
     /// Implemented by the return types `#[redlock]` accepts: `Result<T, E>` with
     /// `E: From<LockError>`.
     #[diagnostic::on_unimplemented(

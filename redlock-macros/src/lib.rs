@@ -1,7 +1,56 @@
-//! stub
+//! `#[redlock(resource = "...")]`: hold a Redlock around an async fn.
+//!
+//! The attribute mirrors RedLock-Hyperf's `@RedLockAnnotation`. It takes the lock before the
+//! body runs and releases it after, on every exit: return, `?`, panic, and the future being
+//! dropped. If the lock cannot be taken, the body does not run and the function returns the
+//! [`LockError`](https://docs.rs/redlock-core/latest/redlock_core/enum.LockError.html)
+//! converted into its error type.
+//!
+//! Use it through `redlock_core::redlock` (the `macros` feature, on by default).
+//!
+//! # Arguments
+//!
+//! | argument | meaning | default |
+//! |---|---|---|
+//! | `resource = "order:{id}"` | the resource; `{name}` / `{name.field}` interpolate arguments, including names bound by patterns such as `Path(id): Path<u64>` | required |
+//! | `ttl = "30s"` | lock ttl (`"30s"`, `"200ms"`, `"1m"`, or an integer of ms) | the handle's |
+//! | `retry_count = 3` | retries after the first attempt | the handle's |
+//! | `retry_delay = "200ms"` | base delay between attempts | the handle's |
+//! | `retry_jitter = "100ms"` | maximum random extra per delay | the handle's |
+//! | `wait_timeout = "5s"` | retry until this deadline instead of `retry_count` times | none |
+//! | `drift_factor = 0.01` | clock drift share of the ttl | the handle's |
+//! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
+//! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
+//! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |
+//!
+//! The function must be `async` and return `Result<_, E>` with `E: From<LockError>`.
+//!
+//! ```ignore
+//! use redlock_core::{redlock, LockError};
+//!
+//! #[redlock(resource = "order:{order_id}", ttl = "10s", retry_count = 3)]
+//! async fn pay(order_id: u64) -> Result<(), LockError> {
+//!     // runs on one replica at a time per order
+//!     Ok(())
+//! }
+//! ```
+
+mod expand;
+mod parse;
+
 use proc_macro::TokenStream;
-/// stub
+
+/// Holds a Redlock on `resource` while the async fn's body runs. See the crate docs.
 #[proc_macro_attribute]
-pub fn redlock(_a: TokenStream, i: TokenStream) -> TokenStream {
-    i
+pub fn redlock(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let item = proc_macro2::TokenStream::from(item);
+    match expand::redlock(attr.into(), item.clone()) {
+        Ok(tokens) => tokens.into(),
+        // Emit the function unchanged beside the error, so that one typo in the attribute
+        // does not turn every call site into "function not found" (tokio-macros does this).
+        Err(error) => {
+            let error = error.into_compile_error();
+            quote::quote!(#item #error).into()
+        }
+    }
 }

@@ -1,0 +1,135 @@
+//! [`ResponseFuture`]: acquire, then call the inner service, then hand the guard to the body.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
+use http::{Request, StatusCode};
+use pin_project_lite::pin_project;
+use redlock_core::LockGuard;
+use tower_service::Service;
+
+use super::body::LockedBody;
+use super::layer::{Config, ReleaseOn};
+use super::resource::Resolved;
+use crate::rejection::LockRejection;
+
+/// What the acquisition step produced: the request to pass on, or an answer to send.
+type Acquired<ReqBody> = Result<(Request<ReqBody>, Option<LockGuard>), Response>;
+
+pin_project! {
+    /// The response future of [`RedlockService`](super::RedlockService).
+    pub struct ResponseFuture<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        #[pin]
+        state: State<S, ReqBody>,
+        config: Arc<Config>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqBody>
+    where
+        S: Service<Request<ReqBody>>,
+    {
+        Acquiring {
+            acquire: BoxFuture<'static, Acquired<ReqBody>>,
+            inner: Option<S>,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            guard: Option<LockGuard>,
+        },
+    }
+}
+
+impl<S, ReqBody> ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+    ReqBody: Send + 'static,
+{
+    pub(crate) fn new(config: Arc<Config>, request: Request<ReqBody>, inner: S) -> Self {
+        let acquire = Box::pin(acquire(Arc::clone(&config), request));
+        Self {
+            state: State::Acquiring {
+                acquire,
+                inner: Some(inner),
+            },
+            config,
+        }
+    }
+}
+
+async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acquired<ReqBody> {
+    let (mut parts, body) = request.into_parts();
+    let resource = match config.resource.resolve(&mut parts).await {
+        Resolved::Resource(resource) => resource,
+        Resolved::Skip => return Ok((Request::from_parts(parts, body), None)),
+        Resolved::MissingParam(name) => {
+            tracing::error!(
+                param = %name,
+                route = ?parts.extensions.get::<axum::extract::MatchedPath>().map(|p| p.as_str()),
+                "RedlockLayer template names a path parameter this route does not have"
+            );
+            return Err((
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "lock resource misconfigured for this route",
+            )
+                .into_response());
+        }
+    };
+    match config.redlock.lock_with(&resource, &config.options).await {
+        Ok(guard) => Ok((Request::from_parts(parts, body), Some(guard))),
+        Err(error) => Err(LockRejection::new(error)
+            .busy_status(config.busy_status)
+            .retry_after(config.retry_after)
+            .into_response()),
+    }
+}
+
+impl<S, ReqBody, ResBody> Future for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    ResBody::Error: Into<axum::BoxError>,
+{
+    type Output = Result<Response, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Acquiring { acquire, inner } => {
+                    let (request, guard) = match ready!(acquire.as_mut().poll(cx)) {
+                        Ok(acquired) => acquired,
+                        Err(response) => return Poll::Ready(Ok(response)),
+                    };
+                    let Some(mut inner) = inner.take() else {
+                        unreachable!("the inner service is taken once")
+                    };
+                    let future = inner.call(request);
+                    this.state.set(State::Calling { future, guard });
+                }
+                StateProj::Calling { future, guard } => {
+                    let response = ready!(future.poll(cx))?;
+                    let guard = match this.config.release_on {
+                        ReleaseOn::BodyEnd => guard.take(),
+                        // Dropping the guard releases the lock in the background.
+                        ReleaseOn::Response => None,
+                    };
+                    return Poll::Ready(Ok(
+                        response.map(|body| Body::new(LockedBody::new(body, guard)))
+                    ));
+                }
+            }
+        }
+    }
+}

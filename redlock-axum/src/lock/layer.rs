@@ -1,0 +1,122 @@
+//! [`RedlockLayer`] and its configuration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use http::request::Parts;
+use redlock_core::{LockOptions, Redlock};
+use tower_layer::Layer;
+
+use super::resource::{ResourceFrom, Template, TemplateError};
+use super::service::RedlockService;
+use crate::rejection::DEFAULT_RETRY_AFTER;
+
+/// When the lock taken for a request is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReleaseOn {
+    /// When the response body has been fully sent, has failed, or was dropped (default): a
+    /// streaming response stays under the lock.
+    #[default]
+    BodyEnd,
+    /// As soon as the handler has produced the response head.
+    Response,
+}
+
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) redlock: Redlock,
+    pub(crate) resource: ResourceFrom,
+    pub(crate) options: LockOptions,
+    pub(crate) busy_status: StatusCode,
+    pub(crate) retry_after: Duration,
+    pub(crate) release_on: ReleaseOn,
+}
+
+/// A tower [`Layer`] that holds a Redlock for each request (see the [module docs](crate::lock)).
+///
+/// Use it with `Router::route_layer` (or `MethodRouter::layer`): path parameters are only
+/// known once the route has matched. When the resource is busy it answers `423 Locked` with
+/// `Retry-After`; when Redis is unavailable or the server is shutting down, `503`.
+#[derive(Debug, Clone)]
+pub struct RedlockLayer {
+    config: Arc<Config>,
+}
+
+impl RedlockLayer {
+    fn new(redlock: Redlock, resource: ResourceFrom) -> Self {
+        Self {
+            config: Arc::new(Config {
+                options: redlock.options().clone(),
+                redlock,
+                resource,
+                busy_status: StatusCode::LOCKED,
+                retry_after: DEFAULT_RETRY_AFTER,
+                release_on: ReleaseOn::BodyEnd,
+            }),
+        }
+    }
+
+    fn config_mut(&mut self) -> &mut Config {
+        Arc::get_mut(&mut self.config)
+            .unwrap_or_else(|| unreachable!("the layer is configured before it is cloned"))
+    }
+
+    /// Locks the resource named by `template` over the matched route's path parameters, e.g.
+    /// `"order:{id}"` for `/orders/{id}/pay`.
+    ///
+    /// # Errors
+    /// [`TemplateError`] if the template is empty or its braces do not match.
+    pub fn from_template(redlock: Redlock, template: &str) -> Result<Self, TemplateError> {
+        Ok(Self::new(
+            redlock,
+            ResourceFrom::Template(Template::parse(template)?),
+        ))
+    }
+
+    /// Locks the resource returned by `resource` for each request; `None` lets the request
+    /// through without a lock.
+    pub fn from_fn<F>(redlock: Redlock, resource: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<String> + Send + Sync + 'static,
+    {
+        Self::new(redlock, ResourceFrom::Fn(Arc::new(resource)))
+    }
+
+    /// Lock options: ttl, retries or wait deadline (default: the handle's defaults).
+    #[must_use]
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.config_mut().options = options;
+        self
+    }
+
+    /// The status answered when the resource is busy (default `423 Locked`; `409 Conflict`
+    /// or `429 Too Many Requests` are common alternatives).
+    #[must_use]
+    pub fn busy_status(mut self, status: StatusCode) -> Self {
+        self.config_mut().busy_status = status;
+        self
+    }
+
+    /// The `Retry-After` sent with busy and unavailable answers (default 1 s).
+    #[must_use]
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.config_mut().retry_after = after;
+        self
+    }
+
+    /// When the lock is released (default [`ReleaseOn::BodyEnd`]).
+    #[must_use]
+    pub fn release_on(mut self, release_on: ReleaseOn) -> Self {
+        self.config_mut().release_on = release_on;
+        self
+    }
+}
+
+impl<S> Layer<S> for RedlockLayer {
+    type Service = RedlockService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RedlockService::new(inner, Arc::clone(&self.config))
+    }
+}

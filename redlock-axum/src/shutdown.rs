@@ -1,0 +1,104 @@
+//! [`ShutdownHandle`]: graceful shutdown that releases every held lock.
+
+use std::future::Future;
+use std::time::Duration;
+
+use redlock_core::{Redlock, ReleaseAllReport};
+use tokio_util::sync::CancellationToken;
+
+/// Ties a [`Redlock`] to axum's graceful shutdown.
+///
+/// 1. Pass [`signal`](Self::signal) to `axum::serve(..).with_graceful_shutdown(..)`.
+/// 2. Call [`trigger`](Self::trigger) (or [`trigger_on`](Self::trigger_on) an OS signal):
+///    new acquisitions are refused (`503` from [`RedlockLayer`](crate::RedlockLayer), a
+///    [`LockError::ShuttingDown`](redlock_core::LockError::ShuttingDown) from `#[redlock]`)
+///    and axum stops accepting connections while in-flight requests finish.
+/// 3. After `serve` returns (or a grace deadline passes), await
+///    [`release_all`](Self::release_all): every lock still held is released by quorum
+///    compare-and-delete — never someone else's — before the process exits.
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_core::Redlock, app: axum::Router, listener: tokio::net::TcpListener) {
+/// use std::time::Duration;
+/// use redlock_axum::ShutdownHandle;
+///
+/// let shutdown = ShutdownHandle::new(redlock);
+/// shutdown.trigger_on(async { let _ = tokio::signal::ctrl_c().await; });
+/// let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.signal());
+/// // Give in-flight requests 5 s after the signal, then release what is still held.
+/// let _ = shutdown.drain(serve.into_future(), Duration::from_secs(5)).await;
+/// let report = shutdown.release_all(Duration::from_secs(2)).await;
+/// assert!(report.unconfirmed.is_empty());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ShutdownHandle {
+    redlock: Redlock,
+    token: CancellationToken,
+}
+
+impl ShutdownHandle {
+    /// A handle for `redlock` (and every clone of it).
+    pub fn new(redlock: Redlock) -> Self {
+        Self {
+            redlock,
+            token: CancellationToken::new(),
+        }
+    }
+
+    /// Starts the shutdown: refuses new acquisitions and resolves [`signal`](Self::signal).
+    pub fn trigger(&self) {
+        tracing::info!("shutdown: refusing new lock acquisitions");
+        self.redlock.begin_shutdown();
+        self.token.cancel();
+    }
+
+    /// Spawns a task that calls [`trigger`](Self::trigger) when `signal` completes (e.g.
+    /// `tokio::signal::ctrl_c()` or a SIGTERM stream).
+    pub fn trigger_on<F>(&self, signal: F)
+    where
+        F: Future + Send + 'static,
+    {
+        let this = self.clone();
+        tokio::spawn(async move {
+            signal.await;
+            this.trigger();
+        });
+    }
+
+    /// Resolves once the shutdown has been triggered; for `with_graceful_shutdown`.
+    pub fn signal(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.token.clone().cancelled_owned()
+    }
+
+    /// `true` once triggered.
+    pub fn is_triggered(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Runs `serve` until it finishes, or until `grace` has passed since the shutdown was
+    /// triggered; returns `None` in the latter case (requests still in flight are abandoned
+    /// and their locks released by [`release_all`](Self::release_all)).
+    pub async fn drain<F: Future>(&self, serve: F, grace: Duration) -> Option<F::Output> {
+        let deadline = async {
+            self.token.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
+        tokio::select! {
+            output = serve => Some(output),
+            () = deadline => {
+                tracing::warn!(?grace, "shutdown: grace period over with requests in flight");
+                None
+            }
+        }
+    }
+
+    /// Triggers the shutdown if needed, releases every lock still held by quorum, and waits up
+    /// to `timeout` for releases started by dropped guards.
+    pub async fn release_all(&self, timeout: Duration) -> ReleaseAllReport {
+        if !self.is_triggered() {
+            self.trigger();
+        }
+        self.redlock.shutdown(timeout).await
+    }
+}

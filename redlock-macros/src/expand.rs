@@ -1,0 +1,119 @@
+//! Code generation: lock before the body, release after it on every exit.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{ItemFn, ReturnType};
+
+use crate::parse::{Args, Template, fn_span};
+
+/// Expands `#[redlock(attr)] item`.
+pub(crate) fn redlock(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let function: ItemFn = syn::parse2(item)?;
+    let args = Args::parse(attr).map_err(|e| syn::Error::from(e))?;
+    expand(&args, function)
+}
+
+fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+        ..
+    } = function;
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new(
+            fn_span(&sig),
+            "`#[redlock]` goes on an `async fn`: the lock is taken and released with `.await`",
+        ));
+    }
+    let ret = match &sig.output {
+        ReturnType::Type(_, ty) => ty.as_ref().clone(),
+        ReturnType::Default => {
+            return Err(syn::Error::new(
+                sig.paren_token.span.join(),
+                "a `#[redlock]` function must return `Result<_, E>` with `E: From<redlock_core::LockError>`, so that it can report a lock it could not take",
+            ));
+        }
+    };
+    let template = Template::parse(&args.resource, &sig)?;
+    let krate = args
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::redlock_core));
+
+    let format = &template.format;
+    let format_args = &template.args;
+    let resource = quote_spanned! {args.resource.span()=>
+        ::std::format!(#format #(, #format_args)*)
+    };
+    let lock_result = quote_spanned! {ret.span()=>
+        <#ret as #krate::__private::LockResult>
+    };
+    let handle = match &args.redlock {
+        Some(expr) => quote_spanned! {expr.span()=>
+            let __redlock_handle: &#krate::Redlock = &(#expr);
+        },
+        None => {
+            let pool = args
+                .pool
+                .as_ref()
+                .map_or_else(|| "default".to_owned(), syn::LitStr::value);
+            quote! {
+                let __redlock_handle = match #krate::__private::registered(#pool) {
+                    ::core::result::Result::Ok(handle) => handle,
+                    ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),
+                };
+                let __redlock_handle = &__redlock_handle;
+            }
+        }
+    };
+    let duration = |name: &str, millis: Option<u64>| {
+        millis.map(|ms| {
+            let setter = syn::Ident::new(name, proc_macro2::Span::call_site());
+            quote! { .#setter(::core::time::Duration::from_millis(#ms)) }
+        })
+    };
+    let setters = [
+        duration("ttl", args.ttl.map(|m| m.0)),
+        duration("retry_delay", args.retry_delay.map(|m| m.0)),
+        duration("retry_jitter", args.retry_jitter.map(|m| m.0)),
+        duration("wait_timeout", args.wait_timeout.map(|m| m.0)),
+        args.retry_count.map(|n| quote! { .retry_count(#n) }),
+        args.drift_factor.map(|f| {
+            let f = f.0;
+            quote! { .drift_factor(#f) }
+        }),
+    ];
+    let stmts = &block.stmts;
+
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            let __redlock_resource: ::std::string::String = #resource;
+            let __redlock_guard = {
+                #handle
+                let __redlock_options = ::core::clone::Clone::clone(__redlock_handle.options())
+                    #(#setters)*;
+                match __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await {
+                    ::core::result::Result::Ok(guard) => guard,
+                    ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),
+                }
+            };
+            // The body runs in its own async block so that `return` and `?` leave the block,
+            // not the function, and the guard is released after it.
+            let __redlock_output: #ret = async move {
+                #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::needless_return)]
+                if false {
+                    let __redlock_fake_return: #ret = loop {};
+                    return __redlock_fake_return;
+                }
+                #(#stmts)*
+            }
+            .await;
+            #krate::__private::released(&__redlock_resource, __redlock_guard.release().await);
+            __redlock_output
+        }
+    })
+}

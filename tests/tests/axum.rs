@@ -1,0 +1,272 @@
+//! redlock-axum over a real HTTP server and 5 real Redis nodes.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use http::StatusCode;
+use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
+use redlock_core::{LockOptions, Redlock, redlock};
+use redlock_tests::RedisNodes;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+async fn handle(nodes: &RedisNodes) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .lock_options(LockOptions::default().retry_count(0))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Serves `app` on a free loopback port until `shutdown` fires; returns the base URL.
+async fn serve(app: Router, shutdown: ShutdownHandle) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown.signal())
+            .await
+            .unwrap();
+    });
+    (base, server)
+}
+
+/// Another client's view: is `resource` free right now?
+async fn is_free(probe: &Redlock, resource: &str) -> bool {
+    match probe.lock(resource).await {
+        Ok(guard) => {
+            guard.release().await.unwrap();
+            true
+        }
+        Err(error) if error.is_busy() => false,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// Waits (bounded) for `resource` to become free; returns how long it took.
+async fn free_within(probe: &Redlock, resource: &str) -> Duration {
+    let started = Instant::now();
+    let wait = LockOptions::default()
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(5));
+    probe
+        .lock_with(resource, &wait)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    started.elapsed()
+}
+
+type Gate = Arc<Mutex<Option<oneshot::Receiver<()>>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_routes_answer_423_and_unavailable_redis_503() {
+    let mut nodes = RedisNodes::start(5);
+    let redlock = handle(&nodes).await;
+    let probe = handle(&nodes).await;
+    let (release_tx, release_rx) = oneshot::channel::<()>();
+    let (entered_tx, mut entered_rx) = mpsc::unbounded_channel::<()>();
+    let gate: Gate = Arc::new(Mutex::new(Some(release_rx)));
+    let app = Router::new()
+        .route(
+            "/orders/{id}/pay",
+            post(move || {
+                let (gate, entered_tx) = (gate.clone(), entered_tx.clone());
+                async move {
+                    let rx = gate.lock().await.take();
+                    if let Some(rx) = rx {
+                        let _ = entered_tx.send(());
+                        let _ = rx.await;
+                    }
+                    "paid"
+                }
+            }),
+        )
+        .route_layer(RedlockLayer::from_template(redlock.clone(), "order:{id}").unwrap());
+    let shutdown = ShutdownHandle::new(redlock);
+    let (base, _server) = serve(app, shutdown).await;
+    let http = reqwest::Client::new();
+
+    let first = tokio::spawn({
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            http.post(format!("{base}/orders/42/pay"))
+                .send()
+                .await
+                .unwrap()
+        }
+    });
+    // The first request is inside the handler, so it holds the lock.
+    entered_rx.recv().await.unwrap();
+    assert!(!is_free(&probe, "order:42").await);
+    let busy = http
+        .post(format!("{base}/orders/42/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(busy.status(), StatusCode::LOCKED);
+    assert_eq!(busy.headers()["retry-after"], "1");
+    // Other orders are not affected.
+    let other = http
+        .post(format!("{base}/orders/7/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+
+    release_tx.send(()).unwrap();
+    assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+    assert!(free_within(&probe, "order:42").await < Duration::from_secs(1));
+
+    for i in [0, 1, 2] {
+        nodes.servers[i].kill();
+    }
+    let down = http
+        .post(format!("{base}/orders/1/pay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(down.headers().contains_key("retry-after"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
+    let nodes = RedisNodes::start(5);
+    let redlock = handle(&nodes).await;
+    let probe = handle(&nodes).await;
+    let (chunks_tx, chunks_rx) = mpsc::unbounded_channel::<mpsc::UnboundedReceiver<Bytes>>();
+    let chunks_rx = Arc::new(Mutex::new(chunks_rx));
+    let app = Router::new()
+        .route(
+            "/reports/{id}",
+            get(move || {
+                let chunks_rx = chunks_rx.clone();
+                async move {
+                    let rx = chunks_rx.lock().await.recv().await.unwrap();
+                    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                        rx.recv()
+                            .await
+                            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+                    });
+                    Body::from_stream(stream)
+                }
+            }),
+        )
+        .route_layer(RedlockLayer::from_template(redlock.clone(), "report:{id}").unwrap());
+    let (base, _server) = serve(app, ShutdownHandle::new(redlock)).await;
+    let http = reqwest::Client::new();
+
+    // A response whose body is still streaming keeps the lock.
+    let (tx, rx) = mpsc::unbounded_channel();
+    chunks_tx.send(rx).unwrap();
+    tx.send(Bytes::from_static(b"first ")).unwrap();
+    let mut response = http.get(format!("{base}/reports/1")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    assert!(
+        !is_free(&probe, "report:1").await,
+        "released before the body ended"
+    );
+    let busy = http.get(format!("{base}/reports/1")).send().await.unwrap();
+    assert_eq!(busy.status(), StatusCode::LOCKED);
+    tx.send(Bytes::from_static(b"last")).unwrap();
+    drop(tx);
+    assert_eq!(response.chunk().await.unwrap().unwrap(), "last");
+    assert!(response.chunk().await.unwrap().is_none());
+    assert!(free_within(&probe, "report:1").await < Duration::from_secs(1));
+
+    // A client that disconnects mid-body releases it too.
+    let (tx, rx) = mpsc::unbounded_channel();
+    chunks_tx.send(rx).unwrap();
+    tx.send(Bytes::from_static(b"partial")).unwrap();
+    let mut response = http.get(format!("{base}/reports/2")).send().await.unwrap();
+    assert_eq!(response.chunk().await.unwrap().unwrap(), "partial");
+    assert!(!is_free(&probe, "report:2").await);
+    drop(response);
+    assert!(free_within(&probe, "report:2").await < Duration::from_secs(2));
+    drop(tx);
+}
+
+#[derive(Clone)]
+struct AppState {
+    redlock: Redlock,
+    entered: mpsc::UnboundedSender<u64>,
+}
+
+#[redlock(resource = "job:{id}", redlock = state.redlock, ttl = "30s")]
+async fn long_job(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<&'static str, LockRejection> {
+    let _ = state.entered.send(id);
+    std::future::pending::<()>().await;
+    Ok("done")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_refuses_new_locks_and_releases_held_ones_long_before_the_ttl() {
+    let nodes = RedisNodes::start(5);
+    let redlock = handle(&nodes).await;
+    let probe = handle(&nodes).await;
+    let (entered, mut entered_rx) = mpsc::unbounded_channel();
+    let state = AppState {
+        redlock: redlock.clone(),
+        entered,
+    };
+    let app = Router::new()
+        .route("/jobs/{id}", post(long_job))
+        .route(
+            "/orders/{id}",
+            post(|| async { "ok" })
+                .route_layer(RedlockLayer::from_template(redlock.clone(), "order:{id}").unwrap()),
+        )
+        .with_state(state);
+    let shutdown = ShutdownHandle::new(redlock.clone());
+    let (base, server) = serve(app.clone(), shutdown.clone()).await;
+    let http = reqwest::Client::new();
+
+    // The attribute on an extractor handler: held while running, 423 for a second caller.
+    let stuck = tokio::spawn({
+        let (http, base) = (http.clone(), base.clone());
+        async move { http.post(format!("{base}/jobs/9")).send().await }
+    });
+    assert_eq!(entered_rx.recv().await, Some(9));
+    let busy = http.post(format!("{base}/jobs/9")).send().await.unwrap();
+    assert_eq!(busy.status(), StatusCode::LOCKED);
+    assert!(!is_free(&probe, "job:9").await);
+
+    shutdown.trigger();
+    // New acquisitions are refused with 503, through the layer and through the attribute.
+    use tower::ServiceExt;
+    for uri in ["/orders/1", "/jobs/10"] {
+        let request = http::Request::post(uri).body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+    }
+    // The stuck request outlives a 200 ms grace; the held lock is released by quorum anyway.
+    let started = Instant::now();
+    assert!(
+        shutdown
+            .drain(server, Duration::from_millis(200))
+            .await
+            .is_none()
+    );
+    let report = shutdown.release_all(Duration::from_secs(1)).await;
+    assert_eq!(report.released, ["job:9"]);
+    assert!(report.unconfirmed.is_empty());
+    assert!(
+        is_free(&probe, "job:9").await,
+        "still held after release_all"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "ttl is 30 s");
+    stuck.abort();
+}

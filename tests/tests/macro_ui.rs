@@ -1,0 +1,8 @@
+//! Compile errors of `#[redlock]`, pinned to rustc 1.95 (rust-toolchain.toml).
+
+#[test]
+fn ui() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("ui/pass/*.rs");
+    cases.compile_fail("ui/fail/*.rs");
+}

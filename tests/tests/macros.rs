@@ -1,0 +1,175 @@
+//! `#[redlock]` against real servers: the lock is held during the body and released on every
+//! exit path.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use redlock_core::{LockError, LockOptions, Redlock, redlock};
+use redlock_tests::RedisNodes;
+
+#[derive(Debug)]
+enum AppError {
+    #[allow(dead_code)]
+    Lock(LockError),
+    Domain(&'static str),
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        Self::Lock(error)
+    }
+}
+
+struct Fixture {
+    _nodes: RedisNodes,
+    redlock: Redlock,
+    probe: Redlock,
+}
+
+async fn fixture() -> Fixture {
+    let nodes = RedisNodes::start(5);
+    let redlock = Redlock::builder()
+        .nodes(nodes.urls())
+        .lock_options(LockOptions::default().retry_count(0))
+        .build()
+        .await
+        .unwrap();
+    let probe = Redlock::builder()
+        .nodes(nodes.urls())
+        .build()
+        .await
+        .unwrap();
+    Fixture {
+        _nodes: nodes,
+        redlock,
+        probe,
+    }
+}
+
+impl Fixture {
+    /// `true` if another client finds `resource` held right now.
+    async fn held(&self, resource: &str) -> bool {
+        match self
+            .probe
+            .lock_with(resource, &LockOptions::default().retry_count(0))
+            .await
+        {
+            Ok(guard) => {
+                guard.release().await.unwrap();
+                false
+            }
+            Err(error) if error.is_busy() => true,
+            Err(error) => panic!("{error}"),
+        }
+    }
+
+    /// Waits (bounded) until `resource` can be taken, and returns how long that took.
+    async fn free_within(&self, resource: &str) -> Duration {
+        let started = Instant::now();
+        let wait = LockOptions::default()
+            .retry_delay(Duration::from_millis(5))
+            .retry_jitter(Duration::ZERO)
+            .wait_timeout(Duration::from_secs(5));
+        self.probe
+            .lock_with(resource, &wait)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        started.elapsed()
+    }
+}
+
+#[redlock(resource = "order:{order_id}", redlock = fx.redlock, ttl = "30s")]
+async fn checked(fx: &Fixture, order_id: u64, mode: &str) -> Result<bool, AppError> {
+    let held = fx.held(&format!("order:{order_id}")).await;
+    match mode {
+        "early" => return Ok(held),
+        "error" => Err(AppError::Domain("failed"))?,
+        "panic" => panic!("body panicked"),
+        "hang" => std::future::pending::<()>().await,
+        _ => {}
+    }
+    Ok(held)
+}
+
+#[tokio::test]
+async fn the_lock_is_held_during_the_body_and_released_on_every_exit() {
+    let fx = fixture().await;
+    assert!(
+        checked(&fx, 1, "normal").await.unwrap(),
+        "not held during the body"
+    );
+    assert!(!fx.held("order:1").await, "not released after Ok");
+    assert!(checked(&fx, 2, "early").await.unwrap());
+    assert!(!fx.held("order:2").await, "not released after return");
+    assert!(matches!(
+        checked(&fx, 3, "error").await,
+        Err(AppError::Domain("failed"))
+    ));
+    assert!(!fx.held("order:3").await, "not released after ?");
+
+    // Panic and cancellation release from the guard's drop, in the background; the ttl is
+    // 30 s, so being free within a second proves the release.
+    let fx = std::sync::Arc::new(fx);
+    let panicking = {
+        let fx = fx.clone();
+        tokio::spawn(async move { checked(&fx, 4, "panic").await })
+    };
+    assert!(panicking.await.unwrap_err().is_panic());
+    assert!(fx.free_within("order:4").await < Duration::from_secs(1));
+
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), checked(&fx, 5, "hang")).await;
+    assert!(cancelled.is_err());
+    assert!(fx.free_within("order:5").await < Duration::from_secs(1));
+}
+
+static RUNS: AtomicU32 = AtomicU32::new(0);
+
+#[redlock(resource = "job:{name}", pool = "macro-test-pool", retry_count = 0)]
+async fn job(name: &str) -> Result<(), LockError> {
+    RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_busy_resource_skips_the_body_and_returns_the_lock_error() {
+    let fx = fixture().await;
+    redlock_core::registry::register("macro-test-pool", fx.redlock.clone());
+    job("nightly").await.unwrap();
+    assert_eq!(RUNS.load(Ordering::SeqCst), 1);
+    let holder = fx.probe.lock("job:nightly").await.unwrap();
+    let error = job("nightly").await.unwrap_err();
+    assert!(error.is_busy(), "{error}");
+    assert_eq!(
+        RUNS.load(Ordering::SeqCst),
+        1,
+        "the body ran without the lock"
+    );
+    holder.release().await.unwrap();
+    redlock_core::registry::unregister("macro-test-pool");
+    assert!(matches!(
+        job("nightly").await,
+        Err(LockError::NotRegistered(_))
+    ));
+}
+
+struct Account {
+    id: u32,
+}
+
+impl Account {
+    #[redlock(resource = "account:{self.id}:{{x}}", redlock = handle)]
+    async fn touch(&self, handle: &Redlock, fx: &Fixture) -> Result<bool, LockError> {
+        Ok(fx.held(&format!("account:{}:{{x}}", self.id)).await)
+    }
+}
+
+#[tokio::test]
+async fn methods_fields_and_literal_braces_interpolate() {
+    let fx = fixture().await;
+    let account = Account { id: 7 };
+    assert!(account.touch(&fx.redlock, &fx).await.unwrap());
+    assert!(!fx.held("account:7:{x}").await);
+}
