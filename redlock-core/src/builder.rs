@@ -370,7 +370,8 @@ mod tests {
     #[tokio::test]
     async fn input_errors_come_before_any_connection() {
         let started = std::time::Instant::now();
-        let cases: Vec<(RedlockBuilder, fn(&BuildError) -> bool)> = vec![
+        type Expect = fn(&BuildError) -> bool;
+        let cases: Vec<(RedlockBuilder, Expect)> = vec![
             (RedlockBuilder::default(), |e| {
                 matches!(e, BuildError::NoNodes)
             }),

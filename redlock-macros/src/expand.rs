@@ -10,7 +10,7 @@ use crate::parse::{Args, Template, fn_span};
 /// Expands `#[redlock(attr)] item`.
 pub(crate) fn redlock(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let function: ItemFn = syn::parse2(item)?;
-    let args = Args::parse(attr).map_err(|e| syn::Error::from(e))?;
+    let args = Args::parse(attr).map_err(syn::Error::from)?;
     expand(&args, function)
 }
 

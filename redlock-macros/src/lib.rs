@@ -25,13 +25,22 @@
 //!
 //! The function must be `async` and return `Result<_, E>` with `E: From<LockError>`.
 //!
-//! ```ignore
-//! use redlock_core::{redlock, LockError};
+//! ```
+//! use redlock_core::{LockError, Redlock, redlock};
 //!
+//! // A handle registered at start-up under "default" (Hyperf's `poolName`).
 //! #[redlock(resource = "order:{order_id}", ttl = "10s", retry_count = 3)]
 //! async fn pay(order_id: u64) -> Result<(), LockError> {
 //!     // runs on one replica at a time per order
 //!     Ok(())
+//! }
+//!
+//! // A handle in scope, and a resource built from a field.
+//! struct Job { name: String }
+//!
+//! #[redlock(resource = "job:{job.name}", redlock = redlock, wait_timeout = "5s")]
+//! async fn run(redlock: &Redlock, job: Job) -> Result<String, LockError> {
+//!     Ok(job.name)
 //! }
 //! ```
 

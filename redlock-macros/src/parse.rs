@@ -86,7 +86,7 @@ impl FromMeta for Millis {
 
 impl Millis {
     fn from_duration(duration: Duration) -> darling::Result<Self> {
-        if duration.subsec_nanos() % 1_000_000 != 0 {
+        if !duration.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(darling::Error::custom(
                 "durations are whole milliseconds; Redis `PX` has millisecond precision",
             ));

@@ -1,5 +1,7 @@
 //! redlock-axum over a real HTTP server and 5 real Redis nodes.
 
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

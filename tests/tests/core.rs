@@ -1,5 +1,7 @@
 //! redlock-core against 5 real redis-server processes.
 
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -1,6 +1,8 @@
 //! `#[redlock]` against real servers: the lock is held during the body and released on every
 //! exit path.
 
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 

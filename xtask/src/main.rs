@@ -1,1 +1,64 @@
-fn main() {}
+//! `cargo xtask test` and `cargo xtask demo`: the README's two commands.
+
+mod demo;
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+fn main() -> anyhow::Result<()> {
+    let task = std::env::args().nth(1).unwrap_or_default();
+    match task.as_str() {
+        "test" => test(),
+        "demo" => demo::run(),
+        _ => {
+            eprintln!("usage: cargo xtask <test|demo>");
+            eprintln!(
+                "  test  fmt check, clippy -D warnings, every test against real redis-server nodes"
+            );
+            eprintln!(
+                "  demo  5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Runs `cargo <args>` from the workspace root and fails if it fails.
+pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .context("could not run cargo")?;
+    if !status.success() {
+        bail!("`cargo {}` failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+pub(crate) fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn test() -> anyhow::Result<()> {
+    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
+    eprintln!("using {}", server.display());
+    cargo(&["fmt", "--all", "--", "--check"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["test", "--workspace"])?;
+    eprintln!("all checks passed");
+    Ok(())
+}

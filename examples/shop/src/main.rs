@@ -1,1 +1,207 @@
-fn main() {}
+//! An axum shop run as several replicas. Two pieces of work go wrong without a lock:
+//!
+//! - paying an order (`POST /orders/{id}/pay`, guarded by [`RedlockLayer`]): read the order,
+//!   call the payment provider, record the charge. Two concurrent requests would both see the
+//!   order unpaid and both charge it. `POST /unsafe/orders/{id}/pay` is the same handler
+//!   without the lock, as a baseline that does double-charge.
+//! - selling stock (`POST /stock/{sku}/buy`, guarded by `#[redlock]`): read the stock, then
+//!   write it back decremented. Unlocked, concurrent buyers oversell.
+//!
+//! `POST /jobs/{name}/rebuild?ms=N` holds `job:{name}` for N ms (a cache rebuild); a second
+//! caller waits for it. On SIGTERM the replica stops taking locks, lets requests finish for
+//! `SHUTDOWN_GRACE_MS`, then releases every lock it still holds before exiting.
+//!
+//! Environment: `REDLOCK_NODES` (lock masters), `SHOP_DATA_URL` (the Redis holding orders and
+//! stock), `PORT`, `REPLICA` (a name for logs and responses), `SHUTDOWN_GRACE_MS`.
+
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use fred::clients::Client;
+use fred::interfaces::{ClientLike, KeysInterface};
+use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
+use redlock_core::{LockError, LockOptions, Redlock, redlock};
+use serde::Deserialize;
+use serde_json::json;
+
+#[derive(Clone)]
+struct AppState {
+    redlock: Redlock,
+    data: Client,
+    replica: String,
+}
+
+/// The shop's error: a lock that could not be taken, or Redis failing.
+#[derive(Debug)]
+enum ShopError {
+    Lock(LockRejection),
+    Data(fred::error::Error),
+}
+
+impl From<LockError> for ShopError {
+    fn from(error: LockError) -> Self {
+        Self::Lock(error.into())
+    }
+}
+
+impl From<fred::error::Error> for ShopError {
+    fn from(error: fred::error::Error) -> Self {
+        Self::Data(error)
+    }
+}
+
+impl IntoResponse for ShopError {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Lock(rejection) => rejection.into_response(),
+            Self::Data(error) => {
+                tracing::error!(%error, "data store error");
+                (http::StatusCode::INTERNAL_SERVER_ERROR, "data store error").into_response()
+            }
+        }
+    }
+}
+
+/// Pays an order once: read its status, "call the payment provider", record the charge.
+async fn pay(
+    State(state): State<AppState>,
+    Path(id): Path<u64>,
+) -> Result<Json<serde_json::Value>, ShopError> {
+    let status: Option<String> = state.data.get(format!("order:{id}:status")).await?;
+    if status.as_deref() == Some("paid") {
+        return Ok(Json(json!({ "order": id, "result": "already_paid" })));
+    }
+    tokio::time::sleep(Duration::from_millis(5)).await; // the payment provider
+    let charges: u64 = state.data.incr(format!("order:{id}:charges")).await?;
+    let _: () = state
+        .data
+        .set(format!("order:{id}:status"), "paid", None, None, false)
+        .await?;
+    Ok(Json(json!({
+        "order": id, "result": "paid", "charges": charges, "replica": state.replica,
+    })))
+}
+
+/// Sells one unit of `sku` if any is left.
+#[redlock(resource = "stock:{sku}", redlock = state.redlock, ttl = "5s", retry_count = 0)]
+async fn buy(
+    State(state): State<AppState>,
+    Path(sku): Path<String>,
+) -> Result<Response, ShopError> {
+    let stock: Option<i64> = state.data.get(format!("stock:{sku}")).await?;
+    let stock = stock.unwrap_or(0);
+    if stock <= 0 {
+        return Ok((http::StatusCode::CONFLICT, "sold out").into_response());
+    }
+    tokio::time::sleep(Duration::from_millis(2)).await; // reserve in the warehouse
+    let _: () = state
+        .data
+        .set(format!("stock:{sku}"), stock - 1, None, None, false)
+        .await?;
+    let _: i64 = state.data.incr(format!("sold:{sku}")).await?;
+    Ok(Json(json!({ "sku": sku, "left": stock - 1, "replica": state.replica })).into_response())
+}
+
+#[derive(Deserialize)]
+struct Rebuild {
+    #[serde(default)]
+    ms: u64,
+}
+
+/// Rebuilds a cache: holds `job:{name}` for `ms` milliseconds.
+async fn rebuild(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<Rebuild>,
+) -> Json<serde_json::Value> {
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_millis(query.ms)).await;
+    Json(json!({
+        "job": name, "replica": state.replica, "worked_ms": started.elapsed().as_millis() as u64,
+    }))
+}
+
+fn app(state: AppState) -> Result<Router, redlock_axum::TemplateError> {
+    let redlock = state.redlock.clone();
+    let pay_lock = RedlockLayer::from_template(redlock.clone(), "order:{id}")?.options(
+        LockOptions::default()
+            .ttl(Duration::from_secs(10))
+            .retry_delay(Duration::from_millis(10))
+            .retry_jitter(Duration::from_millis(10))
+            .wait_timeout(Duration::from_secs(2)),
+    );
+    let job_lock = RedlockLayer::from_template(redlock, "job:{name}")?.options(
+        LockOptions::default()
+            .ttl(Duration::from_secs(30))
+            .retry_delay(Duration::from_millis(20))
+            .retry_jitter(Duration::from_millis(5))
+            .wait_timeout(Duration::from_secs(20)),
+    );
+    Ok(Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/orders/{id}/pay", post(pay).route_layer(pay_lock))
+        .route("/unsafe/orders/{id}/pay", post(pay))
+        .route("/stock/{sku}/buy", post(buy))
+        .route("/jobs/{name}/rebuild", post(rebuild).route_layer(job_lock))
+        .with_state(state))
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,fred=warn".into()),
+        )
+        .init();
+    let replica = env_or("REPLICA", "shop");
+    let redlock = Redlock::builder()
+        .from_env()
+        .key_prefix("lock:")
+        .build()
+        .await?;
+    let data = fred::types::Builder::from_config(fred::types::config::Config::from_url(&env_or(
+        "SHOP_DATA_URL",
+        "redis://127.0.0.1:6379",
+    ))?)
+    .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(2))
+    .build()?;
+    data.init().await?;
+
+    let shutdown = ShutdownHandle::new(redlock.clone());
+    shutdown.trigger_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    });
+    let grace = Duration::from_millis(env_or("SHUTDOWN_GRACE_MS", "5000").parse()?);
+    let listener =
+        tokio::net::TcpListener::bind(("127.0.0.1", env_or("PORT", "3000").parse::<u16>()?))
+            .await?;
+    tracing::info!(%replica, addr = %listener.local_addr()?, nodes = redlock.node_count(), "serving");
+    let app = app(AppState {
+        redlock,
+        data,
+        replica: replica.clone(),
+    })?;
+    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.signal());
+    shutdown.drain(serve.into_future(), grace).await;
+    let report = shutdown.release_all(Duration::from_secs(2)).await;
+    tracing::info!(
+        %replica,
+        released = ?report.released,
+        unconfirmed = ?report.unconfirmed,
+        "shut down"
+    );
+    Ok(())
+}

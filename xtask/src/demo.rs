@@ -1,0 +1,387 @@
+//! The demo: real Redis nodes, three replicas of the shop, concurrent load, a SIGTERM.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use fred::interfaces::KeysInterface;
+use redlock_tests::{RedisNodes, RedisServer, free_port, plain_client};
+
+const ORDERS: u64 = 20;
+const PAY_PER_ORDER: usize = 8;
+const SKUS: [&str; 3] = ["apple", "pear", "plum"];
+const STOCK: i64 = 30;
+const BUY_PER_SKU: usize = 40;
+const LOCK_TTL_MS: u128 = 30_000;
+const GRACE_MS: u64 = 300;
+
+struct Replica {
+    name: String,
+    base: String,
+    child: Child,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    latencies: Vec<Duration>,
+    by_status: BTreeMap<u16, usize>,
+}
+
+impl Tally {
+    fn record(&mut self, status: u16, latency: Duration) {
+        self.latencies.push(latency);
+        *self.by_status.entry(status).or_default() += 1;
+    }
+
+    fn count(&self, pred: impl Fn(u16) -> bool) -> usize {
+        self.by_status
+            .iter()
+            .filter(|(s, _)| pred(**s))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn percentile(&mut self, p: f64) -> Duration {
+        self.latencies.sort_unstable();
+        let i = ((self.latencies.len() as f64 - 1.0) * p).round() as usize;
+        self.latencies.get(i).copied().unwrap_or_default()
+    }
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
+    crate::cargo(&["build", "--release", "--quiet", "-p", "shop"])?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(demo())
+}
+
+async fn demo() -> anyhow::Result<()> {
+    // Lock nodes: REDLOCK_NODES if given, else 5 local servers.
+    let (_local, nodes) = match std::env::var("REDLOCK_NODES") {
+        Ok(nodes) if !nodes.trim().is_empty() => (None, nodes),
+        _ => {
+            let local = RedisNodes::start(5);
+            let urls = local.urls().join(",");
+            (Some(local), urls)
+        }
+    };
+    let data = RedisServer::start();
+    println!("lock nodes: {nodes}");
+    println!("data store: {}", data.url());
+    seed(&data.url()).await?;
+
+    let binary = crate::workspace_root().join("target/release/shop");
+    let mut replicas = Vec::new();
+    for i in 1..=3 {
+        replicas.push(start_replica(&binary, i, &nodes, &data.url())?);
+    }
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    for replica in &replicas {
+        wait_healthy(&http, replica).await?;
+    }
+    println!(
+        "replicas: {}",
+        replicas
+            .iter()
+            .map(|r| r.base.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+
+    // 1. Concurrent load through the locked routes, spread over the replicas.
+    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let mut requests = Vec::new();
+    for order in 1..=ORDERS {
+        for k in 0..PAY_PER_ORDER {
+            requests.push(format!(
+                "{}/orders/{order}/pay",
+                bases[(order as usize + k) % 3]
+            ));
+        }
+    }
+    for (s, sku) in SKUS.iter().enumerate() {
+        for k in 0..BUY_PER_SKU {
+            requests.push(format!("{}/stock/{sku}/buy", bases[(s + k) % 3]));
+        }
+    }
+    let started = Instant::now();
+    let mut tally = fire(&http, requests).await;
+    let wall = started.elapsed();
+
+    // Baseline: the same payment handler without the lock.
+    let mut unsafe_requests = Vec::new();
+    for order in 101..=100 + ORDERS {
+        for k in 0..PAY_PER_ORDER {
+            unsafe_requests.push(format!(
+                "{}/unsafe/orders/{order}/pay",
+                bases[(order as usize + k) % 3]
+            ));
+        }
+    }
+    let _ = fire(&http, unsafe_requests).await;
+
+    let store = plain_client(&data.url()).await;
+    let mut broken = Vec::new();
+    let mut paid = 0;
+    for order in 1..=ORDERS {
+        let charges: Option<u64> = store.get(format!("order:{order}:charges")).await?;
+        match charges {
+            Some(1) => paid += 1,
+            other => broken.push(format!(
+                "order {order} charged {} times",
+                other.unwrap_or(0)
+            )),
+        }
+    }
+    let mut double_charged_unlocked = 0;
+    for order in 101..=100 + ORDERS {
+        let charges: Option<u64> = store.get(format!("order:{order}:charges")).await?;
+        if charges.unwrap_or(0) > 1 {
+            double_charged_unlocked += 1;
+        }
+    }
+    let mut sold_total = 0;
+    for sku in SKUS {
+        let left: i64 = store
+            .get::<Option<i64>, _>(format!("stock:{sku}"))
+            .await?
+            .unwrap_or(0);
+        let sold: i64 = store
+            .get::<Option<i64>, _>(format!("sold:{sku}"))
+            .await?
+            .unwrap_or(0);
+        sold_total += sold;
+        if left < 0 || left + sold != STOCK {
+            broken.push(format!("{sku}: {sold} sold but {left} left of {STOCK}"));
+        }
+    }
+
+    println!();
+    println!(
+        "load: {} requests in {:.2?} over 3 replicas",
+        tally.latencies.len(),
+        wall
+    );
+    println!(
+        "  2xx {}  409 sold-out {}  423 busy {}  503 {}  other {}",
+        tally.count(|s| (200..300).contains(&s)),
+        tally.count(|s| s == 409),
+        tally.count(|s| s == 423),
+        tally.count(|s| s == 503),
+        tally.count(|s| !(200..300).contains(&s) && ![409, 423, 503].contains(&s)),
+    );
+    println!(
+        "  latency p50 {:.1?}  p99 {:.1?}  max {:.1?}",
+        tally.percentile(0.50),
+        tally.percentile(0.99),
+        tally.percentile(1.0)
+    );
+    println!("  orders paid exactly once: {paid}/{ORDERS} (locked route)");
+    println!(
+        "  baseline without the lock: {double_charged_unlocked}/{ORDERS} orders charged more than once"
+    );
+    println!(
+        "  stock sold: {sold_total} of {} units, none oversold",
+        STOCK * SKUS.len() as i64
+    );
+
+    // 2. SIGTERM while holding a lock: the next replica gets it within milliseconds.
+    let handover = sigterm_handover(&http, &mut replicas, &nodes).await?;
+    println!();
+    println!(
+        "SIGTERM hand-over: {} held job:rebuild-search (ttl {LOCK_TTL_MS} ms); {} got it {:.0?} after SIGTERM, {:.0?} after {} exited (grace {GRACE_MS} ms)",
+        handover.holder,
+        handover.waiter,
+        handover.after_signal,
+        handover.after_exit,
+        handover.holder
+    );
+    if handover.after_signal.as_millis() >= LOCK_TTL_MS / 2 {
+        broken.push("the waiting replica only got the lock after the ttl".into());
+    }
+
+    println!();
+    if broken.is_empty() {
+        println!(
+            "INVARIANT OK: every order paid exactly once, no stock oversold, lock handed over on SIGTERM"
+        );
+        Ok(())
+    } else {
+        for line in &broken {
+            println!("INVARIANT BROKEN: {line}");
+        }
+        bail!("{} invariant violation(s)", broken.len())
+    }
+}
+
+async fn seed(url: &str) -> anyhow::Result<()> {
+    let store = plain_client(url).await;
+    for sku in SKUS {
+        let _: () = store
+            .set(format!("stock:{sku}"), STOCK, None, None, false)
+            .await?;
+    }
+    Ok(())
+}
+
+fn start_replica(
+    binary: &std::path::Path,
+    i: usize,
+    nodes: &str,
+    data: &str,
+) -> anyhow::Result<Replica> {
+    let port = free_port();
+    let name = format!("replica-{i}");
+    let child = Command::new(binary)
+        .env("REDLOCK_NODES", nodes)
+        .env("SHOP_DATA_URL", data)
+        .env("PORT", port.to_string())
+        .env("REPLICA", &name)
+        .env("SHUTDOWN_GRACE_MS", GRACE_MS.to_string())
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("could not start {}", binary.display()))?;
+    Ok(Replica {
+        name,
+        base: format!("http://127.0.0.1:{port}"),
+        child,
+    })
+}
+
+async fn wait_healthy(http: &reqwest::Client, replica: &Replica) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(response) = http.get(format!("{}/health", replica.base)).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{} did not become healthy within 20 s", replica.name)
+}
+
+/// Sends every request at once (bounded to 64 in flight), recording status and latency.
+async fn fire(http: &reqwest::Client, urls: Vec<String>) -> Tally {
+    let limit = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut tasks = Vec::new();
+    for url in urls {
+        let (http, limit) = (http.clone(), limit.clone());
+        tasks.push(tokio::spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let started = Instant::now();
+            let status = match http.post(url).send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    let _ = response.bytes().await;
+                    status
+                }
+                Err(_) => 0,
+            };
+            (status, started.elapsed())
+        }));
+    }
+    let mut tally = Tally::default();
+    for task in tasks {
+        if let Ok((status, latency)) = task.await {
+            tally.record(status, latency);
+        }
+    }
+    tally
+}
+
+struct Handover {
+    holder: String,
+    waiter: String,
+    after_signal: Duration,
+    after_exit: Duration,
+}
+
+/// Waits until `key` exists on a majority of the lock nodes.
+async fn until_held(nodes: &str, key: &str) -> anyhow::Result<()> {
+    let mut clients = Vec::new();
+    for url in nodes.split(',') {
+        clients.push(plain_client(url.trim()).await);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let mut holding = 0;
+        for client in &clients {
+            if client.exists::<u32, _>(key).await.unwrap_or(0) == 1 {
+                holding += 1;
+            }
+        }
+        if holding > clients.len() / 2 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    bail!("{key} was never held by a majority")
+}
+
+async fn sigterm_handover(
+    http: &reqwest::Client,
+    replicas: &mut [Replica],
+    nodes: &str,
+) -> anyhow::Result<Handover> {
+    let url = |r: &Replica, ms: u64| format!("{}/jobs/rebuild-search/rebuild?ms={ms}", r.base);
+    // Replica 1 starts a long rebuild and holds the lock.
+    let long = tokio::spawn(http.post(url(&replicas[0], 60_000)).send());
+    until_held(nodes, "lock:job:rebuild-search").await?;
+    // Replica 2 asks for the same job and waits for the lock.
+    let waiter = tokio::spawn({
+        let request = http.post(url(&replicas[1], 10)).send();
+        async move {
+            let response = request.await;
+            (Instant::now(), response)
+        }
+    });
+    // Let replica 2's first attempt find the lock busy before the signal.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    if waiter.is_finished() {
+        bail!("replica-2 did not wait for the lock held by replica-1");
+    }
+    let signalled = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(replicas[0].child.id())?);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
+    let exited = tokio::task::spawn_blocking({
+        let mut child = std::mem::replace(&mut replicas[0].child, Command::new("true").spawn()?);
+        move || {
+            let _ = child.wait();
+            Instant::now()
+        }
+    });
+    let (acquired_at, response) = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .context("replica-2 never got the lock")??;
+    let response = response?;
+    if !response.status().is_success() {
+        bail!("replica-2 answered {}", response.status());
+    }
+    let exited = exited.await?;
+    long.abort();
+    Ok(Handover {
+        holder: replicas[0].name.clone(),
+        waiter: replicas[1].name.clone(),
+        after_signal: acquired_at.duration_since(signalled),
+        after_exit: acquired_at.saturating_duration_since(exited),
+    })
+}
