@@ -272,3 +272,63 @@ async fn shutdown_refuses_new_locks_and_releases_held_ones_long_before_the_ttl()
     assert!(started.elapsed() < Duration::from_secs(2), "ttl is 30 s");
     stuck.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closure_over_the_request_picks_the_resource_or_skips_locking() {
+    use tower::ServiceExt;
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let probe = Arc::new(handle(&nodes).await);
+    let layer = RedlockLayer::from_fn(redlock.clone(), |parts| {
+        parts
+            .headers
+            .get("x-tenant")
+            .and_then(|v| v.to_str().ok())
+            .map(|tenant| format!("tenant:{tenant}"))
+    });
+    let app = Router::new()
+        .route(
+            "/sync",
+            post({
+                let probe = probe.clone();
+                move || async move {
+                    // Report whether tenant:acme was held while the handler ran.
+                    if is_free(&probe, "tenant:acme").await {
+                        "free"
+                    } else {
+                        "held"
+                    }
+                }
+            }),
+        )
+        .route_layer(layer)
+        .route(
+            "/misconfigured",
+            get(|| async { "unreachable" })
+                .route_layer(RedlockLayer::from_template(redlock, "order:{id}").unwrap()),
+        );
+    let body = |response: axum::response::Response| async move {
+        let bytes = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    };
+    let with_tenant = http::Request::post("/sync")
+        .header("x-tenant", "acme")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(with_tenant).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body(response).await, "held");
+    let without = http::Request::post("/sync").body(Body::empty()).unwrap();
+    assert_eq!(
+        body(app.clone().oneshot(without).await.unwrap()).await,
+        "free"
+    );
+    // A template naming a parameter the route lacks is a 500, not a silent unlocked call.
+    let request = http::Request::get("/misconfigured")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}

@@ -419,3 +419,33 @@ async fn building_needs_a_reachable_quorum_of_distinct_nodes() {
     let guard = with_two_down.lock_with("res", &wait).await.unwrap();
     assert_eq!(guard.release().await.unwrap().deleted, 3);
 }
+
+#[tokio::test]
+async fn dropping_an_acquisition_mid_attempt_releases_what_it_took() {
+    let nodes = RedisNodes::start(5);
+    let a = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .unwrap();
+    for i in 2..5 {
+        nodes.servers[i].pause();
+    }
+    // Nodes 0 and 1 grant at once; the attempt then waits on the stalled majority.
+    let cancelled = tokio::time::timeout(Duration::from_millis(300), a.lock("res")).await;
+    assert!(cancelled.is_err());
+    // The cleanup was spawned on drop; shutdown waits for spawned releases.
+    a.shutdown(Duration::from_secs(5)).await;
+    for i in 0..2 {
+        let client = plain_client(&nodes.servers[i].url()).await;
+        assert_eq!(
+            client.get::<Option<String>, _>("res").await.unwrap(),
+            None,
+            "node {i}"
+        );
+    }
+    for i in 2..5 {
+        nodes.servers[i].resume();
+    }
+}
