@@ -224,3 +224,52 @@ pub async fn plain_client(url: &str) -> fred::clients::Client {
         .unwrap_or_else(|e| panic!("connect {url}: {e}"));
     client
 }
+
+/// A handle over `nodes` with the default options.
+pub async fn redlock(nodes: &RedisNodes) -> redlock_core::Redlock {
+    redlock_with(nodes, redlock_core::LockOptions::default()).await
+}
+
+/// A handle over `nodes` with `options` as its defaults.
+pub async fn redlock_with(
+    nodes: &RedisNodes,
+    options: redlock_core::LockOptions,
+) -> redlock_core::Redlock {
+    redlock_core::Redlock::builder()
+        .nodes(nodes.urls())
+        .lock_options(options)
+        .build()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Another client's view: is `resource` free right now? (One attempt; panics unless the
+/// answer is "acquired" or "busy".)
+pub async fn is_free(probe: &redlock_core::Redlock, resource: &str) -> bool {
+    let once = redlock_core::LockOptions::default().retry_count(0);
+    match probe.lock_with(resource, &once).await {
+        Ok(guard) => {
+            guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+            true
+        }
+        Err(error) if error.is_busy() => false,
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// Waits (at most 5 s, polling every 5 ms) until `resource` can be taken; returns how long
+/// that took.
+pub async fn free_within(probe: &redlock_core::Redlock, resource: &str) -> Duration {
+    let started = Instant::now();
+    let wait = redlock_core::LockOptions::default()
+        .retry_delay(Duration::from_millis(5))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(5));
+    let guard = probe
+        .lock_with(resource, &wait)
+        .await
+        .unwrap_or_else(|e| panic!("{resource} never became free: {e}"));
+    let elapsed = started.elapsed();
+    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+    elapsed
+}

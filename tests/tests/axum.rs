@@ -13,16 +13,11 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
 use redlock_core::{LockOptions, Redlock, redlock};
-use redlock_tests::RedisNodes;
+use redlock_tests::{RedisNodes, free_within, is_free, redlock_with};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 async fn handle(nodes: &RedisNodes) -> Redlock {
-    Redlock::builder()
-        .nodes(nodes.urls())
-        .lock_options(LockOptions::default().retry_count(0))
-        .build()
-        .await
-        .unwrap()
+    redlock_with(nodes, LockOptions::default().retry_count(0)).await
 }
 
 /// Serves `app` on a free loopback port until `shutdown` fires; returns the base URL.
@@ -36,35 +31,6 @@ async fn serve(app: Router, shutdown: ShutdownHandle) -> (String, tokio::task::J
             .unwrap();
     });
     (base, server)
-}
-
-/// Another client's view: is `resource` free right now?
-async fn is_free(probe: &Redlock, resource: &str) -> bool {
-    match probe.lock(resource).await {
-        Ok(guard) => {
-            guard.release().await.unwrap();
-            true
-        }
-        Err(error) if error.is_busy() => false,
-        Err(error) => panic!("{error}"),
-    }
-}
-
-/// Waits (bounded) for `resource` to become free; returns how long it took.
-async fn free_within(probe: &Redlock, resource: &str) -> Duration {
-    let started = Instant::now();
-    let wait = LockOptions::default()
-        .retry_delay(Duration::from_millis(5))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(Duration::from_secs(5));
-    probe
-        .lock_with(resource, &wait)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    started.elapsed()
 }
 
 type Gate = Arc<Mutex<Option<oneshot::Receiver<()>>>>;
@@ -320,6 +286,8 @@ async fn a_closure_over_the_request_picks_the_resource_or_skips_locking() {
     let response = app.clone().oneshot(with_tenant).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(body(response).await, "held");
+    // Released once the body was read (in the background).
+    assert!(free_within(&probe, "tenant:acme").await < Duration::from_secs(1));
     let without = http::Request::post("/sync").body(Body::empty()).unwrap();
     assert_eq!(
         body(app.clone().oneshot(without).await.unwrap()).await,

@@ -4,10 +4,10 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlock_core::{LockError, LockOptions, Redlock, redlock};
-use redlock_tests::RedisNodes;
+use redlock_tests::{RedisNodes, free_within, is_free, redlock_with};
 
 #[derive(Debug)]
 enum AppError {
@@ -30,17 +30,8 @@ struct Fixture {
 
 async fn fixture() -> Fixture {
     let nodes = RedisNodes::start(5);
-    let redlock = Redlock::builder()
-        .nodes(nodes.urls())
-        .lock_options(LockOptions::default().retry_count(0))
-        .build()
-        .await
-        .unwrap();
-    let probe = Redlock::builder()
-        .nodes(nodes.urls())
-        .build()
-        .await
-        .unwrap();
+    let redlock = redlock_with(&nodes, LockOptions::default().retry_count(0)).await;
+    let probe = redlock_tests::redlock(&nodes).await;
     Fixture {
         _nodes: nodes,
         redlock,
@@ -48,44 +39,9 @@ async fn fixture() -> Fixture {
     }
 }
 
-impl Fixture {
-    /// `true` if another client finds `resource` held right now.
-    async fn held(&self, resource: &str) -> bool {
-        match self
-            .probe
-            .lock_with(resource, &LockOptions::default().retry_count(0))
-            .await
-        {
-            Ok(guard) => {
-                guard.release().await.unwrap();
-                false
-            }
-            Err(error) if error.is_busy() => true,
-            Err(error) => panic!("{error}"),
-        }
-    }
-
-    /// Waits (bounded) until `resource` can be taken, and returns how long that took.
-    async fn free_within(&self, resource: &str) -> Duration {
-        let started = Instant::now();
-        let wait = LockOptions::default()
-            .retry_delay(Duration::from_millis(5))
-            .retry_jitter(Duration::ZERO)
-            .wait_timeout(Duration::from_secs(5));
-        self.probe
-            .lock_with(resource, &wait)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
-        started.elapsed()
-    }
-}
-
 #[redlock(resource = "order:{order_id}", redlock = fx.redlock, ttl = "30s")]
 async fn checked(fx: &Fixture, order_id: u64, mode: &str) -> Result<bool, AppError> {
-    let held = fx.held(&format!("order:{order_id}")).await;
+    let held = !is_free(&fx.probe, &format!("order:{order_id}")).await;
     match mode {
         "early" => return Ok(held),
         "error" => Err(AppError::Domain("failed"))?,
@@ -103,14 +59,17 @@ async fn the_lock_is_held_during_the_body_and_released_on_every_exit() {
         checked(&fx, 1, "normal").await.unwrap(),
         "not held during the body"
     );
-    assert!(!fx.held("order:1").await, "not released after Ok");
+    assert!(is_free(&fx.probe, "order:1").await, "not released after Ok");
     assert!(checked(&fx, 2, "early").await.unwrap());
-    assert!(!fx.held("order:2").await, "not released after return");
+    assert!(
+        is_free(&fx.probe, "order:2").await,
+        "not released after return"
+    );
     assert!(matches!(
         checked(&fx, 3, "error").await,
         Err(AppError::Domain("failed"))
     ));
-    assert!(!fx.held("order:3").await, "not released after ?");
+    assert!(is_free(&fx.probe, "order:3").await, "not released after ?");
 
     // Panic and cancellation release from the guard's drop, in the background; the ttl is
     // 30 s, so being free within a second proves the release.
@@ -120,11 +79,11 @@ async fn the_lock_is_held_during_the_body_and_released_on_every_exit() {
         tokio::spawn(async move { checked(&fx, 4, "panic").await })
     };
     assert!(panicking.await.unwrap_err().is_panic());
-    assert!(fx.free_within("order:4").await < Duration::from_secs(1));
+    assert!(free_within(&fx.probe, "order:4").await < Duration::from_secs(1));
 
     let cancelled = tokio::time::timeout(Duration::from_millis(300), checked(&fx, 5, "hang")).await;
     assert!(cancelled.is_err());
-    assert!(fx.free_within("order:5").await < Duration::from_secs(1));
+    assert!(free_within(&fx.probe, "order:5").await < Duration::from_secs(1));
 }
 
 static RUNS: AtomicU32 = AtomicU32::new(0);
@@ -164,7 +123,7 @@ struct Account {
 impl Account {
     #[redlock(resource = "account:{self.id}:{{x}}", redlock = handle)]
     async fn touch(&self, handle: &Redlock, fx: &Fixture) -> Result<bool, LockError> {
-        Ok(fx.held(&format!("account:{}:{{x}}", self.id)).await)
+        Ok(!is_free(&fx.probe, &format!("account:{}:{{x}}", self.id)).await)
     }
 }
 
@@ -173,5 +132,5 @@ async fn methods_fields_and_literal_braces_interpolate() {
     let fx = fixture().await;
     let account = Account { id: 7 };
     assert!(account.touch(&fx.redlock, &fx).await.unwrap());
-    assert!(!fx.held("account:7:{x}").await);
+    assert!(is_free(&fx.probe, "account:7:{x}").await);
 }
