@@ -227,8 +227,15 @@ impl Redlock {
             let token = Token::generate().map_err(LockError::Entropy)?;
             let failure = match self.attempt(&key, &token, options).await {
                 Ok(valid_until) => {
+                    let guard = self.register(resource, key, token, options, valid_until);
+                    if self.is_shutting_down() {
+                        // Shutdown began during the attempt: refuse, and release what was
+                        // taken (the guard's drop; `shutdown` waits for it).
+                        drop(guard);
+                        return Err(LockError::ShuttingDown);
+                    }
                     tracing::debug!(attempts, "acquired");
-                    return Ok(self.register(resource, key, token, options, valid_until));
+                    return Ok(guard);
                 }
                 Err(failure) => failure,
             };

@@ -26,10 +26,16 @@ fn main() -> anyhow::Result<()> {
 
 /// Runs `cargo <args>` from the workspace root and fails if it fails.
 pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    cargo_with_env(&[], args)
+}
+
+/// [`cargo`] with extra environment variables.
+fn cargo_with_env(env: &[(&str, &str)], args: &[&str]) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("$ cargo {}", args.join(" "));
     let status = Command::new(cargo)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(workspace_root())
         .status()
         .context("could not run cargo")?;
@@ -59,6 +65,10 @@ fn test() -> anyhow::Result<()> {
         "warnings",
     ])?;
     cargo(&["test", "--workspace"])?;
+    cargo_with_env(
+        &[("RUSTDOCFLAGS", "-D warnings")],
+        &["doc", "--workspace", "--no-deps", "--quiet"],
+    )?;
     eprintln!("all checks passed");
     Ok(())
 }
