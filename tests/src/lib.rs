@@ -69,23 +69,84 @@ pub fn free_port() -> u16 {
         .unwrap_or_else(|e| panic!("no free loopback port: {e}"))
 }
 
+/// A machine-wide claim on a port for one test server, held until the server handle drops.
+///
+/// A killed node's port must not be reused by another test's server while this test runs:
+/// its clients would reconnect to the stranger and count it towards the quorum. Tests run as
+/// parallel processes (nextest), so the claim is a file created with `O_EXCL`; a claim whose
+/// owner process is gone is taken over.
+#[derive(Debug)]
+struct PortClaim {
+    path: PathBuf,
+}
+
+impl PortClaim {
+    fn take() -> (u16, Self) {
+        let dir = std::env::temp_dir().join("redlock-test-ports");
+        let _ = std::fs::create_dir_all(&dir);
+        loop {
+            let port = free_port();
+            let path = dir.join(port.to_string());
+            let created = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path);
+            match created {
+                Ok(mut file) => {
+                    let _ = write!(file, "{}", std::process::id());
+                    return (port, Self { path });
+                }
+                Err(_) if Self::stale(&path) => {
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// `true` if the claim's owner process no longer exists.
+    fn stale(path: &std::path::Path) -> bool {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|pid| pid.trim().parse::<i32>().ok())
+            .is_some_and(|pid| kill(Pid::from_raw(pid), None).is_err())
+    }
+}
+
+impl Drop for PortClaim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// One `redis-server` process on a loopback port, without persistence, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// Released after the process is killed (fields drop after `Drop::drop`).
+    _claim: PortClaim,
     bin: PathBuf,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts a server on a free port and waits (at most 10 s) until it answers `PING`.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// [`start`](Self::start) with extra `redis-server` arguments (e.g. `--user ...`).
+    pub fn start_with(extra: &[&str]) -> Self {
         let bin = ensure_redis_server().unwrap_or_else(|e| panic!("{e}"));
         for _ in 0..10 {
+            let (port, claim) = PortClaim::take();
             let mut server = Self {
                 child: None,
-                port: free_port(),
+                port,
+                _claim: claim,
                 bin: bin.clone(),
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
             };
             if server.spawn().is_ok() {
                 return server;
@@ -100,6 +161,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(["--dir", &std::env::temp_dir().display().to_string()])
             .args(["--enable-debug-command", "local", "--loglevel", "warning"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -130,10 +192,9 @@ impl RedisServer {
             return false;
         };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-        let mut reply = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok()
-            && stream.read_exact(&mut reply).is_ok()
-            && &reply == b"+PONG\r\n"
+        // Any reply means the server is up (with auth required, PING answers -NOAUTH).
+        let mut reply = [0u8; 1];
+        stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok()
     }
 
     /// The loopback port.
@@ -272,4 +333,12 @@ pub async fn free_within(probe: &redlock_core::Redlock, resource: &str) -> Durat
     let elapsed = started.elapsed();
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
     elapsed
+}
+
+/// Awaits `future` for at most 10 s; panics with `what` if it takes longer. Every wait in the
+/// tests goes through this or another bound, so a bug fails the test instead of hanging CI.
+pub async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))
 }

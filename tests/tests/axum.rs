@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
 use redlock_core::{LockOptions, Redlock, redlock};
-use redlock_tests::{RedisNodes, free_within, is_free, redlock_with};
+use redlock_tests::{RedisNodes, free_within, is_free, redlock_with, within};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 async fn handle(nodes: &RedisNodes) -> Redlock {
@@ -73,7 +73,9 @@ async fn busy_routes_answer_423_and_unavailable_redis_503() {
         }
     });
     // The first request is inside the handler, so it holds the lock.
-    entered_rx.recv().await.unwrap();
+    within("the first request to enter", entered_rx.recv())
+        .await
+        .unwrap();
     assert!(!is_free(&probe, "order:42").await);
     let busy = http
         .post(format!("{base}/orders/42/pay"))
@@ -91,7 +93,10 @@ async fn busy_routes_answer_423_and_unavailable_redis_503() {
     assert_eq!(other.status(), StatusCode::OK);
 
     release_tx.send(()).unwrap();
-    assert_eq!(first.await.unwrap().status(), StatusCode::OK);
+    assert_eq!(
+        within("the first response", first).await.unwrap().status(),
+        StatusCode::OK
+    );
     assert!(free_within(&probe, "order:42").await < Duration::from_secs(1));
 
     for i in [0, 1, 2] {
@@ -139,7 +144,13 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     tx.send(Bytes::from_static(b"first ")).unwrap();
     let mut response = http.get(format!("{base}/reports/1")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(response.chunk().await.unwrap().unwrap(), "first ");
+    assert_eq!(
+        within("a body chunk", response.chunk())
+            .await
+            .unwrap()
+            .unwrap(),
+        "first "
+    );
     assert!(
         !is_free(&probe, "report:1").await,
         "released before the body ended"
@@ -148,8 +159,19 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     assert_eq!(busy.status(), StatusCode::LOCKED);
     tx.send(Bytes::from_static(b"last")).unwrap();
     drop(tx);
-    assert_eq!(response.chunk().await.unwrap().unwrap(), "last");
-    assert!(response.chunk().await.unwrap().is_none());
+    assert_eq!(
+        within("a body chunk", response.chunk())
+            .await
+            .unwrap()
+            .unwrap(),
+        "last"
+    );
+    assert!(
+        within("a body chunk", response.chunk())
+            .await
+            .unwrap()
+            .is_none()
+    );
     assert!(free_within(&probe, "report:1").await < Duration::from_secs(1));
 
     // A client that disconnects mid-body releases it too.
@@ -157,7 +179,13 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     chunks_tx.send(rx).unwrap();
     tx.send(Bytes::from_static(b"partial")).unwrap();
     let mut response = http.get(format!("{base}/reports/2")).send().await.unwrap();
-    assert_eq!(response.chunk().await.unwrap().unwrap(), "partial");
+    assert_eq!(
+        within("a body chunk", response.chunk())
+            .await
+            .unwrap()
+            .unwrap(),
+        "partial"
+    );
     assert!(!is_free(&probe, "report:2").await);
     drop(response);
     assert!(free_within(&probe, "report:2").await < Duration::from_secs(2));
@@ -168,6 +196,8 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
 struct AppState {
     redlock: Redlock,
     entered: mpsc::UnboundedSender<u64>,
+    /// Job 8 finishes when this fires; every other job hangs.
+    finish_8: Gate,
 }
 
 #[redlock(resource = "job:{id}", redlock = state.redlock, ttl = "30s")]
@@ -176,7 +206,17 @@ async fn long_job(
     Path(id): Path<u64>,
 ) -> Result<&'static str, LockRejection> {
     let _ = state.entered.send(id);
-    std::future::pending::<()>().await;
+    let finish = if id == 8 {
+        state.finish_8.lock().await.take()
+    } else {
+        None
+    };
+    match finish {
+        Some(finish) => {
+            let _ = finish.await;
+        }
+        None => std::future::pending::<()>().await,
+    }
     Ok("done")
 }
 
@@ -186,9 +226,11 @@ async fn shutdown_refuses_new_locks_and_releases_held_ones_long_before_the_ttl()
     let redlock = handle(&nodes).await;
     let probe = handle(&nodes).await;
     let (entered, mut entered_rx) = mpsc::unbounded_channel();
+    let (finish_8, finish_8_rx) = oneshot::channel();
     let state = AppState {
         redlock: redlock.clone(),
         entered,
+        finish_8: Arc::new(Mutex::new(Some(finish_8_rx))),
     };
     let app = Router::new()
         .route("/jobs/{id}", post(long_job))
@@ -207,7 +249,12 @@ async fn shutdown_refuses_new_locks_and_releases_held_ones_long_before_the_ttl()
         let (http, base) = (http.clone(), base.clone());
         async move { http.post(format!("{base}/jobs/9")).send().await }
     });
-    assert_eq!(entered_rx.recv().await, Some(9));
+    assert_eq!(within("job 9 to start", entered_rx.recv()).await, Some(9));
+    let in_flight = tokio::spawn({
+        let (http, base) = (http.clone(), base.clone());
+        async move { http.post(format!("{base}/jobs/8")).send().await.unwrap() }
+    });
+    assert_eq!(within("job 8 to start", entered_rx.recv()).await, Some(8));
     let busy = http.post(format!("{base}/jobs/9")).send().await.unwrap();
     assert_eq!(busy.status(), StatusCode::LOCKED);
     assert!(!is_free(&probe, "job:9").await);
@@ -220,6 +267,11 @@ async fn shutdown_refuses_new_locks_and_releases_held_ones_long_before_the_ttl()
         let response = app.clone().oneshot(request).await.unwrap();
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{uri}");
     }
+    // A request already in flight finishes normally and releases its lock.
+    finish_8.send(()).unwrap();
+    let finished = within("the in-flight request", in_flight).await;
+    assert_eq!(finished.unwrap().status(), StatusCode::OK);
+    assert!(free_within(&probe, "job:8").await < Duration::from_secs(1));
     // The stuck request outlives a 200 ms grace; the held lock is released by quorum anyway.
     let started = Instant::now();
     assert!(

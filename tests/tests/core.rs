@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::{Expiration, SetOptions};
 use redlock_core::{BuildError, LockError, LockOptions, NodeVote, Redlock};
-use redlock_tests::{RedisNodes, free_within, plain_client, redlock};
+use redlock_tests::{RedisNodes, RedisServer, free_within, plain_client, redlock, within};
 
 /// Another client's plain `SET key theirs NX PX 10000` on one node.
 async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
@@ -77,7 +77,7 @@ async fn mutual_exclusion_under_contention() {
         }));
     }
     for task in tasks {
-        task.await.unwrap();
+        within("a contending task", task).await.unwrap();
     }
     assert_eq!(successes.load(Ordering::SeqCst), 160);
     assert_eq!(counter.load(Ordering::SeqCst), 160, "lost updates");
@@ -424,4 +424,68 @@ async fn dropping_an_acquisition_mid_attempt_releases_what_it_took() {
     for i in 2..5 {
         nodes.servers[i].resume();
     }
+}
+
+#[tokio::test]
+async fn credentials_in_urls_work_with_a_least_privilege_acl_user_and_are_never_echoed() {
+    // The commands the README lists for an ACL user, on `lock:*` keys only (scripts run
+    // under the caller's ACL, so the release script needs GET and DEL).
+    let acl = [
+        "--user",
+        "locker",
+        "on",
+        ">p@ss:w/rd",
+        "~lock:*",
+        "resetchannels",
+        "-@all",
+        "+set",
+        "+get",
+        "+del",
+        "+eval",
+        "+evalsha",
+        "+info",
+        "--user",
+        "default",
+        "off",
+    ];
+    let servers: Vec<_> = (0..3).map(|_| RedisServer::start_with(&acl)).collect();
+    let url = |s: &RedisServer, password: &str| {
+        format!("redis://locker:{password}@127.0.0.1:{}", s.port())
+    };
+    let a = Redlock::builder()
+        .nodes(servers.iter().map(|s| url(s, "p%40ss%3Aw%2Frd")))
+        .key_prefix("lock:")
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock("order:1").await.unwrap();
+    assert_eq!(guard.key(), "lock:order:1");
+    assert_eq!(guard.release().await.unwrap().deleted, 3);
+
+    // Outside the ACL's key pattern the nodes answer NOPERM: unavailable, not busy.
+    let unprefixed = Redlock::builder()
+        .nodes(servers.iter().map(|s| url(s, "p%40ss%3Aw%2Frd")))
+        .build()
+        .await
+        .unwrap();
+    let error = unprefixed
+        .lock_with("order:1", &LockOptions::default().retry_count(0))
+        .await
+        .unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("NOPERM"), "{error}");
+
+    let started = Instant::now();
+    let error = Redlock::builder()
+        .nodes(servers.iter().map(|s| url(s, "wrong-s3cret")))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, BuildError::TooFewReachable { .. }),
+        "{error}"
+    );
+    assert!(!error.to_string().contains("wrong-s3cret"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(2));
 }

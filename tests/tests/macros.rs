@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use redlock_core::{LockError, LockOptions, Redlock, redlock};
-use redlock_tests::{RedisNodes, free_within, is_free, redlock_with};
+use redlock_tests::{RedisNodes, free_within, is_free, redlock_with, within};
 
 #[derive(Debug)]
 enum AppError {
@@ -78,7 +78,12 @@ async fn the_lock_is_held_during_the_body_and_released_on_every_exit() {
         let fx = fx.clone();
         tokio::spawn(async move { checked(&fx, 4, "panic").await })
     };
-    assert!(panicking.await.unwrap_err().is_panic());
+    assert!(
+        within("the panicking call", panicking)
+            .await
+            .unwrap_err()
+            .is_panic()
+    );
     assert!(free_within(&fx.probe, "order:4").await < Duration::from_secs(1));
 
     let cancelled = tokio::time::timeout(Duration::from_millis(300), checked(&fx, 5, "hang")).await;

@@ -52,6 +52,16 @@ pub(crate) fn workspace_root() -> std::path::PathBuf {
         .unwrap_or_default()
 }
 
+fn nextest_available() -> bool {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    Command::new(cargo)
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 fn test() -> anyhow::Result<()> {
     let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
     eprintln!("using {}", server.display());
@@ -64,7 +74,15 @@ fn test() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace"])?;
+    // nextest runs each test in its own process and kills hung ones (.config/nextest.toml);
+    // doctests are not run by nextest.
+    if nextest_available() {
+        cargo(&["nextest", "run", "--workspace", "--no-tests", "warn"])?;
+        cargo(&["test", "--workspace", "--doc"])?;
+    } else {
+        eprintln!("cargo-nextest not found: running `cargo test` (no per-test time limit)");
+        cargo(&["test", "--workspace"])?;
+    }
     cargo_with_env(
         &[("RUSTDOCFLAGS", "-D warnings")],
         &["doc", "--workspace", "--no-deps", "--quiet"],
