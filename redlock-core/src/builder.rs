@@ -226,14 +226,19 @@ impl RedlockBuilder {
     async fn connect_all(&self, nodes: &[Node]) -> Result<(), BuildError> {
         let timeout = self.connect_timeout;
         let results = futures_util::future::join_all(nodes.iter().map(|node| async move {
-            if node.client.is_connected() {
-                return Ok(());
+            // Subscribed before connecting, so no (re)connection is missed.
+            node.keep_scripts_loaded(timeout);
+            if !node.client.is_connected() {
+                match tokio::time::timeout(timeout, node.client.init()).await {
+                    Ok(Ok(_task)) => {}
+                    Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
+                    Err(_) => {
+                        return Err(format!("{}: no connection within {timeout:?}", node.label));
+                    }
+                }
             }
-            match tokio::time::timeout(timeout, node.client.init()).await {
-                Ok(Ok(_task)) => Ok(()),
-                Ok(Err(e)) => Err(format!("{}: {}", node.label, e.details())),
-                Err(_) => Err(format!("{}: no connection within {timeout:?}", node.label)),
-            }
+            node.load_scripts(timeout).await;
+            Ok(())
         }))
         .await;
         let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();

@@ -111,6 +111,33 @@ impl Node {
         Ok(matches!(reply, Value::Integer(1)))
     }
 
+    /// Loads the release script into the node's script cache (`SCRIPT LOAD`).
+    ///
+    /// A release that timed out is still delivered when a stalled node resumes, as `EVALSHA`
+    /// with no chance of the `EVAL` fallback: the script must already be cached there, or a
+    /// `SET` that landed late would outlive the failed attempt until its ttl. Best effort: a
+    /// user without `+script|load` still gets the `EVAL` fallback on answered releases.
+    pub(crate) async fn load_scripts(&self, limit: Duration) {
+        let args = vec![Value::from("LOAD"), Value::from(RELEASE_SCRIPT)];
+        if let Err(error) = self.call("SCRIPT", args, limit).await {
+            tracing::debug!(node = %self.label, %error, "could not preload the release script");
+        }
+    }
+
+    /// Keeps the release script loaded: now if connected, and after every (re)connection,
+    /// since a restarted node has an empty script cache.
+    pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
+        use fred::interfaces::EventInterface;
+        let node = self.clone();
+        let _listener = self.client.on_reconnect(move |_server| {
+            let node = node.clone();
+            async move {
+                node.load_scripts(limit).await;
+                Ok(())
+            }
+        });
+    }
+
     /// The server's `run_id` from `INFO server`, to tell two URLs for one server apart.
     pub(crate) async fn run_id(&self, limit: Duration) -> Option<String> {
         let info = self

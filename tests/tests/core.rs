@@ -528,3 +528,80 @@ async fn nodes_can_be_unix_sockets_and_ready_fred_clients() {
     drop(unix_servers);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Calls of `command` recorded by a node's `INFO commandstats`.
+async fn calls(url: &str, command: &str) -> u64 {
+    let stats: String = plain_client(url)
+        .await
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_set_that_lands_after_its_timeout_is_removed_by_the_queued_release() {
+    let nodes = RedisNodes::start(5);
+    let a = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        nodes.servers[i].pause();
+    }
+    // Nodes 3 and 4 grant; the stalled majority times out on the SET and on the release,
+    // both of which sit unanswered in the stalled nodes' sockets.
+    let error = a
+        .lock_with("res", &LockOptions::default().retry_count(0))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, LockError::Unavailable { .. }), "{error}");
+    for i in 0..3 {
+        nodes.servers[i].resume();
+    }
+    // On resume each stalled node runs the late SET, then the queued release after it.
+    for i in 0..3 {
+        let url = nodes.servers[i].url();
+        within("the queued release to run", async {
+            while calls(&url, "evalsha").await == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert_eq!(
+            calls(&url, "set").await,
+            1,
+            "the late SET did not land on node {i}"
+        );
+    }
+    assert_eq!(
+        values(&nodes, "res").await,
+        vec![None; 5],
+        "a late SET outlived the attempt"
+    );
+}
+
+#[tokio::test]
+async fn the_release_script_is_reloaded_when_a_node_restarts_empty() {
+    let mut nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let url = nodes.servers[0].url();
+    assert!(calls(&url, "script|load").await >= 1, "not loaded at start-up");
+    nodes.servers[0].restart();
+    // The client reconnects on its own and loads the script into the empty cache.
+    within("the script to be reloaded", async {
+        while calls(&url, "script|load").await == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let guard = a.lock("res").await.unwrap();
+    assert_eq!(guard.release().await.unwrap().deleted, 3);
+}
