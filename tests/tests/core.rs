@@ -593,7 +593,10 @@ async fn the_release_script_is_reloaded_when_a_node_restarts_empty() {
     let mut nodes = RedisNodes::start(3);
     let a = redlock(&nodes).await;
     let url = nodes.servers[0].url();
-    assert!(calls(&url, "script|load").await >= 1, "not loaded at start-up");
+    assert!(
+        calls(&url, "script|load").await >= 1,
+        "not loaded at start-up"
+    );
     nodes.servers[0].restart();
     // The client reconnects on its own and loads the script into the empty cache.
     within("the script to be reloaded", async {
