@@ -11,6 +11,16 @@ use fred::types::{Expiration, SetOptions};
 use redlock_core::{BuildError, LockError, LockOptions, NodeVote, Redlock};
 use redlock_tests::{RedisNodes, RedisServer, free_within, plain_client, redlock, within};
 
+/// A handle over `nodes` with a per-node timeout of `timeout`.
+async fn with_node_timeout(nodes: &RedisNodes, timeout: Duration) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(timeout)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Another client's plain `SET key theirs NX PX 10000` on one node.
 async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
     plain_client(url)
@@ -153,12 +163,7 @@ async fn a_majority_down_fails_fast_with_a_typed_error() {
 async fn a_stalled_majority_is_bounded_and_a_stalled_minority_does_not_slow_acquisition() {
     let nodes = RedisNodes::start(5);
     let node_timeout = Duration::from_secs(1);
-    let a = Redlock::builder()
-        .nodes(nodes.urls())
-        .node_timeout(node_timeout)
-        .build()
-        .await
-        .unwrap();
+    let a = with_node_timeout(&nodes, node_timeout).await;
     nodes.servers[1].pause();
     nodes.servers[2].pause();
     let started = Instant::now();
@@ -400,12 +405,7 @@ async fn building_needs_a_reachable_quorum_of_distinct_nodes() {
 #[tokio::test]
 async fn dropping_an_acquisition_mid_attempt_releases_what_it_took() {
     let nodes = RedisNodes::start(5);
-    let a = Redlock::builder()
-        .nodes(nodes.urls())
-        .node_timeout(Duration::from_secs(2))
-        .build()
-        .await
-        .unwrap();
+    let a = with_node_timeout(&nodes, Duration::from_secs(2)).await;
     for i in 2..5 {
         nodes.servers[i].pause();
     }
@@ -547,12 +547,7 @@ async fn calls(url: &str, command: &str) -> u64 {
 #[tokio::test]
 async fn a_set_that_lands_after_its_timeout_is_removed_by_the_queued_release() {
     let nodes = RedisNodes::start(5);
-    let a = Redlock::builder()
-        .nodes(nodes.urls())
-        .node_timeout(Duration::from_millis(200))
-        .build()
-        .await
-        .unwrap();
+    let a = with_node_timeout(&nodes, Duration::from_millis(200)).await;
     for i in 0..3 {
         nodes.servers[i].pause();
     }
