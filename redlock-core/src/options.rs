@@ -142,14 +142,13 @@ impl LockOptions {
     /// Checks the options on their own, before anything is sent.
     ///
     /// # Errors
-    /// [`InvalidInput`] when the ttl is zero, above [`MAX_TTL`], not a whole number of
-    /// milliseconds' worth of validity, or too short to leave any validity after the drift; or
-    /// when the drift factor is outside `[0, 0.5)`.
+    /// [`InvalidInput`] when the ttl is zero, above [`MAX_TTL`], or too short to leave any
+    /// validity after the drift; or when the drift factor is outside `[0, 0.5)`.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(InvalidInput::DriftFactor(self.drift_factor));
         }
-        if self.ttl.is_zero() {
+        if self.ttl_millis() == 0 {
             return Err(InvalidInput::ZeroTtl);
         }
         if self.ttl > MAX_TTL {
@@ -158,12 +157,10 @@ impl LockOptions {
                 max: MAX_TTL,
             });
         }
-        let drift = timing::drift(self.ttl, self.drift_factor);
-        if self.ttl <= drift {
-            return Err(InvalidInput::TtlTooShort {
-                ttl: self.ttl,
-                drift,
-            });
+        let ttl = self.sent_ttl();
+        let drift = timing::drift(ttl, self.drift_factor);
+        if ttl <= drift {
+            return Err(InvalidInput::TtlTooShort { ttl, drift });
         }
         Ok(())
     }
@@ -172,6 +169,12 @@ impl LockOptions {
     /// [`validate`](Self::validate)).
     pub(crate) fn ttl_millis(&self) -> u64 {
         u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The ttl the nodes actually get: [`ttl_millis`](Self::ttl_millis) as a `Duration`. The
+    /// validity is computed from it, never from sub-millisecond digits the nodes never saw.
+    pub(crate) fn sent_ttl(&self) -> Duration {
+        Duration::from_millis(self.ttl_millis())
     }
 }
 
@@ -207,10 +210,12 @@ mod tests {
     #[test]
     fn bad_ttls_and_factors_are_rejected() {
         let base = LockOptions::default();
-        assert_eq!(
-            base.clone().ttl(Duration::ZERO).validate(),
-            Err(InvalidInput::ZeroTtl)
-        );
+        for zero in [Duration::ZERO, Duration::from_micros(999)] {
+            assert_eq!(
+                base.clone().ttl(zero).validate(),
+                Err(InvalidInput::ZeroTtl)
+            );
+        }
         assert!(matches!(
             base.clone()
                 .ttl(MAX_TTL + Duration::from_millis(1))

@@ -285,7 +285,7 @@ impl Redlock {
                 resource,
                 attempts,
                 elapsed,
-                ttl: options.get_ttl(),
+                ttl: options.sent_ttl(),
             },
             AttemptFailure::Votes(outcomes) => {
                 let answered = outcomes.acquired() + outcomes.held();
@@ -316,7 +316,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Instant, AttemptFailure> {
         let inner = &self.inner;
-        let ttl = options.get_ttl();
+        let ttl = options.sent_ttl();
         let ttl_ms = options.ttl_millis();
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = inner.node_timeout.min(ttl.saturating_sub(drift));
@@ -396,7 +396,7 @@ impl Redlock {
             resource: resource.to_owned(),
             key,
             token,
-            ttl: options.get_ttl(),
+            ttl: options.sent_ttl(),
             valid_until,
         });
         self.held().insert(lease.id, Arc::clone(&lease));
