@@ -33,6 +33,11 @@ async fn serve(app: Router, shutdown: ShutdownHandle) -> (String, tokio::task::J
     (base, server)
 }
 
+/// The next chunk of a streaming response body (bounded wait); `None` at the end.
+async fn next_chunk(response: &mut reqwest::Response) -> Option<Bytes> {
+    within("a body chunk", response.chunk()).await.unwrap()
+}
+
 type Gate = Arc<Mutex<Option<oneshot::Receiver<()>>>>;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,13 +149,7 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     tx.send(Bytes::from_static(b"first ")).unwrap();
     let mut response = http.get(format!("{base}/reports/1")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert_eq!(
-        within("a body chunk", response.chunk())
-            .await
-            .unwrap()
-            .unwrap(),
-        "first "
-    );
+    assert_eq!(next_chunk(&mut response).await.unwrap(), "first ");
     assert!(
         !is_free(&probe, "report:1").await,
         "released before the body ended"
@@ -159,19 +158,8 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     assert_eq!(busy.status(), StatusCode::LOCKED);
     tx.send(Bytes::from_static(b"last")).unwrap();
     drop(tx);
-    assert_eq!(
-        within("a body chunk", response.chunk())
-            .await
-            .unwrap()
-            .unwrap(),
-        "last"
-    );
-    assert!(
-        within("a body chunk", response.chunk())
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert_eq!(next_chunk(&mut response).await.unwrap(), "last");
+    assert!(next_chunk(&mut response).await.is_none());
     assert!(free_within(&probe, "report:1").await < Duration::from_secs(1));
 
     // A client that disconnects mid-body releases it too.
@@ -179,13 +167,7 @@ async fn the_lock_is_held_until_a_streaming_body_ends_or_is_dropped() {
     chunks_tx.send(rx).unwrap();
     tx.send(Bytes::from_static(b"partial")).unwrap();
     let mut response = http.get(format!("{base}/reports/2")).send().await.unwrap();
-    assert_eq!(
-        within("a body chunk", response.chunk())
-            .await
-            .unwrap()
-            .unwrap(),
-        "partial"
-    );
+    assert_eq!(next_chunk(&mut response).await.unwrap(), "partial");
     assert!(!is_free(&probe, "report:2").await);
     drop(response);
     assert!(free_within(&probe, "report:2").await < Duration::from_secs(2));
