@@ -43,6 +43,37 @@ pub enum InvalidInput {
     /// The drift factor is outside `[0, 0.5)` or not a number.
     #[error("the drift factor {0} is outside [0, 0.5); the usual value is 0.01")]
     DriftFactor(f64),
+    /// The resource ends with the suffix reserved for fencing counters.
+    #[error("resource names may not end with `{suffix}`: that key holds a fencing counter")]
+    ReservedResource {
+        /// The reserved suffix ([`FENCING_KEY_SUFFIX`](crate::options::FENCING_KEY_SUFFIX)).
+        suffix: &'static str,
+    },
+    /// The lost-signal margin leaves no validity before it.
+    #[error(
+        "the lost margin {margin:?} is not shorter than the {validity:?} validity (ttl − drift); use a smaller margin or a longer ttl"
+    )]
+    LostMargin {
+        /// The margin asked for.
+        margin: Duration,
+        /// `ttl − drift`.
+        validity: Duration,
+    },
+    /// The auto-extension share is outside `(0, 1)` or would extend after the lost signal.
+    #[error(
+        "the extension share {fraction} of the {ttl:?} ttl is outside (0, 1) or leaves no time to extend before the lost margin ({margin:?}); the usual value is 1/3"
+    )]
+    ExtendFraction {
+        /// The share asked for.
+        fraction: f64,
+        /// The ttl.
+        ttl: Duration,
+        /// The lost-signal margin.
+        margin: Duration,
+    },
+    /// `max_hold` is zero.
+    #[error("max_hold is zero; give the longest time the lock may be held, e.g. 10 minutes")]
+    ZeroMaxHold,
 }
 
 /// Why a lock could not be taken or released.
@@ -123,6 +154,16 @@ pub enum LockError {
         "no Redlock is registered under the name `{0}`; call `redlock_core::registry::register(\"{0}\", redlock)` at start-up"
     )]
     NotRegistered(String),
+    /// The lock was held but can no longer be trusted; the work it guarded was stopped (in
+    /// [`Redlock::with_lock`](crate::Redlock::with_lock) and `#[redlock(auto_extend)]`) or
+    /// the extension was refused.
+    #[error("the lock on `{resource}` was lost: {reason}")]
+    Lost {
+        /// The resource.
+        resource: String,
+        /// Why.
+        reason: LostReason,
+    },
     /// The OS CSPRNG failed to give a token.
     #[error("could not draw a token from the OS random source: {0}")]
     Entropy(getrandom::Error),
@@ -145,6 +186,22 @@ impl LockError {
                 | Self::ShuttingDown
         )
     }
+}
+
+/// Why a held lock can no longer be trusted (its [`LostSignal`](crate::LostSignal) fired).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// An extension found our token on too few nodes for a quorum ever to hold it: the keys
+    /// expired, were deleted, or another holder has them.
+    #[error("an extension was refused by a majority ({0})")]
+    Refused(Outcomes),
+    /// The validity deadline (less the lost margin) came with no confirmed extension.
+    #[error("its validity ran out with no confirmed extension")]
+    Expired,
+    /// The lock was released (by its guard, or by `release_all` / `shutdown`).
+    #[error("it was released")]
+    Released,
 }
 
 /// Why a [`Redlock`](crate::Redlock) could not be built.

@@ -1,22 +1,13 @@
-//! [`LockGuard`]: a held lock, released explicitly or when dropped.
+//! [`LockGuard`]: a held lock, extended and released explicitly, or released when dropped.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::error::LockError;
-use crate::redlock::{Redlock, Released};
+use crate::lease::{Lease, LockInfo, LostSignal};
+use crate::redlock::{Finish, Redlock, Released};
 use crate::token::Token;
-
-/// What a holder knows about its lock.
-#[derive(Debug)]
-pub(crate) struct Lease {
-    pub(crate) id: u64,
-    pub(crate) resource: String,
-    pub(crate) key: String,
-    pub(crate) token: Token,
-    pub(crate) ttl: Duration,
-    pub(crate) valid_until: Instant,
-}
 
 /// A lock held on a quorum of nodes.
 ///
@@ -26,7 +17,9 @@ pub(crate) struct Lease {
 /// [`Redlock::shutdown`] waits for it.
 ///
 /// The lock is only guaranteed until [`valid_until`](Self::valid_until): work past it may
-/// overlap with the next holder (distlock spec, "Safety arguments").
+/// overlap with the next holder (distlock spec, "Safety arguments"). Extend it with
+/// [`extend`](Self::extend) or [`LockOptions::auto_extend`](crate::LockOptions::auto_extend),
+/// and stop the work when [`lost`](Self::lost) fires.
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
@@ -42,10 +35,10 @@ impl LockGuard {
         }
     }
 
-    fn lease(&self) -> &Lease {
+    fn lease(&self) -> &Arc<Lease> {
         // Only `release` and `drop` take the lease, and both consume the guard.
         self.lease
-            .as_deref()
+            .as_ref()
             .unwrap_or_else(|| unreachable!("lease taken before the guard was consumed"))
     }
 
@@ -69,10 +62,10 @@ impl LockGuard {
         self.lease().ttl
     }
 
-    /// The monotonic instant the lock stops being valid: the acquisition's start + ttl − drift
-    /// (distlock spec, step 4).
+    /// The monotonic instant the lock stops being valid: the acquisition's (or the last
+    /// confirmed extension's) start + ttl − drift (distlock spec, step 4).
     pub fn valid_until(&self) -> Instant {
-        self.lease().valid_until
+        self.lease().valid_until()
     }
 
     /// Validity left now; zero once expired.
@@ -85,22 +78,72 @@ impl LockGuard {
         !self.remaining_validity().is_zero()
     }
 
+    /// The fencing token, if the lock was taken with
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing). See
+    /// [`LockInfo::fencing_token`].
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease().fencing_token
+    }
+
+    /// The signal that fires when this lock can no longer be trusted (before it expires).
+    pub fn lost(&self) -> LostSignal {
+        LostSignal::new(Arc::clone(self.lease()))
+    }
+
+    /// A cloneable view of this lock (resource, fencing token, validity, lost signal) to hand
+    /// to the guarded work.
+    pub fn info(&self) -> LockInfo {
+        LockInfo::new(Arc::clone(self.lease()))
+    }
+
+    /// Guards sharing this lock in the holding task: 1, plus one per reentrant acquisition
+    /// still alive ([`LockOptions::reentrant`](crate::LockOptions::reentrant)).
+    pub fn hold_count(&self) -> usize {
+        self.lease().holds.load(Ordering::Acquire)
+    }
+
+    /// Extends the lock to `ttl` from now on every node at once (compare-and-pexpire; distlock
+    /// spec, "Extending the lock"), and returns the new validity deadline.
+    ///
+    /// The extension counts only if a quorum confirmed it before the lost deadline; its
+    /// validity follows the acquisition rule: start + ttl − drift. A key that is gone is never
+    /// re-created.
+    ///
+    /// # Errors
+    /// - [`LockError::Lost`]: a majority no longer holds our token, the lost deadline passed
+    ///   first, or the lock was released; the lost signal fires;
+    /// - [`LockError::Unavailable`]: too few nodes answered to decide; the lock stays valid
+    ///   until its current deadline, and the extension can be tried again;
+    /// - [`LockError::Invalid`]: `ttl` is zero, above the cap, or leaves no validity (nothing
+    ///   is sent).
+    pub async fn extend(&self, ttl: Duration) -> Result<Instant, LockError> {
+        self.redlock.extend_lease(self.lease(), ttl).await
+    }
+
     /// Releases the lock on every node with the compare-and-delete script and reports whether
-    /// it was still held on a quorum ([`Released::was_held`]).
+    /// it was still held on a quorum ([`Released::was_held`]). A reentrant guard whose lock
+    /// is still held by another guard of its task sends nothing ([`Released::kept`]).
     ///
     /// The release runs in a tracked task: dropping this future does not cut it short.
     ///
     /// # Errors
     /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys
-    /// then expire with their ttl.
+    /// then expire with their ttl. [`LockError::Lost`] (reason `Released`) when
+    /// [`Redlock::release_all`] already released it.
     pub async fn release(mut self) -> Result<Released, LockError> {
         let Some(lease) = self.lease.take() else {
             unreachable!("lease taken before the guard was consumed")
         };
-        let resource = lease.resource.clone();
-        let released = match self.redlock.spawn_release(Arc::clone(&lease)) {
-            Some(task) => task.await.ok(),
-            None => None,
+        let released = match self.redlock.finish(Arc::clone(&lease)) {
+            Finish::Kept => return Ok(self.redlock.kept()),
+            Finish::AlreadyReleased => {
+                return Err(LockError::Lost {
+                    resource: lease.resource.clone(),
+                    reason: crate::error::LostReason::Released,
+                });
+            }
+            Finish::Releasing(Some(task)) => task.await.ok(),
+            Finish::Releasing(None) => None,
         };
         let released = match released {
             Some(released) => released,
@@ -108,7 +151,7 @@ impl LockGuard {
         };
         if released.answered < released.quorum {
             return Err(LockError::ReleaseUnconfirmed {
-                resource,
+                resource: lease.resource.clone(),
                 answered: released.answered,
                 nodes: released.nodes,
                 quorum: released.quorum,
@@ -122,7 +165,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take() {
             let resource = lease.resource.clone();
-            if self.redlock.spawn_release(lease).is_none() {
+            if let Finish::Releasing(None) = self.redlock.finish(lease) {
                 tracing::warn!(
                     resource,
                     "lock guard dropped outside a tokio runtime; the lock expires with its ttl"

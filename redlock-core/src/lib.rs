@@ -3,18 +3,25 @@
 
 pub mod builder;
 pub mod error;
+mod extension;
 mod guard;
+mod lease;
 mod node;
 pub mod options;
 pub mod outcome;
+mod quorum;
 mod redlock;
+mod reentrant;
 pub mod registry;
+mod scoped;
 pub mod timing;
 mod token;
+mod watchdog;
 
 pub use builder::RedlockBuilder;
-pub use error::{BuildError, InvalidInput, LockError};
+pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
+pub use lease::{LockInfo, LostSignal};
 pub use options::LockOptions;
 pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::{Redlock, ReleaseAllReport, Released};

@@ -20,6 +20,13 @@ pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// The longest resource name accepted, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 1024;
+/// Default share of the ttl after which an auto-extended lock is extended: 1/3, so two
+/// extensions can fail before the validity runs out (Redisson's watchdog uses the same share).
+pub const DEFAULT_EXTEND_FRACTION: f64 = 1.0 / 3.0;
+/// The longest default lost-signal margin: 1 s (the default is `min(ttl / 10, 1 s)`).
+pub const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
+/// Suffix of the key holding a resource's fencing counter; resources may not end with it.
+pub const FENCING_KEY_SUFFIX: &str = ":fencing-counter";
 
 /// How one acquisition behaves: how long the lock lives, how often and how long to retry.
 ///
@@ -45,6 +52,13 @@ pub struct LockOptions {
     retry_jitter: Duration,
     wait_timeout: Option<Duration>,
     drift_factor: f64,
+    auto_extend: bool,
+    extend_fraction: f64,
+    max_hold: Option<Duration>,
+    max_extensions: Option<u32>,
+    lost_margin: Option<Duration>,
+    fencing: bool,
+    reentrant: bool,
 }
 
 impl Default for LockOptions {
@@ -56,6 +70,13 @@ impl Default for LockOptions {
             retry_jitter: DEFAULT_RETRY_JITTER,
             wait_timeout: None,
             drift_factor: DEFAULT_DRIFT_FACTOR,
+            auto_extend: false,
+            extend_fraction: DEFAULT_EXTEND_FRACTION,
+            max_hold: None,
+            max_extensions: None,
+            lost_margin: None,
+            fencing: false,
+            reentrant: false,
         }
     }
 }
@@ -109,6 +130,72 @@ impl LockOptions {
         self
     }
 
+    /// Keep the lock while its guard lives: the handle's background driver extends it each
+    /// time [`extend_fraction`](Self::extend_fraction) of the ttl has passed since the last
+    /// confirmed validity, until the guard is released, [`max_hold`](Self::max_hold) or
+    /// [`max_extensions`](Self::max_extensions) is reached, or an extension shows the lock lost
+    /// (then the guard's [`lost`](crate::LockGuard::lost) signal fires). Default off.
+    #[must_use]
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        self.auto_extend = on;
+        self
+    }
+
+    /// Share of the ttl after which an auto-extended lock is extended (default 1/3). Must be in
+    /// `(0, 1)` and leave the extension time to complete before the lost-signal margin.
+    #[must_use]
+    pub fn extend_fraction(mut self, fraction: f64) -> Self {
+        self.extend_fraction = fraction;
+        self
+    }
+
+    /// Longest time an auto-extended lock is held, counted from acquisition (distlock spec:
+    /// "limit the number of lock reacquisition attempts"). The last extension is shortened to
+    /// end there; the lost signal then fires as the validity runs out. Default: no cap.
+    #[must_use]
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.max_hold = Some(max);
+        self
+    }
+
+    /// Most extensions the auto-extension makes. Default: no cap.
+    #[must_use]
+    pub fn max_extensions(mut self, max: u32) -> Self {
+        self.max_extensions = Some(max);
+        self
+    }
+
+    /// How long before the validity deadline the lost signal fires if no extension was
+    /// confirmed by then (default `min(ttl / 10, 1 s)`). It covers the time between the signal
+    /// and the work actually stopping; it must be shorter than `ttl − drift`.
+    #[must_use]
+    pub fn lost_margin(mut self, margin: Duration) -> Self {
+        self.lost_margin = Some(margin);
+        self
+    }
+
+    /// Issue a fencing token with the lock ([`LockGuard::fencing_token`]): a number that
+    /// strictly increases across successive holders of the resource. Costs one more round trip
+    /// at acquisition; see the crate docs, "Fencing tokens", for the scheme and the persistence
+    /// it needs. Default off.
+    ///
+    /// [`LockGuard::fencing_token`]: crate::LockGuard::fencing_token
+    #[must_use]
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// Reentrant locking (seed 001's reentrancy): when the current tokio task already holds
+    /// the resource through this handle, return a guard sharing that lock (hold count + 1)
+    /// instead of waiting for it. The lock is released when the last guard goes. Concurrent
+    /// branches of one task (`join!`, `select!`) count as one holder. Default off.
+    #[must_use]
+    pub fn reentrant(mut self, on: bool) -> Self {
+        self.reentrant = on;
+        self
+    }
+
     /// The ttl.
     pub fn get_ttl(&self) -> Duration {
         self.ttl
@@ -139,11 +226,49 @@ impl LockOptions {
         self.drift_factor
     }
 
+    /// Whether the lock is auto-extended.
+    pub fn get_auto_extend(&self) -> bool {
+        self.auto_extend
+    }
+
+    /// Share of the ttl between auto-extensions.
+    pub fn get_extend_fraction(&self) -> f64 {
+        self.extend_fraction
+    }
+
+    /// The hold-time cap, if any.
+    pub fn get_max_hold(&self) -> Option<Duration> {
+        self.max_hold
+    }
+
+    /// The extension-count cap, if any.
+    pub fn get_max_extensions(&self) -> Option<u32> {
+        self.max_extensions
+    }
+
+    /// The lost-signal margin: the one set, or `min(ttl / 10, 1 s)`.
+    pub fn get_lost_margin(&self) -> Duration {
+        self.lost_margin
+            .unwrap_or_else(|| (self.sent_ttl() / 10).min(MAX_DEFAULT_LOST_MARGIN))
+    }
+
+    /// Whether a fencing token is issued.
+    pub fn get_fencing(&self) -> bool {
+        self.fencing
+    }
+
+    /// Whether the lock is reentrant for the task holding it.
+    pub fn get_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
     /// Checks the options on their own, before anything is sent.
     ///
     /// # Errors
     /// [`InvalidInput`] when the ttl is zero, above [`MAX_TTL`], or too short to leave any
-    /// validity after the drift; or when the drift factor is outside `[0, 0.5)`.
+    /// validity after the drift; when the drift factor is outside `[0, 0.5)`; when the lost
+    /// margin is not shorter than `ttl − drift`; when the extension share is outside `(0, 1)`
+    /// or leaves no time to extend before the margin; when `max_hold` is zero.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(InvalidInput::DriftFactor(self.drift_factor));
@@ -162,6 +287,24 @@ impl LockOptions {
         if ttl <= drift {
             return Err(InvalidInput::TtlTooShort { ttl, drift });
         }
+        let margin = self.get_lost_margin();
+        let validity = ttl - drift;
+        if margin >= validity {
+            return Err(InvalidInput::LostMargin { margin, validity });
+        }
+        if self.auto_extend {
+            let fraction = self.extend_fraction;
+            if !(fraction > 0.0 && fraction < 1.0 && ttl.mul_f64(fraction) < validity - margin) {
+                return Err(InvalidInput::ExtendFraction {
+                    fraction,
+                    ttl,
+                    margin,
+                });
+            }
+        }
+        if self.max_hold == Some(Duration::ZERO) {
+            return Err(InvalidInput::ZeroMaxHold);
+        }
         Ok(())
     }
 
@@ -178,10 +321,12 @@ impl LockOptions {
     }
 }
 
-/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes.
+/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, not ending with
+/// [`FENCING_KEY_SUFFIX`] (those keys hold fencing counters).
 ///
 /// # Errors
-/// [`InvalidInput::EmptyResource`] or [`InvalidInput::ResourceTooLong`].
+/// [`InvalidInput::EmptyResource`], [`InvalidInput::ResourceTooLong`] or
+/// [`InvalidInput::ReservedResource`].
 pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
     if resource.is_empty() {
         return Err(InvalidInput::EmptyResource);
@@ -190,6 +335,11 @@ pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
         return Err(InvalidInput::ResourceTooLong {
             len: resource.len(),
             max: MAX_RESOURCE_LEN,
+        });
+    }
+    if resource.ends_with(FENCING_KEY_SUFFIX) {
+        return Err(InvalidInput::ReservedResource {
+            suffix: FENCING_KEY_SUFFIX,
         });
     }
     Ok(())
@@ -241,7 +391,38 @@ mod tests {
     }
 
     #[test]
+    fn lifecycle_options_are_checked() {
+        let base = LockOptions::default().ttl(Duration::from_secs(1));
+        assert_eq!(base.get_lost_margin(), Duration::from_millis(100));
+        assert_eq!(
+            LockOptions::default().get_lost_margin(),
+            MAX_DEFAULT_LOST_MARGIN
+        );
+        assert!(matches!(
+            base.clone().lost_margin(Duration::from_secs(1)).validate(),
+            Err(InvalidInput::LostMargin { .. })
+        ));
+        for fraction in [0.0, 0.95, 1.0, f64::NAN] {
+            assert!(matches!(
+                base.clone().auto_extend(true).extend_fraction(fraction).validate(),
+                Err(InvalidInput::ExtendFraction { .. })
+            ));
+            // Only checked when the lock is auto-extended.
+            base.clone().extend_fraction(fraction).validate().unwrap();
+        }
+        base.clone().auto_extend(true).validate().unwrap();
+        assert_eq!(
+            base.max_hold(Duration::ZERO).validate(),
+            Err(InvalidInput::ZeroMaxHold)
+        );
+    }
+
+    #[test]
     fn resources_must_be_non_empty_and_bounded() {
+        assert!(matches!(
+            validate_resource("order:1:fencing-counter"),
+            Err(InvalidInput::ReservedResource { .. })
+        ));
         assert_eq!(validate_resource(""), Err(InvalidInput::EmptyResource));
         assert!(validate_resource(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
         assert!(matches!(

@@ -2,24 +2,26 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::builder::RedlockBuilder;
-use crate::error::LockError;
-use crate::guard::{Lease, LockGuard};
+use crate::error::{LockError, LostReason};
+use crate::guard::LockGuard;
+use crate::lease::{Lease, LeaseParts};
 use crate::node::Node;
-use crate::options::{LockOptions, validate_resource};
-use crate::outcome::{NodeOutcome, NodeVote, Outcomes};
+use crate::options::{FENCING_KEY_SUFFIX, LockOptions, validate_resource};
+use crate::outcome::Outcomes;
+use crate::quorum;
+use crate::reentrant::Reentrant;
 use crate::timing;
 use crate::token::Token;
+use crate::watchdog::Watchdog;
 
 /// A Redlock distributed lock manager over N independent Redis masters.
 ///
@@ -45,13 +47,18 @@ pub struct Redlock {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    nodes: Vec<Node>,
-    quorum: usize,
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) quorum: usize,
     defaults: LockOptions,
     key_prefix: String,
-    node_timeout: Duration,
+    pub(crate) node_timeout: Duration,
+    /// The release registry: every lease handed out and not yet released.
     held: Mutex<HashMap<u64, Arc<Lease>>>,
+    /// Leases a task may re-enter.
+    pub(crate) reentrant: Reentrant,
+    /// The auto-extension driver, started with the first auto-extended lock.
+    pub(crate) watchdog: OnceLock<Watchdog>,
     next_id: AtomicU64,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -79,6 +86,7 @@ impl std::fmt::Debug for Redlock {
 
 /// The result of releasing a lock on every node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Released {
     /// Nodes where our key was still there and was deleted.
     pub deleted: usize,
@@ -88,14 +96,28 @@ pub struct Released {
     pub nodes: usize,
     /// Nodes needed for a majority.
     pub quorum: usize,
+    /// `true` when the guard was a reentrant acquisition and another guard of its task still
+    /// holds the lock: nothing was sent, the lock stays held.
+    pub kept: bool,
 }
 
 impl Released {
-    /// `true` if the lock was still held on a quorum when it was released; `false` means it
-    /// had expired (or been taken over) before the release.
+    /// `true` if the lock was still held on a quorum when it was released (or is still held,
+    /// when [`kept`](Self::kept)); `false` means it had expired (or been taken over) before
+    /// the release.
     pub fn was_held(&self) -> bool {
-        self.deleted >= self.quorum
+        self.kept || self.deleted >= self.quorum
     }
+}
+
+/// What finishing a guard did.
+pub(crate) enum Finish {
+    /// Another guard of the task still holds the lock.
+    Kept,
+    /// [`Redlock::release_all`] already released it.
+    AlreadyReleased,
+    /// The release was spawned (`None`: outside a tokio runtime, nothing was sent).
+    Releasing(Option<tokio::task::JoinHandle<Released>>),
 }
 
 /// What [`Redlock::release_all`] did.
@@ -112,6 +134,17 @@ enum AttemptFailure {
     Votes(Outcomes),
     NoValidity(Duration),
 }
+
+/// What a successful attempt produced.
+struct Granted {
+    started: Instant,
+    valid_until: Instant,
+    fencing_token: Option<u64>,
+}
+
+/// Rounds of the fencing write-back before giving up (each round after the first follows a
+/// node that reported a higher counter).
+const FENCE_ROUNDS: usize = 3;
 
 impl Redlock {
     /// Starts a [`RedlockBuilder`].
@@ -133,6 +166,8 @@ impl Redlock {
                 key_prefix,
                 node_timeout,
                 held: Mutex::new(HashMap::new()),
+                reentrant: Reentrant::default(),
+                watchdog: OnceLock::new(),
                 next_id: AtomicU64::new(0),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
@@ -185,13 +220,19 @@ impl Redlock {
     ///
     /// Dropping the returned future mid-attempt still releases what the attempt took.
     ///
+    /// With [`LockOptions::fencing`], the lock also gets a fencing token (see the crate docs);
+    /// with [`LockOptions::auto_extend`], the handle's driver keeps it extended; with
+    /// [`LockOptions::reentrant`], a task already holding the resource gets a guard sharing its
+    /// lock at once.
+    ///
     /// # Errors
     /// - [`LockError::Invalid`]: empty or over-long resource, bad ttl or drift factor (nothing
     ///   is sent);
     /// - [`LockError::Busy`]: another holder kept the resource on every attempt;
     /// - [`LockError::Unavailable`]: too few nodes answered;
     /// - [`LockError::NoValidity`]: a quorum granted it but too late to be valid;
-    /// - [`LockError::ShuttingDown`]: [`begin_shutdown`](Self::begin_shutdown) was called.
+    /// - [`LockError::ShuttingDown`]: [`begin_shutdown`](Self::begin_shutdown) was called;
+    /// - [`LockError::Lost`]: a reentrant acquisition found the task's lock already lost.
     pub async fn lock_with(
         &self,
         resource: &str,
@@ -203,6 +244,22 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
+        let owner = options
+            .get_reentrant()
+            .then(tokio::task::try_id)
+            .flatten();
+        if let Some(task) = owner {
+            match self.inner.reentrant.enter(task, &key) {
+                Some(Ok(lease)) => return Ok(LockGuard::new(self.clone(), lease)),
+                Some(Err(reason)) => {
+                    return Err(LockError::Lost {
+                        resource: resource.to_owned(),
+                        reason,
+                    });
+                }
+                None => {}
+            }
+        }
         let span = tracing::debug_span!(
             "redlock.acquire",
             resource,
@@ -210,7 +267,9 @@ impl Redlock {
             nodes = self.inner.nodes.len(),
             quorum = self.inner.quorum,
         );
-        self.acquire(resource, key, options).instrument(span).await
+        self.acquire(resource, key, options, owner)
+            .instrument(span)
+            .await
     }
 
     async fn acquire(
@@ -218,6 +277,7 @@ impl Redlock {
         resource: &str,
         key: String,
         options: &LockOptions,
+        owner: Option<tokio::task::Id>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = options.get_wait_timeout().map(|wait| started + wait);
@@ -226,8 +286,8 @@ impl Redlock {
             attempts += 1;
             let token = Token::generate().map_err(LockError::Entropy)?;
             let failure = match self.attempt(&key, &token, options).await {
-                Ok(valid_until) => {
-                    let guard = self.register(resource, key, token, options, valid_until);
+                Ok(granted) => {
+                    let guard = self.register(resource, key, token, options, granted, owner);
                     if self.is_shutting_down() {
                         // Shutdown began during the attempt: refuse, and release what was
                         // taken (the guard's drop; `shutdown` waits for it).
@@ -308,79 +368,127 @@ impl Redlock {
         }
     }
 
-    /// One attempt: Redlock steps 1–5. Returns the instant the lock stops being valid.
+    /// One attempt: Redlock steps 1–5, plus the fencing write-back when asked for.
     async fn attempt(
         &self,
         key: &str,
         token: &Token,
         options: &LockOptions,
-    ) -> Result<Instant, AttemptFailure> {
+    ) -> Result<Granted, AttemptFailure> {
         let inner = &self.inner;
         let ttl = options.sent_ttl();
         let ttl_ms = options.ttl_millis();
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = inner.node_timeout.min(ttl.saturating_sub(drift));
         let n = inner.nodes.len();
+        let fence_key = options
+            .get_fencing()
+            .then(|| format!("{key}{FENCING_KEY_SUFFIX}"));
         let mut cleanup = Cleanup::new(self, key, token);
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
-        // Step 2: all nodes at once.
-        let mut pending: FuturesUnordered<_> =
-            inner
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| async move {
-                    (i, node.try_lock(key, token.expose(), ttl_ms, limit).await)
-                })
-                .collect();
-        let mut votes = vec![NodeVote::Undecided; n];
-        let (mut granted, mut against) = (0, 0);
-        while let Some((i, vote)) = pending.next().await {
-            if vote == NodeVote::Acquired {
-                granted += 1;
-            } else {
-                against += 1;
+        // Step 2: all nodes at once, decided at quorum.
+        let nodes = inner.nodes.iter().enumerate();
+        let tally = match &fence_key {
+            None => {
+                quorum::decide(
+                    n,
+                    inner.quorum,
+                    nodes.map(|(i, node)| async move {
+                        (i, node.try_lock(key, token.expose(), ttl_ms, limit).await, 0)
+                    }),
+                )
+                .await
             }
-            votes[i] = vote;
-            if granted >= inner.quorum || against > n - inner.quorum {
-                break;
+            Some(fence_key) => {
+                quorum::decide(
+                    n,
+                    inner.quorum,
+                    nodes.map(|(i, node)| async move {
+                        let (vote, counter) = node
+                            .try_lock_fenced(key, fence_key, token.expose(), ttl_ms, limit)
+                            .await;
+                        (i, vote, counter)
+                    }),
+                )
+                .await
             }
-        }
-        // Step 3: elapsed time, measured when the outcome was decided.
-        let elapsed = start.elapsed();
-        drop(pending);
-        let outcomes = Outcomes(
-            inner
-                .nodes
-                .iter()
-                .zip(votes)
-                .map(|(node, vote)| NodeOutcome {
-                    node: node.label.clone(),
-                    vote,
-                })
-                .collect(),
-        );
+        };
+        let granted = tally.granted >= inner.quorum;
+        let highest = tally.data.iter().flatten().copied().max().unwrap_or(0);
+        let outcomes = tally.outcomes(&inner.nodes);
         tracing::debug!(
             granted = outcomes.acquired(),
             held = outcomes.held(),
             failed = outcomes.failed(),
-            elapsed_us = elapsed.as_micros() as u64,
+            elapsed_us = start.elapsed().as_micros() as u64,
             "attempt decided"
         );
-        if granted >= inner.quorum {
-            // Step 4: validity = ttl − elapsed − drift.
-            if timing::validity(ttl, elapsed, options.get_drift_factor()).is_some() {
-                cleanup.disarm();
-                return Ok(start + ttl - drift);
-            }
+        if !granted {
+            // Step 5: failed; unlock every node, even those we believe we did not lock.
+            cleanup.run().await;
+            return Err(AttemptFailure::Votes(outcomes));
+        }
+        let fencing_token = match &fence_key {
+            None => None,
+            Some(fence_key) => match self.fence(fence_key, highest, limit).await {
+                Ok(value) => Some(value),
+                Err(outcomes) => {
+                    cleanup.run().await;
+                    return Err(AttemptFailure::Votes(outcomes));
+                }
+            },
+        };
+        // Steps 3–4: elapsed time (including the fencing round) and validity = ttl − elapsed
+        // − drift.
+        let elapsed = start.elapsed();
+        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
             cleanup.run().await;
             return Err(AttemptFailure::NoValidity(elapsed));
         }
-        // Step 5: failed; unlock every node, even those we believe we did not lock.
-        cleanup.run().await;
-        Err(AttemptFailure::Votes(outcomes))
+        cleanup.disarm();
+        Ok(Granted {
+            started: start,
+            valid_until: start + ttl - drift,
+            fencing_token,
+        })
+    }
+
+    /// The fencing write-back: claims `highest + 1` on every node as a max register, and
+    /// returns it once a quorum confirmed their counter was below it. A node reporting a
+    /// counter at or above the claim (one our read missed) starts another round above it.
+    ///
+    /// Why this is monotonic: the previous holder's token was confirmed by a majority before
+    /// it got the lock, our read came from the majority that granted us the lock after its
+    /// keys were gone, and two majorities share a node; that node's counter (if it kept its
+    /// data) is at least the previous token, so ours is greater.
+    async fn fence(&self, fence_key: &str, highest: u64, limit: Duration) -> Result<u64, Outcomes> {
+        let inner = &self.inner;
+        let mut claim = highest.saturating_add(1);
+        let mut last = Outcomes::default();
+        for _ in 0..FENCE_ROUNDS {
+            let tally = quorum::decide(
+                inner.nodes.len(),
+                inner.quorum,
+                inner.nodes.iter().enumerate().map(|(i, node)| async move {
+                    let (vote, before) = node.fence(fence_key, claim, limit).await;
+                    (i, vote, before)
+                }),
+            )
+            .await;
+            if tally.granted >= inner.quorum {
+                return Ok(claim);
+            }
+            let above = tally.data.iter().flatten().copied().filter(|&c| c >= claim).max();
+            last = tally.outcomes(&inner.nodes);
+            match above {
+                Some(counter) => claim = counter.saturating_add(1),
+                None => break,
+            }
+        }
+        tracing::debug!(outcomes = %last, "fencing write-back not confirmed by a quorum");
+        Err(last)
     }
 
     fn register(
@@ -389,32 +497,88 @@ impl Redlock {
         key: String,
         token: Token,
         options: &LockOptions,
-        valid_until: Instant,
+        granted: Granted,
+        owner: Option<tokio::task::Id>,
     ) -> LockGuard {
-        let lease = Arc::new(Lease {
+        let parts = LeaseParts {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
             resource: resource.to_owned(),
             key,
             token,
-            ttl: options.sent_ttl(),
-            valid_until,
-        });
+            valid_until: granted.valid_until,
+            fencing_token: granted.fencing_token,
+            owner,
+        };
+        let lease = Arc::new(Lease::new(parts, options, granted.started));
         self.held().insert(lease.id, Arc::clone(&lease));
+        if let Some(task) = owner {
+            self.inner.reentrant.insert(task, &lease);
+        }
+        if lease.auto_extend.is_some() {
+            self.watchdog().watch(Arc::clone(&lease));
+        }
         LockGuard::new(self.clone(), lease)
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
+    fn watchdog(&self) -> &Watchdog {
+        self.inner
+            .watchdog
+            .get_or_init(|| Watchdog::start(Arc::downgrade(&self.inner)))
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
         self.inner
             .held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn forget(&self, id: u64) {
-        self.held().remove(&id);
+    /// A guard is done with `lease`: drop one hold, and when it was the last, fire the lost
+    /// signal (released), stop extending, and release on every node in a tracked task.
+    pub(crate) fn finish(&self, lease: Arc<Lease>) -> Finish {
+        if !self.inner.reentrant.leave(&lease) {
+            return Finish::Kept;
+        }
+        if !self.retire(&lease) {
+            return Finish::AlreadyReleased;
+        }
+        Finish::Releasing(self.spawn_release(lease))
     }
 
-    /// Releases `key` signed by `token` on every node at once (compare-and-delete).
+    /// Takes a lease out of the registry and the driver, and fires its lost signal; `false`
+    /// if it was already retired (e.g. by [`release_all`](Self::release_all)).
+    fn retire(&self, lease: &Lease) -> bool {
+        if self.held().remove(&lease.id).is_none() {
+            return false;
+        }
+        lease.mark_lost(LostReason::Released);
+        if let Some(watchdog) = self.inner.watchdog.get() {
+            watchdog.unwatch(lease.id);
+        }
+        true
+    }
+
+    /// What a kept (reentrant, not last) release reports.
+    pub(crate) fn kept(&self) -> Released {
+        Released {
+            deleted: 0,
+            answered: 0,
+            nodes: self.inner.nodes.len(),
+            quorum: self.inner.quorum,
+            kept: true,
+        }
+    }
+
+    /// Releases `key` signed by `token` on every node at once (compare-and-delete), waiting
+    /// for every node (each bounded by the node timeout).
     pub(crate) async fn release_key(&self, key: &str, token: &Token) -> Released {
         let limit = self.inner.node_timeout;
         let replies = futures_util::future::join_all(
@@ -431,6 +595,7 @@ impl Redlock {
             answered,
             nodes: self.inner.nodes.len(),
             quorum: self.inner.quorum,
+            kept: false,
         }
     }
 
@@ -440,7 +605,6 @@ impl Redlock {
         &self,
         lease: Arc<Lease>,
     ) -> Option<tokio::task::JoinHandle<Released>> {
-        self.forget(lease.id);
         let handle = tokio::runtime::Handle::try_current().ok()?;
         let redlock = self.clone();
         let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
@@ -477,13 +641,16 @@ impl Redlock {
         self.held().len()
     }
 
-    /// Releases, by quorum compare-and-delete, every lock still held through this handle, and
-    /// reports which releases a quorum confirmed. Their guards become inert.
+    /// Releases, by quorum compare-and-delete, every lock still held through this handle (the
+    /// release registry: every guard handed out and not yet released), and reports which
+    /// releases a quorum confirmed. Their lost signals fire (reason
+    /// [`LostReason::Released`]), their auto-extension stops, and their guards become inert.
     ///
     /// Safe against a late holder: a release only deletes a key still signed by our token, so
     /// it can never delete a lock another process took after ours expired.
     pub async fn release_all(&self) -> ReleaseAllReport {
-        let leases: Vec<Arc<Lease>> = self.held().drain().map(|(_, lease)| lease).collect();
+        let leases: Vec<Arc<Lease>> = self.held().values().cloned().collect();
+        let leases: Vec<Arc<Lease>> = leases.into_iter().filter(|l| self.retire(l)).collect();
         let results = futures_util::future::join_all(leases.iter().map(|lease| async move {
             (
                 lease.resource.clone(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::{Expiration, SetOptions};
-use redlock_core::{BuildError, LockError, LockOptions, NodeVote, Redlock};
+use redlock_core::{BuildError, LockError, LockOptions, LostReason, NodeVote, Redlock};
 use redlock_tests::{RedisNodes, RedisServer, free_within, plain_client, redlock, within};
 
 /// A handle over `nodes` with a per-node timeout of `timeout`.
@@ -311,8 +311,15 @@ async fn release_all_releases_every_held_lock_and_shutdown_refuses_new_ones() {
         a.lock("three").await,
         Err(LockError::ShuttingDown)
     ));
-    // The inert guards' own releases find nothing left to delete.
-    assert_eq!(g1.release().await.unwrap().deleted, 0);
+    // The guards learn it: their lost signals fired, and their own release reports it.
+    assert_eq!(g2.lost().reason(), Some(LostReason::Released));
+    assert!(matches!(
+        g1.release().await,
+        Err(LockError::Lost {
+            reason: LostReason::Released,
+            ..
+        })
+    ));
     drop(g2);
 }
 

@@ -1,0 +1,60 @@
+//! Reentrancy (seed 001): the leases each tokio task may re-enter, with a hold count.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use tokio::task::Id;
+
+use crate::error::LostReason;
+use crate::lease::Lease;
+
+/// The reentrant leases, keyed by the task holding them and their key.
+#[derive(Debug, Default)]
+pub(crate) struct Reentrant {
+    leases: Mutex<HashMap<(Id, String), Weak<Lease>>>,
+}
+
+impl Reentrant {
+    fn leases(&self) -> MutexGuard<'_, HashMap<(Id, String), Weak<Lease>>> {
+        self.leases.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease `task` holds on `key`, with one more hold; `Err` if that lease can no longer
+    /// be trusted (nothing is added then); `None` if the task does not hold `key`.
+    pub(crate) fn enter(&self, task: Id, key: &str) -> Option<Result<Arc<Lease>, LostReason>> {
+        let leases = self.leases();
+        let lease = leases.get(&(task, key.to_owned()))?.upgrade()?;
+        if let Err(reason) = lease.check() {
+            return Some(Err(reason));
+        }
+        lease.holds.fetch_add(1, Ordering::AcqRel);
+        drop(leases);
+        Some(Ok(lease))
+    }
+
+    /// Records that `task` may re-enter `lease`.
+    pub(crate) fn insert(&self, task: Id, lease: &Arc<Lease>) {
+        self.leases()
+            .insert((task, lease.key.clone()), Arc::downgrade(lease));
+    }
+
+    /// Drops one hold on `lease`; `true` if it was the last (the lock must be released).
+    pub(crate) fn leave(&self, lease: &Lease) -> bool {
+        let Some(task) = lease.owner else {
+            return true;
+        };
+        let mut leases = self.leases();
+        if lease.holds.fetch_sub(1, Ordering::AcqRel) > 1 {
+            return false;
+        }
+        let entry = (task, lease.key.clone());
+        if leases
+            .get(&entry)
+            .is_some_and(|weak| std::ptr::eq(weak.as_ptr(), lease))
+        {
+            leases.remove(&entry);
+        }
+        true
+    }
+}

@@ -1,0 +1,204 @@
+//! Auto-extension: one driver task per [`Redlock`] keeps every auto-extended lease extended,
+//! from a single timer queue, however many locks are held.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+use tokio_util::time::DelayQueue;
+use tokio_util::time::delay_queue;
+
+use crate::error::LockError;
+use crate::lease::Lease;
+use crate::redlock::{Inner, Redlock};
+use crate::timing;
+
+/// Shortest wait before retrying an extension that too few nodes answered.
+const MIN_RETRY: Duration = Duration::from_millis(5);
+
+enum Command {
+    Watch(Arc<Lease>),
+    Unwatch(u64),
+}
+
+/// The handle to a [`Redlock`]'s driver. The driver stops when the `Redlock` is dropped.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl Watchdog {
+    /// Spawns the driver on the current tokio runtime (none: auto-extension is off, with a
+    /// warning; locks then live out their ttl).
+    pub(crate) fn start(redlock: Weak<Inner>) -> Self {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(Driver::new(redlock).run(receiver));
+            }
+            Err(_) => tracing::warn!("no tokio runtime: locks will not be auto-extended"),
+        }
+        Self { commands }
+    }
+
+    /// Starts extending `lease`.
+    pub(crate) fn watch(&self, lease: Arc<Lease>) {
+        let _sent = self.commands.send(Command::Watch(lease));
+    }
+
+    /// Stops extending the lease `id` (released).
+    pub(crate) fn unwatch(&self, id: u64) {
+        let _sent = self.commands.send(Command::Unwatch(id));
+    }
+}
+
+/// A watched lease and where it is in the queue.
+struct Watched {
+    lease: Arc<Lease>,
+    /// `None` while its extension is in flight.
+    queued: Option<delay_queue::Key>,
+    extensions: u32,
+}
+
+type InFlight = Pin<Box<dyn Future<Output = (u64, Result<Instant, LockError>)> + Send>>;
+
+struct Driver {
+    redlock: Weak<Inner>,
+    queue: DelayQueue<u64>,
+    watched: HashMap<u64, Watched>,
+    in_flight: FuturesUnordered<InFlight>,
+}
+
+impl Driver {
+    fn new(redlock: Weak<Inner>) -> Self {
+        Self {
+            redlock,
+            queue: DelayQueue::new(),
+            watched: HashMap::new(),
+            in_flight: FuturesUnordered::new(),
+        }
+    }
+
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(Command::Watch(lease)) => self.watch(lease),
+                    Some(Command::Unwatch(id)) => self.unwatch(id),
+                    None => return,
+                },
+                Some(due) = self.queue.next(), if !self.queue.is_empty() => {
+                    self.extend(due.into_inner());
+                }
+                Some((id, result)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.extended(id, result);
+                }
+            }
+        }
+    }
+
+    fn watch(&mut self, lease: Arc<Lease>) {
+        let id = lease.id;
+        let mut watched = Watched {
+            lease,
+            queued: None,
+            extensions: 0,
+        };
+        if self.schedule(&mut watched) {
+            self.watched.insert(id, watched);
+        }
+    }
+
+    fn unwatch(&mut self, id: u64) {
+        if let Some(Watched {
+            queued: Some(key), ..
+        }) = self.watched.remove(&id)
+        {
+            self.queue.remove(&key);
+        }
+    }
+
+    /// Queues the next extension of `watched`; `false` if there is none to make.
+    fn schedule(&mut self, watched: &mut Watched) -> bool {
+        let lease = &watched.lease;
+        let Some(auto) = lease.auto_extend else {
+            return false;
+        };
+        if lease.is_lost() || auto.max_extensions.is_some_and(|max| watched.extensions >= max) {
+            return false;
+        }
+        // Extend once `fraction` of the ttl has passed since the current validity started.
+        let drift = timing::drift(lease.ttl, lease.drift_factor);
+        let started = lease.valid_until() - (lease.ttl - drift);
+        let at = (started + lease.ttl.mul_f64(auto.fraction)).max(Instant::now());
+        watched.queued = Some(self.queue.insert_at(lease.id, at.into()));
+        true
+    }
+
+    /// Starts the due extension of lease `id`.
+    fn extend(&mut self, id: u64) {
+        let Some(watched) = self.watched.get_mut(&id) else {
+            return;
+        };
+        watched.queued = None;
+        let lease = Arc::clone(&watched.lease);
+        let Some(ttl) = next_ttl(&lease) else {
+            self.watched.remove(&id);
+            return;
+        };
+        let Some(inner) = self.redlock.upgrade() else {
+            return;
+        };
+        let redlock = Redlock::from_inner(inner);
+        self.in_flight.push(Box::pin(async move {
+            let result = redlock.extend_lease(&lease, ttl).await;
+            (id, result)
+        }));
+    }
+
+    /// Handles a finished extension of lease `id`.
+    fn extended(&mut self, id: u64, result: Result<Instant, LockError>) {
+        let Some(mut watched) = self.watched.remove(&id) else {
+            return; // released meanwhile
+        };
+        match result {
+            Ok(_) => {
+                watched.extensions += 1;
+                if self.schedule(&mut watched) {
+                    self.watched.insert(id, watched);
+                }
+            }
+            Err(LockError::Unavailable { .. }) => {
+                // Try again soon; the lost signal fires at its deadline if none succeeds.
+                let lease = &watched.lease;
+                let retry = (lease.ttl / 20).max(MIN_RETRY);
+                if !lease.is_lost() && Instant::now() + retry < lease.lost_at() {
+                    watched.queued = Some(self.queue.insert(id, retry));
+                    self.watched.insert(id, watched);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(resource = %watched.lease.resource, %error, "auto-extension stopped");
+            }
+        }
+    }
+}
+
+/// The ttl of the next extension: the lease's ttl, shortened so the hold ends at `max_hold`;
+/// `None` when the cap leaves too little for an extension to be worth it.
+fn next_ttl(lease: &Lease) -> Option<Duration> {
+    let hold_until = lease.auto_extend?.hold_until;
+    let Some(hold_until) = hold_until else {
+        return Some(lease.ttl);
+    };
+    let left = hold_until.saturating_duration_since(Instant::now());
+    let ttl = lease.ttl.min(left);
+    let drift = timing::drift(ttl, lease.drift_factor);
+    // Only worth it if the new validity ends after the current one.
+    (Instant::now() + ttl.saturating_sub(drift) > lease.valid_until()).then_some(ttl)
+}
