@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
+use crate::reentrant::Holder;
 use crate::token::Token;
 
 /// Auto-extension settings of one lease.
@@ -32,8 +33,8 @@ pub(crate) struct Lease {
     pub(crate) lost_margin: Duration,
     pub(crate) fencing_token: Option<u64>,
     pub(crate) auto_extend: Option<AutoExtend>,
-    /// The tokio task that may re-enter this lock, if it is reentrant.
-    pub(crate) owner: Option<tokio::task::Id>,
+    /// The task (or thread) that may re-enter this lock, if it is reentrant.
+    pub(crate) owner: Option<Holder>,
     /// Guards sharing this lease (re-entries + 1).
     pub(crate) holds: AtomicUsize,
     /// The monotonic instant the lock stops being valid; moved forward by extensions.
@@ -50,11 +51,15 @@ pub(crate) struct LeaseParts {
     pub(crate) token: Token,
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
-    pub(crate) owner: Option<tokio::task::Id>,
+    pub(crate) owner: Option<Holder>,
 }
 
 impl Lease {
-    pub(crate) fn new(parts: LeaseParts, options: &crate::LockOptions, acquired_at: Instant) -> Self {
+    pub(crate) fn new(
+        parts: LeaseParts,
+        options: &crate::LockOptions,
+        acquired_at: Instant,
+    ) -> Self {
         let auto_extend = options.get_auto_extend().then(|| AutoExtend {
             fraction: options.get_extend_fraction(),
             hold_until: options.get_max_hold().map(|max| acquired_at + max),

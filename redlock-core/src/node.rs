@@ -218,7 +218,12 @@ impl Node {
 
     /// Raises the fencing counter to `value` if lower. [`NodeVote::Acquired`] if the counter
     /// was below `value` (confirmed); otherwise [`NodeVote::Held`] with the higher counter.
-    pub(crate) async fn fence(&self, fence_key: &str, value: u64, limit: Duration) -> (NodeVote, u64) {
+    pub(crate) async fn fence(
+        &self,
+        fence_key: &str,
+        value: u64,
+        limit: Duration,
+    ) -> (NodeVote, u64) {
         let args = [Value::from(value.to_string())];
         match self.eval(&FENCE, &[fence_key], &args, limit).await {
             Ok(reply) => match counter(&reply) {

@@ -404,7 +404,10 @@ mod tests {
         ));
         for fraction in [0.0, 0.95, 1.0, f64::NAN] {
             assert!(matches!(
-                base.clone().auto_extend(true).extend_fraction(fraction).validate(),
+                base.clone()
+                    .auto_extend(true)
+                    .extend_fraction(fraction)
+                    .validate(),
                 Err(InvalidInput::ExtendFraction { .. })
             ));
             // Only checked when the lock is auto-extended.

@@ -40,7 +40,11 @@ impl<T> Tally<T> {
 /// Awaits `calls` (one per node, yielding `(node index, vote, datum)`) until `quorum` of the
 /// `n` nodes granted, or more than `n − quorum` did not. Calls still running are dropped: their
 /// commands may land anyway, which every caller accounts for.
-pub(crate) async fn decide<T, F>(n: usize, quorum: usize, calls: impl IntoIterator<Item = F>) -> Tally<T>
+pub(crate) async fn decide<T, F>(
+    n: usize,
+    quorum: usize,
+    calls: impl IntoIterator<Item = F>,
+) -> Tally<T>
 where
     F: Future<Output = (usize, NodeVote, T)>,
 {

@@ -18,7 +18,7 @@ use crate::node::Node;
 use crate::options::{FENCING_KEY_SUFFIX, LockOptions, validate_resource};
 use crate::outcome::Outcomes;
 use crate::quorum;
-use crate::reentrant::Reentrant;
+use crate::reentrant::{Holder, Reentrant};
 use crate::timing;
 use crate::token::Token;
 use crate::watchdog::Watchdog;
@@ -244,10 +244,7 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
-        let owner = options
-            .get_reentrant()
-            .then(tokio::task::try_id)
-            .flatten();
+        let owner = options.get_reentrant().then(Holder::current);
         if let Some(task) = owner {
             match self.inner.reentrant.enter(task, &key) {
                 Some(Ok(lease)) => return Ok(LockGuard::new(self.clone(), lease)),
@@ -277,7 +274,7 @@ impl Redlock {
         resource: &str,
         key: String,
         options: &LockOptions,
-        owner: Option<tokio::task::Id>,
+        owner: Option<Holder>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         let deadline = options.get_wait_timeout().map(|wait| started + wait);
@@ -396,7 +393,11 @@ impl Redlock {
                     n,
                     inner.quorum,
                     nodes.map(|(i, node)| async move {
-                        (i, node.try_lock(key, token.expose(), ttl_ms, limit).await, 0)
+                        (
+                            i,
+                            node.try_lock(key, token.expose(), ttl_ms, limit).await,
+                            0,
+                        )
                     }),
                 )
                 .await
@@ -423,6 +424,7 @@ impl Redlock {
             held = outcomes.held(),
             failed = outcomes.failed(),
             elapsed_us = start.elapsed().as_micros() as u64,
+            %outcomes,
             "attempt decided"
         );
         if !granted {
@@ -480,7 +482,13 @@ impl Redlock {
             if tally.granted >= inner.quorum {
                 return Ok(claim);
             }
-            let above = tally.data.iter().flatten().copied().filter(|&c| c >= claim).max();
+            let above = tally
+                .data
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&c| c >= claim)
+                .max();
             last = tally.outcomes(&inner.nodes);
             match above {
                 Some(counter) => claim = counter.saturating_add(1),
@@ -498,7 +506,7 @@ impl Redlock {
         token: Token,
         options: &LockOptions,
         granted: Granted,
-        owner: Option<tokio::task::Id>,
+        owner: Option<Holder>,
     ) -> LockGuard {
         let parts = LeaseParts {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),

@@ -4,7 +4,20 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use tokio::task::Id;
+/// Who may re-enter a lock: the tokio task that took it, or — for code outside any task, such
+/// as the future given to `block_on` / `#[tokio::main]` — the thread running it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Holder {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Holder {
+    /// The caller's holder identity.
+    pub(crate) fn current() -> Self {
+        tokio::task::try_id().map_or_else(|| Self::Thread(std::thread::current().id()), Self::Task)
+    }
+}
 
 use crate::error::LostReason;
 use crate::lease::Lease;
@@ -12,17 +25,17 @@ use crate::lease::Lease;
 /// The reentrant leases, keyed by the task holding them and their key.
 #[derive(Debug, Default)]
 pub(crate) struct Reentrant {
-    leases: Mutex<HashMap<(Id, String), Weak<Lease>>>,
+    leases: Mutex<HashMap<(Holder, String), Weak<Lease>>>,
 }
 
 impl Reentrant {
-    fn leases(&self) -> MutexGuard<'_, HashMap<(Id, String), Weak<Lease>>> {
+    fn leases(&self) -> MutexGuard<'_, HashMap<(Holder, String), Weak<Lease>>> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The lease `task` holds on `key`, with one more hold; `Err` if that lease can no longer
     /// be trusted (nothing is added then); `None` if the task does not hold `key`.
-    pub(crate) fn enter(&self, task: Id, key: &str) -> Option<Result<Arc<Lease>, LostReason>> {
+    pub(crate) fn enter(&self, task: Holder, key: &str) -> Option<Result<Arc<Lease>, LostReason>> {
         let leases = self.leases();
         let lease = leases.get(&(task, key.to_owned()))?.upgrade()?;
         if let Err(reason) = lease.check() {
@@ -34,7 +47,7 @@ impl Reentrant {
     }
 
     /// Records that `task` may re-enter `lease`.
-    pub(crate) fn insert(&self, task: Id, lease: &Arc<Lease>) {
+    pub(crate) fn insert(&self, task: Holder, lease: &Arc<Lease>) {
         self.leases()
             .insert((task, lease.key.clone()), Arc::downgrade(lease));
     }

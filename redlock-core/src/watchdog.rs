@@ -63,6 +63,8 @@ struct Watched {
     /// `None` while its extension is in flight.
     queued: Option<delay_queue::Key>,
     extensions: u32,
+    /// The last extension made was shortened to end at `max_hold`: make no more.
+    capped: bool,
 }
 
 type InFlight = Pin<Box<dyn Future<Output = (u64, Result<Instant, LockError>)> + Send>>;
@@ -108,6 +110,7 @@ impl Driver {
             lease,
             queued: None,
             extensions: 0,
+            capped: false,
         };
         if self.schedule(&mut watched) {
             self.watched.insert(id, watched);
@@ -129,7 +132,11 @@ impl Driver {
         let Some(auto) = lease.auto_extend else {
             return false;
         };
-        if lease.is_lost() || auto.max_extensions.is_some_and(|max| watched.extensions >= max) {
+        if lease.is_lost()
+            || auto
+                .max_extensions
+                .is_some_and(|max| watched.extensions >= max)
+        {
             return false;
         }
         // Extend once `fraction` of the ttl has passed since the current validity started.
@@ -147,10 +154,11 @@ impl Driver {
         };
         watched.queued = None;
         let lease = Arc::clone(&watched.lease);
-        let Some(ttl) = next_ttl(&lease) else {
+        let Some((ttl, capped)) = next_ttl(&lease) else {
             self.watched.remove(&id);
             return;
         };
+        watched.capped = capped;
         let Some(inner) = self.redlock.upgrade() else {
             return;
         };
@@ -189,16 +197,20 @@ impl Driver {
     }
 }
 
-/// The ttl of the next extension: the lease's ttl, shortened so the hold ends at `max_hold`;
-/// `None` when the cap leaves too little for an extension to be worth it.
-fn next_ttl(lease: &Lease) -> Option<Duration> {
-    let hold_until = lease.auto_extend?.hold_until;
-    let Some(hold_until) = hold_until else {
-        return Some(lease.ttl);
+/// The ttl of the next extension and whether it is the last: the lease's ttl, or what is
+/// left until `max_hold` when that is shorter (then it is the last); `None` when the cap
+/// leaves too little for an extension to move the validity forward.
+fn next_ttl(lease: &Lease) -> Option<(Duration, bool)> {
+    let Some(hold_until) = lease.auto_extend?.hold_until else {
+        return Some((lease.ttl, false));
     };
-    let left = hold_until.saturating_duration_since(Instant::now());
-    let ttl = lease.ttl.min(left);
+    let now = Instant::now();
+    let left = hold_until.saturating_duration_since(now);
+    if left >= lease.ttl {
+        return Some((lease.ttl, false));
+    }
+    let ttl = Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
     let drift = timing::drift(ttl, lease.drift_factor);
-    // Only worth it if the new validity ends after the current one.
-    (Instant::now() + ttl.saturating_sub(drift) > lease.valid_until()).then_some(ttl)
+    let worth_it = ttl > drift + lease.lost_margin && now + ttl - drift > lease.valid_until();
+    worth_it.then_some((ttl, true))
 }

@@ -269,6 +269,50 @@ impl RedisNodes {
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
     }
+
+    /// The value of `key` on every node, in order (`None` where it is absent).
+    pub async fn values(&self, key: &str) -> Vec<Option<String>> {
+        use fred::interfaces::KeysInterface;
+        let mut out = Vec::new();
+        for url in self.urls() {
+            out.push(
+                plain_client(&url)
+                    .await
+                    .get(key)
+                    .await
+                    .unwrap_or_else(|e| panic!("GET {key} on {url}: {e}")),
+            );
+        }
+        out
+    }
+
+    /// The remaining ttl of `key` on every node, in milliseconds (`PTTL`: -2 if absent).
+    pub async fn pttls(&self, key: &str) -> Vec<i64> {
+        use fred::interfaces::KeysInterface;
+        let mut out = Vec::new();
+        for url in self.urls() {
+            out.push(
+                plain_client(&url)
+                    .await
+                    .pttl(key)
+                    .await
+                    .unwrap_or_else(|e| panic!("PTTL {key} on {url}: {e}")),
+            );
+        }
+        out
+    }
+
+    /// Deletes `key` on every node, from the outside.
+    pub async fn delete(&self, key: &str) {
+        use fred::interfaces::KeysInterface;
+        for url in self.urls() {
+            let _: i64 = plain_client(&url)
+                .await
+                .del(key)
+                .await
+                .unwrap_or_else(|e| panic!("DEL {key} on {url}: {e}"));
+        }
+    }
 }
 
 /// A plain fred client to one server, for looking at keys from the outside.

@@ -36,15 +36,6 @@ async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
         .unwrap()
 }
 
-/// The value of `key` on every node.
-async fn values(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
-    let mut out = Vec::new();
-    for url in nodes.urls() {
-        out.push(plain_client(&url).await.get(key).await.unwrap());
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mutual_exclusion_under_contention() {
     let nodes = RedisNodes::start(5);
@@ -91,7 +82,7 @@ async fn mutual_exclusion_under_contention() {
     }
     assert_eq!(successes.load(Ordering::SeqCst), 160);
     assert_eq!(counter.load(Ordering::SeqCst), 160, "lost updates");
-    assert_eq!(values(&nodes, "counter").await, vec![None; 5]);
+    assert_eq!(nodes.values("counter").await, vec![None; 5]);
 }
 
 #[tokio::test]
@@ -213,7 +204,7 @@ async fn only_the_owner_releases() {
     assert!(!released.was_held());
     assert_eq!(released.deleted, 0);
     let b_token = b_guard.token().expose().to_owned();
-    assert_eq!(values(&nodes, "res").await, vec![Some(b_token); 5]);
+    assert_eq!(nodes.values("res").await, vec![Some(b_token); 5]);
     assert!(b_guard.release().await.unwrap().was_held());
 }
 
@@ -251,7 +242,7 @@ async fn plain_set_nx_holders_exclude_and_are_excluded() {
     assert!(error.is_busy(), "{error}");
     // Our partial lock on nodes 3 and 4 was cleaned up, theirs untouched.
     assert_eq!(
-        values(&nodes, "shared").await,
+        nodes.values("shared").await,
         [
             Some("theirs".to_owned()),
             Some("theirs".to_owned()),
@@ -306,7 +297,7 @@ async fn release_all_releases_every_held_lock_and_shutdown_refuses_new_ones() {
     released.sort();
     assert_eq!(released, ["one", "two"]);
     assert!(report.unconfirmed.is_empty());
-    assert_eq!(values(&nodes, "one").await, vec![None; 5]);
+    assert_eq!(nodes.values("one").await, vec![None; 5]);
     assert!(matches!(
         a.lock("three").await,
         Err(LockError::ShuttingDown)
@@ -584,7 +575,7 @@ async fn a_set_that_lands_after_its_timeout_is_removed_by_the_queued_release() {
         );
     }
     assert_eq!(
-        values(&nodes, "res").await,
+        nodes.values("res").await,
         vec![None; 5],
         "a late SET outlived the attempt"
     );

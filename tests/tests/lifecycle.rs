@@ -1,0 +1,380 @@
+//! Locks for long work — extension, auto-extension, the lost signal, scoped locking,
+//! reentrancy, fencing tokens and the release registry — against real redis-server processes.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use fred::interfaces::KeysInterface;
+use rand::Rng;
+use redlock_core::{LockError, LockInfo, LockOptions, LostReason};
+use redlock_tests::{RedisNodes, RedisServer, is_free, plain_client, redlock, within};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// `PTTL key` on one server.
+async fn pttl(server: &RedisServer, key: &str) -> i64 {
+    plain_client(&server.url()).await.pttl(key).await.unwrap()
+}
+
+#[tokio::test]
+async fn extension_succeeds_with_two_of_five_down_and_not_with_three() {
+    let mut nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default().ttl(ms(1_000)).lost_margin(ms(100));
+    let guard = a.lock_with("res", &options).await.unwrap();
+    let first = guard.valid_until();
+    nodes.servers[0].kill();
+    nodes.servers[1].kill();
+
+    // 2 of 5 down: the other 3 confirm, and the validity moves forward by the new ttl.
+    let until = guard.extend(ms(1_500)).await.unwrap();
+    assert!(
+        until >= first + ms(400),
+        "validity did not move: {until:?} vs {first:?}"
+    );
+    assert_eq!(guard.valid_until(), until);
+    for server in &nodes.servers[2..] {
+        let left = pttl(server, "res").await;
+        assert!(
+            (1_000..=1_500).contains(&left),
+            "pttl {left} after extending to 1.5 s"
+        );
+    }
+
+    // 3 of 5 down: no quorum can confirm. The answer is typed and immediate (the dead nodes
+    // fail fast), the lock keeps its current deadline, and its lost signal fires before it.
+    nodes.servers[2].kill();
+    let asked = Instant::now();
+    let error = guard.extend(ms(1_500)).await.unwrap_err();
+    assert!(matches!(error, LockError::Unavailable { .. }), "{error}");
+    assert!(asked.elapsed() < ms(150), "took {:?}", asked.elapsed());
+    let lost = guard.lost();
+    assert!(!lost.is_lost());
+    within("the lost signal", lost.cancelled()).await;
+    assert!(Instant::now() < guard.valid_until());
+    assert_eq!(lost.reason(), Some(LostReason::Expired));
+    // Once lost, the lock is not extended again, even by a quorum.
+    assert!(matches!(
+        guard.extend(ms(1_500)).await,
+        Err(LockError::Lost { .. })
+    ));
+}
+
+#[tokio::test]
+async fn auto_extension_keeps_a_lock_five_times_its_ttl() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let ttl = ms(300);
+    let options = LockOptions::default().ttl(ttl).auto_extend(true);
+    let guard = a.lock_with("long", &options).await.unwrap();
+    let acquired = Instant::now();
+    let lost = guard.lost();
+    let mut probes = 0;
+    while acquired.elapsed() < ttl * 5 {
+        assert!(
+            !is_free(&b, "long").await,
+            "another holder got the lock {:?} into a {ttl:?} lock",
+            acquired.elapsed()
+        );
+        assert!(!lost.is_lost(), "lost after {:?}", acquired.elapsed());
+        probes += 1;
+        tokio::time::sleep(ms(25)).await;
+    }
+    assert!(probes >= 20, "only {probes} probes");
+    assert!(guard.valid_until() > acquired + ttl * 4);
+    guard.release().await.unwrap();
+    assert!(is_free(&b, "long").await);
+}
+
+#[tokio::test]
+async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answering() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default().ttl(ms(1_000)).auto_extend(true);
+    let guard = a.lock_with("stall", &options).await.unwrap();
+    let lost = guard.lost();
+    for server in &nodes.servers[..3] {
+        server.pause();
+    }
+    within("the lost signal", lost.cancelled()).await;
+    let fired = Instant::now();
+    for server in &nodes.servers[..3] {
+        server.resume();
+    }
+    let deadline = guard.valid_until();
+    assert!(
+        fired < deadline,
+        "fired {:?} after the deadline",
+        fired - deadline
+    );
+    let margin = deadline - fired;
+    println!(
+        "lost signal fired {margin:?} before the validity deadline (lost margin {:?})",
+        options.get_lost_margin()
+    );
+    // It fired at the margin — not at the first failed extension, which came ~600 ms earlier.
+    assert!(
+        margin <= options.get_lost_margin(),
+        "fired {margin:?} early"
+    );
+    assert_eq!(lost.reason(), Some(LostReason::Expired));
+}
+
+/// Sets its flag when dropped: shows that a future was dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn with_lock_stops_the_work_when_the_lock_is_lost_and_never_recreates_it() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let work = {
+        let flag = DropFlag(Arc::clone(&dropped));
+        move |lock: LockInfo| async move {
+            let _flag = flag;
+            let _sent = started_tx.send(lock.resource().to_owned());
+            std::future::pending::<()>().await;
+        }
+    };
+    let run = tokio::spawn({
+        let a = a.clone();
+        async move { a.with_lock("job", ms(600), work).await }
+    });
+    assert_eq!(
+        within("the work to start", started_rx).await.unwrap(),
+        "job"
+    );
+    // An operator (or eviction) deletes the lock while the work runs.
+    nodes.delete("job").await;
+    let result = within("with_lock to return", run).await.unwrap();
+    assert!(
+        matches!(
+            result,
+            Err(LockError::Lost {
+                reason: LostReason::Refused(_),
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    assert!(dropped.load(Ordering::SeqCst), "the work was not dropped");
+    assert_eq!(nodes.values("job").await, vec![None; 5]);
+    assert_eq!(a.held_count(), 0);
+}
+
+#[tokio::test]
+async fn with_lock_returns_the_work_output_and_releases() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let output = a
+        .with_lock("scoped", ms(200), |lock| {
+            let b = b.clone();
+            async move {
+                // Longer than the ttl: auto-extension keeps it held throughout.
+                tokio::time::sleep(ms(500)).await;
+                (
+                    is_free(&b, lock.resource()).await,
+                    lock.resource().to_owned(),
+                )
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(output, (false, "scoped".to_owned()));
+    assert!(is_free(&b, "scoped").await);
+}
+
+#[tokio::test]
+async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let options = LockOptions::default().ttl(ms(5_000));
+
+    let guard = a.lock_with("gone", &options).await.unwrap();
+    nodes.delete("gone").await;
+    let error = guard.extend(ms(5_000)).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LockError::Lost {
+                reason: LostReason::Refused(_),
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(guard.lost().is_lost());
+    assert_eq!(nodes.values("gone").await, vec![None; 5]);
+
+    let guard = a.lock_with("taken", &options).await.unwrap();
+    nodes.delete("taken").await;
+    let theirs = b
+        .lock_with("taken", &LockOptions::default().ttl(ms(3_000)))
+        .await
+        .unwrap();
+    assert!(guard.extend(ms(60_000)).await.is_err());
+    for left in nodes.pttls("taken").await {
+        assert!((1..=3_000).contains(&left), "their key's ttl became {left}");
+    }
+    let their_token = Some(theirs.token().expose().to_owned());
+    assert_eq!(nodes.values("taken").await, vec![their_token; 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_over_1000_acquisitions_with_minority_restarts() {
+    let mut nodes = RedisNodes::start(5);
+    // Two clients take turns, as successive holders in two replicas would.
+    let handles = [redlock(&nodes).await, redlock(&nodes).await];
+    let options = LockOptions::default()
+        .ttl(ms(2_000))
+        .fencing(true)
+        .wait_timeout(ms(5_000))
+        .retry_delay(ms(5))
+        .retry_jitter(ms(5));
+    let seed: u64 = rand::rng().random();
+    println!("seed {seed}");
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+    let (mut last, mut down, mut restarts) = (0, Vec::new(), 0);
+    for i in 0..1_000 {
+        if i % 50 == 10 {
+            // A random minority (1 or 2 of 5) crashes; it comes back empty 30 rounds later,
+            // its fencing counters lost.
+            let count = rng.random_range(1..=2);
+            down = rand::seq::index::sample(&mut rng, 5, count).into_vec();
+            for &d in &down {
+                nodes.servers[d].kill();
+            }
+        }
+        if i % 50 == 40 {
+            for &d in &down {
+                tokio::task::block_in_place(|| nodes.servers[d].restart());
+                restarts += 1;
+            }
+        }
+        let guard = handles[i % 2]
+            .lock_with("fenced", &options)
+            .await
+            .unwrap_or_else(|e| panic!("acquisition {i} with {down:?} down: {e}"));
+        let token = guard.fencing_token().unwrap();
+
+        assert!(
+            token > last,
+            "acquisition {i}: token {token} after {last} (seed {seed})"
+        );
+        last = token;
+        guard.release().await.unwrap();
+    }
+    assert!(restarts >= 20);
+    assert!(last >= 1_000);
+}
+
+#[tokio::test]
+async fn a_task_re_enters_its_own_lock_and_others_wait() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let reentrant = LockOptions::default().reentrant(true).retry_count(0);
+    let outer = a.lock_with("r", &reentrant).await.unwrap();
+    let inner = within("re-entry", a.lock_with("r", &reentrant))
+        .await
+        .unwrap();
+    assert_eq!(outer.hold_count(), 2);
+    assert_eq!(inner.token(), outer.token());
+    // Another task — even through the same handle — is a different holder.
+    let other = tokio::spawn({
+        let (a, reentrant) = (a.clone(), reentrant.clone());
+        async move { a.lock_with("r", &reentrant).await.map(drop) }
+    });
+    assert!(other.await.unwrap().unwrap_err().is_busy());
+    // Without `reentrant`, the same task is refused like anyone else.
+    let once = LockOptions::default().retry_count(0);
+    assert!(a.lock_with("r", &once).await.unwrap_err().is_busy());
+
+    let released = inner.release().await.unwrap();
+    assert!(released.kept && released.was_held());
+    assert!(!is_free(&b, "r").await, "the outer guard still holds it");
+    assert!(outer.release().await.unwrap().was_held());
+    assert!(is_free(&b, "r").await);
+}
+
+#[tokio::test]
+async fn auto_extension_stops_at_max_hold() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default()
+        .ttl(ms(300))
+        .auto_extend(true)
+        .max_hold(ms(800));
+    let guard = a.lock_with("capped", &options).await.unwrap();
+    let acquired = Instant::now();
+    let lost = guard.lost();
+    within("the lost signal", lost.cancelled()).await;
+    let held = acquired.elapsed();
+    assert!(held > ms(600), "lost after {held:?}: not extended");
+    assert!(held <= ms(800), "held {held:?}, past max_hold");
+    assert_eq!(lost.reason(), Some(LostReason::Expired));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_driver_extends_a_thousand_locks() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let ttl = ms(1_500);
+    let options = LockOptions::default().ttl(ttl).auto_extend(true);
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let mut guards = vec![a.lock_with("many:0", &options).await.unwrap()];
+    let tasks = metrics.num_alive_tasks();
+    for i in 1..1_000 {
+        guards.push(a.lock_with(&format!("many:{i}"), &options).await.unwrap());
+    }
+    assert_eq!(
+        metrics.num_alive_tasks(),
+        tasks,
+        "auto-extension must not spawn a task per lock"
+    );
+    let acquired = Instant::now();
+    tokio::time::sleep(ttl * 2).await;
+    let signals: Vec<_> = guards.iter().map(|g| g.lost()).collect();
+    assert!(signals.iter().all(|s| !s.is_lost()), "a lock was lost");
+    assert!(guards.iter().all(|g| g.valid_until() > acquired + ttl));
+    for key in ["many:0", "many:500", "many:999"] {
+        assert!(nodes.pttls(key).await.iter().all(|&left| left > 0));
+    }
+    let report = a.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released.len(), 1_000);
+    assert!(
+        signals
+            .iter()
+            .all(|s| s.reason() == Some(LostReason::Released))
+    );
+    drop(guards);
+}
+
+#[tokio::test]
+async fn shutdown_reports_the_locks_it_could_not_release() {
+    let mut nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default().auto_extend(true);
+    let _one = a.lock_with("one", &options).await.unwrap();
+    let _two = a.lock_with("two", &options).await.unwrap();
+    for server in &mut nodes.servers[..3] {
+        server.kill();
+    }
+    let report = within("shutdown", a.shutdown(Duration::from_secs(1))).await;
+    let mut unconfirmed = report.unconfirmed.clone();
+    unconfirmed.sort();
+    assert_eq!(unconfirmed, ["one", "two"]);
+    assert!(report.released.is_empty());
+    assert_eq!(a.held_count(), 0);
+}
