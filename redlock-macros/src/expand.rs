@@ -80,12 +80,36 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         duration("retry_delay", args.retry_delay.map(|m| m.0)),
         duration("retry_jitter", args.retry_jitter.map(|m| m.0)),
         duration("wait_timeout", args.wait_timeout.map(|m| m.0)),
+        duration("max_hold", args.max_hold.map(|m| m.0)),
         args.retry_count.map(|n| quote! { .retry_count(#n) }),
         args.drift_factor.map(|f| {
             let f = f.0;
             quote! { .drift_factor(#f) }
         }),
+        args.auto_extend.then(|| quote! { .auto_extend(true) }),
+        args.fencing.then(|| quote! { .fencing(true) }),
     ];
+    let reentrant = args.reentrant.unwrap_or(true);
+    let bind_guard = args.guard.as_ref().map(|name| {
+        quote! { let #name: #krate::LockInfo = __redlock_info; }
+    });
+    let info = args
+        .guard
+        .as_ref()
+        .map(|_| quote! { let __redlock_info = __redlock_guard.info(); });
+    let run_body = if args.auto_extend {
+        quote! {
+            match __redlock_guard.until_lost(__redlock_body).await {
+                ::core::result::Result::Ok(output) => output,
+                ::core::result::Result::Err(error) => {
+                    ::core::mem::drop(__redlock_guard);
+                    return #lock_result::from_lock_error(error);
+                }
+            }
+        }
+    } else {
+        quote! { __redlock_body.await }
+    };
     let stmts = &block.stmts;
 
     Ok(quote! {
@@ -95,23 +119,26 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
             let __redlock_guard = {
                 #handle
                 let __redlock_options = ::core::clone::Clone::clone(__redlock_handle.options())
+                    .reentrant(#reentrant)
                     #(#setters)*;
                 match __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await {
                     ::core::result::Result::Ok(guard) => guard,
                     ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),
                 }
             };
+            #info
             // The body runs in its own async block so that `return` and `?` leave the block,
             // not the function, and the guard is released after it.
-            let __redlock_output: #ret = async move {
+            let __redlock_body = async move {
+                #bind_guard
                 #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::needless_return)]
                 if false {
                     let __redlock_fake_return: #ret = loop {};
                     return __redlock_fake_return;
                 }
                 #(#stmts)*
-            }
-            .await;
+            };
+            let __redlock_output: #ret = #run_body;
             #krate::__private::released(&__redlock_resource, __redlock_guard.release().await);
             __redlock_output
         }

@@ -19,6 +19,11 @@
 //! | `retry_jitter = "100ms"` | maximum random extra per delay | the handle's |
 //! | `wait_timeout = "5s"` | retry until this deadline instead of `retry_count` times | none |
 //! | `drift_factor = 0.01` | clock drift share of the ttl | the handle's |
+//! | `auto_extend` | keep the lock extended while the body runs; if it is lost anyway, the body is stopped (dropped at its next `.await`) and `LockError::Lost` is returned | off |
+//! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out | none |
+//! | `fencing` | issue a fencing token (read it through `guard`) | off |
+//! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
+//! | `reentrant = false` | by default a nested annotated fn on a resource its task already holds shares that lock (hold count) instead of waiting for itself; `false` treats it as any other holder | `true` |
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
 //! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
 //! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |
@@ -41,6 +46,20 @@
 //! #[redlock(resource = "job:{job.name}", redlock = redlock, wait_timeout = "5s")]
 //! async fn run(redlock: &Redlock, job: Job) -> Result<String, LockError> {
 //!     Ok(job.name)
+//! }
+//!
+//! // Long work: extended while it runs, stopped if the lock is lost, with a fencing token for
+//! // storage. The nested call on the same resource re-enters the held lock.
+//! #[redlock(resource = "report:{day}", ttl = "10s", auto_extend, max_hold = "1h", fencing, guard = lock)]
+//! async fn build_report(day: u32) -> Result<u64, LockError> {
+//!     let token = lock.fencing_token().unwrap_or_default();
+//!     publish(day).await?;
+//!     Ok(token)
+//! }
+//!
+//! #[redlock(resource = "report:{day}")]
+//! async fn publish(day: u32) -> Result<(), LockError> {
+//!     Ok(())
 //! }
 //! ```
 

@@ -31,6 +31,21 @@ pub(crate) struct Args {
     /// Clock drift factor.
     #[darling(default)]
     pub(crate) drift_factor: Option<DriftFactor>,
+    /// Keep the lock extended while the body runs, and stop the body if it is lost.
+    #[darling(default)]
+    pub(crate) auto_extend: bool,
+    /// Longest hold with `auto_extend`.
+    #[darling(default)]
+    pub(crate) max_hold: Option<Millis>,
+    /// Issue a fencing token (read it through the `guard` binding).
+    #[darling(default)]
+    pub(crate) fencing: bool,
+    /// Re-enter a lock the task already holds (default `true`).
+    #[darling(default)]
+    pub(crate) reentrant: Option<bool>,
+    /// A name bound in the body to the lock's `LockInfo` (fencing token, lost signal).
+    #[darling(default)]
+    pub(crate) guard: Option<syn::Ident>,
     /// Name of a registered handle (Hyperf's `poolName`); default `"default"`.
     #[darling(default)]
     pub(crate) pool: Option<LitStr>,
@@ -46,6 +61,12 @@ impl Args {
     pub(crate) fn parse(attr: TokenStream) -> darling::Result<Self> {
         let items = NestedMeta::parse_meta_list(attr)?;
         let args = Self::from_list(&items)?;
+        if let (Some(_), false) = (&args.max_hold, args.auto_extend) {
+            return Err(darling::Error::custom(
+                "`max_hold` caps auto-extension: add `auto_extend`",
+            )
+            .with_span(&args.resource.span()));
+        }
         if let (Some(pool), Some(_)) = (&args.pool, &args.redlock) {
             return Err(
                 darling::Error::custom("give either `pool` or `redlock`, not both")

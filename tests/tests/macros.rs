@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use redlock_core::{LockError, LockOptions, Redlock, redlock};
+use redlock_core::{LockError, LockOptions, LostReason, Redlock, redlock};
 use redlock_tests::{RedisNodes, free_within, is_free, redlock_with, within};
 
 #[derive(Debug)]
@@ -23,7 +23,7 @@ impl From<LockError> for AppError {
 }
 
 struct Fixture {
-    _nodes: RedisNodes,
+    nodes: RedisNodes,
     redlock: Redlock,
     probe: Redlock,
 }
@@ -33,7 +33,7 @@ async fn fixture() -> Fixture {
     let redlock = redlock_with(&nodes, LockOptions::default().retry_count(0)).await;
     let probe = redlock_tests::redlock(&nodes).await;
     Fixture {
-        _nodes: nodes,
+        nodes,
         redlock,
         probe,
     }
@@ -138,4 +138,67 @@ async fn methods_fields_and_literal_braces_interpolate() {
     let account = Account { id: 7 };
     assert!(account.touch(&fx.redlock, &fx).await.unwrap());
     assert!(is_free(&fx.probe, "account:7:{x}").await);
+}
+
+#[redlock(resource = "nested:{id}", redlock = fx.redlock, fencing, guard = lock)]
+async fn outer(fx: &Fixture, id: u64, inner_reentrant: bool) -> Result<(u64, u64), AppError> {
+    let mine = lock.fencing_token().unwrap();
+    let theirs = if inner_reentrant {
+        inner(fx, id).await?
+    } else {
+        inner_not_reentrant(fx, id).await?
+    };
+    Ok((mine, theirs))
+}
+
+#[redlock(resource = "nested:{id}", redlock = fx.redlock, fencing, guard = lock)]
+async fn inner(fx: &Fixture, id: u64) -> Result<u64, AppError> {
+    assert!(!is_free(&fx.probe, &format!("nested:{id}")).await);
+    Ok(lock.fencing_token().unwrap())
+}
+
+#[redlock(resource = "nested:{id}", redlock = fx.redlock, reentrant = false)]
+async fn inner_not_reentrant(fx: &Fixture, id: u64) -> Result<u64, AppError> {
+    let _ = (fx, id);
+    Ok(0)
+}
+
+#[tokio::test]
+async fn nested_annotated_functions_on_one_resource_share_the_lock() {
+    let fx = fixture().await;
+    let (mine, theirs) = within("nested calls", outer(&fx, 1, true)).await.unwrap();
+    assert_eq!(mine, theirs, "the inner call took a second lock");
+    assert!(is_free(&fx.probe, "nested:1").await, "not released after the outer fn");
+    // With `reentrant = false` the inner call is another holder: busy, not a deadlock.
+    let error = within("nested calls", outer(&fx, 2, false)).await.unwrap_err();
+    assert!(matches!(error, AppError::Lock(ref e) if e.is_busy()), "{error:?}");
+    assert!(is_free(&fx.probe, "nested:2").await);
+}
+
+#[redlock(resource = "long:{id}", redlock = fx.redlock, ttl = "300ms", auto_extend)]
+async fn long_work(fx: &Fixture, id: u64, lose_it: bool) -> Result<bool, AppError> {
+    if lose_it {
+        fx.nodes.delete(&format!("long:{id}")).await;
+        std::future::pending::<()>().await;
+    }
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    Ok(!is_free(&fx.probe, &format!("long:{id}")).await)
+}
+
+#[tokio::test]
+async fn auto_extend_holds_past_the_ttl_and_stops_the_body_when_lost() {
+    let fx = fixture().await;
+    let held = within("long work", long_work(&fx, 1, false)).await.unwrap();
+    assert!(held, "the lock ran out during a body 3x its ttl");
+    let error = within("lost work", long_work(&fx, 2, true)).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            AppError::Lock(LockError::Lost {
+                reason: LostReason::Refused(_),
+                ..
+            })
+        ),
+        "{error:?}"
+    );
 }
