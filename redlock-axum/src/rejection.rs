@@ -58,7 +58,7 @@ impl LockRejection {
     pub fn status(&self) -> StatusCode {
         if self.error.is_busy() {
             self.busy_status
-        } else if self.error.is_unavailable() {
+        } else if self.error.is_unavailable() || matches!(self.error, LockError::Lost { .. }) {
             StatusCode::SERVICE_UNAVAILABLE
         } else {
             StatusCode::INTERNAL_SERVER_ERROR
@@ -90,6 +90,8 @@ impl IntoResponse for LockRejection {
         // Resource names can be internal: the body says what happened, not which key.
         let message = if self.error.is_busy() {
             "the resource is locked by another request; retry later"
+        } else if matches!(self.error, LockError::Lost { .. }) {
+            "the lock was lost before the request completed; its work was stopped, retry later"
         } else if matches!(self.error, LockError::ShuttingDown) {
             "the server is shutting down; retry on another instance"
         } else if self.error.is_unavailable() {

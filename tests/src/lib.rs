@@ -386,3 +386,13 @@ pub async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output 
         .await
         .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))
 }
+
+/// Sets its flag when dropped: put one in a future to see that the future was dropped.
+#[derive(Debug)]
+pub struct DropFlag(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
 use redlock_core::{LockOptions, Redlock, redlock};
-use redlock_tests::{RedisNodes, free_within, is_free, redlock_with, within};
+use redlock_tests::{DropFlag, RedisNodes, free_within, is_free, redlock_with, within};
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 async fn handle(nodes: &RedisNodes) -> Redlock {
@@ -333,4 +333,83 @@ async fn a_closure_over_the_request_picks_the_resource_or_skips_locking() {
         .unwrap();
     let response = app.oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_get_the_fencing_token_the_lock_is_extended_and_a_lost_lock_stops_them() {
+    use axum::Extension;
+    use redlock_core::LockInfo;
+
+    let nodes = Arc::new(RedisNodes::start(5));
+    let redlock = handle(&nodes).await;
+    let probe = handle(&nodes).await;
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let options = LockOptions::default()
+        .ttl(Duration::from_millis(300))
+        .retry_count(0)
+        .fencing(true);
+    let app = Router::new()
+        // Longer than the ttl: answers whether the lock was still held at the end.
+        .route(
+            "/jobs/{id}/slow",
+            post(
+                |Extension(lock): Extension<LockInfo>, State(probe): State<Redlock>| async move {
+                    tokio::time::sleep(Duration::from_millis(900)).await;
+                    let held = !is_free(&probe, lock.resource()).await;
+                    format!("{} {held}", lock.fencing_token().unwrap())
+                },
+            ),
+        )
+        // Loses its lock (an operator deletes it) and then hangs.
+        .route(
+            "/jobs/{id}/lose",
+            post({
+                let (nodes, dropped) = (nodes.clone(), dropped.clone());
+                move |Path(id): Path<u32>| {
+                    let (nodes, flag) = (nodes.clone(), DropFlag(dropped.clone()));
+                    async move {
+                        let _flag = flag;
+                        nodes.delete(&format!("job:{id}")).await;
+                        std::future::pending::<&str>().await
+                    }
+                }
+            }),
+        )
+        .route_layer(
+            RedlockLayer::from_template(redlock.clone(), "job:{id}")
+                .unwrap()
+                .options(options),
+        )
+        .with_state(probe);
+    let (base, _server) = serve(app, ShutdownHandle::new(redlock)).await;
+    let http = reqwest::Client::new();
+
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let response = within(
+            "a slow job",
+            http.post(format!("{base}/jobs/1/slow")).send(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let text = response.text().await.unwrap();
+        let (token, held) = text.split_once(' ').unwrap();
+        assert_eq!(held, "true", "the lock ran out during a request 3x its ttl");
+        tokens.push(token.parse::<u64>().unwrap());
+    }
+    assert!(tokens[1] > tokens[0], "fencing tokens {tokens:?}");
+
+    let response = within(
+        "a lost job",
+        http.post(format!("{base}/jobs/2/lose")).send(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key(http::header::RETRY_AFTER));
+    assert!(
+        dropped.load(std::sync::atomic::Ordering::SeqCst),
+        "the handler kept running"
+    );
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::KeysInterface;
 use rand::Rng;
 use redlock_core::{LockError, LockInfo, LockOptions, LostReason};
-use redlock_tests::{RedisNodes, RedisServer, is_free, plain_client, redlock, within};
+use redlock_tests::{DropFlag, RedisNodes, RedisServer, is_free, plain_client, redlock, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -123,15 +123,6 @@ async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answ
         "fired {margin:?} early"
     );
     assert_eq!(lost.reason(), Some(LostReason::Expired));
-}
-
-/// Sets its flag when dropped: shows that a future was dropped.
-struct DropFlag(Arc<AtomicBool>);
-
-impl Drop for DropFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
 }
 
 #[tokio::test]

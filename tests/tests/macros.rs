@@ -168,10 +168,18 @@ async fn nested_annotated_functions_on_one_resource_share_the_lock() {
     let fx = fixture().await;
     let (mine, theirs) = within("nested calls", outer(&fx, 1, true)).await.unwrap();
     assert_eq!(mine, theirs, "the inner call took a second lock");
-    assert!(is_free(&fx.probe, "nested:1").await, "not released after the outer fn");
+    assert!(
+        is_free(&fx.probe, "nested:1").await,
+        "not released after the outer fn"
+    );
     // With `reentrant = false` the inner call is another holder: busy, not a deadlock.
-    let error = within("nested calls", outer(&fx, 2, false)).await.unwrap_err();
-    assert!(matches!(error, AppError::Lock(ref e) if e.is_busy()), "{error:?}");
+    let error = within("nested calls", outer(&fx, 2, false))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, AppError::Lock(ref e) if e.is_busy()),
+        "{error:?}"
+    );
     assert!(is_free(&fx.probe, "nested:2").await);
 }
 
@@ -190,7 +198,9 @@ async fn auto_extend_holds_past_the_ttl_and_stops_the_body_when_lost() {
     let fx = fixture().await;
     let held = within("long work", long_work(&fx, 1, false)).await.unwrap();
     assert!(held, "the lock ran out during a body 3x its ttl");
-    let error = within("lost work", long_work(&fx, 2, true)).await.unwrap_err();
+    let error = within("lost work", long_work(&fx, 2, true))
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             error,

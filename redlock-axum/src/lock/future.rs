@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::BoxFuture;
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
-use redlock_core::LockGuard;
+use redlock_core::{LockError, LockGuard, LostReason};
 use tower_service::Service;
 
 use super::body::LockedBody;
@@ -20,6 +20,20 @@ use crate::rejection::LockRejection;
 
 /// What the acquisition step produced: the request to pass on, or an answer to send.
 type Acquired<ReqBody> = Result<(Request<ReqBody>, Option<LockGuard>), Response>;
+
+/// Completes when the request's lock is lost.
+type Lost = BoxFuture<'static, LockError>;
+
+fn lost(guard: &LockGuard) -> Lost {
+    let (signal, resource) = (guard.lost(), guard.resource().to_owned());
+    Box::pin(async move {
+        signal.cancelled().await;
+        LockError::Lost {
+            resource,
+            reason: signal.reason().unwrap_or(LostReason::Expired),
+        }
+    })
+}
 
 pin_project! {
     /// The response future of [`RedlockService`](super::RedlockService).
@@ -47,6 +61,7 @@ pin_project! {
             #[pin]
             future: S::Future,
             guard: Option<LockGuard>,
+            lost: Option<Lost>,
         },
     }
 }
@@ -87,7 +102,10 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
         }
     };
     match config.redlock.lock_with(&resource, &config.options).await {
-        Ok(guard) => Ok((Request::from_parts(parts, body), Some(guard))),
+        Ok(guard) => {
+            parts.extensions.insert(guard.info());
+            Ok((Request::from_parts(parts, body), Some(guard)))
+        }
         Err(error) => Err(LockRejection::new(error)
             .busy_status(config.busy_status)
             .retry_after(config.retry_after)
@@ -116,9 +134,26 @@ where
                         unreachable!("the inner service is taken once")
                     };
                     let future = inner.call(request);
-                    this.state.set(State::Calling { future, guard });
+                    let lost = guard.as_ref().map(lost);
+                    this.state.set(State::Calling {
+                        future,
+                        guard,
+                        lost,
+                    });
                 }
-                StateProj::Calling { future, guard } => {
+                StateProj::Calling {
+                    future,
+                    guard,
+                    lost,
+                } => {
+                    if let Some(Poll::Ready(error)) = lost.as_mut().map(|l| l.as_mut().poll(cx)) {
+                        // The handler no longer runs under the lock: stop it (our caller drops
+                        // this future, and the handler's with it) and say so.
+                        tracing::warn!(%error, "lock lost while the request was in flight");
+                        return Poll::Ready(Ok(LockRejection::new(error)
+                            .retry_after(this.config.retry_after)
+                            .into_response()));
+                    }
                     let response = ready!(future.poll(cx))?;
                     let guard = match this.config.release_on {
                         ReleaseOn::BodyEnd => guard.take(),

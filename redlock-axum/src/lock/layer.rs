@@ -33,11 +33,25 @@ pub(crate) struct Config {
     pub(crate) release_on: ReleaseOn,
 }
 
+impl Config {
+    /// The options each request's lock is taken with: the configured ones, reentrant (so that
+    /// `#[redlock]` functions the handler calls on the same resource share the lock).
+    pub(crate) fn lock_options(options: LockOptions, auto_extend: bool) -> LockOptions {
+        options.auto_extend(auto_extend).reentrant(true)
+    }
+}
+
 /// A tower [`Layer`] that holds a Redlock for each request (see the [module docs](crate::lock)).
 ///
 /// Use it with `Router::route_layer` (or `MethodRouter::layer`): path parameters are only
 /// known once the route has matched. When the resource is busy it answers `423 Locked` with
 /// `Retry-After`; when Redis is unavailable or the server is shutting down, `503`.
+///
+/// While the request is in flight the lock is auto-extended (see
+/// [`auto_extend`](Self::auto_extend)), and the handler finds the lock's
+/// [`LockInfo`](redlock_core::LockInfo) — fencing token, lost signal — in the request
+/// extensions (`Extension<LockInfo>`). If the lock is lost before the handler has answered,
+/// the handler's future is dropped and the client gets `503`.
 #[derive(Debug, Clone)]
 pub struct RedlockLayer {
     config: Arc<Config>,
@@ -47,7 +61,7 @@ impl RedlockLayer {
     fn new(redlock: Redlock, resource: ResourceFrom) -> Self {
         Self {
             config: Arc::new(Config {
-                options: redlock.options().clone(),
+                options: Config::lock_options(redlock.options().clone(), true),
                 redlock,
                 resource,
                 busy_status: StatusCode::LOCKED,
@@ -83,10 +97,20 @@ impl RedlockLayer {
         Self::new(redlock, ResourceFrom::Fn(Arc::new(resource)))
     }
 
-    /// Lock options: ttl, retries or wait deadline (default: the handle's defaults).
+    /// Lock options: ttl, retries or wait deadline, fencing (default: the handle's defaults).
+    /// Auto-extension follows [`auto_extend`](Self::auto_extend), whatever `options` says.
     #[must_use]
     pub fn options(mut self, options: LockOptions) -> Self {
-        self.config_mut().options = options;
+        let auto_extend = self.config.options.get_auto_extend();
+        self.config_mut().options = Config::lock_options(options, auto_extend);
+        self
+    }
+
+    /// Keep each request's lock extended while the request is in flight (default `true`).
+    #[must_use]
+    pub fn auto_extend(mut self, on: bool) -> Self {
+        let options = self.config.options.clone();
+        self.config_mut().options = Config::lock_options(options, on);
         self
     }
 
