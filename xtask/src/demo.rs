@@ -14,7 +14,7 @@ const PAY_PER_ORDER: usize = 8;
 const SKUS: [&str; 3] = ["apple", "pear", "plum"];
 const STOCK: i64 = 30;
 const BUY_PER_SKU: usize = 40;
-const LOCK_TTL_MS: u128 = 30_000;
+const LOCK_TTL_MS: u64 = 1_000;
 const GRACE_MS: u64 = 300;
 
 struct Replica {
@@ -146,6 +146,21 @@ async fn demo() -> anyhow::Result<()> {
             )),
         }
     }
+    let mut fences = Vec::new();
+    for order in 1..=ORDERS {
+        if let Some(fence) = store
+            .get::<Option<u64>, _>(format!("order:{order}:fence"))
+            .await?
+        {
+            fences.push(fence);
+        }
+    }
+    if fences.len() as u64 != ORDERS {
+        broken.push(format!(
+            "{} of {ORDERS} charges carry a fencing token",
+            fences.len()
+        ));
+    }
     let mut double_charged_unlocked = 0;
     for order in 101..=100 + ORDERS {
         let charges: Option<u64> = store.get(format!("order:{order}:charges")).await?;
@@ -191,6 +206,11 @@ async fn demo() -> anyhow::Result<()> {
     );
     println!("  orders paid exactly once: {paid}/{ORDERS} (locked route)");
     println!(
+        "  fencing: every holder's writes carried its token; successive holders per order got 1, 2, ... up to {}..{}",
+        fences.iter().min().unwrap_or(&0),
+        fences.iter().max().unwrap_or(&0)
+    );
+    println!(
         "  baseline without the lock: {double_charged_unlocked}/{ORDERS} orders charged more than once"
     );
     println!(
@@ -202,14 +222,14 @@ async fn demo() -> anyhow::Result<()> {
     let handover = sigterm_handover(&http, &mut replicas, &nodes).await?;
     println!();
     println!(
-        "SIGTERM hand-over: {} held job:rebuild-search (ttl {LOCK_TTL_MS} ms); {} got it {:.0?} after SIGTERM, {:.0?} after {} exited (grace {GRACE_MS} ms)",
-        handover.holder,
-        handover.waiter,
-        handover.after_signal,
-        handover.after_exit,
-        handover.holder
+        "auto-extension: {} held job:rebuild-search (ttl {LOCK_TTL_MS} ms) for {:.1?} while {} waited",
+        handover.holder, handover.held_before_signal, handover.waiter,
     );
-    if handover.after_signal.as_millis() >= LOCK_TTL_MS / 2 {
+    println!(
+        "SIGTERM hand-over: {} got it {:.0?} after SIGTERM, {:.0?} after {} exited (grace {GRACE_MS} ms)",
+        handover.waiter, handover.after_signal, handover.after_exit, handover.holder
+    );
+    if handover.after_exit >= Duration::from_millis(LOCK_TTL_MS / 2) {
         broken.push("the waiting replica only got the lock after the ttl".into());
     }
 
@@ -311,6 +331,7 @@ async fn fire(http: &reqwest::Client, urls: Vec<String>) -> Tally {
 struct Handover {
     holder: String,
     waiter: String,
+    held_before_signal: Duration,
     after_signal: Duration,
     after_exit: Duration,
 }
@@ -354,11 +375,13 @@ async fn sigterm_handover(
             (Instant::now(), response)
         }
     });
-    // Let replica 2's first attempt find the lock busy before the signal.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Replica 1 keeps the lock for 3 ttls (auto-extension) while replica 2 waits.
+    let held_since = Instant::now();
+    tokio::time::sleep(Duration::from_millis(3 * LOCK_TTL_MS)).await;
     if waiter.is_finished() {
-        bail!("replica-2 did not wait for the lock held by replica-1");
+        bail!("replica-2 got the lock while replica-1 still held it: not extended");
     }
+    let held_before_signal = held_since.elapsed();
     let signalled = Instant::now();
     let pid = nix::unistd::Pid::from_raw(i32::try_from(replicas[0].child.id())?);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
@@ -381,6 +404,7 @@ async fn sigterm_handover(
     Ok(Handover {
         holder: replicas[0].name.clone(),
         waiter: replicas[1].name.clone(),
+        held_before_signal,
         after_signal: acquired_at.duration_since(signalled),
         after_exit: acquired_at.saturating_duration_since(exited),
     })

@@ -7,8 +7,12 @@
 //! - selling stock (`POST /stock/{sku}/buy`, guarded by `#[redlock]`): read the stock, then
 //!   write it back decremented. Unlocked, concurrent buyers oversell.
 //!
-//! `POST /jobs/{name}/rebuild?ms=N` holds `job:{name}` for N ms (a cache rebuild); a second
-//! caller waits for it. On SIGTERM the replica stops taking locks, lets requests finish for
+//! The pay route's lock carries a fencing token, which the handler hands to the data store: a
+//! charge is recorded only with a token above every token the order has seen, so even a
+//! holder that outlived its lock (a long pause) cannot record a charge after the next holder.
+//!
+//! `POST /jobs/{name}/rebuild?ms=N` holds `job:{name}` for N ms (a cache rebuild) under a 1 s
+//! ttl that the layer keeps extending while the job runs; a second caller waits for it. On SIGTERM the replica stops taking locks, lets requests finish for
 //! `SHUTDOWN_GRACE_MS`, then releases every lock it still holds before exiting.
 //!
 //! Environment: `REDLOCK_NODES` (lock masters), `SHOP_DATA_URL` (the Redis holding orders and
@@ -16,14 +20,15 @@
 
 use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, KeysInterface};
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
-use redlock_core::{LockError, LockOptions, Redlock, redlock};
+use redlock_core::{LockError, LockInfo, LockOptions, Redlock, redlock};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -65,14 +70,31 @@ impl IntoResponse for ShopError {
     }
 }
 
-/// Pays an order once: read its status, "call the payment provider", record the charge.
+/// The data store's side of fencing: record `ARGV[1]` as the order's token only if it is above
+/// every token seen (1), else refuse (0).
+const FENCED_WRITE: &str = r#"local seen = tonumber(redis.call("get", KEYS[1]) or "0")
+if tonumber(ARGV[1]) > seen then redis.call("set", KEYS[1], ARGV[1]) return 1 end
+return 0"#;
+
+/// Pays an order once: read its status, "call the payment provider", record the charge —
+/// fenced by the lock's token when there is a lock.
 async fn pay(
     State(state): State<AppState>,
     Path(id): Path<u64>,
-) -> Result<Json<serde_json::Value>, ShopError> {
+    lock: Option<Extension<LockInfo>>,
+) -> Result<Response, ShopError> {
+    // The store refuses a holder older than one it has already seen.
+    let fencing_token = lock.and_then(|Extension(lock)| lock.fencing_token());
+    if let Some(token) = fencing_token {
+        let fence = vec![format!("order:{id}:fence")];
+        let accepted: i64 = state.data.eval(FENCED_WRITE, fence, token).await?;
+        if accepted == 0 {
+            return Ok((http::StatusCode::CONFLICT, "stale fencing token").into_response());
+        }
+    }
     let status: Option<String> = state.data.get(format!("order:{id}:status")).await?;
     if status.as_deref() == Some("paid") {
-        return Ok(Json(json!({ "order": id, "result": "already_paid" })));
+        return Ok(Json(json!({ "order": id, "result": "already_paid" })).into_response());
     }
     tokio::time::sleep(Duration::from_millis(5)).await; // the payment provider
     let charges: u64 = state.data.incr(format!("order:{id}:charges")).await?;
@@ -82,7 +104,9 @@ async fn pay(
         .await?;
     Ok(Json(json!({
         "order": id, "result": "paid", "charges": charges, "replica": state.replica,
-    })))
+        "fencing_token": fencing_token,
+    }))
+    .into_response())
 }
 
 /// Sells one unit of `sku` if any is left.
@@ -129,13 +153,16 @@ fn app(state: AppState) -> Result<Router, redlock_axum::TemplateError> {
     let pay_lock = RedlockLayer::from_template(redlock.clone(), "order:{id}")?.options(
         LockOptions::default()
             .ttl(Duration::from_secs(10))
+            .fencing(true)
             .retry_delay(Duration::from_millis(10))
             .retry_jitter(Duration::from_millis(10))
             .wait_timeout(Duration::from_secs(2)),
     );
     let job_lock = RedlockLayer::from_template(redlock, "job:{name}")?.options(
         LockOptions::default()
-            .ttl(Duration::from_secs(30))
+            // Short: the layer extends it while the job runs, and a crashed replica's lock
+            // frees within a second.
+            .ttl(Duration::from_secs(1))
             .retry_delay(Duration::from_millis(20))
             .retry_jitter(Duration::from_millis(5))
             .wait_timeout(Duration::from_secs(20)),
