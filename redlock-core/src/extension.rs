@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{InvalidInput, LockError, LostReason};
+use crate::error::{LockError, LostReason};
 use crate::lease::Lease;
-use crate::options::MAX_TTL;
+use crate::options::LockOptions;
 use crate::quorum;
 use crate::redlock::Redlock;
 use crate::timing;
@@ -22,22 +22,15 @@ impl Redlock {
             resource: lease.resource.clone(),
             reason,
         };
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let ttl = Duration::from_millis(ttl_ms);
-        if ttl.is_zero() {
-            return Err(InvalidInput::ZeroTtl.into());
-        }
-        if ttl > MAX_TTL {
-            return Err(InvalidInput::TtlAboveCap { ttl, max: MAX_TTL }.into());
-        }
+        // The acquisition's rules for the new ttl: not zero, under the cap, longer than the
+        // drift and the lost margin.
+        let options = LockOptions::default()
+            .ttl(ttl)
+            .drift_factor(lease.drift_factor)
+            .lost_margin(lease.lost_margin);
+        options.validate()?;
+        let (ttl, ttl_ms) = (options.sent_ttl(), options.ttl_millis());
         let drift = timing::drift(ttl, lease.drift_factor);
-        if ttl <= drift + lease.lost_margin {
-            return Err(InvalidInput::LostMargin {
-                margin: lease.lost_margin,
-                validity: ttl.saturating_sub(drift),
-            }
-            .into());
-        }
         lease.check().map_err(lost)?;
 
         let inner = self.inner();

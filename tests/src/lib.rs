@@ -272,46 +272,35 @@ impl RedisNodes {
 
     /// The value of `key` on every node, in order (`None` where it is absent).
     pub async fn values(&self, key: &str) -> Vec<Option<String>> {
-        use fred::interfaces::KeysInterface;
-        let mut out = Vec::new();
-        for url in self.urls() {
-            out.push(
-                plain_client(&url)
-                    .await
-                    .get(key)
-                    .await
-                    .unwrap_or_else(|e| panic!("GET {key} on {url}: {e}")),
-            );
-        }
-        out
+        self.on_each("GET", key).await
     }
 
     /// The remaining ttl of `key` on every node, in milliseconds (`PTTL`: -2 if absent).
     pub async fn pttls(&self, key: &str) -> Vec<i64> {
-        use fred::interfaces::KeysInterface;
-        let mut out = Vec::new();
-        for url in self.urls() {
-            out.push(
-                plain_client(&url)
-                    .await
-                    .pttl(key)
-                    .await
-                    .unwrap_or_else(|e| panic!("PTTL {key} on {url}: {e}")),
-            );
-        }
-        out
+        self.on_each("PTTL", key).await
     }
 
     /// Deletes `key` on every node, from the outside.
     pub async fn delete(&self, key: &str) {
-        use fred::interfaces::KeysInterface;
+        let _deleted: Vec<i64> = self.on_each("DEL", key).await;
+    }
+
+    /// `command key` on every node from a plain client, in order.
+    async fn on_each<T: fred::types::FromValue>(&self, command: &'static str, key: &str) -> Vec<T> {
+        use fred::interfaces::ClientLike;
+        use fred::types::{ClusterHash, CustomCommand};
+        let mut out = Vec::new();
         for url in self.urls() {
-            let _: i64 = plain_client(&url)
-                .await
-                .del(key)
-                .await
-                .unwrap_or_else(|e| panic!("DEL {key} on {url}: {e}"));
+            let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+            out.push(
+                plain_client(&url)
+                    .await
+                    .custom(cmd, vec![key.to_owned()])
+                    .await
+                    .unwrap_or_else(|e| panic!("{command} {key} on {url}: {e}")),
+            );
         }
+        out
     }
 }
 
