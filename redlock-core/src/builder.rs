@@ -15,6 +15,10 @@ use crate::timing;
 
 /// The environment variable read by [`RedlockBuilder::from_env`].
 pub const NODES_ENV: &str = "REDLOCK_NODES";
+/// Default grace of a fair hand-over: 20 ms (see [`RedlockBuilder::handover_grace`]).
+pub const DEFAULT_HANDOVER_GRACE: Duration = Duration::from_millis(20);
+/// The longest hand-over grace accepted: 10 s.
+pub const MAX_HANDOVER_GRACE: Duration = Duration::from_secs(10);
 /// Default per-node time limit for one command: 100 ms.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default time allowed to connect to the nodes at build time: 2 s.
@@ -50,6 +54,7 @@ pub struct RedlockBuilder {
     connect_timeout: Duration,
     options: LockOptions,
     require_quorum: bool,
+    handover_grace: Duration,
 }
 
 impl Default for RedlockBuilder {
@@ -63,6 +68,7 @@ impl Default for RedlockBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             options: LockOptions::default(),
             require_quorum: true,
+            handover_grace: DEFAULT_HANDOVER_GRACE,
         }
     }
 }
@@ -146,6 +152,19 @@ impl RedlockBuilder {
         self
     }
 
+    /// Fair hand-over and waking waiters without polling (default on, grace 20 ms).
+    ///
+    /// A release that finds waiters queued on a node reserves the key there for the longest
+    /// waiter during `grace` and tells it on the resource's channel; waiters sleep until named
+    /// (or until their retry delay, the fallback), and a holder that releases and locks again
+    /// queues behind them. The grace bounds what a waiter that died while queued costs. It
+    /// must cover a message's delivery plus one round trip; `Duration::ZERO` turns both off
+    /// (plain delete on release, waiting by retry delays only).
+    pub fn handover_grace(mut self, grace: Duration) -> Self {
+        self.handover_grace = grace;
+        self
+    }
+
     /// Default options for [`Redlock::lock`].
     pub fn lock_options(mut self, options: LockOptions) -> Self {
         self.options = options;
@@ -177,6 +196,15 @@ impl RedlockBuilder {
                 });
             }
         }
+        if self.handover_grace > MAX_HANDOVER_GRACE {
+            return Err(BuildError::Option {
+                name: "handover_grace",
+                reason: format!(
+                    "{:?} is above {MAX_HANDOVER_GRACE:?}: a reservation that long only delays the next holder",
+                    self.handover_grace
+                ),
+            });
+        }
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
             let (label, config) = parse_url(index, url)?;
@@ -197,12 +225,13 @@ impl RedlockBuilder {
             return Err(BuildError::NoNodes);
         }
         self.connect_all(&nodes).await?;
-        Ok(Redlock::from_parts(
+        Ok(Redlock::from_parts(crate::redlock::Parts {
             nodes,
-            self.options,
-            self.key_prefix,
-            self.node_timeout,
-        ))
+            defaults: self.options,
+            key_prefix: self.key_prefix,
+            node_timeout: self.node_timeout,
+            handover_grace: self.handover_grace,
+        }))
     }
 
     /// A client configured for locking rather than caching: a default command timeout (also

@@ -43,10 +43,13 @@ pub enum InvalidInput {
     /// The drift factor is outside `[0, 0.5)` or not a number.
     #[error("the drift factor {0} is outside [0, 0.5); the usual value is 0.01")]
     DriftFactor(f64),
-    /// The resource ends with the suffix reserved for fencing counters.
-    #[error("resource names may not end with `{suffix}`: that key holds a fencing counter")]
+    /// The resource ends with a suffix reserved for the lock's own keys.
+    #[error(
+        "resource names may not end with `{suffix}`: that key belongs to the lock (fencing counter or waiter queue)"
+    )]
     ReservedResource {
-        /// The reserved suffix ([`FENCING_KEY_SUFFIX`](crate::options::FENCING_KEY_SUFFIX)).
+        /// The reserved suffix ([`FENCING_KEY_SUFFIX`](crate::options::FENCING_KEY_SUFFIX) or
+        /// [`WAITERS_KEY_SUFFIX`](crate::options::WAITERS_KEY_SUFFIX)).
         suffix: &'static str,
     },
     /// The lost-signal margin leaves no validity before it.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::error::{LockError, LostReason};
 use crate::lease::Lease;
 use crate::options::LockOptions;
-use crate::quorum;
+use crate::quorum::{self, Stop};
 use crate::redlock::Redlock;
 use crate::timing;
 
@@ -44,9 +44,13 @@ impl Redlock {
         let tally = quorum::decide(
             n,
             inner.quorum,
-            inner.nodes.iter().enumerate().map(|(i, node)| async move {
-                (i, node.extend(key, token, ttl_ms, limit).await, ())
-            }),
+            limit,
+            Stop::Decided,
+            inner
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| async move { (i, node.extend(key, token, ttl_ms).await, ()) }),
         )
         .await;
         let (granted, refused) = (tally.granted, tally.refused);

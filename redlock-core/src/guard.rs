@@ -124,7 +124,9 @@ impl LockGuard {
     /// it was still held on a quorum ([`Released::was_held`]). A reentrant guard whose lock
     /// is still held by another guard of its task sends nothing ([`Released::kept`]).
     ///
-    /// The release runs in a tracked task: dropping this future does not cut it short.
+    /// Decided at quorum: it returns once a quorum confirmed the delete, without waiting for
+    /// the slowest node. Every node's command is sent on the first poll, so dropping this
+    /// future afterwards does not cut the release short.
     ///
     /// # Errors
     /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys
@@ -134,7 +136,7 @@ impl LockGuard {
         let Some(lease) = self.lease.take() else {
             unreachable!("lease taken before the guard was consumed")
         };
-        let released = match self.redlock.finish(Arc::clone(&lease)) {
+        match self.redlock.finish(&lease) {
             Finish::Kept => return Ok(self.redlock.kept()),
             Finish::AlreadyReleased => {
                 return Err(LockError::Lost {
@@ -142,13 +144,14 @@ impl LockGuard {
                     reason: crate::error::LostReason::Released,
                 });
             }
-            Finish::Releasing(Some(task)) => task.await.ok(),
-            Finish::Releasing(None) => None,
-        };
-        let released = match released {
-            Some(released) => released,
-            None => self.redlock.release_key(&lease.key, &lease.token).await,
-        };
+            Finish::Release => {}
+        }
+        // Inline: the commands are handed to the clients on the first poll, so a caller that
+        // stops waiting does not cut the release short.
+        let released = self
+            .redlock
+            .release_key(&lease.key, &lease.token, true)
+            .await;
         if released.answered < released.quorum {
             return Err(LockError::ReleaseUnconfirmed {
                 resource: lease.resource.clone(),
@@ -163,9 +166,11 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if let Some(lease) = self.lease.take() {
+        if let Some(lease) = self.lease.take()
+            && let Finish::Release = self.redlock.finish(&lease)
+        {
             let resource = lease.resource.clone();
-            if let Finish::Releasing(None) = self.redlock.finish(lease) {
+            if !self.redlock.spawn_release(lease) {
                 tracing::warn!(
                     resource,
                     "lock guard dropped outside a tokio runtime; the lock expires with its ttl"

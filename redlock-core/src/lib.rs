@@ -16,6 +16,7 @@ pub mod registry;
 mod scoped;
 pub mod timing;
 mod token;
+mod waiters;
 mod watchdog;
 
 pub use builder::RedlockBuilder;

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
+use fred::interfaces::KeysInterface;
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 
 use crate::outcome::{NodeError, NodeVote};
 
@@ -37,6 +38,45 @@ pub(crate) static RELEASE: Script = Script::new(
     r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
 );
 
+/// Release with a fair hand-over: like [`RELEASE`], but if waiters are queued on this node
+/// (`KEYS[2]`, a sorted set scored by wait start), the key is not deleted: it is reserved for
+/// the longest waiter (value `ARGV[3]`'s popped member, ttl `ARGV[2]` ms, the grace) and the
+/// waiter is told on channel `ARGV[3]`. A reservation blocks every `SET NX`; only the named
+/// waiter's [`ACQUIRE_QUEUED`] takes it, so a releasing holder cannot re-grab the lock ahead of
+/// the waiters. Returns 1 if our key was there, 0 otherwise. With no waiter it is `RELEASE`;
+/// the queue commands run under `pcall`, so an ACL user without `ZPOPMIN`/`PUBLISH` still
+/// releases (without hand-over).
+pub(crate) static RELEASE_HANDOVER: Script = Script::new(
+    r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
+local head = redis.pcall("zpopmin", KEYS[2])
+if type(head) == "table" and head[1] then
+  redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
+  redis.pcall("publish", ARGV[3], head[1])
+else
+  redis.call("del", KEYS[1])
+end
+return 1"#,
+);
+
+/// A waiter's attempt: take the key if it is free or reserved for this waiter (`ARGV[3]`),
+/// and leave the queue; otherwise join the queue (`ZADD NX`, so a waiter keeps its place,
+/// scored by its wait start `ARGV[4]`) and keep the queue alive for `ARGV[5]` ms. Also reads
+/// the fencing counter `KEYS[3]` when given. Returns `{1 | 0, counter}`. The queue commands
+/// run under `pcall`: without them (ACL) it is a plain attempt.
+pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
+    r#"local cur = redis.call("get", KEYS[1])
+local fence = 0
+if KEYS[3] then fence = tonumber(redis.call("get", KEYS[3]) or "0") or 0 end
+if not cur or cur == ARGV[3] then
+  redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+  redis.pcall("zrem", KEYS[2], ARGV[3])
+  return {1, fence}
+end
+redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
+redis.pcall("pexpire", KEYS[2], ARGV[5])
+return {0, fence}"#,
+);
+
 /// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
 /// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
 /// re-created. Returns 1 if extended, 0 otherwise.
@@ -60,11 +100,14 @@ return cur"#,
 );
 
 /// Every script a node runs, preloaded on each (re)connection.
-const SCRIPTS: [&Script; 4] = [&RELEASE, &EXTEND, &ACQUIRE_FENCED, &FENCE];
-
-/// Slack added to the outer `tokio::time::timeout` over fred's own per-command timeout, so that
-/// fred's typed `Timeout` normally wins and the outer one only catches a stuck client.
-const OUTER_SLACK: Duration = Duration::from_millis(5);
+const SCRIPTS: [&Script; 6] = [
+    &RELEASE,
+    &RELEASE_HANDOVER,
+    &EXTEND,
+    &ACQUIRE_FENCED,
+    &ACQUIRE_QUEUED,
+    &FENCE,
+];
 
 /// A client for one independent master and its display label (`host:port`, no credentials).
 #[derive(Clone)]
@@ -73,59 +116,61 @@ pub(crate) struct Node {
     pub(crate) label: String,
 }
 
+/// Per-call options: one attempt (fred must not silently re-send a `SET NX` after a
+/// reconnect), fail-fast when the client is not connected, and no fred timer: the time limit
+/// is one timer per round over all nodes ([`quorum::decide`](crate::quorum::decide)), not two
+/// per command. Sent through `custom()` on `WithOptions`, the one path where fred honours them
+/// for scripts too (fred.rs#353: `with_options(..).eval(..)` drops them).
+fn call_options() -> &'static Options {
+    static OPTIONS: OnceLock<Options> = OnceLock::new();
+    OPTIONS.get_or_init(|| Options {
+        timeout: Some(Duration::ZERO),
+        max_attempts: Some(1),
+        fail_fast: true,
+        ..Options::default()
+    })
+}
+
 impl Node {
-    /// Per-call options: a hard timeout, one attempt (fred must not silently re-send a `SET NX`
-    /// after a reconnect) and fail-fast when the client is not connected. Sent through
-    /// `custom()` on `WithOptions`, the one path where fred honours them for scripts too
-    /// (fred.rs#353: `with_options(..).eval(..)` drops them).
-    fn options(limit: Duration) -> Options {
-        Options {
-            timeout: Some(limit),
-            max_attempts: Some(1),
-            fail_fast: true,
-            ..Options::default()
-        }
+    /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
+    /// [`quorum::decide`](crate::quorum::decide), a single call with [`Node::bounded`].
+    async fn call(&self, command: &'static str, args: Vec<Value>) -> Result<Value, NodeError> {
+        let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+        self.client
+            .with_options(call_options())
+            .custom::<Value, Value>(cmd, args)
+            .await
+            .map_err(|e| NodeError::from_fred(&e))
     }
 
-    async fn call(
+    /// [`call`](Self::call) bounded by `limit`.
+    async fn bounded(
         &self,
         command: &'static str,
         args: Vec<Value>,
         limit: Duration,
     ) -> Result<Value, NodeError> {
-        let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
-        let client = self.client.with_options(&Self::options(limit));
-        match tokio::time::timeout(
-            limit + OUTER_SLACK,
-            client.custom::<Value, Value>(cmd, args),
-        )
-        .await
-        {
-            Err(_) => Err(NodeError::Timeout(limit)),
-            Ok(Err(e)) => Err(NodeError::from_fred(&e, limit)),
-            Ok(Ok(value)) => Ok(value),
-        }
+        tokio::time::timeout(limit, self.call(command, args))
+            .await
+            .unwrap_or(Err(NodeError::Timeout(limit)))
     }
 
     /// `SET key token NX PX ttl` (Redlock step 2 on one node).
-    pub(crate) async fn try_lock(
-        &self,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        limit: Duration,
-    ) -> NodeVote {
-        let args = vec![
-            Value::from(key),
-            Value::from(token),
-            Value::from("NX"),
-            Value::from("PX"),
-            Value::from(ttl_ms.to_string()),
-        ];
-        match self.call("SET", args, limit).await {
+    ///
+    /// Sent as fred's typed `SET`, not a custom command: fred flushes the socket after every
+    /// custom command and every `EVAL`/`EVALSHA` (`CommandKind::should_flush`), but lets typed
+    /// commands from concurrent lockers share one write.
+    pub(crate) async fn try_lock(&self, key: &str, token: &str, ttl_ms: u64) -> NodeVote {
+        let expire = Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let reply = self
+            .client
+            .with_options(call_options())
+            .set::<Value, _, _>(key, token, Some(expire), Some(SetOptions::NX), false)
+            .await;
+        match reply {
             Ok(Value::Null) => NodeVote::Held,
             Ok(_) => NodeVote::Acquired,
-            Err(e) => NodeVote::Failed(e),
+            Err(e) => NodeVote::Failed(NodeError::from_fred(&e)),
         }
     }
 
@@ -136,7 +181,6 @@ impl Node {
         script: &Script,
         keys: &[&str],
         args: &[Value],
-        limit: Duration,
     ) -> Result<Value, NodeError> {
         let with = |head: &str| {
             let mut all = Vec::with_capacity(2 + keys.len() + args.len());
@@ -146,39 +190,43 @@ impl Node {
             all.extend(args.iter().cloned());
             all
         };
-        match self.call("EVALSHA", with(script.sha1()), limit).await {
+        match self.call("EVALSHA", with(script.sha1())).await {
             Err(NodeError::Reply(text)) if text.starts_with("NOSCRIPT") => {
-                self.call("EVAL", with(script.source), limit).await
+                self.call("EVAL", with(script.source)).await
             }
             other => other,
         }
     }
 
-    /// The compare-and-delete script on one node. `Ok(true)` if our key was deleted,
-    /// `Ok(false)` if it was gone or held by someone else.
+    /// The compare-and-delete script on one node. `Ok(true)` if our key was deleted (or
+    /// handed over), `Ok(false)` if it was gone or held by someone else. With `handover`, the
+    /// key goes to the longest queued waiter ([`RELEASE_HANDOVER`]).
     pub(crate) async fn unlock(
         &self,
         key: &str,
         token: &str,
-        limit: Duration,
+        handover: Option<&Handover>,
     ) -> Result<bool, NodeError> {
-        let reply = self
-            .eval(&RELEASE, &[key], &[Value::from(token)], limit)
-            .await?;
+        let reply = match handover {
+            None => self.eval(&RELEASE, &[key], &[Value::from(token)]).await?,
+            Some(h) => {
+                let args = [
+                    Value::from(token),
+                    ttl_arg(h.grace_ms),
+                    Value::from(h.channel.as_str()),
+                ];
+                self.eval(&RELEASE_HANDOVER, &[key, h.channel.as_str()], &args)
+                    .await?
+            }
+        };
         Ok(matches!(reply, Value::Integer(1)))
     }
 
     /// The compare-and-pexpire script on one node: [`NodeVote::Acquired`] if our key got the
     /// new ttl, [`NodeVote::Held`] if it is gone or another holder's.
-    pub(crate) async fn extend(
-        &self,
-        key: &str,
-        token: &str,
-        ttl_ms: u64,
-        limit: Duration,
-    ) -> NodeVote {
-        let args = [Value::from(token), Value::from(ttl_ms.to_string())];
-        match self.eval(&EXTEND, &[key], &args, limit).await {
+    pub(crate) async fn extend(&self, key: &str, token: &str, ttl_ms: u64) -> NodeVote {
+        let args = [Value::from(token), ttl_arg(ttl_ms)];
+        match self.eval(&EXTEND, &[key], &args).await {
             Ok(Value::Integer(1)) => NodeVote::Acquired,
             Ok(_) => NodeVote::Held,
             Err(e) => NodeVote::Failed(e),
@@ -192,40 +240,54 @@ impl Node {
         fence_key: &str,
         token: &str,
         ttl_ms: u64,
-        limit: Duration,
     ) -> (NodeVote, u64) {
-        let args = [Value::from(token), Value::from(ttl_ms.to_string())];
-        match self
-            .eval(&ACQUIRE_FENCED, &[key, fence_key], &args, limit)
-            .await
-        {
-            Ok(Value::Array(reply)) => {
-                let counter = reply.get(1).and_then(counter).unwrap_or(0);
-                match reply.first() {
-                    Some(Value::Integer(1)) => (NodeVote::Acquired, counter),
-                    _ => (NodeVote::Held, counter),
-                }
+        let args = [Value::from(token), ttl_arg(ttl_ms)];
+        let reply = self.eval(&ACQUIRE_FENCED, &[key, fence_key], &args).await;
+        vote_and_counter(reply)
+    }
+
+    /// A queued waiter's attempt ([`ACQUIRE_QUEUED`]), reading the fencing counter when
+    /// `fence_key` is given.
+    pub(crate) async fn try_lock_queued(
+        &self,
+        key: &str,
+        fence_key: Option<&str>,
+        token: &str,
+        ttl_ms: u64,
+        place: &QueuePlace,
+    ) -> (NodeVote, u64) {
+        let args = [
+            Value::from(token),
+            ttl_arg(ttl_ms),
+            Value::from(place.marker.as_str()),
+            Value::Integer(place.score_ms),
+            ttl_arg(place.queue_ttl_ms),
+        ];
+        let queue = place.queue.as_str();
+        let reply = match fence_key {
+            Some(fence_key) => {
+                self.eval(&ACQUIRE_QUEUED, &[key, queue, fence_key], &args)
+                    .await
             }
-            Ok(other) => (
-                NodeVote::Failed(NodeError::Reply(format!(
-                    "unexpected reply to the fenced SET: {other:?}"
-                ))),
-                0,
-            ),
-            Err(e) => (NodeVote::Failed(e), 0),
-        }
+            None => self.eval(&ACQUIRE_QUEUED, &[key, queue], &args).await,
+        };
+        vote_and_counter(reply)
+    }
+
+    /// Leaves a resource's waiter queue (a waiter that gave up).
+    pub(crate) async fn leave_queue(&self, place: &QueuePlace) -> Result<(), NodeError> {
+        let args = vec![
+            Value::from(place.queue.as_str()),
+            Value::from(place.marker.as_str()),
+        ];
+        self.call("ZREM", args).await.map(drop)
     }
 
     /// Raises the fencing counter to `value` if lower. [`NodeVote::Acquired`] if the counter
     /// was below `value` (confirmed); otherwise [`NodeVote::Held`] with the higher counter.
-    pub(crate) async fn fence(
-        &self,
-        fence_key: &str,
-        value: u64,
-        limit: Duration,
-    ) -> (NodeVote, u64) {
+    pub(crate) async fn fence(&self, fence_key: &str, value: u64) -> (NodeVote, u64) {
         let args = [Value::from(value.to_string())];
-        match self.eval(&FENCE, &[fence_key], &args, limit).await {
+        match self.eval(&FENCE, &[fence_key], &args).await {
             Ok(reply) => match counter(&reply) {
                 Some(before) if before < value => (NodeVote::Acquired, before),
                 Some(before) => (NodeVote::Held, before),
@@ -249,7 +311,7 @@ impl Node {
     pub(crate) async fn load_scripts(&self, limit: Duration) {
         for script in SCRIPTS {
             let args = vec![Value::from("LOAD"), Value::from(script.source)];
-            if let Err(error) = self.call("SCRIPT", args, limit).await {
+            if let Err(error) = self.bounded("SCRIPT", args, limit).await {
                 tracing::debug!(node = %self.label, %error, "could not preload the lock scripts");
                 return;
             }
@@ -273,7 +335,7 @@ impl Node {
     /// The server's `run_id` from `INFO server`, to tell two URLs for one server apart.
     pub(crate) async fn run_id(&self, limit: Duration) -> Option<String> {
         let info = self
-            .call("INFO", vec![Value::from("server")], limit)
+            .bounded("INFO", vec![Value::from("server")], limit)
             .await
             .ok()?;
         let text = info.as_string()?;
@@ -281,6 +343,53 @@ impl Node {
             .find_map(|line| line.strip_prefix("run_id:"))
             .map(|id| id.trim().to_owned())
     }
+}
+
+/// A waiter's place in a resource's queue on every node.
+#[derive(Debug, Clone)]
+pub(crate) struct QueuePlace {
+    /// The queue's key (also the channel its hand-overs are published on).
+    pub(crate) queue: String,
+    /// `~` and the waiter's id: its queue member, and the value of a key reserved for it.
+    pub(crate) marker: String,
+    /// When the waiter started waiting, in ms since the Unix epoch: its rank in the queue.
+    pub(crate) score_ms: i64,
+    /// How long the queue outlives its last enqueue, in ms.
+    pub(crate) queue_ttl_ms: u64,
+}
+
+/// How a release hands the key over to a queued waiter.
+#[derive(Debug, Clone)]
+pub(crate) struct Handover {
+    /// The resource's queue key and hand-over channel.
+    pub(crate) channel: String,
+    /// How long the key stays reserved for the named waiter, in ms.
+    pub(crate) grace_ms: u64,
+}
+
+/// The `{1 | 0, counter}` reply of the acquire scripts.
+fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
+    match reply {
+        Ok(Value::Array(reply)) => {
+            let counter = reply.get(1).and_then(counter).unwrap_or(0);
+            match reply.first() {
+                Some(Value::Integer(1)) => (NodeVote::Acquired, counter),
+                _ => (NodeVote::Held, counter),
+            }
+        }
+        Ok(other) => (
+            NodeVote::Failed(NodeError::Reply(format!(
+                "unexpected reply to an acquire script: {other:?}"
+            ))),
+            0,
+        ),
+        Err(e) => (NodeVote::Failed(e), 0),
+    }
+}
+
+/// A ttl in milliseconds as a command argument (sent as its decimal digits).
+fn ttl_arg(ttl_ms: u64) -> Value {
+    Value::Integer(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
 }
 
 /// A fencing counter from a script reply (an integer, or its decimal string).

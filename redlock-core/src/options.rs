@@ -27,6 +27,9 @@ pub const DEFAULT_EXTEND_FRACTION: f64 = 1.0 / 3.0;
 pub const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
 /// Suffix of the key holding a resource's fencing counter; resources may not end with it.
 pub const FENCING_KEY_SUFFIX: &str = ":fencing-counter";
+/// Suffix of the key holding a resource's waiter queue (also its hand-over channel);
+/// resources may not end with it.
+pub const WAITERS_KEY_SUFFIX: &str = ":waiters";
 
 /// How one acquisition behaves: how long the lock lives, how often and how long to retry.
 ///
@@ -322,7 +325,8 @@ impl LockOptions {
 }
 
 /// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, not ending with
-/// [`FENCING_KEY_SUFFIX`] (those keys hold fencing counters).
+/// [`FENCING_KEY_SUFFIX`] or [`WAITERS_KEY_SUFFIX`] (those keys hold fencing counters and
+/// waiter queues).
 ///
 /// # Errors
 /// [`InvalidInput::EmptyResource`], [`InvalidInput::ResourceTooLong`] or
@@ -337,10 +341,10 @@ pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
             max: MAX_RESOURCE_LEN,
         });
     }
-    if resource.ends_with(FENCING_KEY_SUFFIX) {
-        return Err(InvalidInput::ReservedResource {
-            suffix: FENCING_KEY_SUFFIX,
-        });
+    for suffix in [FENCING_KEY_SUFFIX, WAITERS_KEY_SUFFIX] {
+        if resource.ends_with(suffix) {
+            return Err(InvalidInput::ReservedResource { suffix });
+        }
     }
     Ok(())
 }

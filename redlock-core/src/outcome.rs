@@ -21,10 +21,9 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    pub(crate) fn from_fred(error: &fred::error::Error, limit: std::time::Duration) -> Self {
+    pub(crate) fn from_fred(error: &fred::error::Error) -> Self {
         use fred::error::ErrorKind;
         match error.kind() {
-            ErrorKind::Timeout => Self::Timeout(limit),
             ErrorKind::Canceled => Self::Disconnected,
             ErrorKind::IO => Self::Io(error.details().to_owned()),
             _ => Self::Reply(error.details().to_owned()),

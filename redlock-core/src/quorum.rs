@@ -2,12 +2,13 @@
 //! majority can no longer agree (distlock spec, steps 2–3; node-redlock's early return).
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use crate::node::Node;
-use crate::outcome::{NodeOutcome, NodeVote, Outcomes};
+use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 
 /// One round's answers, as far as they were awaited.
 pub(crate) struct Tally<T> {
@@ -37,12 +38,31 @@ impl<T> Tally<T> {
     }
 }
 
-/// Awaits `calls` (one per node, yielding `(node index, vote, datum)`) until `quorum` of the
-/// `n` nodes granted, or more than `n − quorum` did not. Calls still running are dropped: their
-/// commands may land anyway, which every caller accounts for.
+/// When a round may stop before every node has answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// As soon as a quorum granted, or more than `n − quorum` did not (a quorum is then out
+    /// of reach): acquisition, extension, fencing.
+    Decided,
+    /// As soon as a quorum granted; otherwise every node is awaited so that the report says
+    /// exactly what each did: release.
+    Granted,
+}
+
+/// Awaits `calls` (one per node, yielding `(node index, vote, datum)`) within one time limit
+/// for the whole round, until the round is decided by `stop`. Nodes that have not answered
+/// when the limit passes vote [`NodeVote::Failed`] with [`NodeError::Timeout`]; nodes left
+/// unawaited after an early decision stay [`NodeVote::Undecided`].
+///
+/// One timer per round, not one per command. Calls still running are dropped, but their
+/// commands were already handed to the node's client on the first poll: they land anyway,
+/// which every caller accounts for (a failed attempt releases on every node, in order after
+/// its `SET` on the same connection).
 pub(crate) async fn decide<T, F>(
     n: usize,
     quorum: usize,
+    limit: Duration,
+    stop: Stop,
     calls: impl IntoIterator<Item = F>,
 ) -> Tally<T>
 where
@@ -55,8 +75,25 @@ where
         granted: 0,
         refused: 0,
     };
+    let timer = tokio::time::sleep(limit);
+    tokio::pin!(timer);
     let mut against = 0;
-    while let Some((i, vote, datum)) = pending.next().await {
+    loop {
+        let (i, vote, datum) = tokio::select! {
+            biased;
+            next = pending.next() => match next {
+                Some(answer) => answer,
+                None => break,
+            },
+            () = &mut timer => {
+                for vote in &mut tally.votes {
+                    if *vote == NodeVote::Undecided {
+                        *vote = NodeVote::Failed(NodeError::Timeout(limit));
+                    }
+                }
+                break;
+            }
+        };
         match vote {
             NodeVote::Acquired => tally.granted += 1,
             NodeVote::Held => {
@@ -69,7 +106,7 @@ where
             tally.data[i] = Some(datum);
         }
         tally.votes[i] = vote;
-        if tally.granted >= quorum || against > n - quorum {
+        if tally.granted >= quorum || (stop == Stop::Decided && against > n - quorum) {
             break;
         }
     }

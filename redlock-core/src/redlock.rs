@@ -14,13 +14,14 @@ use crate::builder::RedlockBuilder;
 use crate::error::{LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LeaseParts};
-use crate::node::Node;
-use crate::options::{FENCING_KEY_SUFFIX, LockOptions, validate_resource};
-use crate::outcome::Outcomes;
-use crate::quorum;
+use crate::node::{Handover, Node, QueuePlace};
+use crate::options::{FENCING_KEY_SUFFIX, LockOptions, WAITERS_KEY_SUFFIX, validate_resource};
+use crate::outcome::{NodeVote, Outcomes};
+use crate::quorum::{self, Stop};
 use crate::reentrant::{Holder, Reentrant};
 use crate::timing;
 use crate::token::Token;
+use crate::waiters::{Listener, Waiters, Wake};
 use crate::watchdog::Watchdog;
 
 /// A Redlock distributed lock manager over N independent Redis masters.
@@ -59,6 +60,10 @@ pub(crate) struct Inner {
     pub(crate) reentrant: Reentrant,
     /// The auto-extension driver, started with the first auto-extended lock.
     pub(crate) watchdog: OnceLock<Watchdog>,
+    /// Pub/sub waiters and fair hand-over (`None` when the hand-over grace is zero).
+    waiters: Option<Arc<Waiters>>,
+    /// How long a released key stays reserved for the waiter it was handed to.
+    handover_grace: Duration,
     next_id: AtomicU64,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -90,7 +95,9 @@ impl std::fmt::Debug for Redlock {
 pub struct Released {
     /// Nodes where our key was still there and was deleted.
     pub deleted: usize,
-    /// Nodes that answered (deleted or not).
+    /// Nodes that answered (deleted or not) before the release was decided: a release
+    /// confirmed by a quorum does not wait for the other nodes, whose commands are already
+    /// sent.
     pub answered: usize,
     /// Nodes in all.
     pub nodes: usize,
@@ -116,8 +123,8 @@ pub(crate) enum Finish {
     Kept,
     /// [`Redlock::release_all`] already released it.
     AlreadyReleased,
-    /// The release was spawned (`None`: outside a tokio runtime, nothing was sent).
-    Releasing(Option<tokio::task::JoinHandle<Released>>),
+    /// This was the last hold: the caller releases it on the nodes.
+    Release,
 }
 
 /// What [`Redlock::release_all`] did.
@@ -129,6 +136,21 @@ pub struct ReleaseAllReport {
     pub unconfirmed: Vec<String>,
 }
 
+/// What a handle is built from.
+pub(crate) struct Parts {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) defaults: LockOptions,
+    pub(crate) key_prefix: String,
+    pub(crate) node_timeout: Duration,
+    pub(crate) handover_grace: Duration,
+}
+
+/// A waiter: its place in the resource's queue on the nodes and its subscription.
+struct Waiting {
+    place: QueuePlace,
+    listener: Listener,
+}
+
 /// Why one acquisition attempt failed.
 enum AttemptFailure {
     Votes(Outcomes),
@@ -137,10 +159,20 @@ enum AttemptFailure {
 
 /// What a successful attempt produced.
 struct Granted {
+    /// Every node granted it (so a queued waiter left the queue on all of them).
+    everywhere: bool,
     started: Instant,
     valid_until: Instant,
     fencing_token: Option<u64>,
 }
+
+/// How long a waiter queue outlives its last enqueue: waiters refresh it at every attempt,
+/// so this only bounds how long the entries of waiters that died linger.
+const QUEUE_TTL_MS: u64 = 30_000;
+
+/// A waiter that saw another waiter named attempts this long after the grace if nothing else
+/// happened: by then the reservation has expired if the named waiter did not take it.
+const AFTER_OTHER_SLACK: Duration = Duration::from_millis(5);
 
 /// Rounds of the fencing write-back before giving up (each round after the first follows a
 /// node that reported a higher counter).
@@ -152,12 +184,18 @@ impl Redlock {
         RedlockBuilder::default()
     }
 
-    pub(crate) fn from_parts(
-        nodes: Vec<Node>,
-        defaults: LockOptions,
-        key_prefix: String,
-        node_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn from_parts(parts: Parts) -> Self {
+        let Parts {
+            nodes,
+            defaults,
+            key_prefix,
+            node_timeout,
+            handover_grace,
+        } = parts;
+        let waiters = (!handover_grace.is_zero()).then(|| {
+            let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
+            Waiters::start(&clients, node_timeout)
+        });
         Self {
             inner: Arc::new(Inner {
                 quorum: timing::quorum(nodes.len()),
@@ -165,6 +203,8 @@ impl Redlock {
                 defaults,
                 key_prefix,
                 node_timeout,
+                waiters,
+                handover_grace,
                 held: Mutex::new(HashMap::new()),
                 reentrant: Reentrant::default(),
                 watchdog: OnceLock::new(),
@@ -279,11 +319,22 @@ impl Redlock {
         let started = Instant::now();
         let deadline = options.get_wait_timeout().map(|wait| started + wait);
         let mut attempts = 0u32;
+        let mut waiting: Option<Waiting> = None;
+        // The attempt that follows joining the queue is not a retry: it only closes the gap
+        // between the first attempt and the subscription.
+        let mut free_attempt = false;
         loop {
-            attempts += 1;
+            if !std::mem::take(&mut free_attempt) {
+                attempts += 1;
+            }
             let token = Token::generate().map_err(LockError::Entropy)?;
-            let failure = match self.attempt(&key, &token, options).await {
+            let place = waiting.as_ref().map(|w| &w.place);
+            let failure = match self.attempt(&key, &token, options, place).await {
                 Ok(granted) => {
+                    let queued = waiting.is_some();
+                    if let Some(waiting) = waiting.take_if(|_| !granted.everywhere) {
+                        self.leave_queue(waiting.place);
+                    }
                     let guard = self.register(resource, key, token, options, granted, owner);
                     if self.is_shutting_down() {
                         // Shutdown began during the attempt: refuse, and release what was
@@ -291,7 +342,7 @@ impl Redlock {
                         drop(guard);
                         return Err(LockError::ShuttingDown);
                     }
-                    tracing::debug!(attempts, "acquired");
+                    tracing::debug!(attempts, queued, "acquired");
                     return Ok(guard);
                 }
                 Err(failure) => failure,
@@ -306,16 +357,77 @@ impl Redlock {
                 None => attempts <= options.get_retry_count(),
             };
             if !retry {
+                if let Some(waiting) = waiting {
+                    self.leave_queue(waiting.place);
+                }
                 let error = self.failure_error(resource, attempts, options, failure);
                 tracing::debug!(attempts, error = %error, "giving up");
                 return Err(error);
             }
-            tracing::trace!(attempts, delay_ms = delay.as_millis() as u64, "retrying");
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = self.inner.shutdown.cancelled() => return Err(LockError::ShuttingDown),
+            let shutdown = &self.inner.shutdown;
+            match (&mut waiting, &self.inner.waiters) {
+                (None, Some(waiters)) if matches!(failure, AttemptFailure::Votes(_)) => {
+                    tracing::trace!(attempts, "busy; joining the waiter queue");
+                    waiting = Some(self.join_queue(waiters, &key).await);
+                    free_attempt = true;
+                }
+                (Some(waiting), _) => {
+                    tracing::trace!(attempts, fallback_ms = delay.as_millis() as u64, "waiting");
+                    let after_other = self.inner.handover_grace + AFTER_OTHER_SLACK;
+                    let marker = waiting.place.marker.as_str();
+                    let wake = waiting
+                        .listener
+                        .wait(marker, delay, after_other, shutdown)
+                        .await;
+                    if wake == Wake::Shutdown {
+                        self.leave_queue(waiting.place.clone());
+                        return Err(LockError::ShuttingDown);
+                    }
+                }
+                _ => {
+                    tracing::trace!(attempts, delay_ms = delay.as_millis() as u64, "retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = shutdown.cancelled() => return Err(LockError::ShuttingDown),
+                    }
+                }
             }
         }
+    }
+
+    /// Subscribes to `key`'s hand-over channel and draws this waiter's place in its queue.
+    async fn join_queue(&self, waiters: &Arc<Waiters>, key: &str) -> Waiting {
+        let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+        let listener = waiters.join(&queue).await;
+        let score_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let place = QueuePlace {
+            queue,
+            marker: format!("~{:016x}", rand::rng().random::<u64>()),
+            score_ms,
+            queue_ttl_ms: QUEUE_TTL_MS,
+        };
+        Waiting { place, listener }
+    }
+
+    /// Leaves a queue on every node, in the background (a waiter that gave up).
+    fn leave_queue(&self, place: QueuePlace) {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let redlock = self.clone();
+        self.inner.tracker.spawn_on(
+            async move {
+                let limit = redlock.inner.node_timeout;
+                let nodes = redlock.inner.nodes.iter();
+                futures_util::future::join_all(
+                    nodes.map(|node| tokio::time::timeout(limit, node.leave_queue(&place))),
+                )
+                .await;
+            },
+            &handle,
+        );
     }
 
     fn retry_delay(&self, options: &LockOptions) -> Duration {
@@ -371,6 +483,7 @@ impl Redlock {
         key: &str,
         token: &Token,
         options: &LockOptions,
+        queued: Option<&QueuePlace>,
     ) -> Result<Granted, AttemptFailure> {
         let inner = &self.inner;
         let ttl = options.sent_ttl();
@@ -386,37 +499,27 @@ impl Redlock {
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
         // Step 2: all nodes at once, decided at quorum.
-        let nodes = inner.nodes.iter().enumerate();
-        let tally = match &fence_key {
-            None => {
-                quorum::decide(
-                    n,
-                    inner.quorum,
-                    nodes.map(|(i, node)| async move {
-                        (
-                            i,
-                            node.try_lock(key, token.expose(), ttl_ms, limit).await,
-                            0,
-                        )
-                    }),
-                )
-                .await
-            }
-            Some(fence_key) => {
-                quorum::decide(
-                    n,
-                    inner.quorum,
-                    nodes.map(|(i, node)| async move {
-                        let (vote, counter) = node
-                            .try_lock_fenced(key, fence_key, token.expose(), ttl_ms, limit)
-                            .await;
-                        (i, vote, counter)
-                    }),
-                )
-                .await
-            }
-        };
-        let granted = tally.granted >= inner.quorum;
+        let fence = fence_key.as_deref();
+        let tally = quorum::decide(
+            n,
+            inner.quorum,
+            limit,
+            Stop::Decided,
+            inner.nodes.iter().enumerate().map(|(i, node)| async move {
+                let token = token.expose();
+                let (vote, counter) = match (queued, fence) {
+                    (Some(place), _) => {
+                        node.try_lock_queued(key, fence, token, ttl_ms, place).await
+                    }
+                    (None, Some(fence)) => node.try_lock_fenced(key, fence, token, ttl_ms).await,
+                    (None, None) => (node.try_lock(key, token, ttl_ms).await, 0),
+                };
+                (i, vote, counter)
+            }),
+        )
+        .await;
+        let granted_by = tally.granted;
+        let granted = granted_by >= inner.quorum;
         let highest = tally.data.iter().flatten().copied().max().unwrap_or(0);
         let outcomes = tally.outcomes(&inner.nodes);
         tracing::debug!(
@@ -451,6 +554,7 @@ impl Redlock {
         }
         cleanup.disarm();
         Ok(Granted {
+            everywhere: granted_by == n,
             started: start,
             valid_until: start + ttl - drift,
             fencing_token,
@@ -473,8 +577,10 @@ impl Redlock {
             let tally = quorum::decide(
                 inner.nodes.len(),
                 inner.quorum,
+                limit,
+                Stop::Decided,
                 inner.nodes.iter().enumerate().map(|(i, node)| async move {
-                    let (vote, before) = node.fence(fence_key, claim, limit).await;
+                    let (vote, before) = node.fence(fence_key, claim).await;
                     (i, vote, before)
                 }),
             )
@@ -550,15 +656,15 @@ impl Redlock {
     }
 
     /// A guard is done with `lease`: drop one hold, and when it was the last, fire the lost
-    /// signal (released), stop extending, and release on every node in a tracked task.
-    pub(crate) fn finish(&self, lease: Arc<Lease>) -> Finish {
-        if !self.inner.reentrant.leave(&lease) {
+    /// signal (released) and stop extending; the caller then releases it on the nodes.
+    pub(crate) fn finish(&self, lease: &Lease) -> Finish {
+        if !self.inner.reentrant.leave(lease) {
             return Finish::Kept;
         }
-        if !self.retire(&lease) {
+        if !self.retire(lease) {
             return Finish::AlreadyReleased;
         }
-        Finish::Releasing(self.spawn_release(lease))
+        Finish::Release
     }
 
     /// Takes a lease out of the registry and the driver, and fires its lost signal; `false`
@@ -585,52 +691,65 @@ impl Redlock {
         }
     }
 
-    /// Releases `key` signed by `token` on every node at once (compare-and-delete), waiting
-    /// for every node (each bounded by the node timeout).
-    pub(crate) async fn release_key(&self, key: &str, token: &Token) -> Released {
-        let limit = self.inner.node_timeout;
-        let replies = futures_util::future::join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| node.unlock(key, token.expose(), limit)),
+    /// Releases `key` signed by `token` on every node at once (compare-and-delete), decided
+    /// at quorum: it returns as soon as a quorum confirmed the delete (the other nodes'
+    /// commands are already sent and land anyway), otherwise once every node answered or the
+    /// node timeout passed, so that the report is exact when the lock was not fully held.
+    ///
+    /// With `handover` (a holder's release, not a failed attempt's cleanup) and fair
+    /// hand-over on, a node with queued waiters reserves the key for the longest one.
+    pub(crate) async fn release_key(&self, key: &str, token: &Token, handover: bool) -> Released {
+        let inner = &self.inner;
+        let handover = (handover && inner.waiters.is_some()).then(|| Handover {
+            channel: format!("{key}{WAITERS_KEY_SUFFIX}"),
+            grace_ms: u64::try_from(inner.handover_grace.as_millis()).unwrap_or(u64::MAX),
+        });
+        let handover = handover.as_ref();
+        let tally = quorum::decide(
+            inner.nodes.len(),
+            inner.quorum,
+            inner.node_timeout,
+            Stop::Granted,
+            inner.nodes.iter().enumerate().map(|(i, node)| async move {
+                let vote = match node.unlock(key, token.expose(), handover).await {
+                    Ok(true) => NodeVote::Acquired,
+                    Ok(false) => NodeVote::Held,
+                    Err(e) => NodeVote::Failed(e),
+                };
+                (i, vote, ())
+            }),
         )
         .await;
-        let answered = replies.iter().filter(|r| r.is_ok()).count();
-        let deleted = replies.iter().filter(|r| matches!(r, Ok(true))).count();
         Released {
-            deleted,
-            answered,
-            nodes: self.inner.nodes.len(),
-            quorum: self.inner.quorum,
+            deleted: tally.granted,
+            answered: tally.granted + tally.refused,
+            nodes: inner.nodes.len(),
+            quorum: inner.quorum,
             kept: false,
         }
     }
 
-    /// Releases a lease in a tracked task, so that dropping the caller does not cut the release
-    /// short.
-    pub(crate) fn spawn_release(
-        &self,
-        lease: Arc<Lease>,
-    ) -> Option<tokio::task::JoinHandle<Released>> {
-        let handle = tokio::runtime::Handle::try_current().ok()?;
+    /// Releases a dropped guard's lease in a tracked task ([`shutdown`](Self::shutdown) waits
+    /// for it); `false` outside a tokio runtime, where nothing can be sent.
+    pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return false;
+        };
         let redlock = self.clone();
         let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
-        Some(
-            self.inner.tracker.spawn_on(
-                async move {
-                    let released = redlock.release_key(&lease.key, &lease.token).await;
-                    tracing::debug!(
-                        deleted = released.deleted,
-                        answered = released.answered,
-                        "released"
-                    );
-                    released
-                }
-                .instrument(span),
-                &handle,
-            ),
-        )
+        self.inner.tracker.spawn_on(
+            async move {
+                let released = redlock.release_key(&lease.key, &lease.token, true).await;
+                tracing::debug!(
+                    deleted = released.deleted,
+                    answered = released.answered,
+                    "released"
+                );
+            }
+            .instrument(span),
+            &handle,
+        );
+        true
     }
 
     /// Refuses new acquisitions from now on ([`LockError::ShuttingDown`]); attempts waiting for
@@ -662,7 +781,7 @@ impl Redlock {
         let results = futures_util::future::join_all(leases.iter().map(|lease| async move {
             (
                 lease.resource.clone(),
-                self.release_key(&lease.key, &lease.token).await,
+                self.release_key(&lease.key, &lease.token, true).await,
             )
         }))
         .await;
@@ -723,7 +842,7 @@ impl<'a> Cleanup<'a> {
     }
 
     async fn run(&mut self) {
-        self.redlock.release_key(self.key, self.token).await;
+        self.redlock.release_key(self.key, self.token, false).await;
         self.armed = false;
     }
 }
@@ -738,7 +857,7 @@ impl Drop for Cleanup<'_> {
             let (key, token) = (self.key.to_owned(), self.token.clone());
             redlock.inner.tracker.clone().spawn_on(
                 async move {
-                    redlock.release_key(&key, &token).await;
+                    redlock.release_key(&key, &token, false).await;
                 },
                 &handle,
             );

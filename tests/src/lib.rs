@@ -280,6 +280,28 @@ impl RedisNodes {
         self.on_each("PTTL", key).await
     }
 
+    /// Waits (at most 2 s) until `key` is absent on every node: a release returns at quorum,
+    /// and the other nodes' deletes land just after.
+    pub async fn gone_everywhere(&self, key: &str) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let values = self.values(key).await;
+            if values.iter().all(Option::is_none) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} still on some nodes: {values:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// How many waiters are queued for `key` on every node (`ZCARD key:waiters`).
+    pub async fn queued(&self, key: &str) -> Vec<i64> {
+        self.on_each("ZCARD", &format!("{key}:waiters")).await
+    }
+
     /// Deletes `key` on every node, from the outside.
     pub async fn delete(&self, key: &str) {
         let _deleted: Vec<i64> = self.on_each("DEL", key).await;

@@ -82,7 +82,9 @@ async fn mutual_exclusion_under_contention() {
     }
     assert_eq!(successes.load(Ordering::SeqCst), 160);
     assert_eq!(counter.load(Ordering::SeqCst), 160, "lost updates");
-    assert_eq!(nodes.values("counter").await, vec![None; 5]);
+    // Every key released; a hand-over reservation for a waiter that had already got the lock
+    // elsewhere expires with its grace.
+    nodes.gone_everywhere("counter").await;
 }
 
 #[tokio::test]
@@ -106,7 +108,7 @@ async fn a_minority_down_keeps_locking_and_excluding() {
     }
     let released = guard.release().await.unwrap();
     assert!(released.was_held());
-    assert_eq!(released.deleted, 3);
+    assert_eq!(released.deleted, 3, "the 3 live nodes make the quorum");
     b.lock_with("res", &once)
         .await
         .unwrap()
@@ -268,8 +270,8 @@ async fn release_survives_a_script_cache_flush() {
     for url in nodes.urls() {
         let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
     }
-    let released = guard.release().await.unwrap();
-    assert_eq!(released.deleted, 5);
+    assert!(guard.release().await.unwrap().was_held());
+    nodes.gone_everywhere("res").await;
 }
 
 #[tokio::test]
@@ -397,7 +399,11 @@ async fn building_needs_a_reachable_quorum_of_distinct_nodes() {
         .retry_delay(Duration::from_millis(50))
         .wait_timeout(Duration::from_secs(10));
     let guard = with_two_down.lock_with("res", &wait).await.unwrap();
-    assert_eq!(guard.release().await.unwrap().deleted, 3);
+    assert_eq!(
+        guard.release().await.unwrap().deleted,
+        3,
+        "the 3 live nodes"
+    );
 }
 
 #[tokio::test]
@@ -459,7 +465,7 @@ async fn credentials_in_urls_work_with_a_least_privilege_acl_user_and_are_never_
         .unwrap();
     let guard = a.lock("order:1").await.unwrap();
     assert_eq!(guard.key(), "lock:order:1");
-    assert_eq!(guard.release().await.unwrap().deleted, 3);
+    assert!(guard.release().await.unwrap().was_held());
 
     // Outside the ACL's key pattern the nodes answer NOPERM: unavailable, not busy.
     let unprefixed = Redlock::builder()
@@ -522,7 +528,7 @@ async fn nodes_can_be_unix_sockets_and_ready_fred_clients() {
     assert_eq!(labels[2], format!("127.0.0.1:{}", tcp.port()));
     assert!(labels[0].ends_with("node0.sock"), "{labels:?}");
     let guard = a.lock("res").await.unwrap();
-    assert_eq!(guard.release().await.unwrap().deleted, 3);
+    assert!(guard.release().await.unwrap().was_held());
     drop(unix_servers);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -599,5 +605,6 @@ async fn the_release_script_is_reloaded_when_a_node_restarts_empty() {
     })
     .await;
     let guard = a.lock("res").await.unwrap();
-    assert_eq!(guard.release().await.unwrap().deleted, 3);
+    assert!(guard.release().await.unwrap().was_held());
+    nodes.gone_everywhere("res").await;
 }

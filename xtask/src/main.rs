@@ -1,4 +1,4 @@
-//! `cargo xtask test` and `cargo xtask demo`: the README's two commands.
+//! `cargo xtask test` and `cargo xtask demo`: the README's two commands; `cargo xtask bench`.
 
 mod demo;
 
@@ -11,13 +11,17 @@ fn main() -> anyhow::Result<()> {
     match task.as_str() {
         "test" => test(),
         "demo" => demo::run(),
+        "bench" => bench(),
         _ => {
-            eprintln!("usage: cargo xtask <test|demo>");
+            eprintln!("usage: cargo xtask <test|demo|bench>");
             eprintln!(
                 "  test  fmt check, clippy -D warnings, every test against real redis-server nodes"
             );
             eprintln!(
                 "  demo  5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over"
+            );
+            eprintln!(
+                "  bench W1–W5 against 5 nodes, beside a raw fred floor and rslock (args after --: --quick, --only W1,W3)"
             );
             std::process::exit(2);
         }
@@ -50,6 +54,16 @@ pub(crate) fn workspace_root() -> std::path::PathBuf {
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default()
+}
+
+/// `cargo xtask bench [-- args]`: the benchmark binary, built in release mode.
+fn bench() -> anyhow::Result<()> {
+    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
+    eprintln!("using {}", server.display());
+    let extra: Vec<String> = std::env::args().skip(2).filter(|a| a != "--").collect();
+    let mut args = vec!["run", "--release", "-p", "redlock-bench", "--"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(&args)
 }
 
 fn nextest_available() -> bool {

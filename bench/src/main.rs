@@ -1,0 +1,107 @@
+//! `cargo xtask bench`: W1–W5 of issue 4 against 5 local `redis-server` nodes.
+//!
+//! Every figure of redlock-core is printed beside the same workload run in the same process
+//! against (a) the floor, the Redlock protocol hand-written on plain `fred`
+//! ([`floor`]), and (b) the `rslock` crate. Options: `--quick` (short runs, for a smoke
+//! test), `--cycles N` (W5's lock cycles, default 1,000,000), `--only W1,W3` (a subset),
+//! `--alone ours|floor|rslock` (one implementation, for profiling).
+
+mod contender;
+mod floor;
+mod stats;
+mod workloads;
+
+use std::time::Duration;
+
+use redlock_tests::RedisNodes;
+
+/// How long and how much each workload runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// W1 iterations per implementation and N.
+    pub(crate) w1_iterations: usize,
+    /// W2, W3 and W4 duration per implementation.
+    pub(crate) run_for: Duration,
+    /// W5 lock cycles.
+    pub(crate) w5_cycles: u64,
+    /// The workloads to run.
+    pub(crate) only: Vec<String>,
+    /// Run one implementation alone (for profiling; ratios are then not printed).
+    pub(crate) alone: Option<contender::Kind>,
+}
+
+impl Plan {
+    fn from_args() -> anyhow::Result<Self> {
+        let mut plan = Plan {
+            w1_iterations: 3_000,
+            run_for: Duration::from_secs(5),
+            w5_cycles: 1_000_000,
+            only: Vec::new(),
+            alone: None,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--quick" => {
+                    plan.w1_iterations = 300;
+                    plan.run_for = Duration::from_secs(1);
+                    plan.w5_cycles = 20_000;
+                }
+                "--alone" => {
+                    let name = args.next().unwrap_or_default();
+                    plan.alone = Some(
+                        contender::Kind::ALL
+                            .into_iter()
+                            .find(|k| k.flag() == name)
+                            .ok_or_else(|| {
+                                anyhow::anyhow!("--alone needs ours, floor or rslock")
+                            })?,
+                    );
+                }
+                "--cycles" => {
+                    plan.w5_cycles = args
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("--cycles needs a number"))?
+                        .parse()?;
+                }
+                "--only" => {
+                    plan.only = args
+                        .next()
+                        .ok_or_else(|| anyhow::anyhow!("--only needs e.g. W1,W3"))?
+                        .split(',')
+                        .map(|w| w.trim().to_ascii_uppercase())
+                        .collect();
+                }
+                other => anyhow::bail!(
+                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|rslock)"
+                ),
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The implementations to measure.
+    pub(crate) fn kinds(&self) -> &'static [contender::Kind] {
+        match self.alone {
+            Some(kind) => &contender::Kind::ALL[kind as usize..=kind as usize],
+            None => &contender::Kind::ALL,
+        }
+    }
+
+    pub(crate) fn runs(&self, workload: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|w| w == workload)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let plan = Plan::from_args()?;
+    let nodes = RedisNodes::start(5);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    println!(
+        "redlock bench: 5 local redis-server nodes, {} cores, tokio multi-thread runtime",
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    runtime.block_on(workloads::run_all(&plan, &nodes.urls()))
+}

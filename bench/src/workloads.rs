@@ -1,0 +1,448 @@
+//! W1–W5.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Path;
+use axum::routing::get;
+use http::{Request, StatusCode};
+use redlock_axum::RedlockLayer;
+use redlock_core::{LockOptions, Redlock};
+use tower::ServiceExt;
+
+use crate::Plan;
+use crate::contender::{Contender, Kind, TTL};
+use crate::stats::{Latencies, Targets, rss_kib};
+
+pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
+    let mut targets = Targets::default();
+    if plan.runs("W1") {
+        w1(plan, urls, &mut targets).await?;
+    }
+    if plan.runs("W2") {
+        w2(plan, urls, &mut targets).await?;
+    }
+    if plan.runs("W3") {
+        w3(plan, urls, &mut targets).await?;
+    }
+    if plan.runs("W4") {
+        w4(plan, urls, &mut targets).await?;
+    }
+    if plan.runs("W5") {
+        w5(plan, urls, &mut targets).await?;
+    }
+    targets.print();
+    Ok(())
+}
+
+/// W1: one client, sequential lock + unlock, N = 1, 3, 5.
+async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    println!(
+        "\nW1  one client, sequential lock+unlock ({} cycles), µs",
+        plan.w1_iterations
+    );
+    println!(
+        "  {:<3} {:>22} {:>22} {:>22} {:>14}",
+        "N", "redlock-core p50/p99", "fred floor p50/p99", "rslock p50/p99", "p50 ours/floor"
+    );
+    let mut p50s: HashMap<(usize, Kind), f64> = HashMap::new();
+    for n in [1, 3, 5] {
+        let mut cells = Vec::new();
+        for &kind in plan.kinds() {
+            let contender = Contender::connect(kind, &urls[..n]).await?;
+            for i in 0..plan.w1_iterations / 10 {
+                contender.cycle(&format!("w1:warm:{i}")).await;
+            }
+            let mut samples = Vec::with_capacity(plan.w1_iterations);
+            for i in 0..plan.w1_iterations {
+                let resource = format!("w1:{n}:{i}");
+                let started = Instant::now();
+                let ok = contender.cycle(&resource).await;
+                samples.push(started.elapsed());
+                anyhow::ensure!(ok, "{}: W1 cycle {i} was not granted", kind.name());
+            }
+            let latencies = Latencies::new(samples);
+            let (p50, p99) = (latencies.quantile_us(0.5), latencies.quantile_us(0.99));
+            p50s.insert((n, kind), p50);
+            cells.push(format!("{p50:.0} / {p99:.0}"));
+        }
+        let p50 = |kind| p50s.get(&(n, kind)).copied().unwrap_or(f64::NAN);
+        let ratio = p50(Kind::Ours) / p50(Kind::Floor);
+        let cell = |i: usize| cells.get(i).map_or("-", String::as_str);
+        println!(
+            "  {:<3} {:>22} {:>22} {:>22} {:>13.2}×",
+            n,
+            cell(0),
+            cell(1),
+            cell(2),
+            ratio
+        );
+    }
+    if plan.alone.is_some() {
+        return Ok(());
+    }
+    targets.at_most(
+        "W1 N=5 p50, redlock-core / fred floor",
+        p50s[&(5, Kind::Ours)] / p50s[&(5, Kind::Floor)],
+        0.75,
+        "×",
+    );
+    targets.at_most(
+        "W1 p50, redlock-core N=5 / N=1",
+        p50s[&(5, Kind::Ours)] / p50s[&(1, Kind::Ours)],
+        1.3,
+        "×",
+    );
+    Ok(())
+}
+
+/// W2: 32 concurrent lockers on distinct resources, N = 5.
+async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    const LOCKERS: usize = 32;
+    println!(
+        "\nW2  {LOCKERS} concurrent lockers, distinct resources, N = 5, {:?} each",
+        plan.run_for
+    );
+    let mut rates = HashMap::new();
+    for &kind in plan.kinds() {
+        let contender = Arc::new(Contender::connect(kind, urls).await?);
+        let cycles = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + plan.run_for;
+        let tasks: Vec<_> = (0..LOCKERS)
+            .map(|locker| {
+                let (contender, cycles, failures) =
+                    (contender.clone(), cycles.clone(), failures.clone());
+                tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        if contender.cycle(&format!("w2:{locker}:{i}")).await {
+                            cycles.fetch_add(1, Ordering::Relaxed);
+                        } else {
+                            failures.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        for task in tasks {
+            task.await?;
+        }
+        let rate = cycles.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        rates.insert(kind, rate);
+        println!(
+            "  {:<14} {:>10.0} cycles/s   ({} not granted)",
+            kind.name(),
+            rate,
+            failures.load(Ordering::Relaxed)
+        );
+    }
+    if plan.alone.is_some() {
+        return Ok(());
+    }
+    targets.at_least(
+        "W2 cycles/s, redlock-core / fred floor",
+        rates[&Kind::Ours] / rates[&Kind::Floor],
+        1.6,
+        "×",
+    );
+    targets.at_least(
+        "W2 cycles/s, redlock-core / rslock",
+        rates[&Kind::Ours] / rates[&Kind::Rslock],
+        1.0,
+        "×",
+    );
+    Ok(())
+}
+
+/// What W3 measured for one implementation.
+struct Contention {
+    acquisitions: u64,
+    handovers: u64,
+    p99_wait_ms: f64,
+    max_wait_ms: f64,
+    starved: usize,
+    violations: u64,
+    elapsed: Duration,
+}
+
+/// W3: 8 lockers (each its own handle, as 8 replicas would be) on one resource, 1 ms hold.
+async fn w3(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    const LOCKERS: usize = 8;
+    let hold = Duration::from_millis(1);
+    let run_for = plan.run_for * 2;
+    println!(
+        "\nW3  {LOCKERS} lockers (8 handles) on one resource, 1 ms hold, N = 5, {run_for:?} each"
+    );
+    println!(
+        "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>8} {:>10}",
+        "", "acquired/s", "hand-overs/s", "p99 wait", "max wait", "starved", "violations"
+    );
+    let mut results = HashMap::new();
+    for &kind in plan.kinds() {
+        let mut contenders = Vec::new();
+        for _ in 0..LOCKERS {
+            contenders.push(Arc::new(Contender::connect(kind, urls).await?));
+        }
+        let result = contend(contenders, hold, run_for, &format!("w3:{kind:?}")).await?;
+        let secs = result.elapsed.as_secs_f64();
+        println!(
+            "  {:<14} {:>12.0} {:>12.0} {:>8.1}ms {:>8.1}ms {:>8} {:>10}",
+            kind.name(),
+            result.acquisitions as f64 / secs,
+            result.handovers as f64 / secs,
+            result.p99_wait_ms,
+            result.max_wait_ms,
+            result.starved,
+            result.violations
+        );
+        results.insert(kind, result);
+    }
+    if plan.alone.is_some() {
+        return Ok(());
+    }
+    let ours = &results[&Kind::Ours];
+    let floor = &results[&Kind::Floor];
+    targets.at_least(
+        "W3 hand-overs/s, redlock-core / fred floor",
+        ours.handovers as f64
+            / ours.elapsed.as_secs_f64()
+            / (floor.handovers.max(1) as f64 / floor.elapsed.as_secs_f64()),
+        2.0,
+        "×",
+    );
+    targets.at_most("W3 max wait, redlock-core", ours.max_wait_ms, 50.0, " ms");
+    targets.at_most(
+        "W3 starved lockers, redlock-core",
+        ours.starved as f64,
+        0.0,
+        "",
+    );
+    targets.at_most(
+        "W3 violations, redlock-core",
+        ours.violations as f64,
+        0.0,
+        "",
+    );
+    Ok(())
+}
+
+async fn contend(
+    contenders: Vec<Arc<Contender>>,
+    hold: Duration,
+    run_for: Duration,
+    resource: &str,
+) -> anyhow::Result<Contention> {
+    let inside = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicU64::new(0));
+    let last_holder = Arc::new(AtomicUsize::new(usize::MAX));
+    let handovers = Arc::new(AtomicU64::new(0));
+    // Warm-up: every locker takes the lock once (connections, subscriptions), untimed.
+    for contender in &contenders {
+        contender.contend(resource, hold, || {}, || {}).await;
+    }
+    let started = Instant::now();
+    let deadline = started + run_for;
+    let tasks: Vec<_> = contenders
+        .into_iter()
+        .enumerate()
+        .map(|(id, contender)| {
+            let (inside, violations, last_holder, handovers) = (
+                inside.clone(),
+                violations.clone(),
+                last_holder.clone(),
+                handovers.clone(),
+            );
+            let resource = resource.to_owned();
+            tokio::spawn(async move {
+                let mut acquired = 0u64;
+                let mut waits = Vec::new();
+                loop {
+                    let waiting = Instant::now();
+                    if waiting >= deadline {
+                        break;
+                    }
+                    let attempt = contender.contend(
+                        &resource,
+                        hold,
+                        || {
+                            if inside.swap(true, Ordering::SeqCst) {
+                                violations.fetch_add(1, Ordering::SeqCst);
+                            }
+                            if last_holder.swap(id, Ordering::SeqCst) != id {
+                                handovers.fetch_add(1, Ordering::SeqCst);
+                            }
+                        },
+                        || inside.store(false, Ordering::SeqCst),
+                    );
+                    // A wait still running at the deadline counts up to the deadline.
+                    let left = deadline.saturating_duration_since(waiting) + hold * 10;
+                    let done = tokio::time::timeout(left, attempt).await;
+                    waits.push(waiting.elapsed().saturating_sub(hold));
+                    match done {
+                        Ok(true) => acquired += 1,
+                        Ok(false) => {}
+                        Err(_) => break,
+                    }
+                }
+                (acquired, waits)
+            })
+        })
+        .collect();
+    let mut per_locker = Vec::new();
+    let mut waits = Vec::new();
+    for task in tasks {
+        let (acquired, locker_waits) = task.await?;
+        per_locker.push(acquired);
+        waits.extend(locker_waits);
+    }
+    let waits = Latencies::new(waits);
+    let acquisitions: u64 = per_locker.iter().sum();
+    let fair_share = acquisitions as f64 / per_locker.len() as f64;
+    Ok(Contention {
+        acquisitions,
+        handovers: handovers.load(Ordering::SeqCst),
+        p99_wait_ms: waits.quantile_us(0.99) / 1e3,
+        max_wait_ms: waits.quantile_us(1.0) / 1e3,
+        // Starved: fewer than a quarter of its fair share.
+        starved: per_locker
+            .iter()
+            .filter(|&&a| (a as f64) < fair_share / 4.0)
+            .count(),
+        violations: violations.load(Ordering::SeqCst),
+        elapsed: started.elapsed(),
+    })
+}
+
+/// W4: the axum Layer against the same handler calling the core by hand.
+async fn w4(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    const CLIENTS: usize = 32;
+    println!(
+        "\nW4  axum route, {CLIENTS} concurrent in-process clients, N = 5, {:?} each",
+        plan.run_for
+    );
+    let redlock = Redlock::builder()
+        .nodes(urls.iter().map(String::as_str))
+        .lock_options(LockOptions::default().ttl(TTL))
+        .build()
+        .await?;
+    // The options the layer uses, so that both routes do the same locking work.
+    let options = redlock.options().clone().auto_extend(true).reentrant(true);
+    let manual = {
+        let redlock = redlock.clone();
+        move |Path(id): Path<u64>| {
+            let (redlock, options) = (redlock.clone(), options.clone());
+            async move {
+                match redlock.lock_with(&format!("w4m:{id}"), &options).await {
+                    Ok(guard) => {
+                        let _ = guard.release().await;
+                        StatusCode::OK
+                    }
+                    Err(_) => StatusCode::LOCKED,
+                }
+            }
+        }
+    };
+    let router = Router::new()
+        .route(
+            "/layer/{id}",
+            get(|| async { StatusCode::OK })
+                .route_layer(RedlockLayer::from_template(redlock.clone(), "w4l:{id}")?),
+        )
+        .route("/manual/{id}", get(manual));
+    let mut rates = Vec::new();
+    for (label, prefix) in [("Layer", "/layer"), ("by hand", "/manual")] {
+        let served = Arc::new(AtomicU64::new(0));
+        let deadline = Instant::now() + plan.run_for;
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (router, served) = (router.clone(), served.clone());
+                tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        let uri = format!("{prefix}/{}", client as u64 * 1_000_000_000 + i);
+                        let request = Request::get(uri).body(Body::empty()).unwrap_or_default();
+                        if let Ok(response) = router.clone().oneshot(request).await
+                            && response.status() == StatusCode::OK
+                            && axum::body::to_bytes(response.into_body(), 1024)
+                                .await
+                                .is_ok()
+                        {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let started = Instant::now();
+        for task in tasks {
+            task.await?;
+        }
+        let rate = served.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        println!("  {label:<14} {rate:>10.0} req/s");
+        rates.push(rate);
+    }
+    targets.at_least("W4 req/s, Layer / by hand", rates[0] / rates[1], 0.9, "×");
+    Ok(())
+}
+
+/// W5: resident memory before and after many lock cycles (auto-extended, 32 at a time).
+async fn w5(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    const LOCKERS: u64 = 32;
+    println!(
+        "\nW5  RSS before and after {} lock cycles (auto-extended), N = 5",
+        plan.w5_cycles
+    );
+    let redlock = Redlock::builder()
+        .nodes(urls.iter().map(String::as_str))
+        .lock_options(LockOptions::default().ttl(TTL).auto_extend(true))
+        .build()
+        .await?;
+    let run = |cycles: u64, tag: &'static str| {
+        let redlock = redlock.clone();
+        async move {
+            let tasks: Vec<_> = (0..LOCKERS)
+                .map(|locker| {
+                    let redlock = redlock.clone();
+                    tokio::spawn(async move {
+                        for i in 0..cycles / LOCKERS {
+                            if let Ok(guard) = redlock.lock(&format!("w5:{tag}:{locker}:{i}")).await
+                            {
+                                let _ = guard.release().await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                let _ = task.await;
+            }
+        }
+    };
+    run((plan.w5_cycles / 20).max(LOCKERS), "warm").await;
+    let before = rss_kib();
+    let started = Instant::now();
+    run(plan.w5_cycles, "run").await;
+    let after = rss_kib();
+    let elapsed = started.elapsed();
+    println!(
+        "  RSS {before} KiB → {after} KiB ({:+.1} %), {:.0} cycles/s, {} locks still held",
+        (after as f64 / before as f64 - 1.0) * 100.0,
+        plan.w5_cycles as f64 / elapsed.as_secs_f64(),
+        redlock.held_count()
+    );
+    targets.at_most(
+        "W5 RSS after / before",
+        after as f64 / before as f64,
+        1.05,
+        "×",
+    );
+    Ok(())
+}

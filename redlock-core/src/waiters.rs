@@ -1,0 +1,284 @@
+//! Waking waiters without polling, and handing the lock over fairly.
+//!
+//! A waiter joins the resource's queue on every node (a sorted set scored by when it started
+//! waiting) and subscribes to the resource's hand-over channel on every node. A release finding
+//! waiters reserves the key for the longest one for a short grace and publishes its name
+//! ([`RELEASE_HANDOVER`](crate::node::RELEASE_HANDOVER)): that waiter attempts at once, the
+//! others keep waiting, and a releasing holder that wants the lock again finds it reserved and
+//! queues behind them. A lost message costs at most the retry delay (the fallback timer); a dead
+//! named waiter costs the grace.
+//!
+//! One subscriber connection per node and handle, opened in the background when the handle is
+//! built; one dispatch task
+//! per node; a channel is subscribed while it has local waiters and for a short linger after.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+/// How long a channel stays subscribed after its last local waiter left, so that a stream of
+/// contended acquisitions does not subscribe and unsubscribe each time.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Messages buffered per channel for a slow waiter (beyond that it is woken to attempt).
+const CHANNEL_CAPACITY: usize = 64;
+
+/// A handle's subscriptions and the waiters listening on them.
+pub(crate) struct Waiters {
+    subscribers: Vec<SubscriberClient>,
+    channels: Mutex<HashMap<String, Channel>>,
+    node_timeout: Duration,
+}
+
+struct Channel {
+    waiters: usize,
+    /// Bumped on every join, so that a linger started earlier does not unsubscribe.
+    generation: u64,
+    tx: broadcast::Sender<Arc<str>>,
+}
+
+/// What ended a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release named this waiter: the key is reserved for it.
+    Named,
+    /// The fallback timer ran out, or messages were missed: attempt anyway.
+    Timer,
+    /// The handle is shutting down.
+    Shutdown,
+}
+
+impl Waiters {
+    /// One subscriber client per node, copying the node client's configuration, connecting
+    /// in the background from now on (a node that is down keeps reconnecting; its messages are
+    /// covered by the fallback timer meanwhile). Must run inside a tokio runtime.
+    pub(crate) fn start(clients: &[Client], node_timeout: Duration) -> Arc<Self> {
+        let subscribers: Vec<SubscriberClient> = clients
+            .iter()
+            .map(|client| {
+                SubscriberClient::new(
+                    client.client_config(),
+                    Some(client.perf_config()),
+                    Some(client.connection_config().clone()),
+                    client.client_reconnect_policy(),
+                )
+            })
+            .collect();
+        let waiters = Arc::new(Self {
+            subscribers,
+            channels: Mutex::new(HashMap::new()),
+            node_timeout,
+        });
+        for subscriber in &waiters.subscribers {
+            dispatch(Arc::downgrade(&waiters), subscriber);
+            let _resubscribe = subscriber.manage_subscriptions();
+            let _connection = subscriber.connect();
+        }
+        waiters
+    }
+
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Joins `channel` as a waiter: subscribes on every node if this is its first local waiter
+    /// (awaiting each node's connection and subscription, together bounded by the node
+    /// timeout: a node that is down costs that once per channel and linger), and returns the
+    /// listener.
+    pub(crate) async fn join(self: &Arc<Self>, channel: &str) -> Listener {
+        let (rx, first) = {
+            let mut channels = self.channels();
+            match channels.get_mut(channel) {
+                Some(state) => {
+                    state.waiters += 1;
+                    state.generation += 1;
+                    (state.tx.subscribe(), false)
+                }
+                None => {
+                    let (tx, rx) = broadcast::channel(CHANNEL_CAPACITY);
+                    channels.insert(
+                        channel.to_owned(),
+                        Channel {
+                            waiters: 1,
+                            generation: 0,
+                            tx,
+                        },
+                    );
+                    (rx, true)
+                }
+            }
+        };
+        if first {
+            let limit = self.node_timeout;
+            futures_util::future::join_all(
+                self.subscribers
+                    .iter()
+                    .map(|subscriber| subscribe(subscriber, channel, limit)),
+            )
+            .await;
+        }
+        Listener {
+            waiters: Arc::clone(self),
+            channel: channel.to_owned(),
+            rx,
+        }
+    }
+
+    fn leave(self: &Arc<Self>, channel: &str) {
+        let generation = {
+            let mut channels = self.channels();
+            let Some(state) = channels.get_mut(channel) else {
+                return;
+            };
+            state.waiters -= 1;
+            if state.waiters > 0 {
+                return;
+            }
+            state.generation
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (waiters, channel) = (Arc::downgrade(self), channel.to_owned());
+        runtime.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let Some(waiters) = waiters.upgrade() else {
+                return;
+            };
+            {
+                let mut channels = waiters.channels();
+                match channels.get(&channel) {
+                    Some(state) if state.waiters == 0 && state.generation == generation => {
+                        channels.remove(&channel);
+                    }
+                    _ => return,
+                }
+            }
+            for subscriber in &waiters.subscribers {
+                let _ = tokio::time::timeout(
+                    waiters.node_timeout,
+                    subscriber.unsubscribe(channel.as_str()),
+                )
+                .await;
+            }
+        });
+    }
+
+    fn deliver(&self, channel: &str, named: Arc<str>) {
+        if let Some(state) = self.channels().get(channel) {
+            let _ = state.tx.send(named);
+        }
+    }
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        let subscribers = std::mem::take(&mut self.subscribers);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for subscriber in subscribers {
+                    let _ = subscriber.quit().await;
+                }
+            });
+        }
+    }
+}
+
+/// Subscribes one node to `channel` once it is connected, within `limit`.
+async fn subscribe(subscriber: &SubscriberClient, channel: &str, limit: Duration) {
+    let subscribed = tokio::time::timeout(limit, async {
+        subscriber.wait_for_connect().await?;
+        subscriber.subscribe(channel).await
+    });
+    match subscribed.await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "could not subscribe; waiting falls back to the timer");
+        }
+        Err(_) => tracing::debug!("subscription timed out; waiting falls back to the timer"),
+    }
+}
+
+/// Forwards one node's hand-over messages to the local waiters of their channel.
+fn dispatch(waiters: Weak<Waiters>, subscriber: &SubscriberClient) {
+    let mut rx = subscriber.message_rx();
+    tokio::spawn(async move {
+        loop {
+            match rx.recv().await {
+                Ok(message) => {
+                    let Some(waiters) = waiters.upgrade() else {
+                        return;
+                    };
+                    if let Some(named) = message.value.as_str() {
+                        waiters.deliver(&message.channel, Arc::from(&*named));
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
+}
+
+/// One waiter's subscription to a resource's hand-overs; leaves the channel when dropped.
+pub(crate) struct Listener {
+    waiters: Arc<Waiters>,
+    channel: String,
+    rx: broadcast::Receiver<Arc<str>>,
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listener")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl Listener {
+    /// Waits until a release names `marker` ([`Wake::Named`]), `fallback` passes
+    /// ([`Wake::Timer`]), or `shutdown` fires. A release naming another waiter re-arms the
+    /// timer to `after_other` (twice the grace): if that waiter is gone, its reservation has
+    /// expired by then and this one attempts.
+    pub(crate) async fn wait(
+        &mut self,
+        marker: &str,
+        fallback: Duration,
+        after_other: Duration,
+        shutdown: &CancellationToken,
+    ) -> Wake {
+        let timer = tokio::time::sleep(fallback);
+        tokio::pin!(timer);
+        let hard_deadline = tokio::time::Instant::now() + fallback;
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Wake::Shutdown,
+                message = self.rx.recv() => match message {
+                    Ok(named) if &*named == marker => return Wake::Named,
+                    Ok(_) => {
+                        let at = (tokio::time::Instant::now() + after_other).min(hard_deadline);
+                        timer.as_mut().reset(at);
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => return Wake::Timer,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        (&mut timer).await;
+                        return Wake::Timer;
+                    }
+                },
+                () = &mut timer => return Wake::Timer,
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.waiters.leave(&self.channel);
+    }
+}
