@@ -110,37 +110,17 @@ async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     let mut rates = HashMap::new();
     for &kind in plan.kinds() {
         let contender = Arc::new(Contender::connect(kind, urls).await?);
-        let cycles = Arc::new(AtomicU64::new(0));
-        let failures = Arc::new(AtomicU64::new(0));
-        let deadline = Instant::now() + plan.run_for;
-        let tasks: Vec<_> = (0..LOCKERS)
-            .map(|locker| {
-                let (contender, cycles, failures) =
-                    (contender.clone(), cycles.clone(), failures.clone());
-                tokio::spawn(async move {
-                    let mut i = 0u64;
-                    while Instant::now() < deadline {
-                        i += 1;
-                        if contender.cycle(&format!("w2:{locker}:{i}")).await {
-                            cycles.fetch_add(1, Ordering::Relaxed);
-                        } else {
-                            failures.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                })
-            })
-            .collect();
-        let started = Instant::now();
-        for task in tasks {
-            task.await?;
-        }
-        let rate = cycles.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        let (rate, failures) = closed_loop(LOCKERS, plan.run_for, move |locker, i| {
+            let contender = contender.clone();
+            async move { contender.cycle(&format!("w2:{locker}:{i}")).await }
+        })
+        .await?;
         rates.insert(kind, rate);
         println!(
             "  {:<14} {:>10.0} cycles/s   ({} not granted)",
             kind.name(),
             rate,
-            failures.load(Ordering::Relaxed)
+            failures
         );
     }
     if plan.alone.is_some() {
@@ -159,6 +139,40 @@ async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         "×",
     );
     Ok(())
+}
+
+/// Runs `workers` tasks, each calling `step(worker, i)` for i = 1, 2, … until `run_for` has
+/// passed; returns the successful steps per second and the failed steps.
+async fn closed_loop<F, Fut>(
+    workers: usize,
+    run_for: Duration,
+    step: F,
+) -> anyhow::Result<(f64, u64)>
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let started = Instant::now();
+    let deadline = started + run_for;
+    let tasks: Vec<_> = (0..workers)
+        .map(|worker| {
+            let (step, ok, failed) = (step.clone(), ok.clone(), failed.clone());
+            tokio::spawn(async move {
+                let mut i = 0u64;
+                while Instant::now() < deadline {
+                    i += 1;
+                    let counter = if step(worker, i).await { &ok } else { &failed };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await?;
+    }
+    let rate = ok.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    Ok((rate, failed.load(Ordering::Relaxed)))
 }
 
 /// What W3 measured for one implementation.
@@ -358,34 +372,23 @@ async fn w4(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         .route("/manual/{id}", get(manual));
     let mut rates = Vec::new();
     for (label, prefix) in [("Layer", "/layer"), ("by hand", "/manual")] {
-        let served = Arc::new(AtomicU64::new(0));
-        let deadline = Instant::now() + plan.run_for;
-        let tasks: Vec<_> = (0..CLIENTS)
-            .map(|client| {
-                let (router, served) = (router.clone(), served.clone());
-                tokio::spawn(async move {
-                    let mut i = 0u64;
-                    while Instant::now() < deadline {
-                        i += 1;
-                        let uri = format!("{prefix}/{}", client as u64 * 1_000_000_000 + i);
-                        let request = Request::get(uri).body(Body::empty()).unwrap_or_default();
-                        if let Ok(response) = router.clone().oneshot(request).await
-                            && response.status() == StatusCode::OK
-                            && axum::body::to_bytes(response.into_body(), 1024)
-                                .await
-                                .is_ok()
-                        {
-                            served.fetch_add(1, Ordering::Relaxed);
-                        }
+        let router = router.clone();
+        let (rate, _) = closed_loop(CLIENTS, plan.run_for, move |client, i| {
+            let router = router.clone();
+            async move {
+                let uri = format!("{prefix}/{}", client as u64 * 1_000_000_000 + i);
+                let request = Request::get(uri).body(Body::empty()).unwrap_or_default();
+                match router.oneshot(request).await {
+                    Ok(response) if response.status() == StatusCode::OK => {
+                        axum::body::to_bytes(response.into_body(), 1024)
+                            .await
+                            .is_ok()
                     }
-                })
-            })
-            .collect();
-        let started = Instant::now();
-        for task in tasks {
-            task.await?;
-        }
-        let rate = served.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+                    _ => false,
+                }
+            }
+        })
+        .await?;
         println!("  {label:<14} {rate:>10.0} req/s");
         rates.push(rate);
     }
