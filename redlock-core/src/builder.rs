@@ -9,7 +9,7 @@ use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 
 use crate::error::BuildError;
 use crate::node::Node;
-use crate::options::LockOptions;
+use crate::options::{LockOptions, MAX_TTL};
 use crate::redlock::Redlock;
 use crate::timing;
 
@@ -55,6 +55,7 @@ pub struct RedlockBuilder {
     options: LockOptions,
     require_quorum: bool,
     handover_grace: Duration,
+    quarantine: Duration,
 }
 
 impl Default for RedlockBuilder {
@@ -69,6 +70,7 @@ impl Default for RedlockBuilder {
             options: LockOptions::default(),
             require_quorum: true,
             handover_grace: DEFAULT_HANDOVER_GRACE,
+            quarantine: Duration::ZERO,
         }
     }
 }
@@ -165,6 +167,27 @@ impl RedlockBuilder {
         self
     }
 
+    /// Quarantine of restarted nodes (default off): a node whose `uptime_in_seconds` is
+    /// below `quarantine` (rounded up to whole seconds) grants no acquisition.
+    ///
+    /// This is the distlock spec's "delayed restart" ("Performance, crash recovery and
+    /// fsync"), enforced by the node inside the acquire script, atomically with the `SET`: a
+    /// node that crashed and came back empty has forgotten a key some holder still counts on,
+    /// and must not vote until every key it could have held has expired. Set it to at least
+    /// the longest ttl any client locks with (auto-extension renews the key to that ttl, so
+    /// the ttl is the bound, not the hold time). Not needed for nodes that persist with
+    /// `appendfsync always`. Costs an `INFO server` inside every acquire script (ACL:
+    /// `+info`); extension and release are unaffected (a restarted node has no key to
+    /// extend). Votes it refuses show as [`NodeError::Quarantined`](crate::NodeError).
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::Option`] (`"quarantine"`) if it is
+    /// shorter than the default ttl or longer than [`MAX_TTL`](crate::options::MAX_TTL).
+    pub fn quarantine(mut self, quarantine: Duration) -> Self {
+        self.quarantine = quarantine;
+        self
+    }
+
     /// Default options for [`Redlock::lock`].
     pub fn lock_options(mut self, options: LockOptions) -> Self {
         self.options = options;
@@ -205,6 +228,18 @@ impl RedlockBuilder {
                 ),
             });
         }
+        if !self.quarantine.is_zero()
+            && (self.quarantine < self.options.get_ttl() || self.quarantine > MAX_TTL)
+        {
+            return Err(BuildError::Option {
+                name: "quarantine",
+                reason: format!(
+                    "{:?} must be between the default ttl ({:?}) and {MAX_TTL:?}: a shorter quarantine lets a restarted node vote while a key it lost may still be held",
+                    self.quarantine,
+                    self.options.get_ttl()
+                ),
+            });
+        }
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
             let (label, config) = parse_url(index, url)?;
@@ -231,6 +266,7 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             node_timeout: self.node_timeout,
             handover_grace: self.handover_grace,
+            quarantine: self.quarantine,
         }))
     }
 

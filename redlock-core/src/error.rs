@@ -74,6 +74,16 @@ pub enum InvalidInput {
         /// The lost-signal margin.
         margin: Duration,
     },
+    /// The ttl is longer than the handle's node quarantine, which must cover every ttl.
+    #[error(
+        "the ttl {ttl:?} is longer than the node quarantine {quarantine:?}: a node restarted empty could vote again while this key should still be held; use a shorter ttl or a longer quarantine"
+    )]
+    TtlAboveQuarantine {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The quarantine ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
+        quarantine: Duration,
+    },
     /// `max_hold` is zero.
     #[error("max_hold is zero; give the longest time the lock may be held, e.g. 10 minutes")]
     ZeroMaxHold,

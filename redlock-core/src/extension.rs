@@ -29,6 +29,7 @@ impl Redlock {
             .drift_factor(lease.drift_factor)
             .lost_margin(lease.lost_margin);
         options.validate()?;
+        self.check_quarantine(ttl)?;
         let (ttl, ttl_ms) = (options.sent_ttl(), options.ttl_millis());
         let drift = timing::drift(ttl, lease.drift_factor);
         lease.check().map_err(lost)?;

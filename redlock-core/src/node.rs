@@ -58,12 +58,34 @@ end
 return 1"#,
 );
 
+/// The quarantine check that opens every acquire script: when `ARGV[q]` (a minimum uptime in
+/// seconds) is above zero and the node's `uptime_in_seconds` is below it, the node grants
+/// nothing and the script returns `{-1, 0}`. This is the distlock spec's "delayed restart"
+/// enforced by the node itself, atomically with the `SET`: a node restarted empty less than a
+/// max-ttl ago cannot give a second holder a vote that the first holder's key would have
+/// refused. `uptime_in_seconds` is rounded down, so the quarantine never ends early.
+macro_rules! quarantine_check {
+    ($q:literal) => {
+        concat!(
+            "local q = tonumber(ARGV[",
+            $q,
+            r#"]) or 0
+if q > 0 and (tonumber(string.match(redis.call("info", "server"), "uptime_in_seconds:(%d+)")) or 0) < q then
+  return {-1, 0}
+end
+"#
+        )
+    };
+}
+
 /// A waiter's attempt: take the key if it is free or reserved for this waiter (`ARGV[3]`),
 /// and leave the queue; otherwise join the queue (`ZADD NX`, so a waiter keeps its place,
 /// scored by its wait start `ARGV[4]`) and keep the queue alive for `ARGV[5]` ms. Also reads
-/// the fencing counter `KEYS[3]` when given. Returns `{1 | 0, counter}`. The queue commands
-/// run under `pcall`: without them (ACL) it is a plain attempt.
-pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
+/// the fencing counter `KEYS[3]` when given; `ARGV[6]` is the quarantine
+/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter}`. The queue commands run under
+/// `pcall`: without them (ACL) it is a plain attempt.
+pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
+    quarantine_check!("6"),
     r#"local cur = redis.call("get", KEYS[1])
 local fence = 0
 if KEYS[3] then fence = tonumber(redis.call("get", KEYS[3]) or "0") or 0 end
@@ -74,8 +96,8 @@ if not cur or cur == ARGV[3] then
 end
 redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
 redis.pcall("pexpire", KEYS[2], ARGV[5])
-return {0, fence}"#,
-);
+return {0, fence}"#
+));
 
 /// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
 /// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
@@ -84,12 +106,16 @@ pub(crate) static EXTEND: Script = Script::new(
     r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end"#,
 );
 
-/// `SET key token NX PX ttl` that also reads the resource's fencing counter (0 if none), in
-/// one round trip: `{1 | 0, counter}`.
-pub(crate) static ACQUIRE_FENCED: Script = Script::new(
+/// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: read the
+/// resource's fencing counter `KEYS[2]` when given (0 if none), and refuse while quarantined
+/// (`ARGV[3]`, [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter}`.
+pub(crate) static ACQUIRE: Script = Script::new(concat!(
+    quarantine_check!("3"),
     r#"local ok = redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])
-return {ok and 1 or 0, tonumber(redis.call("get", KEYS[2]) or "0") or 0}"#,
-);
+local fence = 0
+if KEYS[2] then fence = tonumber(redis.call("get", KEYS[2]) or "0") or 0 end
+return {ok and 1 or 0, fence}"#
+));
 
 /// Raises the fencing counter to `ARGV[1]` if it is lower (a max register: it never goes
 /// down). Returns the counter as it was before: below `ARGV[1]` means confirmed.
@@ -104,7 +130,7 @@ const SCRIPTS: [&Script; 6] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
-    &ACQUIRE_FENCED,
+    &ACQUIRE,
     &ACQUIRE_QUEUED,
     &FENCE,
 ];
@@ -233,16 +259,25 @@ impl Node {
         }
     }
 
-    /// `SET NX PX` plus a read of the fencing counter (first round of a fenced acquisition).
-    pub(crate) async fn try_lock_fenced(
+    /// `SET NX PX` as the [`ACQUIRE`] script: with a read of the fencing counter when
+    /// `fence_key` is given, refused by a node up for less than `quarantine_s` seconds.
+    pub(crate) async fn try_lock_scripted(
         &self,
         key: &str,
-        fence_key: &str,
+        fence_key: Option<&str>,
         token: &str,
         ttl_ms: u64,
+        quarantine_s: u64,
     ) -> (NodeVote, u64) {
-        let args = [Value::from(token), ttl_arg(ttl_ms)];
-        let reply = self.eval(&ACQUIRE_FENCED, &[key, fence_key], &args).await;
+        let args = [
+            Value::from(token),
+            ttl_arg(ttl_ms),
+            ttl_arg(quarantine_s),
+        ];
+        let reply = match fence_key {
+            Some(fence_key) => self.eval(&ACQUIRE, &[key, fence_key], &args).await,
+            None => self.eval(&ACQUIRE, &[key], &args).await,
+        };
         vote_and_counter(reply)
     }
 
@@ -255,6 +290,7 @@ impl Node {
         token: &str,
         ttl_ms: u64,
         place: &QueuePlace,
+        quarantine_s: u64,
     ) -> (NodeVote, u64) {
         let args = [
             Value::from(token),
@@ -262,6 +298,7 @@ impl Node {
             Value::from(place.marker.as_str()),
             Value::Integer(place.score_ms),
             ttl_arg(place.queue_ttl_ms),
+            ttl_arg(quarantine_s),
         ];
         let queue = place.queue.as_str();
         let reply = match fence_key {
@@ -367,13 +404,14 @@ pub(crate) struct Handover {
     pub(crate) grace_ms: u64,
 }
 
-/// The `{1 | 0, counter}` reply of the acquire scripts.
+/// The `{1 | 0 | -1, counter}` reply of the acquire scripts.
 fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
             match reply.first() {
                 Some(Value::Integer(1)) => (NodeVote::Acquired, counter),
+                Some(Value::Integer(-1)) => (NodeVote::Failed(NodeError::Quarantined), 0),
                 _ => (NodeVote::Held, counter),
             }
         }

@@ -18,6 +18,11 @@ pub enum NodeError {
     /// The connection failed while the command was in flight.
     #[error("connection error: {0}")]
     Io(String),
+    /// The node restarted less than the quarantine ago and refused to vote
+    /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)): it may have lost
+    /// a key that another holder still counts on.
+    #[error("restarted less than the quarantine ago; not voting yet")]
+    Quarantined,
 }
 
 impl NodeError {

@@ -11,7 +11,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::builder::RedlockBuilder;
-use crate::error::{LockError, LostReason};
+use crate::error::{InvalidInput, LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::lease::{Lease, LeaseParts};
 use crate::node::{Handover, Node, QueuePlace};
@@ -64,6 +64,10 @@ pub(crate) struct Inner {
     waiters: Option<Arc<Waiters>>,
     /// How long a released key stays reserved for the waiter it was handed to.
     handover_grace: Duration,
+    /// Restarted nodes grant nothing for this long ([`RedlockBuilder::quarantine`]).
+    quarantine: Duration,
+    /// The same in whole seconds, rounded up, as sent to the acquire scripts (0: none).
+    quarantine_s: u64,
     next_id: AtomicU64,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -143,6 +147,7 @@ pub(crate) struct Parts {
     pub(crate) key_prefix: String,
     pub(crate) node_timeout: Duration,
     pub(crate) handover_grace: Duration,
+    pub(crate) quarantine: Duration,
 }
 
 /// A waiter: its place in the resource's queue on the nodes and its subscription.
@@ -191,6 +196,7 @@ impl Redlock {
             key_prefix,
             node_timeout,
             handover_grace,
+            quarantine,
         } = parts;
         let waiters = (!handover_grace.is_zero()).then(|| {
             let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
@@ -205,6 +211,8 @@ impl Redlock {
                 node_timeout,
                 waiters,
                 handover_grace,
+                quarantine,
+                quarantine_s: quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0),
                 held: Mutex::new(HashMap::new()),
                 reentrant: Reentrant::default(),
                 watchdog: OnceLock::new(),
@@ -280,6 +288,7 @@ impl Redlock {
     ) -> Result<LockGuard, LockError> {
         validate_resource(resource)?;
         options.validate()?;
+        self.check_quarantine(options.get_ttl())?;
         if self.is_shutting_down() {
             return Err(LockError::ShuttingDown);
         }
@@ -307,6 +316,16 @@ impl Redlock {
         self.acquire(resource, key, options, owner)
             .instrument(span)
             .await
+    }
+
+    /// Refuses a ttl the node quarantine does not cover (see
+    /// [`RedlockBuilder::quarantine`]).
+    pub(crate) fn check_quarantine(&self, ttl: Duration) -> Result<(), InvalidInput> {
+        let quarantine = self.inner.quarantine;
+        if quarantine.is_zero() || ttl <= quarantine {
+            return Ok(());
+        }
+        Err(InvalidInput::TtlAboveQuarantine { ttl, quarantine })
     }
 
     async fn acquire(
@@ -500,6 +519,7 @@ impl Redlock {
         let start = Instant::now();
         // Step 2: all nodes at once, decided at quorum.
         let fence = fence_key.as_deref();
+        let quarantine_s = inner.quarantine_s;
         let tally = quorum::decide(
             n,
             inner.quorum,
@@ -507,12 +527,16 @@ impl Redlock {
             Stop::Decided,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
-                let (vote, counter) = match (queued, fence) {
-                    (Some(place), _) => {
-                        node.try_lock_queued(key, fence, token, ttl_ms, place).await
+                let (vote, counter) = match queued {
+                    Some(place) => {
+                        node.try_lock_queued(key, fence, token, ttl_ms, place, quarantine_s)
+                            .await
                     }
-                    (None, Some(fence)) => node.try_lock_fenced(key, fence, token, ttl_ms).await,
-                    (None, None) => (node.try_lock(key, token, ttl_ms).await, 0),
+                    None if fence.is_some() || quarantine_s > 0 => {
+                        node.try_lock_scripted(key, fence, token, ttl_ms, quarantine_s)
+                            .await
+                    }
+                    None => (node.try_lock(key, token, ttl_ms).await, 0),
                 };
                 (i, vote, counter)
             }),

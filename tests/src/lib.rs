@@ -1,5 +1,16 @@
 //! Real-server test support: `redis-server` processes on free loopback ports, killed on drop
-//! (modelled on redis-rs's `redis-test`), plus the installer used by `cargo xtask`.
+//! (modelled on redis-rs's `redis-test`), the installer used by `cargo xtask`, and the fault
+//! toolkit of the reliability scenarios: a per-node fault [`proxy`], process control
+//! (pause, kill, restart with or without AOF), a wall-clock shim ([`clock`]) and an exclusion
+//! [`checker`] independent of the lock.
+
+pub mod checker;
+pub mod clock;
+mod install;
+pub mod proxy;
+pub mod workload;
+
+pub use install::{SERVER_BIN_ENV, ensure_gcc, ensure_redis_server};
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,57 +20,6 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-
-/// Environment variable naming the `redis-server` binary to use instead of the one on `PATH`.
-pub const SERVER_BIN_ENV: &str = "REDIS_SERVER_BIN";
-
-/// Finds `redis-server`; if it is missing and we are root, installs Debian's `redis-server`
-/// package with apt-get. Otherwise the error says what to install.
-pub fn ensure_redis_server() -> Result<PathBuf, String> {
-    if let Some(path) = find_redis_server() {
-        return Ok(path);
-    }
-    if !nix::unistd::geteuid().is_root() {
-        return Err("redis-server is not installed; install it (Debian/Ubuntu: `sudo apt-get install redis-server`) or set REDIS_SERVER_BIN".into());
-    }
-    eprintln!("redis-server not found: installing Debian's redis-server package");
-    let apt = |args: &[&str]| {
-        Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .map_err(|e| format!("could not run apt-get: {e}"))
-    };
-    apt(&["update", "-qq"])?;
-    let status = apt(&[
-        "install",
-        "-y",
-        "-qq",
-        "--no-install-recommends",
-        "redis-server",
-    ])?;
-    if !status.success() {
-        return Err(format!("apt-get install redis-server failed: {status}"));
-    }
-    // The package starts a system instance on 6379; we never use it, so stop it.
-    let _ = Command::new("service")
-        .args(["redis-server", "stop"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    find_redis_server().ok_or_else(|| "redis-server still not found after install".into())
-}
-
-fn find_redis_server() -> Option<PathBuf> {
-    if let Some(bin) = std::env::var_os(SERVER_BIN_ENV) {
-        return Some(PathBuf::from(bin));
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("redis-server"))
-            .find(|candidate| candidate.is_file())
-    })
-}
 
 /// A free loopback port (bound then released; the caller retries if it was taken meanwhile).
 pub fn free_port() -> u16 {
@@ -119,7 +79,19 @@ impl Drop for PortClaim {
     }
 }
 
-/// One `redis-server` process on a loopback port, without persistence, killed on drop.
+/// How a [`RedisServer`] runs.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// Persist every write before replying (`appendonly yes`, `appendfsync always`): keys
+    /// and their remaining ttls survive `kill -9`.
+    pub aof: bool,
+    /// Run under the clock shim, so [`RedisServer::clock`] can jump its wall clock.
+    pub clock: bool,
+    /// Extra `redis-server` arguments.
+    pub extra: Vec<String>,
+}
+
+/// One `redis-server` process on a loopback port, killed on drop.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Option<Child>,
@@ -127,7 +99,10 @@ pub struct RedisServer {
     /// Released after the process is killed (fields drop after `Drop::drop`).
     _claim: PortClaim,
     bin: PathBuf,
-    extra: Vec<String>,
+    options: ServerOptions,
+    /// Its own working directory (AOF files), removed on drop.
+    dir: PathBuf,
+    clock: Option<clock::ClockOffset>,
 }
 
 impl RedisServer {
@@ -138,15 +113,28 @@ impl RedisServer {
 
     /// [`start`](Self::start) with extra `redis-server` arguments (e.g. `--user ...`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_opts(ServerOptions {
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            ..ServerOptions::default()
+        })
+    }
+
+    /// [`start`](Self::start) with [`ServerOptions`].
+    pub fn start_opts(options: ServerOptions) -> Self {
         let bin = ensure_redis_server().unwrap_or_else(|e| panic!("{e}"));
         for _ in 0..10 {
             let (port, claim) = PortClaim::take();
+            let dir = std::env::temp_dir()
+                .join("redlock-test-data")
+                .join(format!("{port}-{}", std::process::id()));
             let mut server = Self {
                 child: None,
                 port,
                 _claim: claim,
                 bin: bin.clone(),
-                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                clock: options.clock.then(clock::ClockOffset::new),
+                options: options.clone(),
+                dir,
             };
             if server.spawn().is_ok() {
                 return server;
@@ -156,12 +144,21 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
+        let persistence: &[&str] = if self.options.aof {
+            &["--appendonly", "yes", "--appendfsync", "always"]
+        } else {
+            &["--appendonly", "no"]
+        };
         let child = Command::new(&self.bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .args(["--dir", &std::env::temp_dir().display().to_string()])
+            .args(["--save", "", "--daemonize", "no"])
+            .args(persistence)
+            .arg("--dir")
+            .arg(&self.dir)
             .args(["--enable-debug-command", "local", "--loglevel", "warning"])
-            .args(&self.extra)
+            .args(&self.options.extra)
+            .envs(self.clock.iter().flat_map(clock::ClockOffset::env))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -222,11 +219,25 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, empty (after [`kill`](Self::kill)).
+    /// `kill -9`, then starts the server again on the same port: empty, or with its keys
+    /// when it persists with AOF.
     pub fn restart(&mut self) {
         self.kill();
+        self.start_again();
+    }
+
+    /// Starts a killed server again on the same port (a delayed restart is [`kill`](Self::kill),
+    /// a wait, then this).
+    pub fn start_again(&mut self) {
         self.spawn()
             .unwrap_or_else(|e| panic!("restart failed: {e}"));
+    }
+
+    /// The wall-clock offset of a server started with [`ServerOptions::clock`].
+    pub fn clock(&self) -> &clock::ClockOffset {
+        self.clock
+            .as_ref()
+            .unwrap_or_else(|| panic!("server started without ServerOptions::clock"))
     }
 
     /// `SIGSTOP`: the node stalls (connections stay open, nothing is answered).
@@ -247,6 +258,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -1,0 +1,218 @@
+//! A fault-injecting TCP proxy in front of one node (reliability.md §6: the kernel here has no
+//! `netem`, so latency, blackholes, resets and dropped replies are injected in-process).
+//!
+//! Each [`Proxy`] listens on its own loopback port and forwards to one server. Faults apply
+//! per direction ([`Direction::Request`]: client → server, [`Direction::Reply`]: server →
+//! client) and take effect at once, on open connections too. The proxy runs on its own
+//! runtime thread, so a test runtime that is busy or paused does not slow it down.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+/// Which way bytes flow through the proxy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client → server: commands.
+    Request,
+    /// Server → client: replies.
+    Reply,
+}
+
+/// What happens to the bytes flowing one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Forwarded at once.
+    Pass,
+    /// Forwarded after this delay (order kept).
+    Delay(Duration),
+    /// Read and dropped: on [`Direction::Reply`], a command is applied but its reply never
+    /// arrives (the ambiguous write); on both, a clean partition.
+    Blackhole,
+}
+
+#[derive(Debug)]
+struct State {
+    faults: Mutex<[Fault; 2]>,
+    /// Bumped by [`Proxy::reset`]: every open connection is closed with a TCP reset.
+    generation: watch::Sender<u64>,
+    /// Bytes received from clients (whatever happened to them next).
+    request_bytes: AtomicU64,
+    /// Connections accepted.
+    accepted: AtomicU64,
+}
+
+impl State {
+    fn fault(&self, direction: Direction) -> Fault {
+        self.faults.lock().unwrap_or_else(PoisonError::into_inner)[direction as usize]
+    }
+}
+
+/// A proxy in front of `127.0.0.1:<target>`, stopped on drop.
+#[derive(Debug)]
+pub struct Proxy {
+    port: u16,
+    state: Arc<State>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Proxy {
+    /// Starts a proxy to the loopback port `target` on a free port.
+    pub fn start(target: u16) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("fault-proxy")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("proxy runtime: {e}"));
+        let listener = runtime
+            .block_on(TcpListener::bind("127.0.0.1:0"))
+            .unwrap_or_else(|e| panic!("proxy bind: {e}"));
+        let port = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("proxy address: {e}"))
+            .port();
+        let state = Arc::new(State {
+            faults: Mutex::new([Fault::Pass; 2]),
+            generation: watch::Sender::new(0),
+            request_bytes: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+        });
+        runtime.spawn(accept_loop(listener, target, state.clone()));
+        Self {
+            port,
+            state,
+            runtime: Some(runtime),
+        }
+    }
+
+    /// The proxy's loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<proxy port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Sets the fault on one direction.
+    pub fn set(&self, direction: Direction, fault: Fault) {
+        self.state
+            .faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)[direction as usize] = fault;
+    }
+
+    /// Blackholes both directions: a clean partition (connections stay open, nothing passes).
+    pub fn partition(&self) {
+        self.set(Direction::Request, Fault::Blackhole);
+        self.set(Direction::Reply, Fault::Blackhole);
+    }
+
+    /// Both directions back to [`Fault::Pass`].
+    pub fn heal(&self) {
+        self.set(Direction::Request, Fault::Pass);
+        self.set(Direction::Reply, Fault::Pass);
+    }
+
+    /// Closes every open connection with a TCP reset (new connections are accepted).
+    pub fn reset(&self) {
+        self.state.generation.send_modify(|g| *g += 1);
+    }
+
+    /// Bytes received from clients so far.
+    pub fn request_bytes(&self) -> u64 {
+        self.state.request_bytes.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.state.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, target: u16, state: Arc<State>) {
+    while let Ok((client, _)) = listener.accept().await {
+        state.accepted.fetch_add(1, Ordering::SeqCst);
+        tokio::spawn(connection(client, target, state.clone()));
+    }
+}
+
+/// One proxied connection: two pumps until either side closes or the proxy resets it.
+/// Both sockets linger 0, so whenever the proxy closes one, the peer gets a TCP reset.
+async fn connection(client: TcpStream, target: u16, state: Arc<State>) {
+    let _ = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO));
+    let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
+        return;
+    };
+    let _ = socket2::SockRef::from(&server).set_linger(Some(Duration::ZERO));
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let mut generation = state.generation.subscribe();
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    let up = pump(client_read, server_write, Direction::Request, state.clone());
+    let down = pump(server_read, client_write, Direction::Reply, state.clone());
+    // Either pump ending (a side closed or failed) ends the connection: the other side is
+    // closed too, as a real network would show a dead peer.
+    tokio::select! {
+        _ = up => {}
+        _ = down => {}
+        _ = generation.changed() => {}
+    }
+}
+
+/// Copies one direction, applying its fault to every chunk as it is read. Returns when the
+/// source closes (after shutting the destination down) or either side fails.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    direction: Direction,
+    state: Arc<State>,
+) -> Option<()> {
+    let (queue, mut delayed) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = async move {
+        while let Some((at, bytes)) = delayed.recv().await {
+            tokio::time::sleep_until(at).await;
+            to.write_all(&bytes).await.ok()?;
+        }
+        to.shutdown().await.ok()
+    };
+    let reader = async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut last = Instant::now();
+        loop {
+            let n = from.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return Some(());
+            }
+            if direction == Direction::Request {
+                state.request_bytes.fetch_add(n as u64, Ordering::SeqCst);
+            }
+            let at = match state.fault(direction) {
+                Fault::Blackhole => continue,
+                Fault::Pass => Instant::now(),
+                Fault::Delay(delay) => Instant::now() + delay,
+            };
+            // Never reorder: a chunk leaves no earlier than the one before it.
+            last = last.max(at);
+            queue.send((last, buf[..n].to_vec())).ok()?;
+        }
+    };
+    let (read, write) = tokio::join!(reader, writer);
+    read.and(write)
+}
