@@ -167,8 +167,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// Quarantine of restarted nodes (default off): a node whose `uptime_in_seconds` is
-    /// below `quarantine` (rounded up to whole seconds) grants no acquisition.
+    /// Quarantine of restarted nodes (default off): a node up for less than `quarantine`
+    /// grants no acquisition. Redis reports uptime in whole seconds, so the quarantine lasts
+    /// between `quarantine` (rounded up to a second) and one second more.
     ///
     /// This is the distlock spec's "delayed restart" ("Performance, crash recovery and
     /// fsync"), enforced by the node inside the acquire script, atomically with the `SET`: a

@@ -40,18 +40,21 @@ pub(crate) static RELEASE: Script = Script::new(
 
 /// Release with a fair hand-over: like [`RELEASE`], but if waiters are queued on this node
 /// (`KEYS[2]`, a sorted set scored by wait start), the key is not deleted: it is reserved for
-/// the longest waiter (value `ARGV[3]`'s popped member, ttl `ARGV[2]` ms, the grace) and the
-/// waiter is told on channel `ARGV[3]`. A reservation blocks every `SET NX`; only the named
-/// waiter's [`ACQUIRE_QUEUED`] takes it, so a releasing holder cannot re-grab the lock ahead of
-/// the waiters. Returns 1 if our key was there, 0 otherwise. With no waiter it is `RELEASE`;
-/// the queue commands run under `pcall`, so an ACL user without `ZPOPMIN`/`PUBLISH` still
-/// releases (without hand-over).
+/// the longest waiter (value: its popped member, ttl `ARGV[2]` ms, the grace) and channel
+/// `ARGV[3]` is told `"<named> <next>"`, the named waiter and the one after it (empty if
+/// none). A reservation blocks every `SET NX`; only the named waiter's [`ACQUIRE_QUEUED`]
+/// takes it, so a releasing holder cannot re-grab the lock ahead of the waiters. Returns 1 if
+/// our key was there, 0 otherwise. With no waiter it is `RELEASE`; the queue commands run
+/// under `pcall`, so an ACL user without `ZPOPMIN`/`PUBLISH` still releases (without
+/// hand-over).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
     r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
 local head = redis.pcall("zpopmin", KEYS[2])
 if type(head) == "table" and head[1] then
   redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
-  redis.pcall("publish", ARGV[3], head[1])
+  local after = redis.pcall("zrange", KEYS[2], 0, 0)
+  local next = (type(after) == "table" and after[1]) or ""
+  redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
 else
   redis.call("del", KEYS[1])
 end
@@ -63,7 +66,8 @@ return 1"#,
 /// nothing and the script returns `{-1, 0}`. This is the distlock spec's "delayed restart"
 /// enforced by the node itself, atomically with the `SET`: a node restarted empty less than a
 /// max-ttl ago cannot give a second holder a vote that the first holder's key would have
-/// refused. `uptime_in_seconds` is rounded down, so the quarantine never ends early.
+/// refused. `uptime_in_seconds` is a difference of whole-second timestamps, so the caller
+/// asks for one second more than the quarantine, and it never ends early.
 macro_rules! quarantine_check {
     ($q:literal) => {
         concat!(

@@ -21,7 +21,7 @@ use crate::quorum::{self, Stop};
 use crate::reentrant::{Holder, Reentrant};
 use crate::timing;
 use crate::token::Token;
-use crate::waiters::{Listener, Waiters, Wake};
+use crate::waiters::{Listener, WaitTiming, Waiters, Wake};
 use crate::watchdog::Watchdog;
 
 /// A Redlock distributed lock manager over N independent Redis masters.
@@ -66,7 +66,9 @@ pub(crate) struct Inner {
     handover_grace: Duration,
     /// Restarted nodes grant nothing for this long ([`RedlockBuilder::quarantine`]).
     quarantine: Duration,
-    /// The same in whole seconds, rounded up, as sent to the acquire scripts (0: none).
+    /// The minimum `uptime_in_seconds` sent to the acquire scripts (0: none): the quarantine
+    /// rounded up to whole seconds, plus one, because Redis computes that uptime from
+    /// whole-second timestamps (a reported 1 may mean a few milliseconds).
     quarantine_s: u64,
     next_id: AtomicU64,
     shutdown: CancellationToken,
@@ -212,7 +214,10 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 quarantine,
-                quarantine_s: quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0),
+                quarantine_s: match quarantine.is_zero() {
+                    true => 0,
+                    false => quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1,
+                },
                 held: Mutex::new(HashMap::new()),
                 reentrant: Reentrant::default(),
                 watchdog: OnceLock::new(),
@@ -385,19 +390,28 @@ impl Redlock {
             }
             let shutdown = &self.inner.shutdown;
             match (&mut waiting, &self.inner.waiters) {
-                (None, Some(waiters)) if matches!(failure, AttemptFailure::Votes(_)) => {
+                // Only a busy resource is worth queueing for: enough nodes answered for a
+                // quorum, and some refused. Too few answers is unavailability, which a queue
+                // (and subscribing to nodes that do not answer) cannot help.
+                (None, Some(waiters))
+                    if matches!(&failure, AttemptFailure::Votes(votes)
+                        if votes.held() > 0 && votes.acquired() + votes.held() >= self.inner.quorum) =>
+                {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
                     waiting = Some(self.join_queue(waiters, &key).await);
                     free_attempt = true;
                 }
                 (Some(waiting), _) => {
                     tracing::trace!(attempts, fallback_ms = delay.as_millis() as u64, "waiting");
-                    let after_other = self.inner.handover_grace + AFTER_OTHER_SLACK;
+                    let grace = self.inner.handover_grace;
+                    let timing = WaitTiming {
+                        fallback: delay,
+                        after_other: grace + AFTER_OTHER_SLACK,
+                        settle: grace / 2,
+                        quorum: self.inner.quorum,
+                    };
                     let marker = waiting.place.marker.as_str();
-                    let wake = waiting
-                        .listener
-                        .wait(marker, delay, after_other, shutdown)
-                        .await;
+                    let wake = waiting.listener.wait(marker, timing, shutdown).await;
                     if wake == Wake::Shutdown {
                         self.leave_queue(waiting.place.clone());
                         return Err(LockError::ShuttingDown);

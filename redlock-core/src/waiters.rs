@@ -169,9 +169,10 @@ impl Waiters {
         });
     }
 
-    fn deliver(&self, channel: &str, named: Arc<str>) {
+    /// Passes a hand-over message (`"<named> <next>"`) to the channel's local waiters.
+    fn deliver(&self, channel: &str, message: Arc<str>) {
         if let Some(state) = self.channels().get(channel) {
-            let _ = state.tx.send(named);
+            let _ = state.tx.send(message);
         }
     }
 }
@@ -214,8 +215,8 @@ fn dispatch(waiters: Weak<Waiters>, subscriber: &SubscriberClient) {
                     let Some(waiters) = waiters.upgrade() else {
                         return;
                     };
-                    if let Some(named) = message.value.as_str() {
-                        waiters.deliver(&message.channel, Arc::from(&*named));
+                    if let Some(text) = message.value.as_str() {
+                        waiters.deliver(&message.channel, Arc::from(&*text));
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {}
@@ -241,29 +242,48 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// Waits until a release names `marker` ([`Wake::Named`]), `fallback` passes
-    /// ([`Wake::Timer`]), or `shutdown` fires. A release naming another waiter re-arms the
-    /// timer to `after_other` (twice the grace): if that waiter is gone, its reservation has
-    /// expired by then and this one attempts.
+    /// Waits until releases on `quorum` nodes name `marker` ([`Wake::Named`]), `fallback`
+    /// passes ([`Wake::Timer`]), or `shutdown` fires.
+    ///
+    /// Each node publishes its own hand-over, and the nodes run the release at slightly
+    /// different times: attempting on the first message would find the key still held on the
+    /// nodes that have not run it yet, and a named waiter that misses its quorum leaves its
+    /// reservations to expire. So the named waiter attempts once a quorum of nodes named it,
+    /// or `settle` after the first did (a node that is down or unsubscribed never will).
+    /// A release naming another waiter with this one next in line re-arms the timer to
+    /// `after_other` (the grace and a slack): if the named waiter is gone, its reservation has
+    /// expired by then and this one attempts. Waiters further back keep sleeping: they are
+    /// named in turn (or woken by their fallback).
     pub(crate) async fn wait(
         &mut self,
         marker: &str,
-        fallback: Duration,
-        after_other: Duration,
+        timing: WaitTiming,
         shutdown: &CancellationToken,
     ) -> Wake {
-        let timer = tokio::time::sleep(fallback);
+        let timer = tokio::time::sleep(timing.fallback);
         tokio::pin!(timer);
-        let hard_deadline = tokio::time::Instant::now() + fallback;
+        let hard_deadline = tokio::time::Instant::now() + timing.fallback;
+        let mut named = 0;
         loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return Wake::Shutdown,
                 message = self.rx.recv() => match message {
-                    Ok(named) if &*named == marker => return Wake::Named,
-                    Ok(_) => {
-                        let at = (tokio::time::Instant::now() + after_other).min(hard_deadline);
-                        timer.as_mut().reset(at);
+                    Ok(message) => {
+                        let mut names = message.split(' ');
+                        if names.next() == Some(marker) {
+                            named += 1;
+                            if named >= timing.quorum {
+                                return Wake::Named;
+                            }
+                            if named == 1 {
+                                timer.as_mut().reset(tokio::time::Instant::now() + timing.settle);
+                            }
+                        } else if named == 0 && names.next() == Some(marker) {
+                            let at = (tokio::time::Instant::now() + timing.after_other)
+                                .min(hard_deadline);
+                            timer.as_mut().reset(at);
+                        }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => return Wake::Timer,
                     Err(broadcast::error::RecvError::Closed) => {
@@ -271,10 +291,23 @@ impl Listener {
                         return Wake::Timer;
                     }
                 },
-                () = &mut timer => return Wake::Timer,
+                () = &mut timer => return if named > 0 { Wake::Named } else { Wake::Timer },
             }
         }
     }
+}
+
+/// The timers of one [`Listener::wait`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitTiming {
+    /// Attempt anyway after this long (the retry delay).
+    pub(crate) fallback: Duration,
+    /// Attempt this long after the waiter ahead was named (grace + slack).
+    pub(crate) after_other: Duration,
+    /// Attempt this long after the first node named this waiter, if fewer than a quorum did.
+    pub(crate) settle: Duration,
+    /// Nodes whose hand-over makes the attempt worthwhile.
+    pub(crate) quorum: usize,
 }
 
 impl Drop for Listener {

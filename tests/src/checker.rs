@@ -61,6 +61,17 @@ impl History {
         self.len() == 0
     }
 
+    /// Every hold, sorted by start.
+    pub fn holds(&self) -> Vec<Hold> {
+        let mut holds = self
+            .holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        holds.sort_by_key(|h| h.start);
+        holds
+    }
+
     /// Pairs of holds that overlap: each hold that started before an earlier one had ended
     /// is reported with the hold it overlaps.
     pub fn overlaps(&self) -> Vec<(Hold, Hold)> {

@@ -277,9 +277,25 @@ impl RedisNodes {
         }
     }
 
+    /// Starts `n` servers, server `i` with `options(i)`.
+    pub fn start_opts(n: usize, options: impl Fn(usize) -> ServerOptions) -> Self {
+        Self {
+            servers: (0..n).map(|i| RedisServer::start_opts(options(i))).collect(),
+        }
+    }
+
     /// Their URLs, in order.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// A fresh [`Proxy`](proxy::Proxy) in front of each server, in order: one client's own
+    /// view of the network.
+    pub fn proxies(&self) -> Vec<proxy::Proxy> {
+        self.servers
+            .iter()
+            .map(|s| proxy::Proxy::start(s.port()))
+            .collect()
     }
 
     /// The value of `key` on every node, in order (`None` where it is absent).
@@ -336,6 +352,11 @@ impl RedisNodes {
         }
         out
     }
+}
+
+/// The URLs of `proxies`, in order.
+pub fn proxy_urls(proxies: &[proxy::Proxy]) -> Vec<String> {
+    proxies.iter().map(proxy::Proxy::url).collect()
 }
 
 /// A plain fred client to one server, for looking at keys from the outside.

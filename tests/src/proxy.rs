@@ -3,11 +3,12 @@
 //!
 //! Each [`Proxy`] listens on its own loopback port and forwards to one server. Faults apply
 //! per direction ([`Direction::Request`]: client → server, [`Direction::Reply`]: server →
-//! client) and take effect at once, on open connections too. The proxy runs on its own
-//! runtime thread, so a test runtime that is busy or paused does not slow it down.
+//! client) and take effect at once, on open connections too. Proxies run on a runtime of
+//! their own (two threads shared by every proxy of the process), so a test runtime that is
+//! busy or paused does not slow them down.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,7 +33,10 @@ pub enum Fault {
     /// Forwarded after this delay (order kept).
     Delay(Duration),
     /// Read and dropped: on [`Direction::Reply`], a command is applied but its reply never
-    /// arrives (the ambiguous write); on both, a clean partition.
+    /// arrives (the ambiguous write); on both, a clean partition. A TCP stream cannot lose
+    /// bytes and go on, so leaving a blackhole resets the connections that lost some, as the
+    /// peer's own timeout would have (otherwise a client would pair later replies with the
+    /// commands whose replies were lost).
     Blackhole,
 }
 
@@ -40,6 +44,7 @@ pub enum Fault {
 struct State {
     faults: Mutex<[Fault; 2]>,
     /// Bumped by [`Proxy::reset`]: every open connection is closed with a TCP reset.
+    /// [`STOPPED`] when the proxy is dropped: the listener closes too.
     generation: watch::Sender<u64>,
     /// Bytes received from clients (whatever happened to them next).
     request_bytes: AtomicU64,
@@ -53,25 +58,34 @@ impl State {
     }
 }
 
-/// A proxy in front of `127.0.0.1:<target>`, stopped on drop.
+/// The generation that tells a proxy's tasks to stop.
+const STOPPED: u64 = u64::MAX;
+
+/// The runtime every proxy of this process runs on.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("fault-proxy")
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("proxy runtime: {e}"))
+    })
+}
+
+/// A proxy in front of `127.0.0.1:<target>`, stopped on drop (its connections are reset).
 #[derive(Debug)]
 pub struct Proxy {
     port: u16,
     state: Arc<State>,
-    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Proxy {
     /// Starts a proxy to the loopback port `target` on a free port.
     pub fn start(target: u16) -> Self {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("fault-proxy")
-            .enable_all()
-            .build()
-            .unwrap_or_else(|e| panic!("proxy runtime: {e}"));
-        let listener = runtime
-            .block_on(TcpListener::bind("127.0.0.1:0"))
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .unwrap_or_else(|e| panic!("proxy bind: {e}"));
         let port = listener
             .local_addr()
@@ -83,12 +97,12 @@ impl Proxy {
             request_bytes: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
         });
+        let runtime = runtime();
+        let _entered = runtime.enter();
+        let listener =
+            TcpListener::from_std(listener).unwrap_or_else(|e| panic!("proxy listener: {e}"));
         runtime.spawn(accept_loop(listener, target, state.clone()));
-        Self {
-            port,
-            state,
-            runtime: Some(runtime),
-        }
+        Self { port, state }
     }
 
     /// The proxy's loopback port.
@@ -101,12 +115,19 @@ impl Proxy {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// Sets the fault on one direction.
+    /// Sets the fault on one direction (see [`Fault::Blackhole`] on leaving one).
     pub fn set(&self, direction: Direction, fault: Fault) {
-        self.state
-            .faults
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)[direction as usize] = fault;
+        let previous = std::mem::replace(
+            &mut self
+                .state
+                .faults
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)[direction as usize],
+            fault,
+        );
+        if previous == Fault::Blackhole && fault != Fault::Blackhole {
+            self.reset();
+        }
     }
 
     /// Blackholes both directions: a clean partition (connections stay open, nothing passes).
@@ -123,7 +144,7 @@ impl Proxy {
 
     /// Closes every open connection with a TCP reset (new connections are accepted).
     pub fn reset(&self) {
-        self.state.generation.send_modify(|g| *g += 1);
+        self.state.generation.send_modify(|g| *g = (*g + 1) % STOPPED);
     }
 
     /// Bytes received from clients so far.
@@ -139,16 +160,25 @@ impl Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
+        self.state.generation.send_replace(STOPPED);
     }
 }
 
 async fn accept_loop(listener: TcpListener, target: u16, state: Arc<State>) {
-    while let Ok((client, _)) = listener.accept().await {
-        state.accepted.fetch_add(1, Ordering::SeqCst);
-        tokio::spawn(connection(client, target, state.clone()));
+    let mut generation = state.generation.subscribe();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((client, _)) = accepted else { return };
+                state.accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(connection(client, target, state.clone()));
+            }
+            changed = generation.changed() => {
+                if changed.is_err() || *generation.borrow() == STOPPED {
+                    return;
+                }
+            }
+        }
     }
 }
 
