@@ -273,11 +273,7 @@ impl Node {
         ttl_ms: u64,
         quarantine_s: u64,
     ) -> (NodeVote, u64) {
-        let args = [
-            Value::from(token),
-            ttl_arg(ttl_ms),
-            ttl_arg(quarantine_s),
-        ];
+        let args = [Value::from(token), ttl_arg(ttl_ms), ttl_arg(quarantine_s)];
         let reply = match fence_key {
             Some(fence_key) => self.eval(&ACQUIRE, &[key, fence_key], &args).await,
             None => self.eval(&ACQUIRE, &[key], &args).await,

@@ -170,7 +170,11 @@ impl Register {
         let keys = vec![self.key.clone(), format!("{}:fence", self.key)];
         let written: i64 = self
             .client
-            .eval(FENCED_WRITE, keys, vec![value.to_string(), fence.to_string()])
+            .eval(
+                FENCED_WRITE,
+                keys,
+                vec![value.to_string(), fence.to_string()],
+            )
             .await
             .unwrap_or_else(|e| panic!("fenced write: {e}"));
         written == 1

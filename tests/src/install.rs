@@ -69,4 +69,3 @@ fn apt_install(package: &str, alternative: &str) -> Result<(), String> {
     }
     Ok(())
 }
-

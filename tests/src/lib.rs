@@ -280,7 +280,9 @@ impl RedisNodes {
     /// Starts `n` servers, server `i` with `options(i)`.
     pub fn start_opts(n: usize, options: impl Fn(usize) -> ServerOptions) -> Self {
         Self {
-            servers: (0..n).map(|i| RedisServer::start_opts(options(i))).collect(),
+            servers: (0..n)
+                .map(|i| RedisServer::start_opts(options(i)))
+                .collect(),
         }
     }
 

@@ -144,7 +144,9 @@ impl Proxy {
 
     /// Closes every open connection with a TCP reset (new connections are accepted).
     pub fn reset(&self) {
-        self.state.generation.send_modify(|g| *g = (*g + 1) % STOPPED);
+        self.state
+            .generation
+            .send_modify(|g| *g = (*g + 1) % STOPPED);
     }
 
     /// Bytes received from clients so far.

@@ -162,7 +162,8 @@ async fn one_client(
         report.latencies.push(start - called);
         let (hold, stall) = {
             let mut rng = rand::rng();
-            let hold = rng.random_range(Duration::ZERO..load.max_hold.max(Duration::from_micros(1)));
+            let hold =
+                rng.random_range(Duration::ZERO..load.max_hold.max(Duration::from_micros(1)));
             let stall = load
                 .stall
                 .filter(|(p, _)| rng.random_bool(*p))

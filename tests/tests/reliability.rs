@@ -18,9 +18,7 @@ use redlock_core::{LockError, LockGuard, LockOptions, NodeError, NodeVote, Redlo
 use redlock_tests::checker::{History, Register};
 use redlock_tests::proxy::{Direction, Fault};
 use redlock_tests::workload::{self, Load};
-use redlock_tests::{
-    RedisNodes, RedisServer, ServerOptions, plain_client, proxy_urls, within,
-};
+use redlock_tests::{RedisNodes, RedisServer, ServerOptions, plain_client, proxy_urls, within};
 
 const TTL: Duration = Duration::from_secs(1);
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -84,7 +82,13 @@ fn record_open(history: &History, holder: usize, start: Instant, guard: &LockGua
 async fn take_foreign(url: &str, key: &str) {
     let set: Option<String> = plain_client(url)
         .await
-        .set(key, "theirs", Some(Expiration::PX(10_000)), Some(SetOptions::NX), false)
+        .set(
+            key,
+            "theirs",
+            Some(Expiration::PX(10_000)),
+            Some(SetOptions::NX),
+            false,
+        )
         .await
         .unwrap();
     assert!(set.is_some(), "{key} was already taken on {url}");
@@ -145,9 +149,17 @@ async fn rl01_contended_baseline() {
     let report = workload::run(&clients, &load, &history, &register).await;
 
     assert_exclusive(&history, "RL-01");
-    assert_eq!(register.read().await, report.successes() as i64, "O2: lost updates");
+    assert_eq!(
+        register.read().await,
+        report.successes() as i64,
+        "O2: lost updates"
+    );
     assert_eq!(report.successes(), 16 * ROUNDS);
-    assert!(report.per_client.iter().all(|&n| n >= 1), "{:?}", report.per_client);
+    assert!(
+        report.per_client.iter().all(|&n| n >= 1),
+        "{:?}",
+        report.per_client
+    );
     assert!(report.other.is_empty(), "{:?}", report.other);
     let rate = report.successes() as f64 / report.attempts() as f64;
     assert!(rate >= 0.99, "success rate {rate}");
@@ -167,7 +179,8 @@ async fn rl01_contended_baseline() {
 async fn rl02_split_vote_storm() {
     let nodes = Arc::new(RedisNodes::start(5));
     let clients = Arc::new(handles(&nodes, 3, NODE_TIMEOUT).await);
-    let observers: Arc<Vec<_>> = Arc::new(join_all(nodes.urls().iter().map(|u| plain_client(u))).await);
+    let observers: Arc<Vec<_>> =
+        Arc::new(join_all(nodes.urls().iter().map(|u| plain_client(u))).await);
     let lanes: Vec<_> = (0..20)
         .map(|lane| {
             let (clients, observers) = (clients.clone(), observers.clone());
@@ -176,16 +189,25 @@ async fn rl02_split_vote_storm() {
                 for round in 0..500 {
                     let resource = format!("rl02:{lane}:{round}");
                     let one = once();
-                    let results = join_all(clients.iter().map(|c| c.lock_with(&resource, &one))).await;
-                    let winners: Vec<&LockGuard> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+                    let results =
+                        join_all(clients.iter().map(|c| c.lock_with(&resource, &one))).await;
+                    let winners: Vec<&LockGuard> =
+                        results.iter().filter_map(|r| r.as_ref().ok()).collect();
                     assert!(winners.len() <= 1, "{resource}: {} winners", winners.len());
                     let expected = winners.first().map(|g| g.token().expose().to_owned());
                     // The losers' clean-up was sent before their calls returned: allow one
                     // more round trip for it to be applied, then every node must agree.
                     let mut left = Vec::new();
                     for _ in 0..2 {
-                        left = join_all(observers.iter().map(|o| o.get::<Option<String>, _>(&resource))).await;
-                        if left.iter().all(|v| v.as_ref().unwrap() == &expected || v.as_ref().unwrap().is_none()) {
+                        left = join_all(
+                            observers
+                                .iter()
+                                .map(|o| o.get::<Option<String>, _>(&resource)),
+                        )
+                        .await;
+                        if left.iter().all(|v| {
+                            v.as_ref().unwrap() == &expected || v.as_ref().unwrap().is_none()
+                        }) {
                             break;
                         }
                         tokio::time::sleep(ms(1)).await;
@@ -250,7 +272,10 @@ async fn rl03_minority_down_or_stalled() {
                 let mut i = 0u64;
                 while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                     let started = Instant::now();
-                    let guard = probe.lock_with(&format!("rl03:probe:{i}"), &once()).await.unwrap();
+                    let guard = probe
+                        .lock_with(&format!("rl03:probe:{i}"), &once())
+                        .await
+                        .unwrap();
                     latencies.push(started.elapsed());
                     guard.release().await.unwrap();
                     i += 1;
@@ -260,15 +285,24 @@ async fn rl03_minority_down_or_stalled() {
                 latencies
             })
         };
-        let report = workload::run(&clients, &Load::contended("rl03", 30), &history, &register).await;
+        let report =
+            workload::run(&clients, &Load::contended("rl03", 30), &history, &register).await;
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         let probes = prober.await.unwrap();
         nodes.servers[3].resume();
         nodes.servers[4].resume();
 
-        let case = if stalled { "RL-03b (2 stopped)" } else { "RL-03a (2 killed)" };
+        let case = if stalled {
+            "RL-03b (2 stopped)"
+        } else {
+            "RL-03a (2 killed)"
+        };
         assert_exclusive(&history, case);
-        assert_eq!(register.read().await, report.successes() as i64, "{case}: O2");
+        assert_eq!(
+            register.read().await,
+            report.successes() as i64,
+            "{case}: O2"
+        );
         let rate = report.successes() as f64 / report.attempts() as f64;
         assert!(rate >= 0.95, "{case}: success rate {rate}");
         let p99 = probes[(probes.len() - 1) * 99 / 100];
@@ -331,13 +365,25 @@ async fn rl04_majority_down() {
             Err(LockError::Unavailable { .. }) => {}
             other => panic!("an attempt with 3 of 5 nodes stopped returned {other:?}"),
         }
-        assert!(took <= budget, "an attempt took {took:?}, budget {budget:?}");
+        assert!(
+            took <= budget,
+            "an attempt took {took:?}, budget {budget:?}"
+        );
     }
-    let after = within("the lock after the majority resumed", clients[0].lock_with("rl04", &patient(TTL + delay + jitter))).await;
+    let after = within(
+        "the lock after the majority resumed",
+        clients[0].lock_with("rl04", &patient(TTL + delay + jitter)),
+    )
+    .await;
     let recovered = resumed.elapsed();
     after.unwrap().release().await.unwrap();
-    assert!(recovered <= TTL + delay + jitter, "recovered after {recovered:?}");
-    eprintln!("RL-04: {attempts} attempts while down, all Unavailable within {budget:?}; recovered in {recovered:?}");
+    assert!(
+        recovered <= TTL + delay + jitter,
+        "recovered after {recovered:?}"
+    );
+    eprintln!(
+        "RL-04: {attempts} attempts while down, all Unavailable within {budget:?}; recovered in {recovered:?}"
+    );
 }
 
 // RL-05 ----------------------------------------------------------------------------------
@@ -366,7 +412,12 @@ async fn rl05_variant(restart: Restart) -> usize {
     });
     let (pa, pb) = (nodes.proxies(), nodes.proxies());
     let a = handle(proxy_urls(&pa)).await;
-    let b = handle_with(proxy_urls(&pb), NODE_TIMEOUT, restart == Restart::Quarantined).await;
+    let b = handle_with(
+        proxy_urls(&pb),
+        NODE_TIMEOUT,
+        restart == Restart::Quarantined,
+    )
+    .await;
     pa[3].partition();
     pa[4].partition();
     pb[0].partition();
@@ -424,12 +475,20 @@ async fn rl05_variant(restart: Restart) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl05_crash_restart_needs_quarantine_delay_or_fsync() {
     let detected = rl05_variant(Restart::Empty).await;
-    assert!(detected >= 198, "the checker saw only {detected} of 200 violations");
+    assert!(
+        detected >= 198,
+        "the checker saw only {detected} of 200 violations"
+    );
     for restart in [Restart::Quarantined, Restart::Delayed, Restart::Aof] {
         let violations = rl05_variant(restart).await;
-        assert_eq!(violations, 0, "{restart:?}: {violations} of 200 trials overlapped");
+        assert_eq!(
+            violations, 0,
+            "{restart:?}: {violations} of 200 trials overlapped"
+        );
     }
-    eprintln!("RL-05: empty restart caught in {detected}/200; quarantine, delayed restart, AOF: 0/200 each");
+    eprintln!(
+        "RL-05: empty restart caught in {detected}/200; quarantine, delayed restart, AOF: 0/200 each"
+    );
 }
 
 // RL-06 ----------------------------------------------------------------------------------
@@ -459,7 +518,10 @@ async fn rl06_server_clock_jump() {
         for (i, guard) in guards.into_iter().enumerate() {
             let guard = guard.unwrap();
             let taken = b.lock_with(&format!("rl06a:{round}:{i}"), &once()).await;
-            assert!(taken.is_err() || !guard.is_valid(), "RL-06a: B got a lock A holds on 4 nodes");
+            assert!(
+                taken.is_err() || !guard.is_valid(),
+                "RL-06a: B got a lock A holds on 4 nodes"
+            );
             guard.release().await.unwrap();
         }
     }
@@ -488,7 +550,10 @@ async fn rl06_server_clock_jump() {
             let _ = guard.release().await;
         }
     }
-    assert!(detected >= 99, "RL-06b: the checker saw {detected} of 100 violations");
+    assert!(
+        detected >= 99,
+        "RL-06b: the checker saw {detected} of 100 violations"
+    );
 
     // (c) a step back of one hour on node 2, then A crashes (never releases).
     let (a, b) = (handle(nodes.urls()).await, handle(nodes.urls()).await);
@@ -498,14 +563,26 @@ async fn rl06_server_clock_jump() {
     let node2 = plain_client(&nodes.servers[2].url()).await;
     let started = Instant::now();
     let retry = ms(100);
-    let options = LockOptions::default().ttl(TTL).retry_count(u32::MAX).retry_delay(retry).retry_jitter(Duration::ZERO).wait_timeout(Duration::from_secs(5));
-    let taken = within("B's lock after A's crash", b.lock_with("rl06c", &options)).await.unwrap();
+    let options = LockOptions::default()
+        .ttl(TTL)
+        .retry_count(u32::MAX)
+        .retry_delay(retry)
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(5));
+    let taken = within("B's lock after A's crash", b.lock_with("rl06c", &options))
+        .await
+        .unwrap();
     let waited = started.elapsed();
     let lingering: i64 = node2.pttl("rl06c").await.unwrap();
-    assert!(lingering > 3_000_000, "node 2's key should linger about an hour, pttl {lingering}");
+    assert!(
+        lingering > 3_000_000,
+        "node 2's key should linger about an hour, pttl {lingering}"
+    );
     assert!(waited <= TTL + retry + ms(50), "B waited {waited:?}");
     taken.release().await.unwrap();
-    eprintln!("RL-06: (a) 0/100 with a holder on all 5; (b) caught {detected}/100; (c) B got the lock after {waited:?} while node 2 keeps A's key for {lingering} ms");
+    eprintln!(
+        "RL-06: (a) 0/100 with a holder on all 5; (b) caught {detected}/100; (c) B got the lock after {waited:?} while node 2 keeps A's key for {lingering} ms"
+    );
 }
 
 // RL-07 ----------------------------------------------------------------------------------
@@ -538,7 +615,10 @@ async fn rl07_delayed_replies() {
     for attempt in &attempts {
         // Not acquired: no validity left, or no reply within the round (capped at ttl − drift).
         assert!(
-            matches!(attempt, Err(LockError::NoValidity { .. } | LockError::Unavailable { .. })),
+            matches!(
+                attempt,
+                Err(LockError::NoValidity { .. } | LockError::Unavailable { .. })
+            ),
             "A with replies held past its ttl: {attempt:?}"
         );
     }
@@ -555,7 +635,10 @@ async fn rl07_delayed_replies() {
                 Some(other) => panic!("rl07:{i}: a key that is not B's: {other}"),
             }
         }
-        assert!(bs >= 3, "A's clean-up removed B's keys: {bs} left on rl07:{i}");
+        assert!(
+            bs >= 3,
+            "A's clean-up removed B's keys: {bs} left on rl07:{i}"
+        );
         guard.release().await.unwrap();
     }
 
@@ -565,11 +648,17 @@ async fn rl07_delayed_replies() {
     let guard = a.lock_with("rl07:validity", &once()).await.unwrap();
     let drift = redlock_core::timing::drift(TTL, 0.01);
     let left = guard.remaining_validity();
-    assert!(left <= TTL - ms(900) - drift, "validity left {left:?} after 900 ms of delay");
+    assert!(
+        left <= TTL - ms(900) - drift,
+        "validity left {left:?} after 900 ms of delay"
+    );
     for p in &proxies {
         p.set(Direction::Reply, Fault::Pass);
     }
-    eprintln!("RL-07: 100/100 refused with replies held {:?}; validity left after 900 ms: {left:?}", TTL + ms(200));
+    eprintln!(
+        "RL-07: 100/100 refused with replies held {:?}; validity left after 900 ms: {left:?}",
+        TTL + ms(200)
+    );
 }
 
 // RL-08 ----------------------------------------------------------------------------------
@@ -581,7 +670,12 @@ async fn rl08_run(fenced: bool) -> (i64, usize) {
     let store = RedisServer::start();
     let register = Register::new(&store, "rl08").await;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_holder"))
-        .args(["pause", &store.url(), "rl08", if fenced { "1" } else { "0" }])
+        .args([
+            "pause",
+            &store.url(),
+            "rl08",
+            if fenced { "1" } else { "0" },
+        ])
         .args(nodes.urls())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -595,7 +689,9 @@ async fn rl08_run(fenced: bool) -> (i64, usize) {
     // The holder is frozen mid read-modify-write, its auto-extension with it.
     let b = handle(nodes.urls()).await;
     let options = patient(TTL * 3).fencing(true);
-    let guard = within("B's lock", b.lock_with("rl08", &options)).await.unwrap();
+    let guard = within("B's lock", b.lock_with("rl08", &options))
+        .await
+        .unwrap();
     assert!(tokio::time::Instant::now().elapsed() < Duration::MAX);
     let mut completed = 1; // A's read happened; its write counts if accepted
     let fence = guard.fencing_token().unwrap();
@@ -612,9 +708,15 @@ async fn rl08_run(fenced: bool) -> (i64, usize) {
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, "go").unwrap();
     let (after, wrote) = tokio::task::block_in_place(|| {
-        (lines.next().unwrap().unwrap(), lines.next().unwrap().unwrap())
+        (
+            lines.next().unwrap().unwrap(),
+            lines.next().unwrap().unwrap(),
+        )
     });
-    assert_eq!(after, "AFTER false true", "the resumed holder must see its lock invalid and lost");
+    assert_eq!(
+        after, "AFTER false true",
+        "the resumed holder must see its lock invalid and lost"
+    );
     let accepted = wrote == "WROTE true";
     if !accepted {
         completed -= 1;
@@ -633,8 +735,14 @@ async fn rl08_holder_paused_past_expiry() {
     let (lost, stale) = rl08_run(true).await;
     assert_eq!((lost, stale), (0, 0), "with fencing");
     let (lost, stale) = rl08_run(false).await;
-    assert_eq!((lost, stale), (1, 1), "without fencing the harness must catch the lost update");
-    eprintln!("RL-08: fenced: stale write refused, 0 lost; unfenced: 1 stale write accepted, 1 lost update detected");
+    assert_eq!(
+        (lost, stale),
+        (1, 1),
+        "without fencing the harness must catch the lost update"
+    );
+    eprintln!(
+        "RL-08: fenced: stale write refused, 0 lost; unfenced: 1 stale write accepted, 1 lost update detected"
+    );
 }
 
 // RL-09 ----------------------------------------------------------------------------------
@@ -645,7 +753,10 @@ async fn rl08_holder_paused_past_expiry() {
 /// `Lost` and re-creates nothing; `max_extensions` is enforced exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl09_extension_under_faults() {
-    let auto = LockOptions::default().ttl(TTL).retry_count(0).auto_extend(true);
+    let auto = LockOptions::default()
+        .ttl(TTL)
+        .retry_count(0)
+        .auto_extend(true);
 
     // (a)
     let mut nodes = RedisNodes::start(5);
@@ -655,8 +766,14 @@ async fn rl09_extension_under_faults() {
     let guard = client.lock_with("rl09a", &auto).await.unwrap();
     let started = Instant::now();
     tokio::time::sleep(TTL * 3).await;
-    assert!(guard.is_valid() && !guard.lost().is_lost(), "RL-09a: lost with 3 of 5 up");
-    assert!(guard.valid_until() > started + TTL * 3, "RL-09a: not extended");
+    assert!(
+        guard.is_valid() && !guard.lost().is_lost(),
+        "RL-09a: lost with 3 of 5 up"
+    );
+    assert!(
+        guard.valid_until() > started + TTL * 3,
+        "RL-09a: not extended"
+    );
     guard.release().await.unwrap();
     nodes.servers[3].start_again();
     nodes.servers[4].start_again();
@@ -665,7 +782,10 @@ async fn rl09_extension_under_faults() {
     for case in ["b", "c"] {
         let proxies = nodes.proxies();
         let client = handle(proxy_urls(&proxies)).await;
-        let guard = client.lock_with(&format!("rl09{case}"), &auto).await.unwrap();
+        let guard = client
+            .lock_with(&format!("rl09{case}"), &auto)
+            .await
+            .unwrap();
         tokio::time::sleep(TTL / 2).await;
         if case == "b" {
             for server in &nodes.servers[..3] {
@@ -682,8 +802,14 @@ async fn rl09_extension_under_faults() {
         let deadline = lost.deadline();
         within("the lost signal", lost.cancelled()).await;
         let lag = Instant::now().saturating_duration_since(deadline);
-        assert!(lag <= ms(10), "RL-09{case}: lost signalled {lag:?} after its deadline");
-        assert!(deadline <= guard.valid_until(), "RL-09{case}: signal after the validity");
+        assert!(
+            lag <= ms(10),
+            "RL-09{case}: lost signalled {lag:?} after its deadline"
+        );
+        assert!(
+            deadline <= guard.valid_until(),
+            "RL-09{case}: signal after the validity"
+        );
         for server in &nodes.servers[..3] {
             server.resume();
         }
@@ -698,11 +824,20 @@ async fn rl09_extension_under_faults() {
     let guard = client.lock_with("rl09d", &once()).await.unwrap();
     nodes.delete("rl09d").await;
     let extended = guard.extend(TTL).await;
-    assert!(matches!(extended, Err(LockError::Lost { .. })), "{extended:?}");
-    assert!(nodes.values("rl09d").await.iter().all(Option::is_none), "RL-09d: resurrected");
+    assert!(
+        matches!(extended, Err(LockError::Lost { .. })),
+        "{extended:?}"
+    );
+    assert!(
+        nodes.values("rl09d").await.iter().all(Option::is_none),
+        "RL-09d: resurrected"
+    );
 
     // max_extensions: exactly 3, counted as moves of the validity deadline.
-    let capped = LockOptions::default().ttl(ms(300)).auto_extend(true).max_extensions(3);
+    let capped = LockOptions::default()
+        .ttl(ms(300))
+        .auto_extend(true)
+        .max_extensions(3);
     let guard = client.lock_with("rl09e", &capped).await.unwrap();
     let (mut extensions, mut last) = (0, guard.valid_until());
     let lost = guard.lost();
@@ -717,7 +852,9 @@ async fn rl09_extension_under_faults() {
     })
     .await;
     assert_eq!(extensions, 3, "max_extensions(3)");
-    eprintln!("RL-09: (a) extended through 3 ttl with 2 of 5 down; (b, c) lost signalled at the deadline; (d) no resurrection; cap 3 = 3");
+    eprintln!(
+        "RL-09: (a) extended through 3 ttl with 2 of 5 down; (b, c) lost signalled at the deadline; (d) no resurrection; cap 3 = 3"
+    );
 }
 
 // RL-10 ----------------------------------------------------------------------------------
@@ -736,11 +873,16 @@ async fn rl10_release_correctness() {
     // (a)
     let short = LockOptions::default().ttl(ms(100)).retry_count(0);
     let stale = a.lock_with("rl10a", &short).await.unwrap();
-    let theirs = within("B's lock", b.lock_with("rl10a", &patient(TTL))).await.unwrap();
+    let theirs = within("B's lock", b.lock_with("rl10a", &patient(TTL)))
+        .await
+        .unwrap();
     let released = stale.release().await.unwrap();
     assert!(!released.was_held(), "{released:?}");
     let expected = Some(theirs.token().expose().to_owned());
-    assert!(nodes.values("rl10a").await.iter().all(|v| v == &expected), "A deleted B's key");
+    assert!(
+        nodes.values("rl10a").await.iter().all(|v| v == &expected),
+        "A deleted B's key"
+    );
     theirs.release().await.unwrap();
 
     // (b)
@@ -750,8 +892,15 @@ async fn rl10_release_correctness() {
     }
     let started = Instant::now();
     let result = guard.release().await;
-    assert!(matches!(result, Err(LockError::ReleaseUnconfirmed { .. })), "{result:?}");
-    assert!(started.elapsed() <= NODE_TIMEOUT + ms(50), "release took {:?}", started.elapsed());
+    assert!(
+        matches!(result, Err(LockError::ReleaseUnconfirmed { .. })),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() <= NODE_TIMEOUT + ms(50),
+        "release took {:?}",
+        started.elapsed()
+    );
     nodes.gone_everywhere("rl10b").await;
     for p in &proxies {
         p.heal();
@@ -765,7 +914,11 @@ async fn rl10_release_correctness() {
     let started = Instant::now();
     let released = guard.release().await.unwrap();
     assert!(!released.was_held());
-    assert!(started.elapsed() <= NODE_TIMEOUT, "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() <= NODE_TIMEOUT,
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 // RL-11 ----------------------------------------------------------------------------------
@@ -793,7 +946,11 @@ async fn rl11_client_clock_jumps() {
         let line = lines.next().unwrap().unwrap();
         let fields: Vec<&str> = line.split(' ').collect();
         assert_eq!(fields[0], "CHECK", "{line}");
-        (fields[1].parse::<u128>().unwrap(), fields[2] == "true", fields[3].parse::<i128>().unwrap())
+        (
+            fields[1].parse::<u128>().unwrap(),
+            fields[2] == "true",
+            fields[3].parse::<i128>().unwrap(),
+        )
     };
     tokio::task::block_in_place(|| {
         assert_eq!(lines.next().unwrap().unwrap(), "HELD");
@@ -801,9 +958,15 @@ async fn rl11_client_clock_jumps() {
         for (step, expect) in [(3_600_000i64, 3_600_000i128), (-3_600_000, -3_600_000)] {
             offset.set(step);
             let (deviation_us, valid, wall) = check(&mut lines);
-            assert!(deviation_us <= 1_000, "validity moved {deviation_us} µs after a {step} ms step");
+            assert!(
+                deviation_us <= 1_000,
+                "validity moved {deviation_us} µs after a {step} ms step"
+            );
             assert!(valid);
-            assert!((wall - wall0 - expect).abs() < 60_000, "the shim did not move the wall clock");
+            assert!(
+                (wall - wall0 - expect).abs() < 60_000,
+                "the shim did not move the wall clock"
+            );
         }
     });
     drop(stdin);
@@ -850,12 +1013,19 @@ async fn rl12_script_cache_loss() {
     let report = workload::run(&clients, &load, &history, &register).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let flushes = flusher.await.unwrap();
-    assert!(report.other.iter().all(|e| !e.contains("NOSCRIPT")), "{:?}", report.other);
+    assert!(
+        report.other.iter().all(|e| !e.contains("NOSCRIPT")),
+        "{:?}",
+        report.other
+    );
     assert!(report.other.is_empty(), "{:?}", report.other);
     assert_exclusive(&history, "RL-12");
     assert_eq!(register.read().await, report.successes() as i64);
     assert_eq!(report.successes(), 16 * 60);
-    eprintln!("RL-12: {} holds across {flushes} script flushes and a delayed restart, 0 NOSCRIPT failures", history.len());
+    eprintln!(
+        "RL-12: {} holds across {flushes} script flushes and a delayed restart, 0 NOSCRIPT failures",
+        history.len()
+    );
 }
 
 // RL-13 ----------------------------------------------------------------------------------
@@ -876,7 +1046,9 @@ async fn rl13_ambiguous_write_is_cleaned_up() {
         take_foreign(&nodes.servers[4].url(), &resource).await;
         proxies[1].set(Direction::Reply, Fault::Blackhole);
         let result = a.lock_with(&resource, &once()).await;
-        let Err(LockError::Busy { outcomes, .. } | LockError::Unavailable { outcomes, .. }) = &result else {
+        let Err(LockError::Busy { outcomes, .. } | LockError::Unavailable { outcomes, .. }) =
+            &result
+        else {
             panic!("{result:?}");
         };
         if outcomes.0[1].vote == NodeVote::Failed(NodeError::Disconnected) {
@@ -887,10 +1059,22 @@ async fn rl13_ambiguous_write_is_cleaned_up() {
             until_answers(&a, &nodes, 1, &format!("rl13:probe:{reconnecting}")).await;
             continue;
         }
-        assert_eq!(outcomes.0[1].vote, NodeVote::Failed(NodeError::Timeout(NODE_TIMEOUT)));
-        let values = join_all(observers.iter().map(|o| o.get::<Option<String>, _>(&resource))).await;
+        assert_eq!(
+            outcomes.0[1].vote,
+            NodeVote::Failed(NodeError::Timeout(NODE_TIMEOUT))
+        );
+        let values = join_all(
+            observers
+                .iter()
+                .map(|o| o.get::<Option<String>, _>(&resource)),
+        )
+        .await;
         let values: Vec<Option<String>> = values.into_iter().map(Result::unwrap).collect();
-        assert_eq!(values[..3], [None, None, None], "A's key left behind: {values:?}");
+        assert_eq!(
+            values[..3],
+            [None, None, None],
+            "A's key left behind: {values:?}"
+        );
         assert_eq!(values[3].as_deref(), Some("theirs"));
         trial += 1;
         // Leaving the blackhole resets the connection that lost a reply.
@@ -898,3 +1082,177 @@ async fn rl13_ambiguous_write_is_cleaned_up() {
     }
 }
 
+// RL-14 ----------------------------------------------------------------------------------
+
+/// One invalid lock request.
+#[derive(Debug, Clone)]
+enum BadLock {
+    EmptyResource,
+    LongResource(usize),
+    ReservedSuffix(String, bool),
+    ZeroTtl,
+    TtlAboveCap(u64),
+    TtlTooShort(u64),
+    DriftFactor(f64),
+    LostMargin(u64),
+    ExtendFraction(f64),
+    ZeroMaxHold,
+}
+
+fn bad_lock() -> impl proptest::strategy::Strategy<Value = BadLock> {
+    use proptest::prelude::*;
+    prop_oneof![
+        Just(BadLock::EmptyResource),
+        (1025usize..8192).prop_map(BadLock::LongResource),
+        ("[a-z:]{0,20}", any::<bool>()).prop_map(|(r, w)| BadLock::ReservedSuffix(r, w)),
+        Just(BadLock::ZeroTtl),
+        (86_401u64..u64::MAX / 1_000_000).prop_map(BadLock::TtlAboveCap),
+        (1u64..=2).prop_map(BadLock::TtlTooShort),
+        prop_oneof![
+            0.5f64..1e9,
+            -1e9f64..-1e-9,
+            Just(f64::NAN),
+            Just(f64::INFINITY)
+        ]
+        .prop_map(BadLock::DriftFactor),
+        (1_000u64..100_000).prop_map(BadLock::LostMargin),
+        prop_oneof![1.0f64..1e6, -1e6f64..=0.0, Just(f64::NAN)].prop_map(BadLock::ExtendFraction),
+        Just(BadLock::ZeroMaxHold),
+    ]
+}
+
+impl BadLock {
+    fn request(&self) -> (String, LockOptions) {
+        let base = LockOptions::default().ttl(TTL);
+        match self {
+            Self::EmptyResource => (String::new(), base),
+            Self::LongResource(n) => ("r".repeat(*n), base),
+            Self::ReservedSuffix(r, waiters) => {
+                let suffix = if *waiters {
+                    ":waiters"
+                } else {
+                    ":fencing-counter"
+                };
+                (format!("{r}{suffix}"), base)
+            }
+            Self::ZeroTtl => ("r".into(), base.ttl(Duration::ZERO)),
+            Self::TtlAboveCap(s) => ("r".into(), base.ttl(Duration::from_secs(*s))),
+            Self::TtlTooShort(m) => ("r".into(), base.ttl(ms(*m))),
+            Self::DriftFactor(f) => ("r".into(), base.drift_factor(*f)),
+            Self::LostMargin(m) => ("r".into(), base.lost_margin(ms(*m))),
+            Self::ExtendFraction(f) => ("r".into(), base.auto_extend(true).extend_fraction(*f)),
+            Self::ZeroMaxHold => ("r".into(), base.max_hold(Duration::ZERO)),
+        }
+    }
+}
+
+/// One invalid handle configuration (the URL list always contains a live proxy, so any
+/// connection attempt would show).
+#[derive(Debug, Clone)]
+enum BadBuild {
+    MalformedUrl(String),
+    NoNodes,
+    Duplicate,
+    ZeroNodeTimeout,
+    ZeroConnectTimeout,
+    AbsurdGrace(u64),
+    ShortQuarantine(u64),
+    BadDefaults(BadLock),
+}
+
+fn bad_build() -> impl proptest::strategy::Strategy<Value = BadBuild> {
+    use proptest::prelude::*;
+    prop_oneof![
+        prop_oneof![
+            // an unknown scheme, a port out of range, no scheme at all
+            "[a-qs-z][a-z]{0,7}://[a-z0-9.:]{0,20}",
+            "redis://[a-z]{1,8}:[0-9]{6,9}",
+            "[ -~]{0,30}".prop_filter("no scheme", |u| !u.contains("://")),
+        ]
+        .prop_map(BadBuild::MalformedUrl),
+        Just(BadBuild::NoNodes),
+        Just(BadBuild::Duplicate),
+        Just(BadBuild::ZeroNodeTimeout),
+        Just(BadBuild::ZeroConnectTimeout),
+        (10_001u64..10_000_000).prop_map(BadBuild::AbsurdGrace),
+        (1u64..999).prop_map(BadBuild::ShortQuarantine),
+        bad_lock()
+            .prop_filter("defaults carry no resource", |b| !matches!(
+                b,
+                BadLock::EmptyResource | BadLock::LongResource(_) | BadLock::ReservedSuffix(..)
+            ))
+            .prop_map(BadBuild::BadDefaults),
+    ]
+}
+
+impl BadBuild {
+    fn builder(&self, live: &str) -> redlock_core::RedlockBuilder {
+        let builder = Redlock::builder().lock_options(LockOptions::default().ttl(TTL));
+        match self {
+            Self::MalformedUrl(url) => builder.nodes([live.to_owned(), url.clone()]),
+            Self::NoNodes => builder,
+            Self::Duplicate => builder.nodes([live, live]),
+            Self::ZeroNodeTimeout => builder.node(live).node_timeout(Duration::ZERO),
+            Self::ZeroConnectTimeout => builder.node(live).connect_timeout(Duration::ZERO),
+            Self::AbsurdGrace(m) => builder.node(live).handover_grace(ms(*m)),
+            Self::ShortQuarantine(m) => builder.node(live).quarantine(ms(*m)),
+            Self::BadDefaults(bad) => builder.node(live).lock_options(bad.request().1),
+        }
+    }
+}
+
+/// RL-14: property tests over the acquire API and the builder. Pass: every invalid input
+/// gets a typed error and sends nothing (the proxies in front of the nodes see no byte, and
+/// a failed build opens no connection); 10^6 tokens are distinct, each 20 bytes.
+#[test]
+fn rl14_bad_input_gets_a_typed_error_and_sends_nothing() {
+    use proptest::test_runner::{Config, TestRunner};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nodes = RedisNodes::start(3);
+    let proxies = nodes.proxies();
+    let client = runtime.block_on(handle(proxy_urls(&proxies)));
+    // The handle's start-up traffic (handshake, script loads) is done once `build` returned
+    // and a lock went through; from here on, every byte counts.
+    runtime.block_on(async { client.lock("warm").await.unwrap().release().await.unwrap() });
+    let sent = |proxies: &[redlock_tests::proxy::Proxy]| -> u64 {
+        proxies
+            .iter()
+            .map(redlock_tests::proxy::Proxy::request_bytes)
+            .sum()
+    };
+    let before = sent(&proxies);
+    let mut runner = TestRunner::new(Config::with_cases(512));
+    runner
+        .run(&bad_lock(), |bad| {
+            let (resource, options) = bad.request();
+            let result = runtime.block_on(client.lock_with(&resource, &options));
+            proptest::prop_assert!(
+                matches!(result, Err(LockError::Invalid(_))),
+                "{bad:?}: {result:?}"
+            );
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(sent(&proxies), before, "an invalid lock request sent bytes");
+
+    let live = nodes.proxies();
+    runner
+        .run(&bad_build(), |bad| {
+            let result = runtime.block_on(bad.builder(&live[0].url()).build());
+            proptest::prop_assert!(result.is_err(), "{bad:?} built");
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(
+        live[0].accepted(),
+        0,
+        "an invalid configuration opened a connection"
+    );
+
+    let mut seen = std::collections::HashSet::with_capacity(1_000_000);
+    for _ in 0..1_000_000 {
+        let token = redlock_core::Token::generate().unwrap();
+        assert_eq!(token.expose().len(), 2 * redlock_core::TOKEN_BYTES);
+        assert!(seen.insert(token.expose().to_owned()), "a token repeated");
+    }
+}

@@ -12,6 +12,7 @@ fn main() -> anyhow::Result<()> {
         "test" => test(),
         "demo" => demo::run(),
         "bench" => bench(),
+        "soak" => soak(),
         _ => {
             eprintln!("usage: cargo xtask <test|demo|bench>");
             eprintln!(
@@ -22,6 +23,9 @@ fn main() -> anyhow::Result<()> {
             );
             eprintln!(
                 "  bench W1–W5 against 5 nodes, beside a raw fred floor and rslock (args after --: --quick, --only W1,W3)"
+            );
+            eprintln!(
+                "  soak  RL-15, the randomized nemesis soak (--minutes N, default 30; --seed S replays a run)"
             );
             std::process::exit(2);
         }
@@ -64,6 +68,43 @@ fn bench() -> anyhow::Result<()> {
     let mut args = vec!["run", "--release", "-p", "redlock-bench", "--"];
     args.extend(extra.iter().map(String::as_str));
     cargo(&args)
+}
+
+/// `cargo xtask soak [--minutes N] [--seed S]`: RL-15 for longer than the normal test run's
+/// three minutes, with its output (seed, episodes, figures) shown.
+fn soak() -> anyhow::Result<()> {
+    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
+    eprintln!("using {}", server.display());
+    let args: Vec<String> = std::env::args().skip(2).filter(|a| a != "--").collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let minutes = value("--minutes").unwrap_or_else(|| "30".into());
+    minutes
+        .parse::<f64>()
+        .with_context(|| format!("--minutes {minutes}: not a number"))?;
+    let mut env = vec![("RL15_MINUTES", minutes.as_str())];
+    let seed = value("--seed");
+    if let Some(seed) = &seed {
+        seed.parse::<u64>()
+            .with_context(|| format!("--seed {seed}: not an unsigned integer"))?;
+        env.push(("RL15_SEED", seed.as_str()));
+    }
+    cargo_with_env(
+        &env,
+        &[
+            "test",
+            "-p",
+            "redlock-tests",
+            "--test",
+            "soak",
+            "--",
+            "--nocapture",
+        ],
+    )
 }
 
 fn nextest_available() -> bool {

@@ -67,7 +67,9 @@ async fn main() {
             guard.release().await.unwrap();
         }
         _ => {
-            eprintln!("usage: holder pause <store> <register> <0|1> <nodes>... | holder clock <nodes>...");
+            eprintln!(
+                "usage: holder pause <store> <register> <0|1> <nodes>... | holder clock <nodes>..."
+            );
             std::process::exit(2);
         }
     }

@@ -1,0 +1,235 @@
+//! RL-15, the randomized nemesis soak (reliability.md §7): 16 clients contend for one
+//! resource while a seeded nemesis crashes, stops, partitions and slows nodes, flushes their
+//! script caches, and stalls holders. Three minutes in the normal test run;
+//! `cargo xtask soak --minutes 30` for longer. `RL15_SEED` replays a run.
+
+#![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::interfaces::LuaInterface;
+use futures_util::future::join_all;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_core::{LockOptions, Redlock};
+use redlock_tests::checker::{History, Register};
+use redlock_tests::proxy::{Direction, Fault, Proxy};
+use redlock_tests::workload::{self, Load, Report, Until};
+use redlock_tests::{RedisNodes, RedisServer, plain_client, proxy_urls};
+
+const TTL: Duration = Duration::from_secs(1);
+const CLIENTS: usize = 16;
+const NODES: usize = 5;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One fault episode. At most two nodes are faulty at a time, restarted nodes are
+/// quarantined and clocks do not jump: the model under which Redlock promises safety.
+#[derive(Debug, Clone)]
+enum Nemesis {
+    /// `kill -9`, restarted empty after a while.
+    Crash(usize, Duration),
+    /// `SIGSTOP` on up to two nodes.
+    Pause(Vec<usize>),
+    /// Every client loses up to two nodes.
+    Partition(Vec<usize>),
+    /// Client `i` reaches only nodes `i, i + 1, i + 2` (mod 5): a different majority each.
+    Ring,
+    /// Replies from up to two nodes are delayed by up to half a ttl.
+    SlowReplies(Vec<usize>, Duration),
+    /// `SCRIPT FLUSH` on every node.
+    FlushScripts,
+}
+
+fn two_nodes(rng: &mut StdRng) -> Vec<usize> {
+    let first = rng.random_range(0..NODES);
+    let mut nodes = vec![first];
+    if rng.random_bool(0.5) {
+        nodes.push((first + rng.random_range(1..NODES)) % NODES);
+    }
+    nodes
+}
+
+fn pick(rng: &mut StdRng) -> Nemesis {
+    match rng.random_range(0..6) {
+        0 => Nemesis::Crash(rng.random_range(0..NODES), ms(rng.random_range(0..2_000))),
+        1 => Nemesis::Pause(two_nodes(rng)),
+        2 => Nemesis::Partition(two_nodes(rng)),
+        3 => Nemesis::Ring,
+        4 => Nemesis::SlowReplies(two_nodes(rng), ms(rng.random_range(1..500))),
+        _ => Nemesis::FlushScripts,
+    }
+}
+
+/// The nodes, and each client's own proxies in front of them.
+struct Cluster {
+    nodes: RedisNodes,
+    /// `proxies[client][node]`.
+    proxies: Vec<Vec<Proxy>>,
+}
+
+impl Cluster {
+    async fn apply(&mut self, fault: &Nemesis) {
+        match fault {
+            Nemesis::Crash(node, after) => {
+                self.nodes.servers[*node].kill();
+                tokio::time::sleep(*after).await;
+                self.nodes.servers[*node].start_again();
+            }
+            Nemesis::Pause(nodes) => nodes.iter().for_each(|&n| self.nodes.servers[n].pause()),
+            Nemesis::Partition(nodes) => {
+                for client in &self.proxies {
+                    nodes.iter().for_each(|&n| client[n].partition());
+                }
+            }
+            Nemesis::Ring => {
+                for (i, client) in self.proxies.iter().enumerate() {
+                    for (n, proxy) in client.iter().enumerate() {
+                        if (n + NODES - i % NODES) % NODES >= 3 {
+                            proxy.partition();
+                        }
+                    }
+                }
+            }
+            Nemesis::SlowReplies(nodes, delay) => {
+                for client in &self.proxies {
+                    nodes
+                        .iter()
+                        .for_each(|&n| client[n].set(Direction::Reply, Fault::Delay(*delay)));
+                }
+            }
+            Nemesis::FlushScripts => {
+                for url in self.nodes.urls() {
+                    let _ = plain_client(&url).await.script_flush(false).await;
+                }
+            }
+        }
+    }
+
+    fn heal(&self) {
+        for server in &self.nodes.servers {
+            server.resume();
+        }
+        for proxy in self.proxies.iter().flatten() {
+            proxy.heal();
+        }
+    }
+}
+
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+async fn contend(
+    clients: &[Redlock],
+    history: &Arc<History>,
+    register: &Register,
+    for_: Duration,
+    stall: Option<(f64, Duration)>,
+) -> Report {
+    let load = Load {
+        resource: "rl15".into(),
+        options: LockOptions::default()
+            .ttl(TTL)
+            .fencing(true)
+            .retry_count(u32::MAX)
+            .wait_timeout(Duration::from_secs(3)),
+        max_hold: ms(20),
+        until: Until::Deadline(Instant::now() + for_),
+        fenced: true,
+        stall,
+    };
+    workload::run(clients, &load, history, register).await
+}
+
+/// RL-15. Pass: 0 overlapping holds (O1); the fenced register equals the critical sections
+/// that completed (O2, O3); throughput under faults ≥ 50 % of the fault-free baseline
+/// measured first in the same run; the run stops by itself; the seed is printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rl15_nemesis_soak() {
+    let minutes: f64 = env("RL15_MINUTES").unwrap_or(3.0);
+    let seed: u64 = env("RL15_SEED").unwrap_or_else(|| rand::rng().random());
+    eprintln!(
+        "RL-15: seed {seed} (RL15_SEED={seed} replays the schedule), {minutes} min of faults"
+    );
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let nodes = RedisNodes::start(NODES);
+    let proxies: Vec<Vec<Proxy>> = (0..CLIENTS).map(|_| nodes.proxies()).collect();
+    let clients: Vec<Redlock> = join_all(proxies.iter().map(|p| {
+        Redlock::builder()
+            .nodes(proxy_urls(p))
+            .node_timeout(ms(50))
+            .quarantine(TTL)
+            .lock_options(LockOptions::default().ttl(TTL))
+            .build()
+    }))
+    .await
+    .into_iter()
+    .map(Result::unwrap)
+    .collect();
+    let mut cluster = Cluster { nodes, proxies };
+    let store = RedisServer::start();
+    let register = Register::new(&store, "rl15").await;
+
+    // The fresh nodes are themselves in quarantine at first.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let history = Arc::new(History::new());
+    let baseline_for = Duration::from_secs(15);
+    let baseline = contend(&clients, &history, &register, baseline_for, None).await;
+    let baseline_rate = baseline.successes() as f64 / baseline_for.as_secs_f64();
+
+    let faulty_for = Duration::from_secs_f64(minutes * 60.0);
+    let load = {
+        let (clients, history, register) = (clients.clone(), history.clone(), register.clone());
+        let stall = Some((0.002, TTL * 2));
+        tokio::spawn(async move { contend(&clients, &history, &register, faulty_for, stall).await })
+    };
+    let end = Instant::now() + faulty_for;
+    let mut episodes = Vec::new();
+    while Instant::now() + Duration::from_secs(2) < end {
+        let fault = pick(&mut rng);
+        let hold = ms(rng.random_range(2_000..8_000));
+        let gap = ms(rng.random_range(500..2_000));
+        cluster.apply(&fault).await;
+        tokio::time::sleep(hold.min(end.saturating_duration_since(Instant::now()))).await;
+        cluster.heal();
+        episodes.push(fault);
+        tokio::time::sleep(gap.min(end.saturating_duration_since(Instant::now()))).await;
+    }
+    cluster.heal();
+    let faulty = load.await.unwrap();
+    let faulty_rate = faulty.successes() as f64 / faulty_for.as_secs_f64();
+
+    let overlaps = history.overlaps();
+    let value = register.read().await;
+    let completed = baseline.successes() + faulty.successes();
+    eprintln!(
+        "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %), {} fenced out, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
+        episodes.len(),
+        episodes,
+        baseline_rate,
+        faulty_rate,
+        100.0 * faulty_rate / baseline_rate,
+        faulty.fenced_out,
+        faulty.busy,
+        faulty.unavailable,
+        faulty.no_validity,
+        faulty.other,
+        history.len(),
+        overlaps.len(),
+    );
+    assert!(
+        overlaps.is_empty(),
+        "seed {seed}: overlapping holds {:?}",
+        overlaps.first()
+    );
+    assert_eq!(value, completed as i64, "seed {seed}: lost updates");
+    assert!(
+        faulty_rate >= 0.5 * baseline_rate,
+        "seed {seed}: {faulty_rate:.1} holds/s under faults, baseline {baseline_rate:.1}"
+    );
+}
