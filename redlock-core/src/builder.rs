@@ -183,7 +183,7 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// [`build`](Self::build) fails with [`BuildError::Option`] (`"quarantine"`) if it is
-    /// shorter than the default ttl or longer than [`MAX_TTL`](crate::options::MAX_TTL).
+    /// shorter than the default ttl or longer than [`MAX_TTL`].
     pub fn quarantine(mut self, quarantine: Duration) -> Self {
         self.quarantine = quarantine;
         self

@@ -214,9 +214,10 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 quarantine,
-                quarantine_s: match quarantine.is_zero() {
-                    true => 0,
-                    false => quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1,
+                quarantine_s: if quarantine.is_zero() {
+                    0
+                } else {
+                    quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1
                 },
                 held: Mutex::new(HashMap::new()),
                 reentrant: Reentrant::default(),

@@ -75,15 +75,9 @@ impl History {
     /// Pairs of holds that overlap: each hold that started before an earlier one had ended
     /// is reported with the hold it overlaps.
     pub fn overlaps(&self) -> Vec<(Hold, Hold)> {
-        let mut holds = self
-            .holds
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        holds.sort_by_key(|h| h.start);
         let mut found = Vec::new();
         let mut longest: Option<Hold> = None;
-        for hold in holds {
+        for hold in self.holds() {
             if let Some(previous) = longest
                 && hold.start < previous.end
             {

@@ -376,6 +376,24 @@ pub async fn plain_client(url: &str) -> fred::clients::Client {
     client
 }
 
+/// Another client's plain `SET key theirs NX PX 10000` on one node: `Some("OK")` if it
+/// took the key.
+pub async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
+    use fred::interfaces::KeysInterface;
+    use fred::types::{Expiration, SetOptions};
+    plain_client(url)
+        .await
+        .set(
+            key,
+            "theirs",
+            Some(Expiration::PX(10_000)),
+            Some(SetOptions::NX),
+            false,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("SET {key} on {url}: {e}"))
+}
+
 /// A handle over `nodes` with the default options.
 pub async fn redlock(nodes: &RedisNodes) -> redlock_core::Redlock {
     redlock_with(nodes, redlock_core::LockOptions::default()).await

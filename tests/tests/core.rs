@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
-use fred::types::{Expiration, SetOptions};
 use redlock_core::{BuildError, LockError, LockOptions, LostReason, NodeVote, Redlock};
-use redlock_tests::{RedisNodes, RedisServer, free_within, plain_client, redlock, within};
+use redlock_tests::{
+    RedisNodes, RedisServer, foreign_set_nx, free_within, plain_client, redlock, within,
+};
 
 /// A handle over `nodes` with a per-node timeout of `timeout`.
 async fn with_node_timeout(nodes: &RedisNodes, timeout: Duration) -> Redlock {
@@ -17,21 +18,6 @@ async fn with_node_timeout(nodes: &RedisNodes, timeout: Duration) -> Redlock {
         .nodes(nodes.urls())
         .node_timeout(timeout)
         .build()
-        .await
-        .unwrap()
-}
-
-/// Another client's plain `SET key theirs NX PX 10000` on one node.
-async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
-    plain_client(url)
-        .await
-        .set(
-            key,
-            "theirs",
-            Some(Expiration::PX(10_000)),
-            Some(SetOptions::NX),
-            false,
-        )
         .await
         .unwrap()
 }

@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::interfaces::{KeysInterface, LuaInterface};
-use fred::types::{Expiration, SetOptions};
 use futures_util::future::join_all;
 use redlock_core::{LockError, LockGuard, LockOptions, NodeError, NodeVote, Redlock};
 use redlock_tests::checker::{History, Register};
 use redlock_tests::proxy::{Direction, Fault};
 use redlock_tests::workload::{self, Load};
-use redlock_tests::{RedisNodes, RedisServer, ServerOptions, plain_client, proxy_urls, within};
+use redlock_tests::{
+    RedisNodes, RedisServer, ServerOptions, foreign_set_nx, plain_client, proxy_urls, within,
+};
 
 const TTL: Duration = Duration::from_secs(1);
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -78,19 +79,9 @@ fn record_open(history: &History, holder: usize, start: Instant, guard: &LockGua
     history.record(holder, start, guard.valid_until(), guard.valid_until());
 }
 
-/// Another client's `SET key theirs NX PX 10000` on one node.
+/// Another client takes `key` on one node.
 async fn take_foreign(url: &str, key: &str) {
-    let set: Option<String> = plain_client(url)
-        .await
-        .set(
-            key,
-            "theirs",
-            Some(Expiration::PX(10_000)),
-            Some(SetOptions::NX),
-            false,
-        )
-        .await
-        .unwrap();
+    let set = foreign_set_nx(url, key).await;
     assert!(set.is_some(), "{key} was already taken on {url}");
 }
 
