@@ -349,9 +349,10 @@ async fn rl04_majority_down() {
         server.resume();
     }
     let resumed = Instant::now();
-    let mut attempts = 0;
+    let (mut attempts, mut longest) = (0, Duration::ZERO);
     for (took, result) in outcomes.into_iter().flatten() {
         attempts += 1;
+        longest = longest.max(took);
         match result {
             Err(LockError::Unavailable { .. }) => {}
             other => panic!("an attempt with 3 of 5 nodes stopped returned {other:?}"),
@@ -373,7 +374,7 @@ async fn rl04_majority_down() {
         "recovered after {recovered:?}"
     );
     eprintln!(
-        "RL-04: {attempts} attempts while down, all Unavailable within {budget:?}; recovered in {recovered:?}"
+        "RL-04: {attempts} attempts while down, all Unavailable, longest {longest:?} (budget {budget:?}); recovered in {recovered:?}"
     );
 }
 
@@ -569,7 +570,8 @@ async fn rl06_server_clock_jump() {
         lingering > 3_000_000,
         "node 2's key should linger about an hour, pttl {lingering}"
     );
-    assert!(waited <= TTL + retry + ms(50), "B waited {waited:?}");
+    // Blocked by the lingering key, B would wait out its 5 s; the slack is scheduling only.
+    assert!(waited <= TTL + retry + ms(300), "B waited {waited:?}");
     taken.release().await.unwrap();
     eprintln!(
         "RL-06: (a) 0/100 with a holder on all 5; (b) caught {detected}/100; (c) B got the lock after {waited:?} while node 2 keeps A's key for {lingering} ms"
