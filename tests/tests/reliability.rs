@@ -656,67 +656,97 @@ async fn rl07_delayed_replies() {
 
 // RL-08 ----------------------------------------------------------------------------------
 
+/// The `holder` binary as a child process, driven line by line; every read is bounded.
+struct HolderProcess {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    stdin: tokio::process::ChildStdin,
+}
+
+impl HolderProcess {
+    fn spawn(args: &[String], env: &[(&str, std::path::PathBuf)]) -> Self {
+        use tokio::io::AsyncBufReadExt;
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_holder"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdin = child.stdin.take().unwrap();
+        Self {
+            child,
+            lines,
+            stdin,
+        }
+    }
+
+    async fn line(&mut self) -> String {
+        within("the holder's next line", self.lines.next_line())
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("the holder exited"))
+    }
+
+    async fn send(&mut self, line: &str) {
+        use tokio::io::AsyncWriteExt;
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+}
+
 /// One run of the paused-holder scenario; returns (lost updates, stale writes accepted).
 async fn rl08_run(fenced: bool) -> (i64, usize) {
-    use std::io::{BufRead, Write};
+    use nix::sys::signal::Signal;
     let nodes = RedisNodes::start(5);
     let store = RedisServer::start();
     let register = Register::new(&store, "rl08").await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_holder"))
-        .args([
-            "pause",
-            &store.url(),
-            "rl08",
-            if fenced { "1" } else { "0" },
-        ])
-        .args(nodes.urls())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let read = tokio::task::block_in_place(|| lines.next().unwrap().unwrap());
+    let mut args = vec![
+        "pause".into(),
+        store.url(),
+        "rl08".into(),
+        u8::from(fenced).to_string(),
+    ];
+    args.extend(nodes.urls());
+    let mut a = HolderProcess::spawn(&args, &[]);
+    let read = a.line().await;
     assert!(read.starts_with("READ "), "{read}");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
-    // The holder is frozen mid read-modify-write, its auto-extension with it.
+    a.signal(Signal::SIGSTOP);
+    // A is frozen mid read-modify-write, its auto-extension with it. B gets the lock once
+    // A's keys expire, and increments.
     let b = handle(nodes.urls()).await;
     let options = patient(TTL * 3).fencing(true);
     let guard = within("B's lock", b.lock_with("rl08", &options))
         .await
         .unwrap();
-    assert!(tokio::time::Instant::now().elapsed() < Duration::MAX);
-    let mut completed = 1; // A's read happened; its write counts if accepted
     let fence = guard.fencing_token().unwrap();
-    let b_done = if fenced {
-        register.increment_fenced(ms(5), fence).await
+    if fenced {
+        assert!(register.increment_fenced(ms(5), fence).await);
     } else {
         register.increment(ms(5)).await;
-        true
-    };
-    assert!(b_done);
+    }
     guard.release().await.unwrap();
-    tokio::time::sleep(TTL).await; // A has now been paused for well over 2 × ttl
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "go").unwrap();
-    let (after, wrote) = tokio::task::block_in_place(|| {
-        (
-            lines.next().unwrap().unwrap(),
-            lines.next().unwrap().unwrap(),
-        )
-    });
+    tokio::time::sleep(TTL).await; // A has now been stopped for over 2 × ttl
+    a.signal(Signal::SIGCONT);
+    a.send("go").await;
+    let after = a.line().await;
     assert_eq!(
         after, "AFTER false true",
         "the resumed holder must see its lock invalid and lost"
     );
-    let accepted = wrote == "WROTE true";
-    if !accepted {
-        completed -= 1;
-    }
-    let _ = child.wait();
-    let lost = completed + 1 - register.read().await;
-    (lost, usize::from(accepted))
+    let accepted = a.line().await == "WROTE true";
+    // Completed critical sections: B's, and A's if its write was accepted.
+    let completed = 1 + i64::from(accepted);
+    (completed - register.read().await, usize::from(accepted))
 }
 
 /// A holder process reads the register, is stopped (SIGSTOP) past its ttl, B takes the lock
@@ -921,49 +951,39 @@ async fn rl10_release_correctness() {
 /// clock), and the shim did move its wall clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl11_client_clock_jumps() {
-    use std::io::{BufRead, Write};
     let nodes = RedisNodes::start(5);
     let offset = redlock_tests::clock::ClockOffset::new();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_holder"))
-        .arg("clock")
-        .args(nodes.urls())
-        .envs(offset.env())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut check = |lines: &mut dyn Iterator<Item = std::io::Result<String>>| {
-        writeln!(stdin, "check").unwrap();
-        let line = lines.next().unwrap().unwrap();
+    let mut args = vec!["clock".to_owned()];
+    args.extend(nodes.urls());
+    let mut holder = HolderProcess::spawn(&args, &offset.env());
+    assert_eq!(holder.line().await, "HELD");
+    // `CHECK <deviation µs> <is_valid> <wall-clock ms>`
+    let mut check = async || {
+        holder.send("check").await;
+        let line = holder.line().await;
         let fields: Vec<&str> = line.split(' ').collect();
         assert_eq!(fields[0], "CHECK", "{line}");
+        let deviation_us: u128 = fields[1].parse().unwrap();
         (
-            fields[1].parse::<u128>().unwrap(),
+            deviation_us,
             fields[2] == "true",
             fields[3].parse::<i128>().unwrap(),
         )
     };
-    tokio::task::block_in_place(|| {
-        assert_eq!(lines.next().unwrap().unwrap(), "HELD");
-        let (_, _, wall0) = check(&mut lines);
-        for (step, expect) in [(3_600_000i64, 3_600_000i128), (-3_600_000, -3_600_000)] {
-            offset.set(step);
-            let (deviation_us, valid, wall) = check(&mut lines);
-            assert!(
-                deviation_us <= 1_000,
-                "validity moved {deviation_us} µs after a {step} ms step"
-            );
-            assert!(valid);
-            assert!(
-                (wall - wall0 - expect).abs() < 60_000,
-                "the shim did not move the wall clock"
-            );
-        }
-    });
-    drop(stdin);
-    assert!(child.wait().unwrap().success());
+    let (_, _, wall0) = check().await;
+    for step in [3_600_000i64, -3_600_000] {
+        offset.set(step);
+        let (deviation_us, valid, wall) = check().await;
+        assert!(
+            deviation_us <= 1_000,
+            "validity moved {deviation_us} µs after a {step} ms step"
+        );
+        assert!(valid);
+        assert!(
+            (wall - wall0 - i128::from(step)).abs() < 60_000,
+            "the shim did not move the wall clock"
+        );
+    }
 }
 
 // RL-12 ----------------------------------------------------------------------------------
