@@ -41,17 +41,19 @@ impl Redlock {
         let limit = inner
             .node_timeout
             .min(deadline.saturating_duration_since(start));
-        let (key, token) = (lease.key.as_str(), lease.token.expose());
+        let (key, token, mode) = (lease.key.as_str(), lease.token.expose(), lease.mode);
         let tally = quorum::decide(
             n,
             inner.quorum,
             limit,
             Stop::Decided,
-            inner
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| async move { (i, node.extend(key, token, ttl_ms).await, ()) }),
+            inner.nodes.iter().enumerate().map(|(i, node)| async move {
+                let vote = match mode {
+                    None => node.extend(key, token, ttl_ms).await,
+                    Some(_) => node.extend_mode(key, token, ttl_ms).await,
+                };
+                (i, vote, ())
+            }),
         )
         .await;
         let (granted, refused) = (tally.granted, tally.refused);

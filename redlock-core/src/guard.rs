@@ -57,6 +57,12 @@ impl LockGuard {
         &self.lease().token
     }
 
+    /// The mode the lock is held in ([`LockOptions::mode`](crate::LockOptions::mode)); `None`
+    /// for the plain exclusive lock.
+    pub fn mode(&self) -> Option<crate::Mode> {
+        self.lease().mode
+    }
+
     /// The ttl the lock was taken with.
     pub fn ttl(&self) -> Duration {
         self.lease().ttl
@@ -148,10 +154,7 @@ impl LockGuard {
         }
         // Inline: the commands are handed to the clients on the first poll, so a caller that
         // stops waiting does not cut the release short.
-        let released = self
-            .redlock
-            .release_key(&lease.key, &lease.token, true)
-            .await;
+        let released = self.redlock.release_lease(&lease).await;
         if released.answered < released.quorum {
             return Err(LockError::ReleaseUnconfirmed {
                 resource: lease.resource.clone(),

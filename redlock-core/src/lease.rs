@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
+use crate::mode::Mode;
 use crate::reentrant::Holder;
 use crate::token::Token;
 
@@ -27,6 +28,8 @@ pub(crate) struct Lease {
     pub(crate) resource: String,
     pub(crate) key: String,
     pub(crate) token: Token,
+    /// The mode it is held in; `None` for the plain exclusive lock.
+    pub(crate) mode: Option<Mode>,
     /// The ttl sent at acquisition (and by default at each extension).
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
@@ -70,6 +73,7 @@ impl Lease {
             resource: parts.resource,
             key: parts.key,
             token: parts.token,
+            mode: options.get_mode(),
             ttl: options.sent_ttl(),
             drift_factor: options.get_drift_factor(),
             lost_margin: options.get_lost_margin(),
@@ -221,6 +225,11 @@ impl LockInfo {
     /// one it has seen.
     pub fn fencing_token(&self) -> Option<u64> {
         self.lease.fencing_token
+    }
+
+    /// The mode the lock is held in; `None` for the plain exclusive lock.
+    pub fn mode(&self) -> Option<Mode> {
+        self.lease.mode
     }
 
     /// The monotonic instant the lock stops being valid (moved forward by extensions).

@@ -10,6 +10,7 @@ use fred::interfaces::KeysInterface;
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 
+use crate::holders;
 use crate::outcome::{NodeError, NodeVote};
 
 /// A Lua script and its SHA1, sent with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
@@ -19,7 +20,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    const fn new(source: &'static str) -> Self {
+    pub(crate) const fn new(source: &'static str) -> Self {
         Self {
             source,
             sha1: OnceLock::new(),
@@ -34,8 +35,11 @@ impl Script {
 
 /// Compare-and-delete: delete the key only if it still holds our token (distlock spec, "Correct
 /// implementation with a single instance"). Returns 1 if deleted, 0 otherwise.
+///
+/// The plain scripts read the key with `pcall`: a key taken meanwhile by holders in a
+/// [`Mode`](crate::Mode) is a hash, whose `WRONGTYPE` error then compares unequal to any token.
 pub(crate) static RELEASE: Script = Script::new(
-    r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
+    r#"if redis.pcall("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
 );
 
 /// Release with a fair hand-over: like [`RELEASE`], but if waiters are queued on this node
@@ -48,7 +52,7 @@ pub(crate) static RELEASE: Script = Script::new(
 /// under `pcall`, so an ACL user without `ZPOPMIN`/`PUBLISH` still releases (without
 /// hand-over).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
-    r#"if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
+    r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
 local head = redis.pcall("zpopmin", KEYS[2])
 if type(head) == "table" and head[1] then
   redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
@@ -81,6 +85,7 @@ end
         )
     };
 }
+pub(crate) use quarantine_check;
 
 /// A waiter's attempt: take the key if it is free or reserved for this waiter (`ARGV[3]`),
 /// and leave the queue; otherwise join the queue (`ZADD NX`, so a waiter keeps its place,
@@ -90,7 +95,7 @@ end
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
     quarantine_check!("6"),
-    r#"local cur = redis.call("get", KEYS[1])
+    r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
 if KEYS[3] then fence = tonumber(redis.call("get", KEYS[3]) or "0") or 0 end
 if not cur or cur == ARGV[3] then
@@ -107,7 +112,7 @@ return {0, fence}"#
 /// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
 /// re-created. Returns 1 if extended, 0 otherwise.
 pub(crate) static EXTEND: Script = Script::new(
-    r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end"#,
+    r#"if redis.pcall("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end"#,
 );
 
 /// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: read the
@@ -130,13 +135,16 @@ return cur"#,
 );
 
 /// Every script a node runs, preloaded on each (re)connection.
-const SCRIPTS: [&Script; 6] = [
+const SCRIPTS: [&Script; 9] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
     &ACQUIRE,
     &ACQUIRE_QUEUED,
     &FENCE,
+    &holders::ACQUIRE_MODE,
+    &holders::EXTEND_MODE,
+    &holders::RELEASE_MODE,
 ];
 
 /// A client for one independent master and its display label (`host:port`, no credentials).
@@ -164,7 +172,11 @@ fn call_options() -> &'static Options {
 impl Node {
     /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
     /// [`quorum::decide`](crate::quorum::decide), a single call with [`Node::bounded`].
-    async fn call(&self, command: &'static str, args: Vec<Value>) -> Result<Value, NodeError> {
+    pub(crate) async fn call(
+        &self,
+        command: &'static str,
+        args: Vec<Value>,
+    ) -> Result<Value, NodeError> {
         let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
         self.client
             .with_options(call_options())
@@ -312,11 +324,8 @@ impl Node {
     }
 
     /// Leaves a resource's waiter queue (a waiter that gave up).
-    pub(crate) async fn leave_queue(&self, place: &QueuePlace) -> Result<(), NodeError> {
-        let args = vec![
-            Value::from(place.queue.as_str()),
-            Value::from(place.marker.as_str()),
-        ];
+    pub(crate) async fn leave_queue(&self, queue: &str, marker: &str) -> Result<(), NodeError> {
+        let args = vec![Value::from(queue), Value::from(marker)];
         self.call("ZREM", args).await.map(drop)
     }
 
@@ -405,7 +414,7 @@ pub(crate) struct Handover {
 }
 
 /// The `{1 | 0 | -1, counter}` reply of the acquire scripts.
-fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
+pub(crate) fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
@@ -426,7 +435,7 @@ fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
 }
 
 /// A ttl in milliseconds as a command argument (sent as its decimal digits).
-fn ttl_arg(ttl_ms: u64) -> Value {
+pub(crate) fn ttl_arg(ttl_ms: u64) -> Value {
     Value::Integer(i64::try_from(ttl_ms).unwrap_or(i64::MAX))
 }
 

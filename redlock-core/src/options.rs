@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::InvalidInput;
+use crate::mode::Mode;
 use crate::timing;
 
 /// Default lock ttl: 30 s (Yii2's `expire`; Hyperf's annotation uses 60 s).
@@ -62,6 +63,7 @@ pub struct LockOptions {
     lost_margin: Option<Duration>,
     fencing: bool,
     reentrant: bool,
+    mode: Option<Mode>,
 }
 
 impl Default for LockOptions {
@@ -80,6 +82,7 @@ impl Default for LockOptions {
             lost_margin: None,
             fencing: false,
             reentrant: false,
+            mode: None,
         }
     }
 }
@@ -197,6 +200,25 @@ impl LockOptions {
     pub fn reentrant(mut self, on: bool) -> Self {
         self.reentrant = on;
         self
+    }
+
+    /// Take the lock in a [`Mode`] (seed 002's six DLM modes): holders in compatible modes
+    /// share the resource, e.g. any number of [`Mode::ProtectedRead`] readers, or one
+    /// [`Mode::Exclusive`] writer. Default: none, the plain exclusive lock (`SET NX`).
+    ///
+    /// A mode lock keeps the algorithm's quorum, validity, clean-up, extension and fencing
+    /// rules; each node checks compatibility and records the holder in one script. A plain
+    /// lock and mode locks on one resource exclude each other entirely (NL included). A
+    /// reentrant acquisition re-enters only a lock of the same mode: there is no upgrade.
+    #[must_use]
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = Some(mode);
+        self
+    }
+
+    /// The mode, if the lock is taken in one.
+    pub fn get_mode(&self) -> Option<Mode> {
+        self.mode
     }
 
     /// The ttl.

@@ -13,7 +13,9 @@ use tracing::Instrument;
 use crate::builder::RedlockBuilder;
 use crate::error::{InvalidInput, LockError, LostReason};
 use crate::guard::LockGuard;
+use crate::holders::ModeRequest;
 use crate::lease::{Lease, LeaseParts};
+use crate::mode::Mode;
 use crate::node::{Handover, Node, QueuePlace};
 use crate::options::{FENCING_KEY_SUFFIX, LockOptions, WAITERS_KEY_SUFFIX, validate_resource};
 use crate::outcome::{NodeVote, Outcomes};
@@ -152,10 +154,36 @@ pub(crate) struct Parts {
     pub(crate) quarantine: Duration,
 }
 
-/// A waiter: its place in the resource's queue on the nodes and its subscription.
-struct Waiting {
-    place: QueuePlace,
-    listener: Listener,
+/// One acquisition's identity as a waiter, drawn once for all its attempts.
+struct Ticket {
+    /// `~` and a random id: its member in the queue of plain waiters, the value of a key
+    /// reserved for it, the field of a mode request's waiter entry.
+    marker: String,
+    /// When it started, in ms since the Unix epoch: its rank among waiters.
+    score_ms: i64,
+}
+
+impl Ticket {
+    fn draw() -> Self {
+        let score_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self {
+            marker: format!("~{:016x}", rand::rng().random::<u64>()),
+            score_ms,
+        }
+    }
+}
+
+/// How an attempt asks the nodes.
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    /// A plain attempt (`SET NX`).
+    None,
+    /// A plain attempt by a queued waiter.
+    Queue(&'a Ticket),
+    /// A request in a lock mode.
+    Mode(&'a ModeRequest),
 }
 
 /// Why one acquisition attempt failed.
@@ -180,6 +208,9 @@ const QUEUE_TTL_MS: u64 = 30_000;
 /// A waiter that saw another waiter named attempts this long after the grace if nothing else
 /// happened: by then the reservation has expired if the named waiter did not take it.
 const AFTER_OTHER_SLACK: Duration = Duration::from_millis(5);
+
+/// The shortest life of a mode request's waiter entry.
+const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
 
 /// Rounds of the fencing write-back before giving up (each round after the first follows a
 /// node that reported a higher counter).
@@ -262,6 +293,56 @@ impl Redlock {
         self.lock_with(resource, &self.inner.defaults).await
     }
 
+    /// Acquires `resource` in `mode` for `ttl`, with the handle's other default options: see
+    /// [`Mode`] for the compatibility table and [`LockOptions::mode`] for how mode locks
+    /// relate to the plain lock. [`lock_with`](Self::lock_with) and
+    /// `options.mode(..)` give every other option.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// use std::time::Duration;
+    /// use redlock_core::Mode;
+    ///
+    /// // Many readers may hold "catalog" together; a writer (EX) waits for them.
+    /// let reader = redlock.lock_mode("catalog", Mode::ProtectedRead, Duration::from_secs(5)).await?;
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with); [`LockError::Busy`] when holders in an incompatible
+    /// mode (or incompatible waiters ahead) kept it on every attempt.
+    pub async fn lock_mode(
+        &self,
+        resource: &str,
+        mode: Mode,
+        ttl: Duration,
+    ) -> Result<LockGuard, LockError> {
+        let options = self.inner.defaults.clone().mode(mode).ttl(ttl);
+        self.lock_with(resource, &options).await
+    }
+
+    /// Acquires `resource` as a reader ([`Mode::ProtectedRead`]) with the default options:
+    /// shared with other readers, excluded by writers.
+    ///
+    /// # Errors
+    /// As [`lock_mode`](Self::lock_mode).
+    pub async fn read_lock(&self, resource: &str) -> Result<LockGuard, LockError> {
+        let options = self.inner.defaults.clone().mode(Mode::ProtectedRead);
+        self.lock_with(resource, &options).await
+    }
+
+    /// Acquires `resource` as a writer ([`Mode::Exclusive`]) with the default options: alone
+    /// but for NL holders. A writer that asked first is not passed by readers that come after
+    /// it.
+    ///
+    /// # Errors
+    /// As [`lock_mode`](Self::lock_mode).
+    pub async fn write_lock(&self, resource: &str) -> Result<LockGuard, LockError> {
+        let options = self.inner.defaults.clone().mode(Mode::Exclusive);
+        self.lock_with(resource, &options).await
+    }
+
     /// Acquires `resource` by the Redlock algorithm (distlock spec, steps 1–5).
     ///
     /// Each attempt draws a fresh token, reads the monotonic clock, sends `SET key token NX PX
@@ -301,7 +382,7 @@ impl Redlock {
         let key = self.key_for(resource);
         let owner = options.get_reentrant().then(Holder::current);
         if let Some(task) = owner {
-            match self.inner.reentrant.enter(task, &key) {
+            match self.inner.reentrant.enter(task, &key, options.get_mode()) {
                 Some(Ok(lease)) => return Ok(LockGuard::new(self.clone(), lease)),
                 Some(Err(reason)) => {
                     return Err(LockError::Lost {
@@ -315,6 +396,7 @@ impl Redlock {
         let span = tracing::debug_span!(
             "redlock.acquire",
             resource,
+            mode = options.get_mode().map(Mode::as_str),
             ttl_ms = options.ttl_millis(),
             nodes = self.inner.nodes.len(),
             quorum = self.inner.quorum,
@@ -344,7 +426,18 @@ impl Redlock {
         let started = Instant::now();
         let deadline = options.get_wait_timeout().map(|wait| started + wait);
         let mut attempts = 0u32;
-        let mut waiting: Option<Waiting> = None;
+        let ticket = Ticket::draw();
+        let request = options.get_mode().map(|mode| {
+            ModeRequest::new(
+                mode,
+                ticket.marker.clone(),
+                ticket.score_ms,
+                self.intent_ttl_ms(options),
+            )
+        });
+        // A mode request that was refused has left a waiter's entry on some nodes.
+        let mut entered = false;
+        let mut waiting: Option<Listener> = None;
         // The attempt that follows joining the queue is not a retry: it only closes the gap
         // between the first attempt and the subscription.
         let mut free_attempt = false;
@@ -353,12 +446,16 @@ impl Redlock {
                 attempts += 1;
             }
             let token = Token::generate().map_err(LockError::Entropy)?;
-            let place = waiting.as_ref().map(|w| &w.place);
+            let place = match (&request, &waiting) {
+                (Some(request), _) => Place::Mode(request),
+                (None, Some(_)) => Place::Queue(&ticket),
+                (None, None) => Place::None,
+            };
             let failure = match self.attempt(&key, &token, options, place).await {
                 Ok(granted) => {
-                    let queued = waiting.is_some();
-                    if let Some(waiting) = waiting.take_if(|_| !granted.everywhere) {
-                        self.leave_queue(waiting.place);
+                    let queued = waiting.is_some() || entered;
+                    if queued && !granted.everywhere {
+                        self.leave_queue(&key, &ticket.marker, request.is_some());
                     }
                     let guard = self.register(resource, key, token, options, granted, owner);
                     if self.is_shutting_down() {
@@ -381,9 +478,12 @@ impl Redlock {
                 }
                 None => attempts <= options.get_retry_count(),
             };
+            if let AttemptFailure::Votes(votes) = &failure {
+                entered |= request.is_some() && votes.held() > 0;
+            }
             if !retry {
-                if let Some(waiting) = waiting {
-                    self.leave_queue(waiting.place);
+                if waiting.is_some() || entered {
+                    self.leave_queue(&key, &ticket.marker, request.is_some());
                 }
                 let error = self.failure_error(resource, attempts, options, failure);
                 tracing::debug!(attempts, error = %error, "giving up");
@@ -399,10 +499,11 @@ impl Redlock {
                         if votes.held() > 0 && votes.acquired() + votes.held() >= self.inner.quorum) =>
                 {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
-                    waiting = Some(self.join_queue(waiters, &key).await);
+                    let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+                    waiting = Some(waiters.join(&queue).await);
                     free_attempt = true;
                 }
-                (Some(waiting), _) => {
+                (Some(listener), _) => {
                     tracing::trace!(attempts, fallback_ms = delay.as_millis() as u64, "waiting");
                     let grace = self.inner.handover_grace;
                     let timing = WaitTiming {
@@ -411,10 +512,9 @@ impl Redlock {
                         settle: grace / 2,
                         quorum: self.inner.quorum,
                     };
-                    let marker = waiting.place.marker.as_str();
-                    let wake = waiting.listener.wait(marker, timing, shutdown).await;
+                    let wake = listener.wait(&ticket.marker, timing, shutdown).await;
                     if wake == Wake::Shutdown {
-                        self.leave_queue(waiting.place.clone());
+                        self.leave_queue(&key, &ticket.marker, request.is_some());
                         return Err(LockError::ShuttingDown);
                     }
                 }
@@ -429,39 +529,43 @@ impl Redlock {
         }
     }
 
-    /// Subscribes to `key`'s hand-over channel and draws this waiter's place in its queue.
-    async fn join_queue(&self, waiters: &Arc<Waiters>, key: &str) -> Waiting {
-        let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
-        let listener = waiters.join(&queue).await;
-        let score_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let place = QueuePlace {
-            queue,
-            marker: format!("~{:016x}", rand::rng().random::<u64>()),
-            score_ms,
-            queue_ttl_ms: QUEUE_TTL_MS,
-        };
-        Waiting { place, listener }
-    }
-
-    /// Leaves a queue on every node, in the background (a waiter that gave up).
-    fn leave_queue(&self, place: QueuePlace) {
+    /// Leaves `key`'s waiters on every node, in the background (a waiter that gave up, or was
+    /// granted by only some nodes): its place in the queue of plain waiters, or, for a mode
+    /// request, its waiter's entry in the holders' hash.
+    fn leave_queue(&self, key: &str, marker: &str, mode: bool) {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let redlock = self.clone();
+        let (key, marker) = (key.to_owned(), marker.to_owned());
         self.inner.tracker.spawn_on(
             async move {
                 let limit = redlock.inner.node_timeout;
+                let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
                 let nodes = redlock.inner.nodes.iter();
-                futures_util::future::join_all(
-                    nodes.map(|node| tokio::time::timeout(limit, node.leave_queue(&place))),
-                )
+                futures_util::future::join_all(nodes.map(|node| {
+                    let leave = async {
+                        if mode {
+                            node.withdraw(&key, &marker).await
+                        } else {
+                            node.leave_queue(&queue, &marker).await
+                        }
+                    };
+                    tokio::time::timeout(limit, leave)
+                }))
                 .await;
             },
             &handle,
         );
+    }
+
+    /// How long a refused mode request's waiter entry lives after each attempt: longer than
+    /// the longest wait between two attempts (a retry delay with its jitter, twice, plus the
+    /// node timeouts), so that it lives exactly as long as its waiter keeps attempting.
+    fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
+        let between = options.get_retry_delay() + options.get_retry_jitter();
+        let ttl = (between + self.inner.node_timeout) * 2;
+        u64::try_from(ttl.max(MIN_INTENT_TTL).as_millis()).unwrap_or(u64::MAX)
     }
 
     fn retry_delay(&self, options: &LockOptions) -> Duration {
@@ -517,7 +621,7 @@ impl Redlock {
         key: &str,
         token: &Token,
         options: &LockOptions,
-        queued: Option<&QueuePlace>,
+        place: Place<'_>,
     ) -> Result<Granted, AttemptFailure> {
         let inner = &self.inner;
         let ttl = options.sent_ttl();
@@ -528,7 +632,21 @@ impl Redlock {
         let fence_key = options
             .get_fencing()
             .then(|| format!("{key}{FENCING_KEY_SUFFIX}"));
-        let mut cleanup = Cleanup::new(self, key, token);
+        let mut cleanup = Cleanup::new(self, key, token, options.get_mode());
+        let queued = match place {
+            Place::Queue(ticket) => Some(QueuePlace {
+                queue: format!("{key}{WAITERS_KEY_SUFFIX}"),
+                marker: ticket.marker.clone(),
+                score_ms: ticket.score_ms,
+                queue_ttl_ms: QUEUE_TTL_MS,
+            }),
+            Place::Mode(_) | Place::None => None,
+        };
+        let queued = queued.as_ref();
+        let request = match place {
+            Place::Mode(request) => Some(request),
+            Place::Queue(_) | Place::None => None,
+        };
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
@@ -542,16 +660,20 @@ impl Redlock {
             Stop::Decided,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
-                let (vote, counter) = match queued {
-                    Some(place) => {
+                let (vote, counter) = match (request, queued) {
+                    (Some(request), _) => {
+                        node.try_lock_mode(key, fence, token, ttl_ms, request, quarantine_s)
+                            .await
+                    }
+                    (None, Some(place)) => {
                         node.try_lock_queued(key, fence, token, ttl_ms, place, quarantine_s)
                             .await
                     }
-                    None if fence.is_some() || quarantine_s > 0 => {
+                    (None, None) if fence.is_some() || quarantine_s > 0 => {
                         node.try_lock_scripted(key, fence, token, ttl_ms, quarantine_s)
                             .await
                     }
-                    None => (node.try_lock(key, token, ttl_ms).await, 0),
+                    (None, None) => (node.try_lock(key, token, ttl_ms).await, 0),
                 };
                 (i, vote, counter)
             }),
@@ -735,9 +857,16 @@ impl Redlock {
     /// commands are already sent and land anyway), otherwise once every node answered or the
     /// node timeout passed, so that the report is exact when the lock was not fully held.
     ///
-    /// With `handover` (a holder's release, not a failed attempt's cleanup) and fair
-    /// hand-over on, a node with queued waiters reserves the key for the longest one.
-    pub(crate) async fn release_key(&self, key: &str, token: &Token, handover: bool) -> Released {
+    /// With `handover` (a holder's release, not a failed attempt's cleanup) and waking on, a
+    /// node with queued waiters reserves a plain key for the longest one; a mode holder's
+    /// release only removes its own entry, and wakes the resource's waiters.
+    pub(crate) async fn release_key(
+        &self,
+        key: &str,
+        token: &Token,
+        mode: Option<Mode>,
+        handover: bool,
+    ) -> Released {
         let inner = &self.inner;
         let handover = (handover && inner.waiters.is_some()).then(|| Handover {
             channel: format!("{key}{WAITERS_KEY_SUFFIX}"),
@@ -750,7 +879,15 @@ impl Redlock {
             inner.node_timeout,
             Stop::Granted,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
-                let vote = match node.unlock(key, token.expose(), handover).await {
+                let token = token.expose();
+                let released = match mode {
+                    None => node.unlock(key, token, handover).await,
+                    Some(_) => {
+                        let channel = handover.map(|h| h.channel.as_str());
+                        node.unlock_mode(key, token, channel).await
+                    }
+                };
+                let vote = match released {
                     Ok(true) => NodeVote::Acquired,
                     Ok(false) => NodeVote::Held,
                     Err(e) => NodeVote::Failed(e),
@@ -768,6 +905,13 @@ impl Redlock {
         }
     }
 
+    /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
+    /// the waiters).
+    pub(crate) async fn release_lease(&self, lease: &Lease) -> Released {
+        self.release_key(&lease.key, &lease.token, lease.mode, true)
+            .await
+    }
+
     /// Releases a dropped guard's lease in a tracked task ([`shutdown`](Self::shutdown) waits
     /// for it); `false` outside a tokio runtime, where nothing can be sent.
     pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
@@ -778,7 +922,7 @@ impl Redlock {
         let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
         self.inner.tracker.spawn_on(
             async move {
-                let released = redlock.release_key(&lease.key, &lease.token, true).await;
+                let released = redlock.release_lease(&lease).await;
                 tracing::debug!(
                     deleted = released.deleted,
                     answered = released.answered,
@@ -817,13 +961,11 @@ impl Redlock {
     pub async fn release_all(&self) -> ReleaseAllReport {
         let leases: Vec<Arc<Lease>> = self.held().values().cloned().collect();
         let leases: Vec<Arc<Lease>> = leases.into_iter().filter(|l| self.retire(l)).collect();
-        let results = futures_util::future::join_all(leases.iter().map(|lease| async move {
-            (
-                lease.resource.clone(),
-                self.release_key(&lease.key, &lease.token, true).await,
-            )
-        }))
-        .await;
+        let results =
+            futures_util::future::join_all(leases.iter().map(|lease| async move {
+                (lease.resource.clone(), self.release_lease(lease).await)
+            }))
+            .await;
         let mut report = ReleaseAllReport::default();
         for (resource, released) in results {
             if released.answered >= self.inner.quorum {
@@ -863,15 +1005,17 @@ struct Cleanup<'a> {
     redlock: &'a Redlock,
     key: &'a str,
     token: &'a Token,
+    mode: Option<Mode>,
     armed: bool,
 }
 
 impl<'a> Cleanup<'a> {
-    fn new(redlock: &'a Redlock, key: &'a str, token: &'a Token) -> Self {
+    fn new(redlock: &'a Redlock, key: &'a str, token: &'a Token, mode: Option<Mode>) -> Self {
         Self {
             redlock,
             key,
             token,
+            mode,
             armed: true,
         }
     }
@@ -881,7 +1025,9 @@ impl<'a> Cleanup<'a> {
     }
 
     async fn run(&mut self) {
-        self.redlock.release_key(self.key, self.token, false).await;
+        self.redlock
+            .release_key(self.key, self.token, self.mode, false)
+            .await;
         self.armed = false;
     }
 }
@@ -893,10 +1039,10 @@ impl Drop for Cleanup<'_> {
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             let redlock = self.redlock.clone();
-            let (key, token) = (self.key.to_owned(), self.token.clone());
+            let (key, token, mode) = (self.key.to_owned(), self.token.clone(), self.mode);
             redlock.inner.tracker.clone().spawn_on(
                 async move {
-                    redlock.release_key(&key, &token, false).await;
+                    redlock.release_key(&key, &token, mode, false).await;
                 },
                 &handle,
             );

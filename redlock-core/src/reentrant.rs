@@ -21,23 +21,33 @@ impl Holder {
 
 use crate::error::LostReason;
 use crate::lease::Lease;
+use crate::mode::Mode;
 
-/// The reentrant leases, keyed by the task holding them and their key.
+/// Which lease a task may re-enter: the holder, the key, and the mode (a task holding a read
+/// lock does not re-enter it as a write lock).
+type Entry = (Holder, String, Option<Mode>);
+
+/// The reentrant leases, keyed by the task holding them, their key and their mode.
 #[derive(Debug, Default)]
 pub(crate) struct Reentrant {
-    leases: Mutex<HashMap<(Holder, String), Weak<Lease>>>,
+    leases: Mutex<HashMap<Entry, Weak<Lease>>>,
 }
 
 impl Reentrant {
-    fn leases(&self) -> MutexGuard<'_, HashMap<(Holder, String), Weak<Lease>>> {
+    fn leases(&self) -> MutexGuard<'_, HashMap<Entry, Weak<Lease>>> {
         self.leases.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lease `task` holds on `key`, with one more hold; `Err` if that lease can no longer
-    /// be trusted (nothing is added then); `None` if the task does not hold `key`.
-    pub(crate) fn enter(&self, task: Holder, key: &str) -> Option<Result<Arc<Lease>, LostReason>> {
+    /// The lease `task` holds on `key` in `mode`, with one more hold; `Err` if that lease can
+    /// no longer be trusted (nothing is added then); `None` if the task does not hold it.
+    pub(crate) fn enter(
+        &self,
+        task: Holder,
+        key: &str,
+        mode: Option<Mode>,
+    ) -> Option<Result<Arc<Lease>, LostReason>> {
         let leases = self.leases();
-        let lease = leases.get(&(task, key.to_owned()))?.upgrade()?;
+        let lease = leases.get(&(task, key.to_owned(), mode))?.upgrade()?;
         if let Err(reason) = lease.check() {
             return Some(Err(reason));
         }
@@ -49,7 +59,7 @@ impl Reentrant {
     /// Records that `task` may re-enter `lease`.
     pub(crate) fn insert(&self, task: Holder, lease: &Arc<Lease>) {
         self.leases()
-            .insert((task, lease.key.clone()), Arc::downgrade(lease));
+            .insert((task, lease.key.clone(), lease.mode), Arc::downgrade(lease));
     }
 
     /// Drops one hold on `lease`; `true` if it was the last (the lock must be released).
@@ -61,7 +71,7 @@ impl Reentrant {
         if lease.holds.fetch_sub(1, Ordering::AcqRel) > 1 {
             return false;
         }
-        let entry = (task, lease.key.clone());
+        let entry = (task, lease.key.clone(), lease.mode);
         if leases
             .get(&entry)
             .is_some_and(|weak| std::ptr::eq(weak.as_ptr(), lease))

@@ -21,6 +21,8 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::holders::WAKE_ALL;
+
 /// How long a channel stays subscribed after its last local waiter left, so that a stream of
 /// contended acquisitions does not subscribe and unsubscribe each time.
 const LINGER: Duration = Duration::from_secs(2);
@@ -242,8 +244,9 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
-    /// Waits until releases on `quorum` nodes name `marker` ([`Wake::Named`]), `fallback`
-    /// passes ([`Wake::Timer`]), or `shutdown` fires.
+    /// Waits until releases on `quorum` nodes name `marker` or wake everyone
+    /// ([`WAKE_ALL`], a mode holder's release) ([`Wake::Named`]), `fallback` passes
+    /// ([`Wake::Timer`]), or `shutdown` fires.
     ///
     /// Each node publishes its own hand-over, and the nodes run the release at slightly
     /// different times: attempting on the first message would find the key still held on the
@@ -271,7 +274,8 @@ impl Listener {
                 message = self.rx.recv() => match message {
                     Ok(message) => {
                         let mut names = message.split(' ');
-                        if names.next() == Some(marker) {
+                        let first = names.next();
+                        if first == Some(marker) || first == Some(WAKE_ALL) {
                             named += 1;
                             if named >= timing.quorum {
                                 return Wake::Named;

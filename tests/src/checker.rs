@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use fred::clients::Client;
 use fred::interfaces::{KeysInterface, LuaInterface};
 
+use redlock_core::Mode;
+
 use crate::RedisServer;
 
 /// One holder's critical section as the harness saw it, on the harness's monotonic clock:
@@ -21,6 +23,15 @@ pub struct Hold {
     pub start: Instant,
     /// `min(released, valid_until)`.
     pub end: Instant,
+    /// The lock mode it was held in; `None` for the plain exclusive lock.
+    pub mode: Option<Mode>,
+}
+
+impl Hold {
+    /// `true` when `self` and `other` may overlap: both held in compatible modes.
+    fn may_share(&self, other: &Hold) -> bool {
+        matches!((self.mode, other.mode), (Some(a), Some(b)) if a.compatible(b))
+    }
 }
 
 /// O1: every hold of one resource, checked for overlaps.
@@ -37,10 +48,23 @@ impl History {
 
     /// Records a hold: acquired at `start`, valid until `valid_until`, released at `released`.
     pub fn record(&self, holder: usize, start: Instant, valid_until: Instant, released: Instant) {
+        self.record_mode(holder, None, start, valid_until, released);
+    }
+
+    /// Records a hold in a lock mode (`None`: the plain exclusive lock).
+    pub fn record_mode(
+        &self,
+        holder: usize,
+        mode: Option<Mode>,
+        start: Instant,
+        valid_until: Instant,
+        released: Instant,
+    ) {
         let hold = Hold {
             holder,
             start,
             end: released.min(valid_until),
+            mode,
         };
         self.holds
             .lock()
@@ -88,6 +112,26 @@ impl History {
             }
         }
         found
+    }
+}
+
+impl History {
+    /// Pairs of overlapping holds, split by whether their modes allow it: `(conflicts,
+    /// shared)`. A conflict is two holds in incompatible modes (or a plain hold and any other)
+    /// at once; shared pairs show that compatible holders really did hold together.
+    pub fn mode_overlaps(&self) -> (Vec<(Hold, Hold)>, usize) {
+        let holds = self.holds();
+        let (mut conflicts, mut shared) = (Vec::new(), 0);
+        for (i, a) in holds.iter().enumerate() {
+            for b in holds[i + 1..].iter().take_while(|b| b.start < a.end) {
+                if a.may_share(b) {
+                    shared += 1;
+                } else {
+                    conflicts.push((*a, *b));
+                }
+            }
+        }
+        (conflicts, shared)
     }
 }
 

@@ -315,16 +315,22 @@ impl RedisNodes {
     pub async fn gone_everywhere(&self, key: &str) {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
-            let values = self.values(key).await;
-            if values.iter().all(Option::is_none) {
+            let exists: Vec<i64> = self.on_each("EXISTS", key).await;
+            if exists.iter().all(|&n| n == 0) {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "{key} still on some nodes: {values:?}"
+                "{key} still on some nodes: {exists:?}"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// The hash at `key` on every node, in order (empty where absent): a resource held in
+    /// lock modes, one field per holder's token and per waiter's `~` marker.
+    pub async fn fields(&self, key: &str) -> Vec<std::collections::HashMap<String, String>> {
+        self.on_each("HGETALL", key).await
     }
 
     /// How many waiters are queued for `key` on every node (`ZCARD key:waiters`).

@@ -1,0 +1,474 @@
+//! Lock modes (seed 002's six DLM modes) against five real redis-server processes: the whole
+//! compatibility table, readers and writers under the exclusion checker, per-holder expiry,
+//! minority node loss, writer starvation, fencing and auto-extension, and the plain lock
+//! beside mode locks.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redlock_core::{LockError, LockGuard, LockOptions, Mode, Redlock};
+use redlock_tests::checker::{History, Register};
+use redlock_tests::{RedisNodes, RedisServer, redlock, within};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One attempt in `mode`.
+fn once(mode: Mode) -> LockOptions {
+    LockOptions::default().retry_count(0).mode(mode)
+}
+
+/// Waiting in `mode` for up to `wait`, retrying every `delay` when not woken.
+fn waiting(mode: Mode, delay: Duration, wait: Duration) -> LockOptions {
+    LockOptions::default()
+        .mode(mode)
+        .retry_delay(delay)
+        .retry_jitter(ms(10))
+        .wait_timeout(wait)
+}
+
+/// Seed 002's table, written out from the seed rather than from `Mode::compatible`: for each
+/// held mode, the modes another holder may take beside it.
+const SEED_002: [(&str, &[&str]); 6] = [
+    ("NL", &["NL", "CR", "CW", "PR", "PW", "EX"]),
+    ("CR", &["NL", "CR", "CW", "PR", "PW"]),
+    ("CW", &["NL", "CR", "CW"]),
+    ("PR", &["NL", "CR", "PR"]),
+    ("PW", &["NL", "CR"]),
+    ("EX", &["NL"]),
+];
+
+#[tokio::test]
+async fn the_whole_table_pairwise_against_five_nodes() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let mut cells = Vec::new();
+    for (held, row) in SEED_002 {
+        for asked in Mode::ALL.map(Mode::as_str) {
+            let resource = format!("table:{held}:{asked}");
+            let first = a
+                .lock_with(&resource, &once(held.parse().unwrap()))
+                .await
+                .unwrap();
+            let second = b.lock_with(&resource, &once(asked.parse().unwrap())).await;
+            let expected = row.contains(&asked);
+            match &second {
+                Ok(guard) => {
+                    // Both holders are recorded on every node, each under its own token.
+                    for fields in nodes.fields(&resource).await {
+                        assert!(fields.contains_key(first.token().expose()));
+                        assert!(fields.contains_key(guard.token().expose()));
+                    }
+                }
+                Err(error) => assert!(error.is_busy(), "{held} then {asked}: {error}"),
+            }
+            cells.push(((held, asked), second.is_ok(), expected));
+            first.release().await.unwrap();
+            if let Ok(guard) = second {
+                guard.release().await.unwrap();
+            }
+            // Holders' entries and a refused request's waiter entry are all removed.
+            nodes.gone_everywhere(&resource).await;
+        }
+    }
+    let wrong: Vec<_> = cells.iter().filter(|(_, got, want)| got != want).collect();
+    assert!(wrong.is_empty(), "cells against seed 002: {wrong:?}");
+    assert_eq!(cells.len(), 36);
+}
+
+/// What one client did in the readers-and-writers run.
+#[derive(Default)]
+struct Tally {
+    holds: usize,
+    busy: usize,
+}
+
+#[tokio::test]
+async fn readers_share_and_writers_exclude_under_the_checker() {
+    let nodes = RedisNodes::start(5);
+    let store = RedisServer::start();
+    let register = Register::new(&store, "rw").await;
+    let history = Arc::new(History::new());
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut clients = Vec::new();
+    // Six readers and two writers, each with its own handle (its own connections).
+    for id in 0..8 {
+        let redlock = redlock(&nodes).await;
+        let (history, register) = (Arc::clone(&history), register.clone());
+        let mode = if id < 6 {
+            Mode::ProtectedRead
+        } else {
+            Mode::Exclusive
+        };
+        clients.push(tokio::spawn(async move {
+            let options = waiting(mode, ms(50), Duration::from_secs(3)).ttl(ms(2_000));
+            let mut tally = Tally::default();
+            while Instant::now() < deadline {
+                let guard = match redlock.lock_with("rw", &options).await {
+                    Ok(guard) => guard,
+                    Err(error) if error.is_busy() => {
+                        tally.busy += 1;
+                        continue;
+                    }
+                    Err(error) => panic!("{error}"),
+                };
+                let start = Instant::now();
+                let pause = ms(rand::rng().random_range(1..8));
+                if mode == Mode::Exclusive {
+                    // Read, pause, write: a reader or writer inside at once sees or loses it.
+                    register.increment(pause).await;
+                } else {
+                    let before = register.read().await;
+                    tokio::time::sleep(pause).await;
+                    assert_eq!(
+                        register.read().await,
+                        before,
+                        "a writer wrote under a reader"
+                    );
+                }
+                let (valid_until, released) = (guard.valid_until(), Instant::now());
+                guard.release().await.unwrap();
+                history.record_mode(id, Some(mode), start, valid_until, released);
+                tally.holds += 1;
+            }
+            (mode, tally)
+        }));
+    }
+    let mut writes = 0;
+    let mut reads = 0;
+    for client in clients {
+        let (mode, tally) = within("a client", client).await.unwrap();
+        assert!(tally.holds > 0, "a {mode} client never held the lock");
+        match mode {
+            Mode::Exclusive => writes += tally.holds,
+            _ => reads += tally.holds,
+        }
+    }
+    let (conflicts, shared) = history.mode_overlaps();
+    assert!(
+        conflicts.is_empty(),
+        "incompatible holds overlapped: {conflicts:?}"
+    );
+    assert!(shared > 0, "readers never held together ({reads} reads)");
+    assert_eq!(
+        register.read().await,
+        writes as i64,
+        "an increment was lost"
+    );
+    println!("{reads} reads, {writes} writes, {shared} overlapping reader pairs, 0 conflicts");
+}
+
+#[tokio::test]
+async fn one_holders_expiry_does_not_free_the_others() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, w) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let short = a
+        .lock_with("exp", &once(Mode::ProtectedRead).ttl(ms(300)))
+        .await
+        .unwrap();
+    let long = b
+        .lock_with("exp", &once(Mode::ProtectedRead).ttl(ms(30_000)))
+        .await
+        .unwrap();
+    let short_token = short.token().expose().to_owned();
+    // The short reader's process dies: its entry is left to expire.
+    std::mem::forget(short);
+    tokio::time::sleep(ms(350)).await;
+    let refused = w.lock_with("exp", &once(Mode::Exclusive)).await;
+    assert!(
+        refused.unwrap_err().is_busy(),
+        "the long reader still holds"
+    );
+    for fields in nodes.fields("exp").await {
+        assert!(!fields.contains_key(&short_token), "expired entry swept");
+        assert!(fields.contains_key(long.token().expose()));
+    }
+    // The key itself lives as long as its latest holder.
+    assert!(nodes.pttls("exp").await.iter().all(|&t| t > 25_000));
+    long.release().await.unwrap();
+    let writer = w.lock_with("exp", &once(Mode::Exclusive)).await.unwrap();
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn release_and_extension_touch_only_their_own_entry() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, w) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let first = a.read_lock("own").await.unwrap();
+    let second = b.read_lock("own").await.unwrap();
+    let released = first.release().await.unwrap();
+    assert!(released.was_held());
+    assert!(
+        w.lock_with("own", &once(Mode::Exclusive))
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    let before = second.valid_until();
+    second.extend(ms(60_000)).await.unwrap();
+    assert!(second.valid_until() > before);
+    // The key's expiry follows the extended holder.
+    assert!(nodes.pttls("own").await.iter().all(|&t| t > 50_000));
+    second.release().await.unwrap();
+    nodes.gone_everywhere("own").await;
+}
+
+/// Reads and a write on `resource` must keep working: readers share, the writer waits for
+/// them and then holds alone.
+async fn readers_then_writer(handles: &[Redlock], resource: &str) {
+    let r1 = handles[0].read_lock(resource).await.unwrap();
+    let r2 = handles[1].read_lock(resource).await.unwrap();
+    let busy = handles[2].lock_with(resource, &once(Mode::Exclusive)).await;
+    assert!(busy.unwrap_err().is_busy());
+    let writer = {
+        let handle = handles[2].clone();
+        let resource = resource.to_owned();
+        tokio::spawn(async move {
+            let options = waiting(Mode::Exclusive, ms(100), ms(8_000));
+            handle.lock_with(&resource, &options).await
+        })
+    };
+    tokio::time::sleep(ms(50)).await;
+    assert!(!writer.is_finished(), "the writer waits for the readers");
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let writer = within("the writer", writer).await.unwrap().unwrap();
+    let reader = handles[0]
+        .lock_with(resource, &once(Mode::ProtectedRead))
+        .await;
+    // Refused (with nodes down the round may stop before a quorum answered, so the error
+    // can read "unavailable": the refusals already made a quorum impossible).
+    assert!(reader.is_err(), "the writer holds alone");
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn modes_survive_the_loss_of_a_minority() {
+    let mut nodes = RedisNodes::start(5);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(redlock(&nodes).await);
+    }
+    readers_then_writer(&handles, "before").await;
+    nodes.servers[0].kill();
+    nodes.servers[1].pause();
+    readers_then_writer(&handles, "after").await;
+    nodes.servers[1].resume();
+}
+
+#[tokio::test]
+async fn a_writer_is_not_starved_by_a_stream_of_readers() {
+    const READ_HOLD: Duration = Duration::from_millis(150);
+    let nodes = RedisNodes::start(5);
+    let stop = Arc::new(AtomicBool::new(false));
+    // (asked, granted) of every read.
+    let reads = Arc::new(std::sync::Mutex::new(Vec::<(Instant, Instant)>::new()));
+    let mut readers = Vec::new();
+    // Four readers, staggered, each re-asking as soon as it released: from the first
+    // 100 ms on, some reader always holds, so without writer preference a writer never
+    // finds the resource free.
+    for i in 0..4u64 {
+        let redlock = redlock(&nodes).await;
+        let (stop, reads) = (Arc::clone(&stop), Arc::clone(&reads));
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(ms(i * 40)).await;
+            let options = waiting(Mode::ProtectedRead, ms(20), ms(9_000));
+            while !stop.load(Ordering::SeqCst) {
+                let asked = Instant::now();
+                let guard = redlock.lock_with("stream", &options).await.unwrap();
+                reads.lock().unwrap().push((asked, Instant::now()));
+                tokio::time::sleep(READ_HOLD).await;
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    let writer = redlock(&nodes).await;
+    tokio::time::sleep(ms(400)).await;
+    let asked = Instant::now();
+    let options = waiting(Mode::Exclusive, ms(20), ms(8_000));
+    let guard = within("the writer", writer.lock_with("stream", &options))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    let waited = granted - asked;
+    tokio::time::sleep(ms(50)).await;
+    guard.release().await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    for reader in readers {
+        within("a reader", reader).await.unwrap();
+    }
+    // The bound: the writer waits for the readers that held when it asked (at most one
+    // READ_HOLD) and one wake-up, not for readers that came after it.
+    println!("the writer waited {waited:?} behind readers holding {READ_HOLD:?} each");
+    assert!(
+        waited < READ_HOLD + ms(500),
+        "the writer waited {waited:?}, more than one read hold and a wake-up"
+    );
+    let passed: Vec<(Instant, Instant)> = reads
+        .lock()
+        .unwrap()
+        .iter()
+        .copied()
+        .filter(|&(read_asked, read_granted)| read_asked > asked + ms(50) && read_granted < granted)
+        .collect();
+    assert!(
+        passed.is_empty(),
+        "{} readers who asked after the writer went first",
+        passed.len()
+    );
+}
+
+#[tokio::test]
+async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, w) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let r1 = a.read_lock("wake").await.unwrap();
+    let r2 = b.read_lock("wake").await.unwrap();
+    // Polling with a 10 s delay would take 10 s after the last release.
+    let writer = tokio::spawn(async move {
+        w.lock_with("wake", &waiting(Mode::Exclusive, ms(10_000), ms(20_000)))
+            .await
+    });
+    within("the writer's waiter entry", async {
+        while !nodes
+            .fields("wake")
+            .await
+            .iter()
+            .all(|f| f.keys().any(|k| k.starts_with('~')))
+        {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    r1.release().await.unwrap();
+    let released = Instant::now();
+    r2.release().await.unwrap();
+    let guard = within("the writer", writer).await.unwrap().unwrap();
+    let woken_after = released.elapsed();
+    assert!(
+        woken_after < ms(1_000),
+        "woken {woken_after:?} after the release"
+    );
+    assert_eq!(guard.mode(), Some(Mode::Exclusive));
+    // Granted everywhere, it left no waiter entry behind.
+    for fields in nodes.fields("wake").await {
+        assert_eq!(fields.len(), 1, "{fields:?}");
+    }
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn mode_locks_get_fencing_tokens_and_auto_extension() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, w) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let fenced = |mode| once(mode).fencing(true);
+    let reader = a
+        .lock_with(
+            "fx",
+            &fenced(Mode::ProtectedRead).ttl(ms(300)).auto_extend(true),
+        )
+        .await
+        .unwrap();
+    let other = b
+        .lock_with("fx", &fenced(Mode::ConcurrentRead))
+        .await
+        .unwrap();
+    let (t1, t2) = (
+        reader.fencing_token().unwrap(),
+        other.fencing_token().unwrap(),
+    );
+    assert!(
+        t2 > t1,
+        "fencing tokens increase across holders: {t1} then {t2}"
+    );
+    // Three ttls later the auto-extended reader still holds, and writers are refused.
+    tokio::time::sleep(ms(900)).await;
+    assert!(reader.is_valid() && !reader.lost().is_lost());
+    other.release().await.unwrap();
+    assert!(
+        w.lock_with("fx", &fenced(Mode::Exclusive))
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    reader.release().await.unwrap();
+    let writer = w.lock_with("fx", &fenced(Mode::Exclusive)).await.unwrap();
+    assert!(writer.fencing_token().unwrap() > t2);
+    writer.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn plain_and_mode_locks_on_one_resource_exclude_each_other() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let plain = a.lock("mixed").await.unwrap();
+    for mode in Mode::ALL {
+        let error = b.lock_with("mixed", &once(mode)).await.unwrap_err();
+        assert!(error.is_busy(), "{mode} beside a plain lock: {error}");
+    }
+    plain.release().await.unwrap();
+    let reader = b.read_lock("mixed").await.unwrap();
+    let busy = a
+        .lock_with("mixed", &LockOptions::default().retry_count(0))
+        .await;
+    assert!(busy.unwrap_err().is_busy());
+    reader.release().await.unwrap();
+
+    // A plain holder whose key expired and was taken by a reader releases and extends
+    // cleanly: nothing of the reader's is touched, and the nodes answer (no WRONGTYPE).
+    let stale = a
+        .lock_with("mixed", &LockOptions::default().ttl(ms(100)))
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(150)).await;
+    let reader = b.read_lock("mixed").await.unwrap();
+    assert!(matches!(
+        stale.extend(ms(1_000)).await,
+        Err(LockError::Lost { .. })
+    ));
+    let released = stale.release().await.unwrap();
+    assert_eq!((released.deleted, released.answered), (0, 5));
+    for fields in nodes.fields("mixed").await {
+        assert!(fields.contains_key(reader.token().expose()));
+    }
+    reader.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reentrant_reader_re_enters_its_read_lock_only() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let options = once(Mode::ProtectedRead).reentrant(true);
+    let outer = redlock.lock_with("re", &options).await.unwrap();
+    let inner = redlock.lock_with("re", &options).await.unwrap();
+    assert_eq!(outer.token(), inner.token());
+    assert_eq!(outer.hold_count(), 2);
+    // No upgrade: the task's own read lock refuses its write request.
+    let write = redlock
+        .lock_with("re", &once(Mode::Exclusive).reentrant(true))
+        .await;
+    assert!(write.unwrap_err().is_busy());
+    drop(inner);
+    let _guard: LockGuard = outer;
+}
