@@ -88,6 +88,10 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         }),
         args.auto_extend.then(|| quote! { .auto_extend(true) }),
         args.fencing.then(|| quote! { .fencing(true) }),
+        args.mode.as_ref().map(|mode| {
+            let variant = &mode.0;
+            quote! { .mode(#krate::Mode::#variant) }
+        }),
     ];
     let reentrant = args.reentrant.unwrap_or(true);
     let bind_guard = args.guard.as_ref().map(|name| {

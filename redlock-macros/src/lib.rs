@@ -22,6 +22,7 @@
 //! | `auto_extend` | keep the lock extended while the body runs; if it is lost anyway, the body is stopped (dropped at its next `.await`) and `LockError::Lost` is returned | off |
 //! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out | none |
 //! | `fencing` | issue a fencing token (read it through `guard`) | off |
+//! | `mode = "read"` | lock mode: `"read"` (shared with readers), `"write"` (alone), or a DLM mode `"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`, `"EX"` (see `redlock_core::Mode`) | the plain exclusive lock |
 //! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
 //! | `reentrant = false` | by default a nested annotated fn on a resource its task already holds shares that lock (hold count) instead of waiting for itself; `false` treats it as any other holder | `true` |
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |

@@ -40,6 +40,10 @@ pub(crate) struct Args {
     /// Issue a fencing token (read it through the `guard` binding).
     #[darling(default)]
     pub(crate) fencing: bool,
+    /// Lock mode: `"read"`, `"write"`, or a DLM mode (`"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`,
+    /// `"EX"`); default none, the plain exclusive lock.
+    #[darling(default)]
+    pub(crate) mode: Option<ModeArg>,
     /// Re-enter a lock the task already holds (default `true`).
     #[darling(default)]
     pub(crate) reentrant: Option<bool>,
@@ -115,6 +119,30 @@ impl Millis {
         u64::try_from(duration.as_millis())
             .map(Self)
             .map_err(|_| darling::Error::custom("duration too large"))
+    }
+}
+
+/// A lock mode, kept as the name of its `redlock_core::Mode` variant. The spellings are
+/// `Mode`'s `FromStr` ones (this crate cannot depend on redlock-core, which re-exports it).
+#[derive(Debug, Clone)]
+pub(crate) struct ModeArg(pub(crate) syn::Ident);
+
+impl FromMeta for ModeArg {
+    fn from_string(value: &str) -> darling::Result<Self> {
+        let variant = match value.to_ascii_lowercase().replace('-', "_").as_str() {
+            "nl" | "null" => "Null",
+            "cr" | "concurrent_read" => "ConcurrentRead",
+            "cw" | "concurrent_write" => "ConcurrentWrite",
+            "pr" | "protected_read" | "read" => "ProtectedRead",
+            "pw" | "protected_write" => "ProtectedWrite",
+            "ex" | "exclusive" | "write" => "Exclusive",
+            _ => {
+                return Err(darling::Error::custom(format!(
+                    "`{value}` is not a lock mode; use \"read\", \"write\", or one of \"NL\", \"CR\", \"CW\", \"PR\", \"PW\", \"EX\""
+                )));
+            }
+        };
+        Ok(Self(syn::Ident::new(variant, Span::call_site())))
     }
 }
 

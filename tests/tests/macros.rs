@@ -212,3 +212,53 @@ async fn auto_extend_holds_past_the_ttl_and_stops_the_body_when_lost() {
         "{error:?}"
     );
 }
+
+/// A reader: its body meets the other reader and the writer at `inside`, and stays until the
+/// writer has tried (`done`). Not reentrant: the two readers of one task take two locks.
+#[redlock(resource = "catalog:{id}", redlock = fx.redlock, mode = "read", reentrant = false, guard = lock)]
+async fn read_catalog(
+    fx: &Fixture,
+    id: u64,
+    inside: &tokio::sync::Barrier,
+    done: &tokio::sync::Barrier,
+) -> Result<Option<redlock_core::Mode>, AppError> {
+    inside.wait().await;
+    done.wait().await;
+    Ok(lock.mode())
+}
+
+#[redlock(resource = "catalog:{id}", redlock = fx.redlock, mode = "write", guard = lock)]
+async fn write_catalog(fx: &Fixture, id: u64) -> Result<Option<redlock_core::Mode>, AppError> {
+    Ok(lock.mode())
+}
+
+#[tokio::test]
+async fn mode_read_lets_readers_share_and_mode_write_excludes_them() {
+    use redlock_core::Mode;
+    let fx = fixture().await;
+    // Both readers must be inside their bodies at once to pass the barrier: with an
+    // exclusive lock the second would be refused (retry_count 0) and the barrier never met.
+    let (inside, done) = (tokio::sync::Barrier::new(3), tokio::sync::Barrier::new(3));
+    let readers = async {
+        tokio::join!(
+            read_catalog(&fx, 1, &inside, &done),
+            read_catalog(&fx, 1, &inside, &done),
+            async {
+                inside.wait().await;
+                // Both readers hold now: a writer is refused.
+                let writer = write_catalog(&fx, 1).await;
+                done.wait().await;
+                writer
+            }
+        )
+    };
+    let (first, second, writer) = within("two readers and a writer", readers).await;
+    assert_eq!(first.unwrap(), Some(Mode::ProtectedRead));
+    assert_eq!(second.unwrap(), Some(Mode::ProtectedRead));
+    assert!(
+        matches!(writer, Err(AppError::Lock(ref e)) if e.is_busy()),
+        "{writer:?}"
+    );
+    // Once they released, the writer takes it.
+    assert_eq!(write_catalog(&fx, 1).await.unwrap(), Some(Mode::Exclusive));
+}
