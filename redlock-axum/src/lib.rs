@@ -16,6 +16,6 @@ pub mod lock;
 mod rejection;
 mod shutdown;
 
-pub use lock::{RedlockLayer, ReleaseOn, TemplateError};
+pub use lock::{RedlockLayer, ReleaseOn, TemplateError, by_method};
 pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 pub use shutdown::ShutdownHandle;

@@ -413,3 +413,59 @@ async fn handlers_get_the_fencing_token_the_lock_is_extended_and_a_lost_lock_sto
         "the handler kept running"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
+    use axum::Extension;
+    use redlock_core::{LockInfo, Mode};
+    let nodes = RedisNodes::start(5);
+    let redlock = handle(&nodes).await;
+    let (open_tx, open_rx) = tokio::sync::watch::channel(false);
+    let (entered_tx, mut entered_rx) = mpsc::unbounded_channel::<Option<Mode>>();
+    // GET waits inside the handler until the test opens the gate; POST answers at once.
+    let show = move |Extension(lock): Extension<LockInfo>| {
+        let (mut open, entered) = (open_rx.clone(), entered_tx.clone());
+        async move {
+            let _ = entered.send(lock.mode());
+            let _ = open.wait_for(|open| *open).await;
+            "the shelf"
+        }
+    };
+    let edit = |Extension(lock): Extension<LockInfo>| async move { format!("{:?}", lock.mode()) };
+    let app = Router::new()
+        .route("/catalog/{shelf}", get(show).post(edit))
+        .route_layer(
+            RedlockLayer::from_template(redlock.clone(), "catalog:{shelf}")
+                .unwrap()
+                .mode_by_method(),
+        );
+    let (base, _server) = serve(app, ShutdownHandle::new(redlock)).await;
+    let http = reqwest::Client::new();
+    let url = format!("{base}/catalog/a");
+    let readers: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(http.get(&url).send()))
+        .collect();
+    // Both readers are inside their handlers at once, each holding a read lock.
+    for _ in 0..2 {
+        let mode = within("a reader to enter", entered_rx.recv())
+            .await
+            .unwrap();
+        assert_eq!(mode, Some(Mode::ProtectedRead));
+    }
+    let write = http.post(&url).send().await.unwrap();
+    assert_eq!(
+        write.status(),
+        StatusCode::LOCKED,
+        "a write waits for the reads"
+    );
+    open_tx.send(true).unwrap();
+    for reader in readers {
+        let response = within("a reader", reader).await.unwrap().unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let probe = handle(&nodes).await;
+    assert!(free_within(&probe, "catalog:a").await < Duration::from_secs(1));
+    let write = http.post(&url).send().await.unwrap();
+    assert_eq!(write.status(), StatusCode::OK);
+    assert_eq!(write.text().await.unwrap(), "Some(Exclusive)");
+}

@@ -101,7 +101,11 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
                 .into_response());
         }
     };
-    match config.redlock.lock_with(&resource, &config.options).await {
+    let options = match config.mode.resolve(&parts) {
+        Some(mode) => std::borrow::Cow::Owned(config.options.clone().mode(mode)),
+        None => std::borrow::Cow::Borrowed(&config.options),
+    };
+    match config.redlock.lock_with(&resource, &options).await {
         Ok(guard) => {
             parts.extensions.insert(guard.info());
             Ok((Request::from_parts(parts, body), Some(guard)))

@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 use http::request::Parts;
-use redlock_core::{LockOptions, Redlock};
+use redlock_core::{LockOptions, Mode, Redlock};
 use tower_layer::Layer;
 
+use super::mode::ModeFrom;
 use super::resource::{ResourceFrom, Template, TemplateError};
 use super::service::RedlockService;
 use crate::rejection::DEFAULT_RETRY_AFTER;
@@ -27,6 +28,7 @@ pub enum ReleaseOn {
 pub(crate) struct Config {
     pub(crate) redlock: Redlock,
     pub(crate) resource: ResourceFrom,
+    pub(crate) mode: ModeFrom,
     pub(crate) options: LockOptions,
     pub(crate) busy_status: StatusCode,
     pub(crate) retry_after: Duration,
@@ -64,6 +66,7 @@ impl RedlockLayer {
                 options: Config::lock_options(redlock.options().clone(), true),
                 redlock,
                 resource,
+                mode: ModeFrom::Options,
                 busy_status: StatusCode::LOCKED,
                 retry_after: DEFAULT_RETRY_AFTER,
                 release_on: ReleaseOn::BodyEnd,
@@ -103,6 +106,37 @@ impl RedlockLayer {
     pub fn options(mut self, options: LockOptions) -> Self {
         let auto_extend = self.config.options.get_auto_extend();
         self.config_mut().options = Config::lock_options(options, auto_extend);
+        self
+    }
+
+    /// Takes every request's lock in `mode` ([`LockOptions::mode`]; default: the mode of the
+    /// [`options`](Self::options), none unless set there: the plain exclusive lock). The last
+    /// of `mode`, [`mode_by_method`](Self::mode_by_method) and
+    /// [`mode_from_fn`](Self::mode_from_fn) wins.
+    #[must_use]
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.config_mut().mode = ModeFrom::Fixed(mode);
+        self
+    }
+
+    /// Takes the lock as a reader ([`Mode::ProtectedRead`]) for the safe methods — `GET`,
+    /// `HEAD`, `OPTIONS`, `TRACE` — and as a writer ([`Mode::Exclusive`]) for the others, so
+    /// reads of a resource run together and each write runs alone ([`by_method`]).
+    ///
+    /// [`by_method`]: super::by_method
+    #[must_use]
+    pub fn mode_by_method(mut self) -> Self {
+        self.config_mut().mode = ModeFrom::Method;
+        self
+    }
+
+    /// Takes each request's lock in the mode `mode` returns for it.
+    #[must_use]
+    pub fn mode_from_fn<F>(mut self, mode: F) -> Self
+    where
+        F: Fn(&Parts) -> Mode + Send + Sync + 'static,
+    {
+        self.config_mut().mode = ModeFrom::Fn(Arc::new(mode));
         self
     }
 
