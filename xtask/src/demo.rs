@@ -8,12 +8,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use fred::interfaces::KeysInterface;
 use redlock_tests::{RedisNodes, RedisServer, free_port, plain_client};
+use reqwest::Method;
 
 const ORDERS: u64 = 20;
 const PAY_PER_ORDER: usize = 8;
 const SKUS: [&str; 3] = ["apple", "pear", "plum"];
 const STOCK: i64 = 30;
 const BUY_PER_SKU: usize = 40;
+const READS: usize = 90;
+const WRITES: usize = 15;
 const LOCK_TTL_MS: u64 = 1_000;
 const GRACE_MS: u64 = 300;
 
@@ -106,17 +109,18 @@ async fn demo() -> anyhow::Result<()> {
     let mut requests = Vec::new();
     for order in 1..=ORDERS {
         for k in 0..PAY_PER_ORDER {
-            requests.push(format!(
+            requests.push(post(format!(
                 "{}/orders/{order}/pay",
                 bases[(order as usize + k) % 3]
-            ));
+            )));
         }
     }
     for (s, sku) in SKUS.iter().enumerate() {
         for k in 0..BUY_PER_SKU {
-            requests.push(format!("{}/stock/{sku}/buy", bases[(s + k) % 3]));
+            requests.push(post(format!("{}/stock/{sku}/buy", bases[(s + k) % 3])));
         }
     }
+    requests.extend(catalog_load(&bases, "catalog/a"));
     let started = Instant::now();
     let mut tally = fire(&http, requests).await;
     let wall = started.elapsed();
@@ -125,12 +129,13 @@ async fn demo() -> anyhow::Result<()> {
     let mut unsafe_requests = Vec::new();
     for order in 101..=100 + ORDERS {
         for k in 0..PAY_PER_ORDER {
-            unsafe_requests.push(format!(
+            unsafe_requests.push(post(format!(
                 "{}/unsafe/orders/{order}/pay",
                 bases[(order as usize + k) % 3]
-            ));
+            )));
         }
     }
+    unsafe_requests.extend(catalog_load(&bases, "unsafe/catalog/b"));
     let _ = fire(&http, unsafe_requests).await;
 
     let store = plain_client(&data.url()).await;
@@ -167,6 +172,28 @@ async fn demo() -> anyhow::Result<()> {
         if charges.unwrap_or(0) > 1 {
             double_charged_unlocked += 1;
         }
+    }
+    let shelf = |shelf: &str, field: &str| format!("shelf:{shelf}:{field}");
+    let number = |key: String| {
+        let store = store.clone();
+        async move {
+            store
+                .get::<Option<i64>, _>(key)
+                .await
+                .map(Option::unwrap_or_default)
+        }
+    };
+    let torn = number(shelf("a", "torn")).await?;
+    let most_readers = number(shelf("a", "most_readers")).await?;
+    let writes = number(shelf("a", "price_version")).await?;
+    let torn_unlocked = number(shelf("b", "torn")).await?;
+    if torn != 0 {
+        broken.push(format!(
+            "{torn} torn reads or writes under readers on the read/write route"
+        ));
+    }
+    if writes != WRITES as i64 {
+        broken.push(format!("{writes} of {WRITES} shelf writes went through"));
     }
     let mut sold_total = 0;
     for sku in SKUS {
@@ -217,6 +244,10 @@ async fn demo() -> anyhow::Result<()> {
         "  stock sold: {sold_total} of {} units, none oversold",
         STOCK * SKUS.len() as i64
     );
+    println!(
+        "  read/write route: {READS} reads and {writes} writes of one shelf, up to {most_readers} readers inside at once, {torn} torn reads"
+    );
+    println!("  baseline without the lock: {torn_unlocked} torn reads or writes under readers");
 
     // 2. SIGTERM while holding a lock: the next replica gets it within milliseconds.
     let handover = sigterm_handover(&http, &mut replicas, &nodes).await?;
@@ -236,7 +267,7 @@ async fn demo() -> anyhow::Result<()> {
     println!();
     if broken.is_empty() {
         println!(
-            "INVARIANT OK: every order paid exactly once, no stock oversold, lock handed over on SIGTERM"
+            "INVARIANT OK: every order paid exactly once, no stock oversold, no torn shelf read, lock handed over on SIGTERM"
         );
         Ok(())
     } else {
@@ -299,16 +330,38 @@ async fn wait_healthy(http: &reqwest::Client, replica: &Replica) -> anyhow::Resu
     bail!("{} did not become healthy within 20 s", replica.name)
 }
 
+/// A `POST` to `url`.
+fn post(url: String) -> (Method, String) {
+    (Method::POST, url)
+}
+
+/// Reads of one shelf with a write every few reads, spread over the replicas: `GET` and `PUT
+/// {base}/{path}`.
+fn catalog_load(bases: &[String], path: &str) -> Vec<(Method, String)> {
+    let every = READS / WRITES;
+    (0..READS + WRITES)
+        .map(|i| {
+            let url = format!("{}/{path}", bases[i % bases.len()]);
+            let method = if i % (every + 1) == every {
+                Method::PUT
+            } else {
+                Method::GET
+            };
+            (method, url)
+        })
+        .collect()
+}
+
 /// Sends every request at once (bounded to 64 in flight), recording status and latency.
-async fn fire(http: &reqwest::Client, urls: Vec<String>) -> Tally {
+async fn fire(http: &reqwest::Client, requests: Vec<(Method, String)>) -> Tally {
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
     let mut tasks = Vec::new();
-    for url in urls {
+    for (method, url) in requests {
         let (http, limit) = (http.clone(), limit.clone());
         tasks.push(tokio::spawn(async move {
             let _permit = limit.acquire_owned().await;
             let started = Instant::now();
-            let status = match http.post(url).send().await {
+            let status = match http.request(method, url).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     let _ = response.bytes().await;

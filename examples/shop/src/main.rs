@@ -7,6 +7,11 @@
 //! - selling stock (`POST /stock/{sku}/buy`, guarded by `#[redlock]`): read the stock, then
 //!   write it back decremented. Unlocked, concurrent buyers oversell.
 //!
+//! - a catalog shelf (`GET` / `PUT /catalog/{shelf}`, a read/write route: the layer takes a
+//!   read lock for `GET` and a write lock for `PUT`): a write updates the shelf's price and
+//!   then its label, a read reads both. Readers share the shelf; unlocked
+//!   (`/unsafe/catalog/{shelf}`), a read in the middle of a write sees a torn shelf.
+//!
 //! The pay route's lock carries a fencing token, which the handler hands to the data store: a
 //! charge is recorded only with a token above every token the order has seen, so even a
 //! holder that outlived its lock (a long pause) cannot record a charge after the next holder.
@@ -70,9 +75,10 @@ impl IntoResponse for ShopError {
     }
 }
 
-/// The data store's side of fencing: record `ARGV[1]` as the order's token only if it is above
-/// every token seen (1), else refuse (0).
-const FENCED_WRITE: &str = r#"local seen = tonumber(redis.call("get", KEYS[1]) or "0")
+/// A max register: record `ARGV[1]` only if it is above every value seen (1), else refuse (0).
+/// The data store's side of fencing (the order's highest token), and the catalog's count of
+/// readers seen inside at once.
+const RAISE: &str = r#"local seen = tonumber(redis.call("get", KEYS[1]) or "0")
 if tonumber(ARGV[1]) > seen then redis.call("set", KEYS[1], ARGV[1]) return 1 end
 return 0"#;
 
@@ -87,7 +93,7 @@ async fn pay(
     let fencing_token = lock.and_then(|Extension(lock)| lock.fencing_token());
     if let Some(token) = fencing_token {
         let fence = vec![format!("order:{id}:fence")];
-        let accepted: i64 = state.data.eval(FENCED_WRITE, fence, token).await?;
+        let accepted: i64 = state.data.eval(RAISE, fence, token).await?;
         if accepted == 0 {
             return Ok((http::StatusCode::CONFLICT, "stale fencing token").into_response());
         }
@@ -129,6 +135,56 @@ async fn buy(
     Ok(Json(json!({ "sku": sku, "left": stock - 1, "replica": state.replica })).into_response())
 }
 
+/// Reads a shelf: its price version, then (a moment later) its label version. A write between
+/// the two would show them unequal: a torn read, counted in `shelf:{shelf}:torn`.
+async fn show_shelf(
+    State(state): State<AppState>,
+    Path(shelf): Path<String>,
+) -> Result<Response, ShopError> {
+    let key = |field: &str| format!("shelf:{shelf}:{field}");
+    let inside: i64 = state.data.incr(key("readers")).await?;
+    let _: i64 = state
+        .data
+        .eval(RAISE, vec![key("most_readers")], inside)
+        .await?;
+    let price: Option<i64> = state.data.get(key("price_version")).await?;
+    tokio::time::sleep(Duration::from_millis(3)).await; // render the price
+    let label: Option<i64> = state.data.get(key("label_version")).await?;
+    let _: i64 = state.data.decr(key("readers")).await?;
+    let torn = price != label;
+    if torn {
+        let _: i64 = state.data.incr(key("torn")).await?;
+    }
+    Ok(Json(json!({
+        "shelf": shelf, "version": price, "torn": torn, "readers_inside": inside,
+        "replica": state.replica,
+    }))
+    .into_response())
+}
+
+/// Updates a shelf: a new price version, then (a moment later) the matching label. A write
+/// that finds readers inside counts in `shelf:{shelf}:torn` too.
+async fn edit_shelf(
+    State(state): State<AppState>,
+    Path(shelf): Path<String>,
+) -> Result<Response, ShopError> {
+    let key = |field: &str| format!("shelf:{shelf}:{field}");
+    let readers: Option<i64> = state.data.get(key("readers")).await?;
+    if readers.unwrap_or(0) > 0 {
+        let _: i64 = state.data.incr(key("torn")).await?;
+    }
+    let version: i64 = state.data.incr(key("price_version")).await?;
+    tokio::time::sleep(Duration::from_millis(3)).await; // print the label
+    let _: () = state
+        .data
+        .set(key("label_version"), version, None, None, false)
+        .await?;
+    Ok(
+        Json(json!({ "shelf": shelf, "version": version, "replica": state.replica }))
+            .into_response(),
+    )
+}
+
 #[derive(Deserialize)]
 struct Rebuild {
     #[serde(default)]
@@ -158,6 +214,16 @@ fn app(state: AppState) -> Result<Router, redlock_axum::TemplateError> {
             .retry_jitter(Duration::from_millis(10))
             .wait_timeout(Duration::from_secs(2)),
     );
+    // GET takes a read lock (shared), PUT a write lock (alone).
+    let shelf_lock = RedlockLayer::from_template(redlock.clone(), "shelf:{shelf}")?
+        .mode_by_method()
+        .options(
+            LockOptions::default()
+                .ttl(Duration::from_secs(5))
+                .retry_delay(Duration::from_millis(10))
+                .retry_jitter(Duration::from_millis(10))
+                .wait_timeout(Duration::from_secs(5)),
+        );
     let job_lock = RedlockLayer::from_template(redlock, "job:{name}")?.options(
         LockOptions::default()
             // Short: the layer extends it while the job runs, and a crashed replica's lock
@@ -172,6 +238,11 @@ fn app(state: AppState) -> Result<Router, redlock_axum::TemplateError> {
         .route("/orders/{id}/pay", post(pay).route_layer(pay_lock))
         .route("/unsafe/orders/{id}/pay", post(pay))
         .route("/stock/{sku}/buy", post(buy))
+        .route(
+            "/catalog/{shelf}",
+            get(show_shelf).put(edit_shelf).route_layer(shelf_lock),
+        )
+        .route("/unsafe/catalog/{shelf}", get(show_shelf).put(edit_shelf))
         .route("/jobs/{name}/rebuild", post(rebuild).route_layer(job_lock))
         .with_state(state))
 }
