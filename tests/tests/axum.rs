@@ -469,3 +469,64 @@ async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
     assert_eq!(write.status(), StatusCode::OK);
     assert_eq!(write.text().await.unwrap(), "Some(Exclusive)");
 }
+
+#[tokio::test]
+async fn a_closure_picks_each_requests_lock_mode() {
+    use axum::Extension;
+    use redlock_core::{LockInfo, Mode};
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let app = Router::new()
+        .route(
+            "/ledger/{id}",
+            post(
+                |Extension(lock): Extension<LockInfo>| async move { format!("{:?}", lock.mode()) },
+            ),
+        )
+        .route_layer(
+            RedlockLayer::from_template(redlock.clone(), "ledger:{id}")
+                .unwrap()
+                .mode_from_fn(|parts| {
+                    parts
+                        .headers
+                        .get("x-lock-mode")
+                        .and_then(|v| v.to_str().ok()?.parse().ok())
+                        .unwrap_or(Mode::Exclusive)
+                }),
+        );
+    let (base, _server) = serve(app, ShutdownHandle::new(redlock.clone())).await;
+    let http = reqwest::Client::new();
+    let url = format!("{base}/ledger/1");
+    // A concurrent writer holds the ledger: CW requests may join it, PW may not.
+    let held = redlock
+        .lock_with(
+            "ledger:1",
+            &LockOptions::default().mode(Mode::ConcurrentWrite),
+        )
+        .await
+        .unwrap();
+    let cw = http
+        .post(&url)
+        .header("x-lock-mode", "CW")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cw.text().await.unwrap(), "Some(ConcurrentWrite)");
+    let pw = http
+        .post(&url)
+        .header("x-lock-mode", "PW")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pw.status(), StatusCode::LOCKED);
+    let default = http.post(&url).send().await.unwrap();
+    assert_eq!(default.status(), StatusCode::LOCKED, "no header: exclusive");
+    held.release().await.unwrap();
+    let pw = http
+        .post(&url)
+        .header("x-lock-mode", "PW")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pw.text().await.unwrap(), "Some(ProtectedWrite)");
+}
