@@ -1,13 +1,15 @@
-//! `cargo xtask bench`: W1–W5 of issue 4 against 5 local `redis-server` nodes.
+//! `cargo xtask bench`: W1–W5 of issue 4 and W6 (lock modes) against 5 local `redis-server`
+//! nodes.
 //!
 //! Every figure of redlock-core is printed beside the same workload run in the same process
 //! against (a) the floor, the Redlock protocol hand-written on plain `fred`
-//! ([`floor`]), and (b) the `rslock` crate. Options: `--quick` (short runs, for a smoke
+//! ([`floor`]), and (b) the `rslock` crate; W6 against redlock-core's own exclusive lock. Options: `--quick` (short runs, for a smoke
 //! test), `--cycles N` (W5's lock cycles, default 1,000,000), `--only W1,W3` (a subset),
 //! `--alone ours|floor|rslock` (one implementation, for profiling).
 
 mod contender;
 mod floor;
+mod read_write;
 mod stats;
 mod workloads;
 

@@ -1,4 +1,4 @@
-//! W1–W5.
+//! W1–W5 (W6 is in `read_write`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +34,9 @@ pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> 
     }
     if plan.runs("W5") {
         w5(plan, urls, &mut targets).await?;
+    }
+    if plan.runs("W6") && plan.alone.is_none() {
+        crate::read_write::w6(plan, urls, &mut targets).await?;
     }
     targets.print();
     Ok(())

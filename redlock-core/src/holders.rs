@@ -36,7 +36,9 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// is incompatible with it: no holder whose mode is missing from `ARGV[6]` (the modes
 /// compatible with ours), and no waiter in such a mode with a score below ours (`ARGV[7]`,
 /// ties broken by marker). Refused, it records (or refreshes) this request's waiter entry
-/// `ARGV[4]` for `ARGV[5]` ms. Reads the fencing counter `KEYS[2]` when given; `ARGV[8]` is
+/// `ARGV[4]` for `ARGV[5]` ms; granted, it leaves that entry in place, so that a grant by too
+/// few nodes, cleaned up, does not lose the request its place: the holder's release removes
+/// it. Reads the fencing counter `KEYS[2]` when given; `ARGV[8]` is
 /// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter}`.
 pub(crate) static ACQUIRE_MODE: Script = Script::new(concat!(
     crate::node::quarantine_check!("8"),
@@ -57,9 +59,9 @@ for i = 1, #entries, 2 do
   expiry = tonumber(expiry) or 0
   if expiry <= now then
     redis.call("hdel", key, field)
-  elseif field ~= marker then
+  else
     if expiry > latest then latest = expiry end
-    if not string.find(compatible, " " .. held .. " ", 1, true) then
+    if field ~= marker and not string.find(compatible, " " .. held .. " ", 1, true) then
       if string.sub(field, 1, 1) ~= "~" then
         refused = true
       else
@@ -74,7 +76,6 @@ if refused then
   expiry, granted = now + tonumber(ARGV[5]), 0
   redis.call("hset", key, marker, mode .. " " .. expiry .. " " .. ARGV[7])
 else
-  redis.call("hdel", key, marker)
   redis.call("hset", key, token, mode .. " " .. expiry)
 end
 if expiry > latest then latest = expiry end
@@ -101,12 +102,15 @@ if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpireat", KEYS[1], now +
 return 1"#
 ));
 
-/// Removes token `ARGV[1]`'s entry (only it: the other holders keep theirs), drops expired
-/// entries, brings the key's expiry down to the latest remaining entry's, and — when waiters'
-/// entries remain and `ARGV[2]` names a channel — publishes `"*"` there, which wakes every
-/// waiter of the resource. Returns 1 if the entry was there and not expired, 0 otherwise.
+/// Removes token `ARGV[1]`'s entry and, when `ARGV[3]` is not empty, the request's waiter
+/// entry `ARGV[3]` (only those: the other holders keep theirs), drops expired entries, brings
+/// the key's expiry down to the latest remaining entry's, and — when the token's entry was
+/// there, waiters' entries remain and `ARGV[2]` names a channel — publishes `"*"` there, which
+/// wakes every waiter of the resource: a holder left, or a failed attempt's grant that may
+/// have refused them is gone. Returns 1 if the entry was there and not expired, 0 otherwise.
 pub(crate) static RELEASE_MODE: Script = Script::new(concat!(
     r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
+if ARGV[3] ~= "" then redis.call("hdel", KEYS[1], ARGV[3]) end
 local value = redis.call("hget", KEYS[1], ARGV[1])
 if not value then return 0 end
 redis.call("hdel", KEYS[1], ARGV[1])
@@ -125,7 +129,7 @@ for i = 1, #entries, 2 do
   end
 end
 if latest > 0 then redis.call("pexpireat", KEYS[1], latest) end
-if waiting and ARGV[2] and ARGV[2] ~= "" then redis.pcall("publish", ARGV[2], "*") end
+if waiting and ARGV[2] ~= "" then redis.pcall("publish", ARGV[2], "*") end
 if held then return 1 end
 return 0"#
 ));
@@ -199,15 +203,21 @@ impl Node {
         }
     }
 
-    /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given. `Ok(true)`
-    /// if our entry was there and live.
+    /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given, and removing
+    /// the waiter entry `marker` when given (a holder's release; a failed attempt keeps it).
+    /// `Ok(true)` if our entry was there and live.
     pub(crate) async fn unlock_mode(
         &self,
         key: &str,
         token: &str,
         channel: Option<&str>,
+        marker: Option<&str>,
     ) -> Result<bool, NodeError> {
-        let args = [Value::from(token), Value::from(channel.unwrap_or(""))];
+        let args = [
+            Value::from(token),
+            Value::from(channel.unwrap_or("")),
+            Value::from(marker.unwrap_or("")),
+        ];
         let reply = self.eval(&RELEASE_MODE, &[key], &args).await?;
         Ok(matches!(reply, Value::Integer(1)))
     }

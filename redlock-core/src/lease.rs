@@ -30,6 +30,9 @@ pub(crate) struct Lease {
     pub(crate) token: Token,
     /// The mode it is held in; `None` for the plain exclusive lock.
     pub(crate) mode: Option<Mode>,
+    /// A mode request's waiter marker (empty for the plain lock): its release removes the
+    /// request's waiter entries.
+    pub(crate) marker: String,
     /// The ttl sent at acquisition (and by default at each extension).
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
@@ -52,6 +55,7 @@ pub(crate) struct LeaseParts {
     pub(crate) resource: String,
     pub(crate) key: String,
     pub(crate) token: Token,
+    pub(crate) marker: String,
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
     pub(crate) owner: Option<Holder>,
@@ -74,6 +78,7 @@ impl Lease {
             key: parts.key,
             token: parts.token,
             mode: options.get_mode(),
+            marker: parts.marker,
             ttl: options.sent_ttl(),
             drift_factor: options.get_drift_factor(),
             lost_margin: options.get_lost_margin(),

@@ -175,6 +175,16 @@ impl Ticket {
     }
 }
 
+/// What a release removes.
+#[derive(Clone, Copy)]
+pub(crate) enum Releasing<'a> {
+    /// A failed attempt's grants, in a mode or not: nothing is handed over, and a mode
+    /// request keeps its waiter entry (its place among the waiters).
+    Attempt(Option<Mode>),
+    /// A holder's lock, in a mode or not, with its request's waiter marker.
+    Holder(Option<Mode>, &'a str),
+}
+
 /// How an attempt asks the nodes.
 #[derive(Clone, Copy)]
 enum Place<'a> {
@@ -199,6 +209,8 @@ struct Granted {
     started: Instant,
     valid_until: Instant,
     fencing_token: Option<u64>,
+    /// A mode request's waiter marker (empty for the plain lock).
+    marker: String,
 }
 
 /// How long a waiter queue outlives its last enqueue: waiters refresh it at every attempt,
@@ -454,8 +466,10 @@ impl Redlock {
             let failure = match self.attempt(&key, &token, options, place).await {
                 Ok(granted) => {
                     let queued = waiting.is_some() || entered;
-                    if queued && !granted.everywhere {
-                        self.leave_queue(&key, &ticket.marker, request.is_some());
+                    // A plain waiter leaves the queues of the nodes that did not grant it; a
+                    // mode request's waiter entries go with its release.
+                    if waiting.is_some() && request.is_none() && !granted.everywhere {
+                        self.leave_queue(&key, &ticket.marker, false);
                     }
                     let guard = self.register(resource, key, token, options, granted, owner);
                     if self.is_shutting_down() {
@@ -719,6 +733,7 @@ impl Redlock {
             started: start,
             valid_until: start + ttl - drift,
             fencing_token,
+            marker: request.map(|r| r.marker.clone()).unwrap_or_default(),
         })
     }
 
@@ -780,6 +795,7 @@ impl Redlock {
             resource: resource.to_owned(),
             key,
             token,
+            marker: granted.marker,
             valid_until: granted.valid_until,
             fencing_token: granted.fencing_token,
             owner,
@@ -857,18 +873,17 @@ impl Redlock {
     /// commands are already sent and land anyway), otherwise once every node answered or the
     /// node timeout passed, so that the report is exact when the lock was not fully held.
     ///
-    /// With `handover` (a holder's release, not a failed attempt's cleanup) and waking on, a
-    /// node with queued waiters reserves a plain key for the longest one; a mode holder's
-    /// release only removes its own entry, and wakes the resource's waiters.
+    /// A holder's plain key goes, with waking on, to the longest queued waiter (a failed
+    /// attempt's key is just deleted). A mode request removes only its own entry, and wakes
+    /// the resource's waiters ([`RELEASE_MODE`](crate::holders::RELEASE_MODE)).
     pub(crate) async fn release_key(
         &self,
         key: &str,
         token: &Token,
-        mode: Option<Mode>,
-        handover: bool,
+        releasing: Releasing<'_>,
     ) -> Released {
         let inner = &self.inner;
-        let handover = (handover && inner.waiters.is_some()).then(|| Handover {
+        let handover = inner.waiters.is_some().then(|| Handover {
             channel: format!("{key}{WAITERS_KEY_SUFFIX}"),
             grace_ms: u64::try_from(inner.handover_grace.as_millis()).unwrap_or(u64::MAX),
         });
@@ -880,11 +895,15 @@ impl Redlock {
             Stop::Granted,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
-                let released = match mode {
-                    None => node.unlock(key, token, handover).await,
-                    Some(_) => {
-                        let channel = handover.map(|h| h.channel.as_str());
-                        node.unlock_mode(key, token, channel).await
+                let channel = handover.map(|h| h.channel.as_str());
+                let released = match releasing {
+                    Releasing::Attempt(None) => node.unlock(key, token, None).await,
+                    Releasing::Holder(None, _) => node.unlock(key, token, handover).await,
+                    Releasing::Attempt(Some(_)) => {
+                        node.unlock_mode(key, token, channel, None).await
+                    }
+                    Releasing::Holder(Some(_), marker) => {
+                        node.unlock_mode(key, token, channel, Some(marker)).await
                     }
                 };
                 let vote = match released {
@@ -908,8 +927,8 @@ impl Redlock {
     /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
     /// the waiters).
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Released {
-        self.release_key(&lease.key, &lease.token, lease.mode, true)
-            .await
+        let releasing = Releasing::Holder(lease.mode, &lease.marker);
+        self.release_key(&lease.key, &lease.token, releasing).await
     }
 
     /// Releases a dropped guard's lease in a tracked task ([`shutdown`](Self::shutdown) waits
@@ -1025,8 +1044,9 @@ impl<'a> Cleanup<'a> {
     }
 
     async fn run(&mut self) {
+        let releasing = Releasing::Attempt(self.mode);
         self.redlock
-            .release_key(self.key, self.token, self.mode, false)
+            .release_key(self.key, self.token, releasing)
             .await;
         self.armed = false;
     }
@@ -1042,7 +1062,9 @@ impl Drop for Cleanup<'_> {
             let (key, token, mode) = (self.key.to_owned(), self.token.clone(), self.mode);
             redlock.inner.tracker.clone().spawn_on(
                 async move {
-                    redlock.release_key(&key, &token, mode, false).await;
+                    redlock
+                        .release_key(&key, &token, Releasing::Attempt(mode))
+                        .await;
                 },
                 &handle,
             );

@@ -39,6 +39,9 @@ pub(crate) struct Waiters {
 
 struct Channel {
     waiters: usize,
+    /// Every node confirmed the subscription; until then each join tries again (a node that
+    /// was still connecting, or down, when the first waiter came).
+    subscribed: bool,
     /// Bumped on every join, so that a linger started earlier does not unsubscribe.
     generation: u64,
     tx: broadcast::Sender<Arc<str>>,
@@ -88,18 +91,18 @@ impl Waiters {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Joins `channel` as a waiter: subscribes on every node if this is its first local waiter
-    /// (awaiting each node's connection and subscription, together bounded by the node
-    /// timeout: a node that is down costs that once per channel and linger), and returns the
-    /// listener.
+    /// Joins `channel` as a waiter: subscribes on every node unless every node already
+    /// confirmed it (awaiting each node's connection and subscription, together bounded by the
+    /// node timeout: a node that is down costs that at each join until it is back), and
+    /// returns the listener.
     pub(crate) async fn join(self: &Arc<Self>, channel: &str) -> Listener {
-        let (rx, first) = {
+        let (rx, unconfirmed) = {
             let mut channels = self.channels();
             match channels.get_mut(channel) {
                 Some(state) => {
                     state.waiters += 1;
                     state.generation += 1;
-                    (state.tx.subscribe(), false)
+                    (state.tx.subscribe(), !state.subscribed)
                 }
                 None => {
                     let (tx, rx) = broadcast::channel(CHANNEL_CAPACITY);
@@ -107,6 +110,7 @@ impl Waiters {
                         channel.to_owned(),
                         Channel {
                             waiters: 1,
+                            subscribed: false,
                             generation: 0,
                             tx,
                         },
@@ -115,14 +119,19 @@ impl Waiters {
                 }
             }
         };
-        if first {
+        if unconfirmed {
             let limit = self.node_timeout;
-            futures_util::future::join_all(
+            let confirmed = futures_util::future::join_all(
                 self.subscribers
                     .iter()
                     .map(|subscriber| subscribe(subscriber, channel, limit)),
             )
             .await;
+            if confirmed.into_iter().all(|ok| ok)
+                && let Some(state) = self.channels().get_mut(channel)
+            {
+                state.subscribed = true;
+            }
         }
         Listener {
             waiters: Arc::clone(self),
@@ -192,18 +201,23 @@ impl Drop for Waiters {
     }
 }
 
-/// Subscribes one node to `channel` once it is connected, within `limit`.
-async fn subscribe(subscriber: &SubscriberClient, channel: &str, limit: Duration) {
+/// Subscribes one node to `channel` once it is connected, within `limit`; `true` if the node
+/// confirmed it.
+async fn subscribe(subscriber: &SubscriberClient, channel: &str, limit: Duration) -> bool {
     let subscribed = tokio::time::timeout(limit, async {
         subscriber.wait_for_connect().await?;
         subscriber.subscribe(channel).await
     });
     match subscribed.await {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => true,
         Ok(Err(error)) => {
             tracing::debug!(%error, "could not subscribe; waiting falls back to the timer");
+            false
         }
-        Err(_) => tracing::debug!("subscription timed out; waiting falls back to the timer"),
+        Err(_) => {
+            tracing::debug!("subscription timed out; waiting falls back to the timer");
+            false
+        }
     }
 }
 
