@@ -657,10 +657,6 @@ impl Redlock {
             Place::Mode(_) | Place::None => None,
         };
         let queued = queued.as_ref();
-        let request = match place {
-            Place::Mode(request) => Some(request),
-            Place::Queue(_) | Place::None => None,
-        };
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
@@ -674,20 +670,20 @@ impl Redlock {
             Stop::Decided,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
-                let (vote, counter) = match (request, queued) {
-                    (Some(request), _) => {
+                let (vote, counter) = match (place, queued) {
+                    (Place::Mode(request), _) => {
                         node.try_lock_mode(key, fence, token, ttl_ms, request, quarantine_s)
                             .await
                     }
-                    (None, Some(place)) => {
-                        node.try_lock_queued(key, fence, token, ttl_ms, place, quarantine_s)
+                    (_, Some(queued)) => {
+                        node.try_lock_queued(key, fence, token, ttl_ms, queued, quarantine_s)
                             .await
                     }
-                    (None, None) if fence.is_some() || quarantine_s > 0 => {
+                    _ if fence.is_some() || quarantine_s > 0 => {
                         node.try_lock_scripted(key, fence, token, ttl_ms, quarantine_s)
                             .await
                     }
-                    (None, None) => (node.try_lock(key, token, ttl_ms).await, 0),
+                    _ => (node.try_lock(key, token, ttl_ms).await, 0),
                 };
                 (i, vote, counter)
             }),
@@ -733,7 +729,10 @@ impl Redlock {
             started: start,
             valid_until: start + ttl - drift,
             fencing_token,
-            marker: request.map(|r| r.marker.clone()).unwrap_or_default(),
+            marker: match place {
+                Place::Mode(request) => request.marker.clone(),
+                Place::Queue(_) | Place::None => String::new(),
+            },
         })
     }
 

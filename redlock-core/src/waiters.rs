@@ -27,6 +27,10 @@ use crate::holders::WAKE_ALL;
 /// contended acquisitions does not subscribe and unsubscribe each time.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// How long a subscription keeps trying in the background (a node still connecting, or
+/// down) before the next join tries again.
+const SUBSCRIBE_LIMIT: Duration = Duration::from_secs(10);
+
 /// Messages buffered per channel for a slow waiter (beyond that it is woken to attempt).
 const CHANNEL_CAPACITY: usize = 64;
 
@@ -92,9 +96,9 @@ impl Waiters {
     }
 
     /// Joins `channel` as a waiter: subscribes on every node unless every node already
-    /// confirmed it (awaiting each node's connection and subscription, together bounded by the
-    /// node timeout: a node that is down costs that at each join until it is back), and
-    /// returns the listener.
+    /// confirmed it (awaiting each node's connection and subscription for at most the node
+    /// timeout, and letting the slower ones go on in the background: a node that is down costs
+    /// that at each join until it is back), and returns the listener.
     pub(crate) async fn join(self: &Arc<Self>, channel: &str) -> Listener {
         let (rx, unconfirmed) = {
             let mut channels = self.channels();
@@ -120,14 +124,17 @@ impl Waiters {
             }
         };
         if unconfirmed {
-            let limit = self.node_timeout;
-            let confirmed = futures_util::future::join_all(
-                self.subscribers
-                    .iter()
-                    .map(|subscriber| subscribe(subscriber, channel, limit)),
-            )
-            .await;
-            if confirmed.into_iter().all(|ok| ok)
+            // Each subscription runs in its own task: one still connecting when the node
+            // timeout ends completes in the background, instead of leaving this waiter to its
+            // fallback timer.
+            let tasks = self.subscribers.iter().map(|subscriber| {
+                let (subscriber, channel) = (subscriber.clone(), channel.to_owned());
+                tokio::spawn(async move { subscribe(&subscriber, &channel, SUBSCRIBE_LIMIT).await })
+            });
+            let confirmed =
+                tokio::time::timeout(self.node_timeout, futures_util::future::join_all(tasks))
+                    .await;
+            if confirmed.is_ok_and(|all| all.into_iter().all(|ok| matches!(ok, Ok(true))))
                 && let Some(state) = self.channels().get_mut(channel)
             {
                 state.subscribed = true;
