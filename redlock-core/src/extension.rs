@@ -48,11 +48,7 @@ impl Redlock {
             limit,
             Stop::Decided,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
-                let vote = match mode {
-                    None => node.extend(key, token, ttl_ms).await,
-                    Some(_) => node.extend_mode(key, token, ttl_ms).await,
-                };
-                (i, vote, ())
+                (i, node.extend(key, token, ttl_ms, mode).await, ())
             }),
         )
         .await;

@@ -192,17 +192,6 @@ impl Node {
         vote_and_counter(reply)
     }
 
-    /// [`EXTEND_MODE`] on one node: [`NodeVote::Acquired`] if our entry got the new ttl,
-    /// [`NodeVote::Held`] if it is gone or expired.
-    pub(crate) async fn extend_mode(&self, key: &str, token: &str, ttl_ms: u64) -> NodeVote {
-        let args = [Value::from(token), ttl_arg(ttl_ms)];
-        match self.eval(&EXTEND_MODE, &[key], &args).await {
-            Ok(Value::Integer(1)) => NodeVote::Acquired,
-            Ok(_) => NodeVote::Held,
-            Err(e) => NodeVote::Failed(e),
-        }
-    }
-
     /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given, and removing
     /// the waiter entry `marker` when given (a holder's release; a failed attempt keeps it).
     /// `Ok(true)` if our entry was there and live.

@@ -11,6 +11,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 
 use crate::holders;
+use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
 /// A Lua script and its SHA1, sent with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
@@ -264,11 +265,23 @@ impl Node {
         Ok(matches!(reply, Value::Integer(1)))
     }
 
-    /// The compare-and-pexpire script on one node: [`NodeVote::Acquired`] if our key got the
-    /// new ttl, [`NodeVote::Held`] if it is gone or another holder's.
-    pub(crate) async fn extend(&self, key: &str, token: &str, ttl_ms: u64) -> NodeVote {
+    /// The compare-and-pexpire script on one node ([`EXTEND`], or
+    /// [`EXTEND_MODE`](holders::EXTEND_MODE) for a lock held in a mode):
+    /// [`NodeVote::Acquired`] if our key (or entry) got the new ttl, [`NodeVote::Held`] if it
+    /// is gone, expired or another holder's.
+    pub(crate) async fn extend(
+        &self,
+        key: &str,
+        token: &str,
+        ttl_ms: u64,
+        mode: Option<Mode>,
+    ) -> NodeVote {
         let args = [Value::from(token), ttl_arg(ttl_ms)];
-        match self.eval(&EXTEND, &[key], &args).await {
+        let script = match mode {
+            None => &EXTEND,
+            Some(_) => &holders::EXTEND_MODE,
+        };
+        match self.eval(script, &[key], &args).await {
             Ok(Value::Integer(1)) => NodeVote::Acquired,
             Ok(_) => NodeVote::Held,
             Err(e) => NodeVote::Failed(e),

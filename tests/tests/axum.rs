@@ -505,28 +505,18 @@ async fn a_closure_picks_each_requests_lock_mode() {
         )
         .await
         .unwrap();
-    let cw = http
-        .post(&url)
-        .header("x-lock-mode", "CW")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(cw.text().await.unwrap(), "Some(ConcurrentWrite)");
-    let pw = http
-        .post(&url)
-        .header("x-lock-mode", "PW")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(pw.status(), StatusCode::LOCKED);
+    let send = |mode: &'static str| {
+        let request = http.post(&url).header("x-lock-mode", mode);
+        async move { request.send().await.unwrap() }
+    };
+    assert_eq!(
+        send("CW").await.text().await.unwrap(),
+        "Some(ConcurrentWrite)"
+    );
+    assert_eq!(send("PW").await.status(), StatusCode::LOCKED);
     let default = http.post(&url).send().await.unwrap();
     assert_eq!(default.status(), StatusCode::LOCKED, "no header: exclusive");
     held.release().await.unwrap();
-    let pw = http
-        .post(&url)
-        .header("x-lock-mode", "PW")
-        .send()
-        .await
-        .unwrap();
+    let pw = send("PW").await;
     assert_eq!(pw.text().await.unwrap(), "Some(ProtectedWrite)");
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlock_core::{LockError, LockGuard, LockOptions, Mode, Redlock};
+use redlock_core::{LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::{History, Register};
 use redlock_tests::{RedisNodes, RedisServer, redlock, within};
 
@@ -30,6 +30,15 @@ fn waiting(mode: Mode, delay: Duration, wait: Duration) -> LockOptions {
         .retry_delay(delay)
         .retry_jitter(ms(10))
         .wait_timeout(wait)
+}
+
+/// Three handles over `nodes`: two holders and a third client (each its own connections).
+async fn three(nodes: &RedisNodes) -> (Redlock, Redlock, Redlock) {
+    (
+        redlock(nodes).await,
+        redlock(nodes).await,
+        redlock(nodes).await,
+    )
 }
 
 /// Seed 002's table, written out from the seed rather than from `Mode::compatible`: for each
@@ -166,11 +175,7 @@ async fn readers_share_and_writers_exclude_under_the_checker() {
 #[tokio::test]
 async fn one_holders_expiry_does_not_free_the_others() {
     let nodes = RedisNodes::start(5);
-    let (a, b, w) = (
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-    );
+    let (a, b, w) = three(&nodes).await;
     let short = a
         .lock_with("exp", &once(Mode::ProtectedRead).ttl(ms(300)))
         .await
@@ -202,11 +207,7 @@ async fn one_holders_expiry_does_not_free_the_others() {
 #[tokio::test]
 async fn release_and_extension_touch_only_their_own_entry() {
     let nodes = RedisNodes::start(5);
-    let (a, b, w) = (
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-    );
+    let (a, b, w) = three(&nodes).await;
     let first = a.read_lock("own").await.unwrap();
     let second = b.read_lock("own").await.unwrap();
     let released = first.release().await.unwrap();
@@ -334,11 +335,7 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
 #[tokio::test]
 async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
     let nodes = RedisNodes::start(5);
-    let (a, b, w) = (
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-    );
+    let (a, b, w) = three(&nodes).await;
     let r1 = a.read_lock("wake").await.unwrap();
     let r2 = b.read_lock("wake").await.unwrap();
     // Polling with a 10 s delay would take 10 s after the last release.
@@ -376,11 +373,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
 #[tokio::test]
 async fn mode_locks_get_fencing_tokens_and_auto_extension() {
     let nodes = RedisNodes::start(5);
-    let (a, b, w) = (
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-    );
+    let (a, b, w) = three(&nodes).await;
     let fenced = |mode| once(mode).fencing(true);
     let reader = a
         .lock_with(
@@ -469,7 +462,10 @@ async fn a_reentrant_reader_re_enters_its_read_lock_only() {
         .await;
     assert!(write.unwrap_err().is_busy());
     drop(inner);
-    let _guard: LockGuard = outer;
+    assert_eq!(outer.hold_count(), 1);
+    let released = outer.release().await.unwrap();
+    assert!(released.was_held() && !released.kept);
+    nodes.gone_everywhere("re").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
