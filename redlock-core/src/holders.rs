@@ -20,7 +20,7 @@
 use fred::types::Value;
 
 use crate::mode::Mode;
-use crate::node::{Node, Script, ttl_arg, vote_and_counter};
+use crate::node::{Node, Script, ttl_arg};
 use crate::outcome::{NodeError, NodeVote};
 
 /// The node's clock in milliseconds, as `now` (the clock the per-holder expiries use).
@@ -185,11 +185,8 @@ impl Node {
             Value::Integer(request.score_ms),
             ttl_arg(quarantine_s),
         ];
-        let reply = match fence_key {
-            Some(fence_key) => self.eval(&ACQUIRE_MODE, &[key, fence_key], &args).await,
-            None => self.eval(&ACQUIRE_MODE, &[key], &args).await,
-        };
-        vote_and_counter(reply)
+        self.acquire_with(&ACQUIRE_MODE, &[key], fence_key, &args)
+            .await
     }
 
     /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given, and removing

@@ -299,11 +299,21 @@ impl Node {
         quarantine_s: u64,
     ) -> (NodeVote, u64) {
         let args = [Value::from(token), ttl_arg(ttl_ms), ttl_arg(quarantine_s)];
-        let reply = match fence_key {
-            Some(fence_key) => self.eval(&ACQUIRE, &[key, fence_key], &args).await,
-            None => self.eval(&ACQUIRE, &[key], &args).await,
-        };
-        vote_and_counter(reply)
+        self.acquire_with(&ACQUIRE, &[key], fence_key, &args).await
+    }
+
+    /// Runs an acquire script on `keys`, followed by the fencing counter's key when given, and
+    /// reads its `{1 | 0 | -1, counter}` reply.
+    pub(crate) async fn acquire_with(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        fence_key: Option<&str>,
+        args: &[Value],
+    ) -> (NodeVote, u64) {
+        let mut all = keys.to_vec();
+        all.extend(fence_key);
+        vote_and_counter(self.eval(script, &all, args).await)
     }
 
     /// A queued waiter's attempt ([`ACQUIRE_QUEUED`]), reading the fencing counter when
@@ -325,15 +335,9 @@ impl Node {
             ttl_arg(place.queue_ttl_ms),
             ttl_arg(quarantine_s),
         ];
-        let queue = place.queue.as_str();
-        let reply = match fence_key {
-            Some(fence_key) => {
-                self.eval(&ACQUIRE_QUEUED, &[key, queue, fence_key], &args)
-                    .await
-            }
-            None => self.eval(&ACQUIRE_QUEUED, &[key, queue], &args).await,
-        };
-        vote_and_counter(reply)
+        let keys = [key, place.queue.as_str()];
+        self.acquire_with(&ACQUIRE_QUEUED, &keys, fence_key, &args)
+            .await
     }
 
     /// Leaves a resource's waiter queue (a waiter that gave up).
@@ -427,7 +431,7 @@ pub(crate) struct Handover {
 }
 
 /// The `{1 | 0 | -1, counter}` reply of the acquire scripts.
-pub(crate) fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
+fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
