@@ -65,12 +65,15 @@ fn patient(wait: Duration) -> LockOptions {
 }
 
 /// One attempt on each of `{prefix}:{0..n}` at once.
-async fn lock_many(client: &Redlock, prefix: &str, n: usize) -> Vec<Result<LockGuard, LockError>> {
-    let one = once();
-    join_all((0..n).map(|i| {
-        let one = &one;
-        async move { client.lock_with(&format!("{prefix}:{i}"), one).await }
-    }))
+async fn lock_many(
+    client: &Redlock,
+    prefix: &str,
+    n: usize,
+    options: &LockOptions,
+) -> Vec<Result<LockGuard, LockError>> {
+    join_all(
+        (0..n).map(|i| async move { client.lock_with(&format!("{prefix}:{i}"), options).await }),
+    )
     .await
 }
 
@@ -213,7 +216,14 @@ async fn rl02_split_vote_storm() {
                     match results.into_iter().find_map(Result::ok) {
                         Some(guard) => {
                             won += 1;
-                            guard.release().await.unwrap();
+                            // A release a CPU stall kept from a quorum within the node timeout
+                            // is reported, and its keys expire; the pass mark is above.
+                            if let Err(error) = guard.release().await {
+                                assert!(
+                                    matches!(error, LockError::ReleaseUnconfirmed { .. }),
+                                    "{error}"
+                                );
+                            }
                         }
                         None => split += 1,
                     }
@@ -501,11 +511,14 @@ async fn rl06_server_clock_jump() {
         offset += TTL * 2;
         clock.forward(offset);
     };
+    // A's locks are the set-up, not the test: a scheduling stall past the 50 ms node
+    // timeout retries instead of failing the scenario.
+    let setup = patient(ms(500));
 
     // (a) A holds all five.
     let (a, b) = (handle(nodes.urls()).await, handle(nodes.urls()).await);
     for round in 0..10 {
-        let guards = lock_many(&a, &format!("rl06a:{round}"), 10).await;
+        let guards = lock_many(&a, &format!("rl06a:{round}"), 10, &setup).await;
         jump();
         for (i, guard) in guards.into_iter().enumerate() {
             let guard = guard.unwrap();
@@ -527,7 +540,7 @@ async fn rl06_server_clock_jump() {
     pb[1].partition();
     let mut detected = 0;
     for round in 0..10 {
-        let guards = lock_many(&a, &format!("rl06b:{round}"), 10).await;
+        let guards = lock_many(&a, &format!("rl06b:{round}"), 10, &setup).await;
         jump();
         for (i, guard) in guards.into_iter().enumerate() {
             let guard = guard.unwrap();
@@ -594,7 +607,8 @@ async fn rl07_delayed_replies() {
     for p in &proxies {
         p.set(Direction::Reply, Fault::Delay(TTL + ms(200)));
     }
-    let attempts = lock_many(&a, "rl07", 100);
+    let one = once();
+    let attempts = lock_many(&a, "rl07", 100, &one);
     let takers = join_all((0..100).map(|i| {
         let b = &b;
         async move {
