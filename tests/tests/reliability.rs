@@ -1239,8 +1239,12 @@ fn rl14_bad_input_gets_a_typed_error_and_sends_nothing() {
     let proxies = nodes.proxies();
     let client = runtime.block_on(handle(proxy_urls(&proxies)));
     // The handle's start-up traffic (handshake, script loads) is done once `build` returned
-    // and a lock went through; from here on, every byte counts.
-    runtime.block_on(async { client.lock("warm").await.unwrap().release().await.unwrap() });
+    // and a lock went through; its release returns at quorum, so the last node's delete is
+    // awaited too. From here on, every byte counts.
+    runtime.block_on(async {
+        client.lock("warm").await.unwrap().release().await.unwrap();
+        nodes.gone_everywhere("warm").await;
+    });
     let sent = |proxies: &[redlock_tests::proxy::Proxy]| -> u64 {
         proxies
             .iter()
