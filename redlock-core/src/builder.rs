@@ -12,6 +12,7 @@ use crate::node::Node;
 use crate::options::{LockOptions, MAX_TTL};
 use crate::redlock::Redlock;
 use crate::timing;
+use crate::waiters::Waiters;
 
 /// The environment variable read by [`RedlockBuilder::from_env`].
 pub const NODES_ENV: &str = "REDLOCK_NODES";
@@ -195,7 +196,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// Validates everything, then connects to all nodes at once.
+    /// Validates everything, then connects to all nodes at once, with the connections that
+    /// wake waiters (one subscriber per node, unless hand-over is off), each within the connect
+    /// timeout.
     ///
     /// # Errors
     /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
@@ -260,7 +263,19 @@ impl RedlockBuilder {
         if nodes.is_empty() {
             return Err(BuildError::NoNodes);
         }
-        self.connect_all(&nodes).await?;
+        // The waiters' subscriber connections open beside the nodes' own, so that a built
+        // handle is ready to wake its first waiter (and sends nothing more on its own).
+        let waiters = (!self.handover_grace.is_zero()).then(|| {
+            let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
+            Waiters::start(&clients, self.node_timeout)
+        });
+        let subscribers = async {
+            if let Some(waiters) = &waiters {
+                waiters.connected(self.connect_timeout).await;
+            }
+        };
+        let (connected, ()) = tokio::join!(self.connect_all(&nodes), subscribers);
+        connected?;
         Ok(Redlock::from_parts(crate::redlock::Parts {
             nodes,
             defaults: self.options,
@@ -268,6 +283,7 @@ impl RedlockBuilder {
             node_timeout: self.node_timeout,
             handover_grace: self.handover_grace,
             quarantine: self.quarantine,
+            waiters,
         }))
     }
 

@@ -152,6 +152,8 @@ pub(crate) struct Parts {
     pub(crate) node_timeout: Duration,
     pub(crate) handover_grace: Duration,
     pub(crate) quarantine: Duration,
+    /// The subscriptions that wake waiters; `None` when hand-over is off.
+    pub(crate) waiters: Option<Arc<Waiters>>,
 }
 
 /// One acquisition's identity as a waiter, drawn once for all its attempts.
@@ -242,11 +244,8 @@ impl Redlock {
             node_timeout,
             handover_grace,
             quarantine,
+            waiters,
         } = parts;
-        let waiters = (!handover_grace.is_zero()).then(|| {
-            let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
-            Waiters::start(&clients, node_timeout)
-        });
         Self {
             inner: Arc::new(Inner {
                 quorum: timing::quorum(nodes.len()),

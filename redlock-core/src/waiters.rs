@@ -91,6 +91,15 @@ impl Waiters {
         waiters
     }
 
+    /// Awaits every subscriber connection, each for at most `limit` (one that is down keeps
+    /// connecting in the background).
+    pub(crate) async fn connected(&self, limit: Duration) {
+        let connections = self.subscribers.iter().map(|subscriber| async move {
+            let _ = tokio::time::timeout(limit, subscriber.wait_for_connect()).await;
+        });
+        futures_util::future::join_all(connections).await;
+    }
+
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -1238,9 +1238,9 @@ fn rl14_bad_input_gets_a_typed_error_and_sends_nothing() {
     let nodes = RedisNodes::start(3);
     let proxies = nodes.proxies();
     let client = runtime.block_on(handle(proxy_urls(&proxies)));
-    // The handle's start-up traffic (handshake, script loads) is done once `build` returned
-    // and a lock went through; its release returns at quorum, so the last node's delete is
-    // awaited too. From here on, every byte counts.
+    // The handle's start-up traffic (both connections' handshakes, script loads) is done
+    // once `build` returned and a lock went through; its release returns at quorum, so the
+    // last node's delete is awaited too. From here on, every byte counts.
     runtime.block_on(async {
         client.lock("warm").await.unwrap().release().await.unwrap();
         nodes.gone_everywhere("warm").await;
