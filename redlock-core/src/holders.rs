@@ -105,9 +105,10 @@ return 1"#
 /// Removes token `ARGV[1]`'s entry and, when `ARGV[3]` is not empty, the request's waiter
 /// entry `ARGV[3]` (only those: the other holders keep theirs), drops expired entries, brings
 /// the key's expiry down to the latest remaining entry's, and — when the token's entry was
-/// there, waiters' entries remain and `ARGV[2]` names a channel — publishes `"*"` there, which
-/// wakes every waiter of the resource: a holder left, or a failed attempt's grant that may
-/// have refused them is gone. Returns 1 if the entry was there and not expired, 0 otherwise.
+/// there and `ARGV[2]` names a channel — publishes `"*"` there if waiters' entries remain, or
+/// if the key is gone and plain waiters are queued in `KEYS[2]`: that wakes every waiter of
+/// the resource (a holder left, or a failed attempt's grant that may have refused them is
+/// gone). Returns 1 if the entry was there and not expired, 0 otherwise.
 pub(crate) static RELEASE_MODE: Script = Script::new(concat!(
     r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 if ARGV[3] ~= "" then redis.call("hdel", KEYS[1], ARGV[3]) end
@@ -129,6 +130,10 @@ for i = 1, #entries, 2 do
   end
 end
 if latest > 0 then redis.call("pexpireat", KEYS[1], latest) end
+if latest == 0 and KEYS[2] then
+  local queued = redis.pcall("zcard", KEYS[2])
+  waiting = type(queued) == "number" and queued > 0
+end
 if waiting and ARGV[2] ~= "" then redis.pcall("publish", ARGV[2], "*") end
 if held then return 1 end
 return 0"#
@@ -189,9 +194,10 @@ impl Node {
             .await
     }
 
-    /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given, and removing
-    /// the waiter entry `marker` when given (a holder's release; a failed attempt keeps it).
-    /// `Ok(true)` if our entry was there and live.
+    /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given (the name of
+    /// both the channel and the plain waiters' queue), and removing the waiter entry `marker`
+    /// when given (a holder's release; a failed attempt keeps it). `Ok(true)` if our entry
+    /// was there and live.
     pub(crate) async fn unlock_mode(
         &self,
         key: &str,
@@ -204,7 +210,11 @@ impl Node {
             Value::from(channel.unwrap_or("")),
             Value::from(marker.unwrap_or("")),
         ];
-        let reply = self.eval(&RELEASE_MODE, &[key], &args).await?;
+        let keys: &[&str] = match channel {
+            Some(queue) => &[key, queue],
+            None => &[key],
+        };
+        let reply = self.eval(&RELEASE_MODE, keys, &args).await?;
         Ok(matches!(reply, Value::Integer(1)))
     }
 

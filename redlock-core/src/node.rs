@@ -49,9 +49,11 @@ pub(crate) static RELEASE: Script = Script::new(
 /// `ARGV[3]` is told `"<named> <next>"`, the named waiter and the one after it (empty if
 /// none). A reservation blocks every `SET NX`; only the named waiter's [`ACQUIRE_QUEUED`]
 /// takes it, so a releasing holder cannot re-grab the lock ahead of the waiters. Returns 1 if
-/// our key was there, 0 otherwise. With no waiter it is `RELEASE`; the queue commands run
-/// under `pcall`, so an ACL user without `ZPOPMIN`/`PUBLISH` still releases (without
-/// hand-over).
+/// our key was there, 0 otherwise. With no waiter queued it is `RELEASE`, and publishes `"*"`
+/// ([`WAKE_ALL`](crate::holders::WAKE_ALL)): requests in a [`Mode`](crate::Mode) refused by
+/// this key could not queue here (a string has no room for their entries), and are woken to
+/// attempt. The queue commands run under `pcall`, so an ACL user without
+/// `ZPOPMIN`/`PUBLISH` still releases (without hand-over).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
     r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
 local head = redis.pcall("zpopmin", KEYS[2])
@@ -62,6 +64,7 @@ if type(head) == "table" and head[1] then
   redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
 else
   redis.call("del", KEYS[1])
+  redis.pcall("publish", ARGV[3], "*")
 end
 return 1"#,
 );

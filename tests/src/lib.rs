@@ -338,6 +338,25 @@ impl RedisNodes {
         self.on_each("ZCARD", &format!("{key}:waiters")).await
     }
 
+    /// How many scripts every node has run so far (`EVALSHA` and `EVAL` calls, from `INFO
+    /// commandstats`): a way to await a client's attempts when they leave nothing in the data.
+    pub async fn script_calls(&self) -> Vec<u64> {
+        let stats: Vec<String> = self.on_each("INFO", "commandstats").await;
+        stats
+            .iter()
+            .map(|text| {
+                text.lines()
+                    .filter_map(|line| {
+                        let calls = line
+                            .strip_prefix("cmdstat_evalsha:calls=")
+                            .or_else(|| line.strip_prefix("cmdstat_eval:calls="))?;
+                        calls.split(',').next()?.parse::<u64>().ok()
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+
     /// Deletes `key` on every node, from the outside.
     pub async fn delete(&self, key: &str) {
         let _deleted: Vec<i64> = self.on_each("DEL", key).await;

@@ -23,13 +23,17 @@ fn once(mode: Mode) -> LockOptions {
     LockOptions::default().retry_count(0).mode(mode)
 }
 
-/// Waiting in `mode` for up to `wait`, retrying every `delay` when not woken.
-fn waiting(mode: Mode, delay: Duration, wait: Duration) -> LockOptions {
+/// Waiting for up to `wait`, retrying every `delay` when not woken.
+fn patient(delay: Duration, wait: Duration) -> LockOptions {
     LockOptions::default()
-        .mode(mode)
         .retry_delay(delay)
         .retry_jitter(ms(10))
         .wait_timeout(wait)
+}
+
+/// Waiting in `mode` for up to `wait`, retrying every `delay` when not woken.
+fn waiting(mode: Mode, delay: Duration, wait: Duration) -> LockOptions {
+    patient(delay, wait).mode(mode)
 }
 
 /// Three handles over `nodes`: two holders and a third client (each its own connections).
@@ -445,6 +449,66 @@ async fn plain_and_mode_locks_on_one_resource_exclude_each_other() {
         assert!(fields.contains_key(reader.token().expose()));
     }
     reader.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    // Polling with a 10 s delay would take 10 s after each release.
+    let (delay, wait) = (ms(10_000), ms(20_000));
+
+    // A reader refused by a plain holder: a string has no room for its waiter entry, so its
+    // two attempts (the first, and the one after subscribing) are counted on the nodes.
+    let plain = a.lock("cross").await.unwrap();
+    let before = nodes.script_calls().await;
+    let reader = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.lock_with("cross", &waiting(Mode::ProtectedRead, delay, wait))
+                .await
+        }
+    });
+    within("the reader's two attempts", async {
+        while nodes
+            .script_calls()
+            .await
+            .iter()
+            .zip(&before)
+            .any(|(now, then)| *now < then + 2)
+        {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    plain.release().await.unwrap();
+    let read = within("the reader", reader).await.unwrap().unwrap();
+    let woken_after = released.elapsed();
+    assert!(
+        woken_after < ms(1_000),
+        "reader woken {woken_after:?} after the plain release"
+    );
+
+    // And back: a plain waiter queued behind the reader is woken by the last mode release.
+    let writer = tokio::spawn(async move { a.lock_with("cross", &patient(delay, wait)).await });
+    within("the plain waiter in every queue", async {
+        while nodes.queued("cross").await.iter().any(|&n| n != 1) {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    read.release().await.unwrap();
+    let guard = within("the plain waiter", writer).await.unwrap().unwrap();
+    let woken_after = released.elapsed();
+    assert!(
+        woken_after < ms(1_000),
+        "plain waiter woken {woken_after:?} after the last mode release"
+    );
+    assert_eq!(guard.mode(), None);
+    guard.release().await.unwrap();
+    nodes.gone_everywhere("cross").await;
 }
 
 #[tokio::test]
