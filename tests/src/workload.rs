@@ -1,12 +1,13 @@
 //! The contended workload of the reliability scenarios (reliability.md §7, RL-01): clients
 //! take one resource in turn, hold it for a random 0–`max_hold`, increment the register
-//! inside, and record every hold in the [`History`].
+//! inside, and record every hold in the [`History`]. With [`Load::writes`], they take it in
+//! lock modes instead: writers (EX) increment the register, readers (PR) only hold.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlock_core::{LockError, LockOptions, Redlock};
+use redlock_core::{LockError, LockOptions, Mode, Redlock};
 
 use crate::checker::{History, Register};
 
@@ -36,6 +37,9 @@ pub struct Load {
     /// Each hold stalls for this long with this probability, a stand-in for a holder's GC
     /// pause (the soak); `None` for none.
     pub stall: Option<(f64, Duration)>,
+    /// Lock modes: each lock call is a write ([`Mode::Exclusive`]) with this probability,
+    /// otherwise a read ([`Mode::ProtectedRead`]); `None`: every call uses `options` as is.
+    pub writes: Option<f64>,
 }
 
 impl Load {
@@ -51,6 +55,7 @@ impl Load {
             until: Until::Successes(successes),
             fenced: false,
             stall: None,
+            writes: None,
         }
     }
 }
@@ -60,6 +65,8 @@ impl Load {
 pub struct Report {
     /// Critical sections completed (register incremented), per client.
     pub per_client: Vec<usize>,
+    /// Read holds completed (a load in lock modes).
+    pub reads: usize,
     /// Lock calls that failed, by error: busy.
     pub busy: usize,
     /// … too few nodes answered.
@@ -114,6 +121,7 @@ pub async fn run(
     for task in tasks {
         let client = task.await.unwrap_or_else(|e| panic!("client task: {e}"));
         report.per_client.push(client.per_client[0]);
+        report.reads += client.reads;
         report.busy += client.busy;
         report.unavailable += client.unavailable;
         report.no_validity += client.no_validity;
@@ -143,8 +151,19 @@ async fn one_client(
         if done {
             return report;
         }
+        let mode = load.writes.map(|p| {
+            if rand::rng().random_bool(p) {
+                Mode::Exclusive
+            } else {
+                Mode::ProtectedRead
+            }
+        });
+        let options = match mode {
+            Some(mode) => load.options.clone().mode(mode),
+            None => load.options.clone(),
+        };
         let called = Instant::now();
-        let guard = match client.lock_with(&load.resource, &load.options).await {
+        let guard = match client.lock_with(&load.resource, &options).await {
             Ok(guard) => guard,
             Err(error) => {
                 match error {
@@ -173,17 +192,24 @@ async fn one_client(
         if let Some(stall) = stall {
             tokio::time::sleep(stall).await;
         }
-        let done = match (load.fenced, guard.fencing_token()) {
-            (true, Some(fence)) => register.increment_fenced(hold, fence).await,
-            (true, None) => panic!("a fenced load needs LockOptions::fencing(true)"),
-            (false, _) => {
+        let reading = mode == Some(Mode::ProtectedRead);
+        let done = match (reading, load.fenced, guard.fencing_token()) {
+            (true, _, _) => {
+                tokio::time::sleep(hold).await;
+                true
+            }
+            (false, true, Some(fence)) => register.increment_fenced(hold, fence).await,
+            (false, true, None) => panic!("a fenced load needs LockOptions::fencing(true)"),
+            (false, false, _) => {
                 register.increment(hold).await;
                 true
             }
         };
         let (valid_until, released) = (guard.valid_until(), Instant::now());
-        history.record(id, start, valid_until, released);
-        if done {
+        history.record_mode(id, mode, start, valid_until, released);
+        if reading {
+            report.reads += 1;
+        } else if done {
             report.per_client[0] += 1;
         } else {
             report.fenced_out += 1;

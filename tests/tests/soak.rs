@@ -1,6 +1,7 @@
 //! RL-15, the randomized nemesis soak (reliability.md §7): 16 clients contend for one
-//! resource while a seeded nemesis crashes, stops, partitions and slows nodes, flushes their
-//! script caches, and stalls holders. Three minutes in the normal test run;
+//! resource, and 4 of them also for a second one in read/write lock modes, while a seeded
+//! nemesis crashes, stops, partitions and slows nodes, flushes their script caches, and
+//! stalls holders. Three minutes in the normal test run;
 //! `cargo xtask soak --minutes 30` for longer. `RL15_SEED` replays a run.
 
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
@@ -20,6 +21,9 @@ use redlock_tests::{RedisNodes, RedisServer, plain_client, proxy_urls};
 
 const TTL: Duration = Duration::from_secs(1);
 const CLIENTS: usize = 16;
+/// The clients that also take the read/write resource (1 lock call in 4 a write).
+const RW_CLIENTS: usize = 4;
+const RW_WRITES: f64 = 0.25;
 const NODES: usize = 5;
 
 fn ms(n: u64) -> Duration {
@@ -123,31 +127,56 @@ fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// One resource's oracles: the holds it saw and its fenced register.
+#[derive(Clone)]
+struct Oracles {
+    history: Arc<History>,
+    register: Register,
+}
+
+impl Oracles {
+    async fn new(store: &RedisServer, resource: &str) -> Self {
+        Self {
+            history: Arc::new(History::new()),
+            register: Register::new(store, resource).await,
+        }
+    }
+}
+
+/// Both loads at once for `for_`: the exclusive lock on `rl15` from every client, and read/
+/// write modes on `rl15-rw` from the first [`RW_CLIENTS`].
 async fn contend(
     clients: &[Redlock],
-    history: &Arc<History>,
-    register: &Register,
+    plain: &Oracles,
+    rw: &Oracles,
     for_: Duration,
     stall: Option<(f64, Duration)>,
-) -> Report {
-    let load = Load {
-        resource: "rl15".into(),
+) -> (Report, Report) {
+    let until = Until::Deadline(Instant::now() + for_);
+    let load = |resource: &str, writes| Load {
+        resource: resource.into(),
         options: LockOptions::default()
             .ttl(TTL)
             .fencing(true)
             .retry_count(u32::MAX)
             .wait_timeout(Duration::from_secs(3)),
         max_hold: ms(20),
-        until: Until::Deadline(Instant::now() + for_),
+        until,
         fenced: true,
         stall,
+        writes,
     };
-    workload::run(clients, &load, history, register).await
+    let (plain_load, rw_load) = (load("rl15", None), load("rl15-rw", Some(RW_WRITES)));
+    tokio::join!(
+        workload::run(clients, &plain_load, &plain.history, &plain.register),
+        workload::run(&clients[..RW_CLIENTS], &rw_load, &rw.history, &rw.register),
+    )
 }
 
-/// RL-15. Pass: 0 overlapping holds (O1); the fenced register equals the critical sections
-/// that completed (O2, O3); throughput under faults ≥ 50 % of the fault-free baseline
-/// measured first in the same run; the run stops by itself; the seed is printed.
+/// RL-15. Pass: 0 overlapping holds (O1), and on the read/write resource no hold beside an
+/// incompatible one while readers did share; each fenced register equals the writes that
+/// completed (O2, O3); throughput under faults ≥ 50 % of the fault-free baseline measured
+/// first in the same run; the run stops by itself; the seed is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl15_nemesis_soak() {
     let minutes: f64 = env("RL15_MINUTES").unwrap_or(3.0);
@@ -173,20 +202,20 @@ async fn rl15_nemesis_soak() {
     .collect();
     let mut cluster = Cluster { nodes, proxies };
     let store = RedisServer::start();
-    let register = Register::new(&store, "rl15").await;
+    let plain = Oracles::new(&store, "rl15").await;
+    let rw = Oracles::new(&store, "rl15-rw").await;
 
     // The fresh nodes are themselves in quarantine at first.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let history = Arc::new(History::new());
     let baseline_for = Duration::from_secs(15);
-    let baseline = contend(&clients, &history, &register, baseline_for, None).await;
+    let (baseline, rw_baseline) = contend(&clients, &plain, &rw, baseline_for, None).await;
     let baseline_rate = baseline.successes() as f64 / baseline_for.as_secs_f64();
 
     let faulty_for = Duration::from_secs_f64(minutes * 60.0);
     let load = {
-        let (clients, history, register) = (clients.clone(), history.clone(), register.clone());
+        let (clients, plain, rw) = (clients.clone(), plain.clone(), rw.clone());
         let stall = Some((0.002, TTL * 2));
-        tokio::spawn(async move { contend(&clients, &history, &register, faulty_for, stall).await })
+        tokio::spawn(async move { contend(&clients, &plain, &rw, faulty_for, stall).await })
     };
     let end = Instant::now() + faulty_for;
     let mut episodes = Vec::new();
@@ -201,12 +230,16 @@ async fn rl15_nemesis_soak() {
         tokio::time::sleep(gap.min(end.saturating_duration_since(Instant::now()))).await;
     }
     cluster.heal();
-    let faulty = load.await.unwrap();
+    let (faulty, rw_faulty) = load.await.unwrap();
     let faulty_rate = faulty.successes() as f64 / faulty_for.as_secs_f64();
 
-    let overlaps = history.overlaps();
-    let value = register.read().await;
+    let overlaps = plain.history.overlaps();
+    let value = plain.register.read().await;
     let completed = baseline.successes() + faulty.successes();
+    let (conflicts, shared) = rw.history.mode_overlaps();
+    let rw_value = rw.register.read().await;
+    let rw_writes = rw_baseline.successes() + rw_faulty.successes();
+    let rw_reads = rw_baseline.reads + rw_faulty.reads;
     eprintln!(
         "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %), {} fenced out, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
         episodes.len(),
@@ -219,8 +252,17 @@ async fn rl15_nemesis_soak() {
         faulty.unavailable,
         faulty.no_validity,
         faulty.other,
-        history.len(),
+        plain.history.len(),
         overlaps.len(),
+    );
+    eprintln!(
+        "  read/write: {rw_reads} reads, {rw_writes} writes ({} fenced out, {} busy, {} unavailable, {} no validity, other {:?}), {shared} reader pairs shared, {} conflicts, register {rw_value}",
+        rw_faulty.fenced_out,
+        rw_faulty.busy,
+        rw_faulty.unavailable,
+        rw_faulty.no_validity,
+        rw_faulty.other,
+        conflicts.len(),
     );
     assert!(
         overlaps.is_empty(),
@@ -228,6 +270,16 @@ async fn rl15_nemesis_soak() {
         overlaps.first()
     );
     assert_eq!(value, completed as i64, "seed {seed}: lost updates");
+    assert!(
+        conflicts.is_empty(),
+        "seed {seed}: holds beside incompatible ones {:?}",
+        conflicts.first()
+    );
+    assert_eq!(rw_value, rw_writes as i64, "seed {seed}: lost writes");
+    assert!(
+        rw_reads > 0 && rw_writes > 0 && shared > 0,
+        "seed {seed}: the read/write load made no progress"
+    );
     assert!(
         faulty_rate >= 0.5 * baseline_rate,
         "seed {seed}: {faulty_rate:.1} holds/s under faults, baseline {baseline_rate:.1}"
