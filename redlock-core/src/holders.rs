@@ -17,6 +17,8 @@
 //! another's entry). A stream of readers therefore cannot pass a waiting writer: the writer
 //! waits for the holders present when it asked, not for readers that came after it.
 
+use std::time::Duration;
+
 use fred::types::Value;
 
 use crate::mode::Mode;
@@ -196,14 +198,16 @@ impl Node {
 
     /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given (the name of
     /// both the channel and the plain waiters' queue), and removing the waiter entry `marker`
-    /// when given (a holder's release; a failed attempt keeps it). `Ok(true)` if our entry
-    /// was there and live.
+    /// when given (a holder's release; a failed attempt keeps it), its `NOSCRIPT` fallback
+    /// bounded by `limit` ([`Node::eval_release`]). `Ok(true)` if our entry was there and
+    /// live.
     pub(crate) async fn unlock_mode(
         &self,
         key: &str,
         token: &str,
         channel: Option<&str>,
         marker: Option<&str>,
+        limit: Duration,
     ) -> Result<bool, NodeError> {
         let args = [
             Value::from(token),
@@ -214,7 +218,7 @@ impl Node {
             Some(queue) => &[key, queue],
             None => &[key],
         };
-        let reply = self.eval(&RELEASE_MODE, keys, &args).await?;
+        let reply = self.eval_release(&RELEASE_MODE, keys, &args, limit).await?;
         Ok(matches!(reply, Value::Integer(1)))
     }
 

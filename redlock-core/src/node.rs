@@ -173,6 +173,43 @@ fn call_options() -> &'static Options {
     })
 }
 
+/// [`Node::eval`] on `client`.
+async fn eval_on(
+    client: &Client,
+    script: &Script,
+    keys: &[&str],
+    args: &[Value],
+) -> Result<Value, NodeError> {
+    let with = |head: &str| {
+        let mut all = Vec::with_capacity(2 + keys.len() + args.len());
+        all.push(Value::from(head));
+        all.push(Value::from(keys.len() as i64));
+        all.extend(keys.iter().map(|k| Value::from(*k)));
+        all.extend(args.iter().cloned());
+        all
+    };
+    match send(client, "EVALSHA", with(script.sha1())).await {
+        Err(NodeError::Reply(text)) if text.starts_with("NOSCRIPT") => {
+            send(client, "EVAL", with(script.source)).await
+        }
+        other => other,
+    }
+}
+
+/// Sends one command on `client` with [`call_options`], unbounded in time by itself.
+async fn send(
+    client: &Client,
+    command: &'static str,
+    args: Vec<Value>,
+) -> Result<Value, NodeError> {
+    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+    client
+        .with_options(call_options())
+        .custom::<Value, Value>(cmd, args)
+        .await
+        .map_err(|e| NodeError::from_fred(&e))
+}
+
 impl Node {
     /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
     /// [`quorum::decide`](crate::quorum::decide), a single call with [`Node::bounded`].
@@ -181,12 +218,7 @@ impl Node {
         command: &'static str,
         args: Vec<Value>,
     ) -> Result<Value, NodeError> {
-        let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
-        self.client
-            .with_options(call_options())
-            .custom::<Value, Value>(cmd, args)
-            .await
-            .map_err(|e| NodeError::from_fred(&e))
+        send(&self.client, command, args).await
     }
 
     /// [`call`](Self::call) bounded by `limit`.
@@ -228,20 +260,32 @@ impl Node {
         keys: &[&str],
         args: &[Value],
     ) -> Result<Value, NodeError> {
-        let with = |head: &str| {
-            let mut all = Vec::with_capacity(2 + keys.len() + args.len());
-            all.push(Value::from(head));
-            all.push(Value::from(keys.len() as i64));
-            all.extend(keys.iter().map(|k| Value::from(*k)));
-            all.extend(args.iter().cloned());
-            all
-        };
-        match self.call("EVALSHA", with(script.sha1())).await {
-            Err(NodeError::Reply(text)) if text.starts_with("NOSCRIPT") => {
-                self.call("EVAL", with(script.source)).await
-            }
-            other => other,
-        }
+        eval_on(&self.client, script, keys, args).await
+    }
+
+    /// [`eval`](Self::eval) for releases, run to completion in a task of its own, bounded by
+    /// `limit`. A release round returns at quorum and drops the calls still running: a
+    /// command already handed to the client lands anyway, but the `EVAL` that answers a
+    /// `NOSCRIPT` would never be sent, and that node would keep the key until its ttl. A
+    /// release may land late (it deletes only its own token), so it is always finished. An
+    /// acquisition is not detached: its clean-up must reach each node after it.
+    pub(crate) async fn eval_release(
+        &self,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[Value],
+        limit: Duration,
+    ) -> Result<Value, NodeError> {
+        let client = self.client.clone();
+        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+        let args = args.to_vec();
+        let release = tokio::spawn(async move {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            tokio::time::timeout(limit, eval_on(&client, script, &keys, &args))
+                .await
+                .unwrap_or(Err(NodeError::Timeout(limit)))
+        });
+        release.await.unwrap_or(Err(NodeError::Timeout(limit)))
     }
 
     /// The compare-and-delete script on one node. `Ok(true)` if our key was deleted (or
@@ -252,16 +296,21 @@ impl Node {
         key: &str,
         token: &str,
         handover: Option<&Handover>,
+        limit: Duration,
     ) -> Result<bool, NodeError> {
         let reply = match handover {
-            None => self.eval(&RELEASE, &[key], &[Value::from(token)]).await?,
+            None => {
+                self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit)
+                    .await?
+            }
             Some(h) => {
                 let args = [
                     Value::from(token),
                     ttl_arg(h.grace_ms),
                     Value::from(h.channel.as_str()),
                 ];
-                self.eval(&RELEASE_HANDOVER, &[key, h.channel.as_str()], &args)
+                let keys = [key, h.channel.as_str()];
+                self.eval_release(&RELEASE_HANDOVER, &keys, &args, limit)
                     .await?
             }
         };

@@ -894,14 +894,16 @@ impl Redlock {
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
                 let channel = handover.map(|h| h.channel.as_str());
+                let limit = inner.node_timeout;
                 let released = match releasing {
-                    Releasing::Attempt(None) => node.unlock(key, token, None).await,
-                    Releasing::Holder(None, _) => node.unlock(key, token, handover).await,
+                    Releasing::Attempt(None) => node.unlock(key, token, None, limit).await,
+                    Releasing::Holder(None, _) => node.unlock(key, token, handover, limit).await,
                     Releasing::Attempt(Some(_)) => {
-                        node.unlock_mode(key, token, channel, None).await
+                        node.unlock_mode(key, token, channel, None, limit).await
                     }
                     Releasing::Holder(Some(_), marker) => {
-                        node.unlock_mode(key, token, channel, Some(marker)).await
+                        node.unlock_mode(key, token, channel, Some(marker), limit)
+                            .await
                     }
                 };
                 let vote = match released {
