@@ -28,7 +28,7 @@ pub use lease::{LockInfo, LostSignal};
 pub use mode::{Mode, ParseModeError};
 pub use options::LockOptions;
 pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
-pub use redlock::{Redlock, ReleaseAllReport, Released};
+pub use redlock::{RELEASE_ROUNDS, Redlock, ReleaseAllReport, Released};
 pub use token::{TOKEN_BYTES, Token};
 
 #[cfg(feature = "macros")]

@@ -230,6 +230,9 @@ const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
 /// node that reported a higher counter).
 const FENCE_ROUNDS: usize = 3;
 
+/// How many times [`Redlock::release_all`] sends a release that fewer than a quorum answered.
+pub const RELEASE_ROUNDS: usize = 3;
+
 impl Redlock {
     /// Starts a [`RedlockBuilder`].
     pub fn builder() -> RedlockBuilder {
@@ -975,24 +978,36 @@ impl Redlock {
     /// releases a quorum confirmed. Their lost signals fire (reason
     /// [`LostReason::Released`]), their auto-extension stops, and their guards become inert.
     ///
-    /// Safe against a late holder: a release only deletes a key still signed by our token, so
-    /// it can never delete a lock another process took after ours expired.
+    /// A release that fewer than a quorum answered (a node timeout under load, a node
+    /// briefly away) is sent again, up to [`RELEASE_ROUNDS`] rounds in all, each bounded by
+    /// the node timeout; a release is idempotent (a node that already deleted answers "not
+    /// held"). Safe against a late holder: a release only deletes a key still signed by our
+    /// token, so it can never delete a lock another process took after ours expired.
     pub async fn release_all(&self) -> ReleaseAllReport {
         let leases: Vec<Arc<Lease>> = self.held().values().cloned().collect();
-        let leases: Vec<Arc<Lease>> = leases.into_iter().filter(|l| self.retire(l)).collect();
-        let results =
-            futures_util::future::join_all(leases.iter().map(|lease| async move {
-                (lease.resource.clone(), self.release_lease(lease).await)
-            }))
-            .await;
+        let mut pending: Vec<Arc<Lease>> = leases.into_iter().filter(|l| self.retire(l)).collect();
         let mut report = ReleaseAllReport::default();
-        for (resource, released) in results {
-            if released.answered >= self.inner.quorum {
-                report.released.push(resource);
-            } else {
-                report.unconfirmed.push(resource);
+        for _ in 0..RELEASE_ROUNDS {
+            let results = futures_util::future::join_all(
+                pending
+                    .iter()
+                    .map(|lease| async move { (lease, self.release_lease(lease).await) }),
+            )
+            .await;
+            let mut again = Vec::new();
+            for (lease, released) in results {
+                if released.answered >= self.inner.quorum {
+                    report.released.push(lease.resource.clone());
+                } else {
+                    again.push(Arc::clone(lease));
+                }
+            }
+            pending = again;
+            if pending.is_empty() {
+                break;
             }
         }
+        report.unconfirmed = pending.iter().map(|l| l.resource.clone()).collect();
         tracing::info!(
             released = report.released.len(),
             unconfirmed = report.unconfirmed.len(),
