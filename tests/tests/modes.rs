@@ -359,14 +359,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
     })
     .await;
     r1.release().await.unwrap();
-    let released = Instant::now();
-    r2.release().await.unwrap();
-    let guard = within("the writer", writer).await.unwrap().unwrap();
-    let woken_after = released.elapsed();
-    assert!(
-        woken_after < ms(1_000),
-        "woken {woken_after:?} after the release"
-    );
+    let guard = woken_by(r2.release(), "the writer", writer).await;
     assert_eq!(guard.mode(), Some(Mode::Exclusive));
     // While it holds, its waiter entry stays (a grant by too few nodes would not lose its
     // place); its release removes both, and the key with them.
@@ -451,6 +444,23 @@ async fn plain_and_mode_locks_on_one_resource_exclude_each_other() {
     reader.release().await.unwrap();
 }
 
+/// Runs `release` and awaits `waiter`, which must get the lock less than a second after it.
+async fn woken_by<R, E: std::fmt::Debug>(
+    release: impl std::future::Future<Output = Result<R, E>>,
+    what: &str,
+    waiter: tokio::task::JoinHandle<Result<redlock_core::LockGuard, LockError>>,
+) -> redlock_core::LockGuard {
+    let released = Instant::now();
+    release.await.unwrap();
+    let guard = within(what, waiter).await.unwrap().unwrap();
+    let woken_after = released.elapsed();
+    assert!(
+        woken_after < ms(1_000),
+        "{what} woken {woken_after:?} after the release"
+    );
+    guard
+}
+
 #[tokio::test]
 async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
     let nodes = RedisNodes::start(3);
@@ -485,14 +495,7 @@ async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
         }
     })
     .await;
-    let released = Instant::now();
-    plain.release().await.unwrap();
-    let read = within("the reader", reader).await.unwrap().unwrap();
-    let woken_after = released.elapsed();
-    assert!(
-        woken_after < ms(1_000),
-        "reader woken {woken_after:?} after the plain release"
-    );
+    let read = woken_by(plain.release(), "the reader", reader).await;
 
     // And back: a plain waiter queued behind the reader is woken by the last mode release.
     let writer = tokio::spawn(async move { a.lock_with("cross", &patient(delay, wait)).await });
@@ -509,14 +512,7 @@ async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
         }
     })
     .await;
-    let released = Instant::now();
-    read.release().await.unwrap();
-    let guard = within("the plain waiter", writer).await.unwrap().unwrap();
-    let woken_after = released.elapsed();
-    assert!(
-        woken_after < ms(1_000),
-        "plain waiter woken {woken_after:?} after the last mode release"
-    );
+    let guard = woken_by(read.release(), "the plain waiter", writer).await;
     assert_eq!(guard.mode(), None);
     guard.release().await.unwrap();
     nodes.gone_everywhere("cross").await;
