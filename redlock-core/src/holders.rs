@@ -198,9 +198,8 @@ impl Node {
 
     /// [`RELEASE_MODE`] on one node, waking the waiters on `channel` when given (the name of
     /// both the channel and the plain waiters' queue), and removing the waiter entry `marker`
-    /// when given (a holder's release; a failed attempt keeps it), its `NOSCRIPT` fallback
-    /// bounded by `limit` ([`Node::eval_release`]). `Ok(true)` if our entry was there and
-    /// live.
+    /// when given (a holder's release; a failed attempt keeps it); run to completion within
+    /// `limit` ([`Node::eval_release`]). `Ok(true)` if our entry was there and live.
     pub(crate) async fn unlock_mode(
         &self,
         key: &str,
