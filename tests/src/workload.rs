@@ -158,12 +158,16 @@ async fn one_client(
                 Mode::ProtectedRead
             }
         });
+        let moded;
         let options = match mode {
-            Some(mode) => load.options.clone().mode(mode),
-            None => load.options.clone(),
+            Some(mode) => {
+                moded = load.options.clone().mode(mode);
+                &moded
+            }
+            None => &load.options,
         };
         let called = Instant::now();
-        let guard = match client.lock_with(&load.resource, &options).await {
+        let guard = match client.lock_with(&load.resource, options).await {
             Ok(guard) => guard,
             Err(error) => {
                 match error {
