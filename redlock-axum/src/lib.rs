@@ -11,6 +11,8 @@
 //! - [`ShutdownHandle`]: plugs into `axum::serve(..).with_graceful_shutdown(..)`; new
 //!   acquisitions are refused once shutdown starts, and held locks are released by quorum
 //!   before the process exits.
+//! - [`redlock`](macro@redlock): the `#[redlock]` attribute, re-exported from redlock-core
+//!   (its `macros` feature, on by default), so that a handler module needs one import.
 
 pub mod lock;
 mod rejection;
@@ -19,3 +21,5 @@ mod shutdown;
 pub use lock::{RedlockLayer, ReleaseOn, TemplateError, by_method};
 pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 pub use shutdown::ShutdownHandle;
+
+pub use redlock_core::redlock;

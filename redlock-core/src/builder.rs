@@ -376,7 +376,18 @@ fn server_label(server: &ServerConfig) -> String {
 
 /// Checks a node URL and turns it into a fred `Config`, without ever echoing credentials.
 fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
-    let invalid = |reason: String| BuildError::InvalidUrl { index, reason };
+    let invalid = |reason: String| BuildError::InvalidUrl {
+        index,
+        node: redacted(raw),
+        reason,
+    };
+    if !raw.contains("://") {
+        // `host:6379` would parse as a URL of scheme `host`; `127.0.0.1:6379` not at all.
+        return Err(invalid(format!(
+            "it has no scheme (write redis://{})",
+            redacted(raw)
+        )));
+    }
     let url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
     let label = match url.host_str() {
         Some(host) if !host.is_empty() => {
@@ -416,6 +427,18 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
     Ok((label, config))
 }
 
+/// `raw` with the user and password of its authority (before the last `@` ahead of the
+/// first `/`, `?` or `#`) replaced by `***`, for error messages.
+fn redacted(raw: &str) -> String {
+    let start = raw.find("://").map_or(0, |i| i + 3);
+    let rest = &raw[start..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    match authority.rfind('@') {
+        Some(at) => format!("{}***{}", &raw[..start], &rest[at..]),
+        None => raw.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -442,6 +465,47 @@ mod tests {
         ));
         let (label, _) = parse_url(0, "redis://user:pw@LocalHost").unwrap();
         assert_eq!(label, "localhost:6379");
+    }
+
+    #[test]
+    fn a_malformed_url_is_named_with_an_example_and_no_credentials() {
+        for (raw, shown, hint) in [
+            (
+                "127.0.0.1:6379",
+                "`127.0.0.1:6379`",
+                "write redis://127.0.0.1:6379",
+            ),
+            (
+                "localhost:6379",
+                "`localhost:6379`",
+                "write redis://localhost:6379",
+            ),
+            (
+                "u:s3cret@db:6379",
+                "`***@db:6379`",
+                "write redis://***@db:6379",
+            ),
+            (
+                "http://u:s3cret@db:1/",
+                "`http://***@db:1/`",
+                "unknown scheme `http`",
+            ),
+            (
+                "redis://u:s3cret@[::1",
+                "`redis://***@[::1`",
+                "invalid IPv6 address",
+            ),
+        ] {
+            let message = reason(parse_url(2, raw));
+            for expected in [shown, hint, "#2", "e.g. redis://127.0.0.1:6379"] {
+                assert!(message.contains(expected), "{expected:?} not in: {message}");
+            }
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        assert_eq!(
+            redacted("redis+unix:///tmp/a@b.sock"),
+            "redis+unix:///tmp/a@b.sock"
+        );
     }
 
     #[test]

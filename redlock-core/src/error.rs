@@ -227,10 +227,15 @@ pub enum BuildError {
     )]
     NoNodes,
     /// A node URL could not be parsed.
-    #[error("node URL #{index} is malformed: {reason}")]
+    #[error(
+        "node URL #{index} `{node}` is malformed: {reason}; a node URL looks like redis://[user:password@]host[:port][/db], e.g. redis://127.0.0.1:6379"
+    )]
     InvalidUrl {
-        /// Position of the URL in the list (0-based).
+        /// Position of the URL in the list (0-based; for `REDLOCK_NODES`, in its
+        /// comma-separated entries).
         index: usize,
+        /// The entry as given, its credentials replaced by `***`.
+        node: String,
         /// What is wrong with it (credentials are never included).
         reason: String,
     },

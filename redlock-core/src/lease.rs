@@ -1,8 +1,11 @@
 //! [`Lease`]: what a holder knows about its lock, shared by its guard, its [`LockInfo`] views,
 //! its [`LostSignal`] and the auto-extension driver.
 
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -157,8 +160,10 @@ impl Lease {
 /// ([`LockOptions::lost_margin`](crate::LockOptions::lost_margin)) came with no confirmed
 /// extension, or the lock was released. Once fired it stays fired.
 ///
-/// Cheap to clone; no background task runs for it: the deadline is a timer in
-/// [`cancelled`](Self::cancelled), re-armed when an extension moves it.
+/// Await it directly (it is [`IntoFuture`]: the future owns the signal, so
+/// `guard.lost()` needs no binding), or borrow it with [`cancelled`](Self::cancelled) to await
+/// it again. Cheap to clone; no background task runs for it: the deadline is a timer in the
+/// awaiting future, re-armed when an extension moves it.
 ///
 /// ```no_run
 /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
@@ -166,9 +171,8 @@ impl Lease {
 ///
 /// let options = redlock.options().clone().auto_extend(true);
 /// let guard = redlock.lock_with("report:daily", &options).await?;
-/// let lost = guard.lost();
 /// tokio::select! {
-///     () = lost.cancelled() => eprintln!("lock lost: {:?}; stopping", lost.reason()),
+///     () = guard.lost() => eprintln!("lock lost: {:?}; stopping", guard.info().lost().reason()),
 ///     () = async { /* the long work */ } => {}
 /// }
 /// guard.release().await?;
@@ -184,7 +188,8 @@ impl LostSignal {
         Self { lease }
     }
 
-    /// Completes as soon as the lock can no longer be trusted. Cancel-safe.
+    /// Completes as soon as the lock can no longer be trusted. Cancel-safe. To await a
+    /// signal you do not keep, await the signal itself ([`IntoFuture`]).
     pub async fn cancelled(&self) {
         self.lease.lost().await;
     }
@@ -203,6 +208,40 @@ impl LostSignal {
     /// deadline less the lost margin.
     pub fn deadline(&self) -> Instant {
         self.lease.lost_at()
+    }
+}
+
+impl IntoFuture for LostSignal {
+    type Output = ();
+    type IntoFuture = LostFuture;
+
+    /// The signal as a future that owns it: `guard.lost().await`, or `() = guard.lost()` in
+    /// `tokio::select!`, without a binding that outlives the statement.
+    fn into_future(self) -> LostFuture {
+        LostFuture {
+            inner: Box::pin(async move { self.lease.lost().await }),
+        }
+    }
+}
+
+/// The future of an awaited [`LostSignal`]: completes as soon as the lock can no longer be
+/// trusted. Cancel-safe; owns the signal, so it is `'static` and can be spawned or stored.
+#[must_use = "futures do nothing unless polled"]
+pub struct LostFuture {
+    inner: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Future for LostFuture {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for LostFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostFuture").finish_non_exhaustive()
     }
 }
 

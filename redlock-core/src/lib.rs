@@ -24,7 +24,7 @@ mod watchdog;
 pub use builder::RedlockBuilder;
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
-pub use lease::{LockInfo, LostSignal};
+pub use lease::{LockInfo, LostFuture, LostSignal};
 pub use mode::{Mode, ParseModeError};
 pub use options::LockOptions;
 pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};

@@ -26,7 +26,7 @@ fn build() -> Result<PathBuf, String> {
     if target.is_file() {
         return Ok(target);
     }
-    let gcc = crate::install::ensure_gcc()?;
+    let gcc = crate::programs::gcc()?;
     let source = dir.join(format!("clockshim-{}.c", std::process::id()));
     let partial = dir.join(format!("clockshim-{}.so.part", std::process::id()));
     std::fs::write(&source, SOURCE).map_err(|e| e.to_string())?;

@@ -1,16 +1,22 @@
 //! Real-server test support: `redis-server` processes on free loopback ports, killed on drop
-//! (modelled on redis-rs's `redis-test`), the installer used by `cargo xtask`, and the fault
+//! (modelled on redis-rs's `redis-test`), and the fault
 //! toolkit of the reliability scenarios: a per-node fault [`proxy`], process control
 //! (pause, kill, restart with or without AOF), a wall-clock shim ([`clock`]) and an exclusion
 //! [`checker`] independent of the lock.
 
 pub mod checker;
 pub mod clock;
-mod install;
+pub mod programs;
 pub mod proxy;
 pub mod workload;
 
-pub use install::{SERVER_BIN_ENV, ensure_gcc, ensure_redis_server};
+pub use programs::SERVER_BIN_ENV;
+
+// The root README's Rust snippets, compiled as doctests of this crate (`cargo xtask test`
+// runs `cargo test --doc`), with the dependencies the README's `Cargo.toml` snippet lists.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeSnippets;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -121,7 +127,7 @@ impl RedisServer {
 
     /// [`start`](Self::start) with [`ServerOptions`].
     pub fn start_opts(options: ServerOptions) -> Self {
-        let bin = ensure_redis_server().unwrap_or_else(|e| panic!("{e}"));
+        let bin = programs::redis_server().unwrap_or_else(|e| panic!("{e}"));
         for _ in 0..10 {
             let (port, claim) = PortClaim::take();
             let dir = std::env::temp_dir()
@@ -470,7 +476,7 @@ pub async fn free_within(probe: &redlock_core::Redlock, resource: &str) -> Durat
 
 /// Awaits `future` for at most 10 s; panics with `what` if it takes longer. Every wait in the
 /// tests goes through this or another bound, so a bug fails the test instead of hanging CI.
-pub async fn within<F: std::future::Future>(what: &str, future: F) -> F::Output {
+pub async fn within<F: std::future::IntoFuture>(what: &str, future: F) -> F::Output {
     tokio::time::timeout(Duration::from_secs(10), future)
         .await
         .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))

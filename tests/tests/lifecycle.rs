@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -123,6 +124,44 @@ async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answ
         "fired {margin:?} early"
     );
     assert_eq!(lost.reason(), Some(LostReason::Expired));
+}
+
+#[tokio::test]
+async fn an_awaited_lost_signal_owns_itself_and_fires_at_its_deadline_or_release() {
+    let nodes = RedisNodes::start(1);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default().ttl(ms(500));
+    let guard = a.lock_with("owned-lost", &options).await.unwrap();
+    let deadline = guard.lost().deadline();
+    // The awaited signal owns itself: `'static`, so it can be spawned with no binding kept.
+    let spawned = tokio::spawn(guard.lost().into_future());
+    // The README's form: the temporary signal awaited in `select!`.
+    let worked = tokio::select! {
+        () = guard.lost() => false,
+        () = tokio::time::sleep(ms(5_000)) => true,
+    };
+    let fired = Instant::now();
+    assert!(!worked, "the work ran past the lost deadline");
+    assert!(fired >= deadline, "fired {:?} early", deadline - fired);
+    assert!(
+        fired < guard.valid_until(),
+        "fired {:?} after the validity deadline",
+        fired - guard.valid_until()
+    );
+    within("the spawned lost signal", spawned).await.unwrap();
+    assert!(Instant::now() >= deadline);
+
+    // Long before its deadline, a release fires it too.
+    let guard = a
+        .lock_with("owned-lost-2", &LockOptions::default().ttl(ms(30_000)))
+        .await
+        .unwrap();
+    let (lost, info) = (guard.lost(), guard.info());
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    within("the lost signal after release", lost).await;
+    assert!(released.elapsed() < ms(1_000));
+    assert_eq!(info.lost().reason(), Some(LostReason::Released));
 }
 
 #[tokio::test]

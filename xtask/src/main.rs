@@ -1,39 +1,53 @@
-//! `cargo xtask test` and `cargo xtask demo`: the README's two commands; `cargo xtask bench`.
+//! The README's commands: `cargo xtask test`, `cargo xtask demo`, and `cargo xtask bench` and
+//! `cargo xtask soak` for measurements.
+//!
+//! xtask itself depends on nothing heavy, so that on a fresh machine it builds in seconds and
+//! then says what it is doing before each long step.
 
-mod demo;
+mod install;
 
-use std::process::Command;
+use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
-fn main() -> anyhow::Result<()> {
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak>
+  test   fmt check, clippy -D warnings, every test against real redis-server nodes, the macro's
+         UI tests, doctests (the README's snippets included) and rustdoc
+  demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
+  bench  W1-W6 against 5 nodes, beside a raw fred floor and rslock
+         (args after --: --quick, --only W1,W3)
+  soak   RL-15, the randomized nemesis soak (args after --: --minutes N, default 30; --seed S
+         replays a run)";
+
+fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
-    match task.as_str() {
+    let result = match task.as_str() {
         "test" => test(),
-        "demo" => demo::run(),
+        "demo" => demo(),
         "bench" => bench(),
         "soak" => soak(),
         _ => {
-            eprintln!("usage: cargo xtask <test|demo|bench>");
-            eprintln!(
-                "  test  fmt check, clippy -D warnings, every test against real redis-server nodes"
-            );
-            eprintln!(
-                "  demo  5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over"
-            );
-            eprintln!(
-                "  bench W1–W5 against 5 nodes, beside a raw fred floor and rslock (args after --: --quick, --only W1,W3)"
-            );
-            eprintln!(
-                "  soak  RL-15, the randomized nemesis soak (--minutes N, default 30; --seed S replays a run)"
-            );
-            std::process::exit(2);
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // One line: what failed (the step's own output is above it); no backtrace.
+        Err(error) => {
+            eprintln!("xtask {task}: FAILED: {error:#}");
+            ExitCode::FAILURE
         }
     }
 }
 
+/// Prints what the next step does, so that a long build is never silent.
+fn step(what: &str) {
+    eprintln!("xtask: {what}");
+}
+
 /// Runs `cargo <args>` from the workspace root and fails if it fails.
-pub(crate) fn cargo(args: &[&str]) -> anyhow::Result<()> {
+fn cargo(args: &[&str]) -> anyhow::Result<()> {
     cargo_with_env(&[], args)
 }
 
@@ -48,24 +62,44 @@ fn cargo_with_env(env: &[(&str, &str)], args: &[&str]) -> anyhow::Result<()> {
         .status()
         .context("could not run cargo")?;
     if !status.success() {
-        bail!("`cargo {}` failed: {status}", args.join(" "));
+        bail!("`cargo {}` ({status})", args.join(" "));
     }
     Ok(())
 }
 
-pub(crate) fn workspace_root() -> std::path::PathBuf {
+fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(std::path::Path::to_path_buf)
         .unwrap_or_default()
 }
 
+/// The arguments after the task name, without a leading `--`.
+fn task_args() -> Vec<String> {
+    std::env::args().skip(2).filter(|a| a != "--").collect()
+}
+
+/// `cargo xtask demo`: builds the shop and the load driver (release), then runs the driver,
+/// which starts the nodes and replicas and prints the results.
+fn demo() -> anyhow::Result<()> {
+    let server = install::redis_server()?;
+    step(&format!("using {}", server.display()));
+    step("building the shop and the demo driver (release; a few minutes on a fresh machine)");
+    cargo(&["build", "--release", "--quiet", "-p", "shop", "-p", "demo"])?;
+    cargo_with_env(
+        &[("REDIS_SERVER_BIN", &server.to_string_lossy())],
+        &["run", "--release", "--quiet", "-p", "demo"],
+    )
+}
+
 /// `cargo xtask bench [-- args]`: the benchmark binary, built in release mode.
 fn bench() -> anyhow::Result<()> {
-    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
-    eprintln!("using {}", server.display());
-    let extra: Vec<String> = std::env::args().skip(2).filter(|a| a != "--").collect();
-    let mut args = vec!["run", "--release", "-p", "redlock-bench", "--"];
+    let server = install::redis_server()?;
+    step(&format!("using {}", server.display()));
+    step("building the benchmarks (release; a few minutes on a fresh machine)");
+    cargo(&["build", "--release", "--quiet", "-p", "redlock-bench"])?;
+    let extra = task_args();
+    let mut args = vec!["run", "--release", "--quiet", "-p", "redlock-bench", "--"];
     args.extend(extra.iter().map(String::as_str));
     cargo(&args)
 }
@@ -73,9 +107,10 @@ fn bench() -> anyhow::Result<()> {
 /// `cargo xtask soak [--minutes N] [--seed S]`: RL-15 for longer than the normal test run's
 /// three minutes, with its output (seed, episodes, figures) shown.
 fn soak() -> anyhow::Result<()> {
-    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
-    eprintln!("using {}", server.display());
-    let args: Vec<String> = std::env::args().skip(2).filter(|a| a != "--").collect();
+    let server = install::redis_server()?;
+    step(&format!("using {}", server.display()));
+    install::gcc()?;
+    let args = task_args();
     let value = |flag: &str| {
         args.iter()
             .position(|a| a == flag)
@@ -93,6 +128,7 @@ fn soak() -> anyhow::Result<()> {
             .with_context(|| format!("--seed {seed}: not an unsigned integer"))?;
         env.push(("RL15_SEED", seed.as_str()));
     }
+    step(&format!("RL-15 soak for {minutes} min (built first)"));
     cargo_with_env(
         &env,
         &[
@@ -117,10 +153,16 @@ fn nextest_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// `cargo xtask test`: what CI runs. Every step that compiles runs before, never inside, a
+/// step with a time limit: the macro's UI tests (trybuild builds its own copy of the
+/// dependency tree) are a step of their own, without a limit, and leave the timed run.
 fn test() -> anyhow::Result<()> {
-    let server = redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
-    eprintln!("using {}", server.display());
+    let server = install::redis_server()?;
+    step(&format!("using {}", server.display()));
+    install::gcc()?;
+    step("checking formatting");
     cargo(&["fmt", "--all", "--", "--check"])?;
+    step("clippy -D warnings (builds the workspace: several minutes on a fresh machine)");
     cargo(&[
         "clippy",
         "--workspace",
@@ -129,19 +171,36 @@ fn test() -> anyhow::Result<()> {
         "-D",
         "warnings",
     ])?;
-    // nextest runs each test in its own process and kills hung ones (.config/nextest.toml);
-    // doctests are not run by nextest.
+    step(
+        "the macro's UI tests (trybuild compiles its own copy of the dependencies: about 2 min on a fresh machine)",
+    );
+    cargo(&["test", "-p", "redlock-tests", "--test", "macro_ui"])?;
     if nextest_available() {
-        cargo(&["nextest", "run", "--workspace", "--no-tests", "warn"])?;
-        cargo(&["test", "--workspace", "--doc"])?;
+        // nextest builds every test binary first, then runs each test in its own process
+        // under the limits of .config/nextest.toml, which count run time only.
+        step(
+            "building the tests, then running them against real redis-server nodes (RL-15 alone takes 3 min)",
+        );
+        cargo(&[
+            "nextest",
+            "run",
+            "--workspace",
+            "--no-tests",
+            "warn",
+            "-E",
+            "not binary(macro_ui)",
+        ])?;
     } else {
-        eprintln!("cargo-nextest not found: running `cargo test` (no per-test time limit)");
-        cargo(&["test", "--workspace"])?;
+        step("cargo-nextest not found: running `cargo test` (no per-test time limit)");
+        cargo(&["test", "--workspace", "--lib", "--bins", "--tests"])?;
     }
+    step("doctests, the README's snippets included");
+    cargo(&["test", "--workspace", "--doc"])?;
+    step("rustdoc -D warnings");
     cargo_with_env(
         &[("RUSTDOCFLAGS", "-D warnings")],
         &["doc", "--workspace", "--no-deps", "--quiet"],
     )?;
-    eprintln!("all checks passed");
+    eprintln!("xtask test: all checks passed");
     Ok(())
 }

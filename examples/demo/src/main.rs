@@ -1,8 +1,9 @@
 //! The demo: real Redis nodes, three replicas of the shop, concurrent load, a SIGTERM.
 
 use std::collections::BTreeMap;
+use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -24,6 +25,18 @@ struct Replica {
     name: String,
     base: String,
     child: Child,
+    /// What the replica logged (its stderr), one entry a line, kept for the report.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Replica {
+    /// Takes the lines logged so far.
+    fn take_log(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .map(|mut lines| std::mem::take(&mut *lines))
+            .unwrap_or_default()
+    }
 }
 
 impl Drop for Replica {
@@ -60,13 +73,32 @@ impl Tally {
     }
 }
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    redlock_tests::ensure_redis_server().map_err(anyhow::Error::msg)?;
-    crate::cargo(&["build", "--release", "--quiet", "-p", "shop"])?;
-    tokio::runtime::Builder::new_multi_thread()
+fn main() -> std::process::ExitCode {
+    let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(demo())
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(demo()));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The shop binary, built beside this one (`cargo xtask demo` builds both).
+fn shop_binary() -> anyhow::Result<std::path::PathBuf> {
+    let me = std::env::current_exe().context("where is the demo binary?")?;
+    let shop = me.with_file_name("shop");
+    if !shop.is_file() {
+        bail!(
+            "{} not found: build it first (`cargo xtask demo` does)",
+            shop.display()
+        );
+    }
+    Ok(shop)
 }
 
 async fn demo() -> anyhow::Result<()> {
@@ -84,7 +116,7 @@ async fn demo() -> anyhow::Result<()> {
     println!("data store: {}", data.url());
     seed(&data.url()).await?;
 
-    let binary = crate::workspace_root().join("target/release/shop");
+    let binary = shop_binary()?;
     let mut replicas = Vec::new();
     for i in 1..=3 {
         replicas.push(start_replica(&binary, i, &nodes, &data.url())?);
@@ -121,6 +153,10 @@ async fn demo() -> anyhow::Result<()> {
         }
     }
     requests.extend(catalog_load(&bases, "catalog/a"));
+    println!(
+        "sending {} requests at once (at most 64 in flight), then the same load without the lock...",
+        requests.len()
+    );
     let started = Instant::now();
     let mut tally = fire(&http, requests).await;
     let wall = started.elapsed();
@@ -250,6 +286,10 @@ async fn demo() -> anyhow::Result<()> {
     println!("  baseline without the lock: {torn_unlocked} torn reads or writes under readers");
 
     // 2. SIGTERM while holding a lock: the next replica gets it within milliseconds.
+    println!();
+    println!(
+        "replica-1 runs a 60 s job under an auto-extended lock, replica-2 asks for the same job, and after 3 s replica-1 gets SIGTERM..."
+    );
     let handover = sigterm_handover(&http, &mut replicas, &nodes).await?;
     println!();
     println!(
@@ -262,6 +302,21 @@ async fn demo() -> anyhow::Result<()> {
     );
     if handover.after_exit >= Duration::from_millis(LOCK_TTL_MS / 2) {
         broken.push("the waiting replica only got the lock after the ttl".into());
+    }
+    let holder_log = replicas[0].take_log();
+    if !holder_log.is_empty() {
+        println!(
+            "  {} logged on its way out (expected: its {GRACE_MS} ms grace ran out with the 60 s job in flight, so it released the lock and dropped that request):",
+            handover.holder
+        );
+        holder_log.iter().for_each(|line| println!("    {line}"));
+    }
+    for replica in &replicas[1..] {
+        let log = replica.take_log();
+        if !log.is_empty() {
+            println!("  {} logged:", replica.name);
+            log.iter().for_each(|line| println!("    {line}"));
+        }
     }
 
     println!();
@@ -296,7 +351,7 @@ fn start_replica(
 ) -> anyhow::Result<Replica> {
     let port = free_port();
     let name = format!("replica-{i}");
-    let child = Command::new(binary)
+    let mut child = Command::new(binary)
         .env("REDLOCK_NODES", nodes)
         .env("SHOP_DATA_URL", data)
         .env("PORT", port.to_string())
@@ -306,14 +361,30 @@ fn start_replica(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         )
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("could not start {}", binary.display()))?;
+    // Its log is collected, not interleaved with the results, and shown where it belongs.
+    let log = Arc::new(Mutex::new(Vec::new()));
+    if let Some(stderr) = child.stderr.take() {
+        let log = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(mut lines) = log.lock() {
+                    lines.push(line);
+                }
+            }
+        });
+    }
     Ok(Replica {
         name,
         base: format!("http://127.0.0.1:{port}"),
         child,
+        log,
     })
 }
 
