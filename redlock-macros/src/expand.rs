@@ -76,11 +76,11 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         })
     };
     let setters = [
-        duration("ttl", args.ttl.map(|m| m.0)),
-        duration("retry_delay", args.retry_delay.map(|m| m.0)),
-        duration("retry_jitter", args.retry_jitter.map(|m| m.0)),
-        duration("wait_timeout", args.wait_timeout.map(|m| m.0)),
-        duration("max_hold", args.max_hold.map(|m| m.0)),
+        duration("ttl", args.ttl.map(|m| m.ms)),
+        duration("retry_delay", args.retry_delay.map(|m| m.ms)),
+        duration("retry_jitter", args.retry_jitter.map(|m| m.ms)),
+        duration("wait_timeout", args.wait_timeout.map(|m| m.ms)),
+        duration("max_hold", args.max_hold.map(|m| m.ms)),
         args.retry_count.map(|n| quote! { .retry_count(#n) }),
         args.drift_factor.map(|f| {
             let f = f.0;

@@ -13,14 +13,14 @@
 //! | argument | meaning | default |
 //! |---|---|---|
 //! | `resource = "order:{id}"` | the resource; `{name}` / `{name.field}` interpolate arguments, including names bound by patterns such as `Path(id): Path<u64>` | required |
-//! | `ttl = "30s"` | lock ttl (`"30s"`, `"200ms"`, `"1m"`, or an integer of ms) | the handle's |
+//! | `ttl = "30s"` | lock ttl (`"30s"`, `"200ms"`, `"1m"`, or an integer of ms); refused at compile time: zero, above 24 h (`MAX_TTL`), or not longer than the drift allowance `ttl × drift_factor + 2 ms` (with the `drift_factor` given here, else 0), e.g. `"2ms"` | the handle's |
 //! | `retry_count = 3` | retries after the first attempt | the handle's |
-//! | `retry_delay = "200ms"` | base delay between attempts | the handle's |
+//! | `retry_delay = "200ms"` | base delay between attempts; refused at compile time: zero together with a zero `retry_jitter` when retries can happen (`retry_count` not 0, or `wait_timeout` given) | the handle's |
 //! | `retry_jitter = "100ms"` | maximum random extra per delay | the handle's |
-//! | `wait_timeout = "5s"` | retry until this deadline instead of `retry_count` times | none |
+//! | `wait_timeout = "5s"` | retry until this deadline instead of `retry_count` times; zero is refused at compile time (use `retry_count = 0` for a single attempt) | none |
 //! | `drift_factor = 0.01` | clock drift share of the ttl | the handle's |
 //! | `auto_extend` | keep the lock extended while the body runs; if it is lost anyway, the body is stopped (dropped at its next `.await`) and `LockError::Lost` is returned | off |
-//! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out | none |
+//! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out; zero is refused at compile time | none |
 //! | `fencing` | issue a fencing token (read it through `guard`) | off |
 //! | `mode = "read"` | lock mode: `"read"` (shared with readers), `"write"` (alone), or a DLM mode `"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`, `"EX"` (see `redlock_core::Mode`) | the plain exclusive lock |
 //! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
@@ -28,6 +28,11 @@
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
 //! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
 //! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |
+//!
+//! Durations are never negative. The compile-time checks refuse only literals that
+//! `LockOptions::validate` refuses with any handle options (or that cannot work, such as a zero
+//! `wait_timeout`); the rest, e.g. the lost margin, which the handle's options may set, is
+//! checked when the lock is taken.
 //!
 //! The function must be `async` and return `Result<_, E>` with `E: From<LockError>`.
 //!

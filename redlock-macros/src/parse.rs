@@ -77,48 +77,149 @@ impl Args {
                     .with_span(&pool.span()),
             );
         }
+        args.check_durations()?;
         Ok(args)
+    }
+
+    /// Refuses literal durations that cannot work: a ttl `LockOptions::validate` refuses
+    /// whatever the handle's options, a zero `max_hold` or `wait_timeout`, and retries with
+    /// neither delay nor jitter. Each error points at its literal.
+    fn check_durations(&self) -> darling::Result<()> {
+        let mut errors = darling::Error::accumulator();
+        if let Some(ttl) = self.ttl
+            && let Err(message) = check_ttl(ttl.ms, self.drift_factor.map(|f| f.0))
+        {
+            errors.push(ttl.error(message));
+        }
+        if let Some(max_hold) = self.max_hold.filter(Millis::is_zero) {
+            errors.push(max_hold.error(
+                "`max_hold` is zero: the lock would run out as soon as it is taken; give a cap such as \"10m\", or leave `max_hold` out for none",
+            ));
+        }
+        if let Some(wait) = self.wait_timeout.filter(Millis::is_zero) {
+            errors.push(wait.error(
+                "a zero `wait_timeout` is meaningless (it would be a single attempt); use retry_count = 0 for a single attempt",
+            ));
+        }
+        let retries = self.wait_timeout.is_some() || self.retry_count != Some(0);
+        if let (Some(delay), Some(jitter)) = (self.retry_delay, self.retry_jitter)
+            && delay.is_zero()
+            && jitter.is_zero()
+            && retries
+        {
+            errors.push(delay.error(
+                "`retry_delay` and `retry_jitter` are both zero: the retries would hammer every node in a hot loop; give a delay, e.g. retry_delay = \"50ms\"",
+            ));
+        }
+        errors.finish()
     }
 }
 
+/// `redlock_core::options::MAX_TTL` in milliseconds (this crate cannot depend on redlock-core;
+/// the test `compile_time_duration_checks_agree_with_validate` binds these copies to core's).
+const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+/// `redlock_core::timing::DRIFT_FLOOR`.
+const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// Why `LockOptions::validate` refuses a ttl of `ms` milliseconds with any drift factor at least
+/// `drift_factor` (0 when not given: the handle's factor is unknown here). The arithmetic is
+/// core's own (`Duration::mul_f64`), so the boundaries agree to the nanosecond. The lost-margin
+/// check is left to run time: the handle's options may set a margin smaller than the default.
+fn check_ttl(ms: u64, drift_factor: Option<f64>) -> Result<(), String> {
+    if ms == 0 {
+        return Err("the ttl is zero; a lock needs a ttl of a few milliseconds or more".into());
+    }
+    if ms > MAX_TTL_MS {
+        return Err(format!(
+            "the ttl of {ms} ms is above the cap of 24h ({MAX_TTL_MS} ms, `redlock_core::options::MAX_TTL`); check the unit"
+        ));
+    }
+    let ttl = Duration::from_millis(ms);
+    let drift = ttl.mul_f64(drift_factor.unwrap_or(0.0)) + DRIFT_FLOOR;
+    if ttl <= drift {
+        let how = match drift_factor {
+            Some(factor) => format!("{drift:?} (ttl × {factor} + 2 ms)"),
+            None => format!("at least {drift:?} (ttl × drift_factor + 2 ms)"),
+        };
+        return Err(format!(
+            "ttl too short: leaves no validity after the drift allowance of {how}; use a longer ttl"
+        ));
+    }
+    Ok(())
+}
+
+const NEGATIVE: &str = "durations cannot be negative; write e.g. \"200ms\"";
+
 /// A duration written the human way (`"30s"`, `"1m 30s"`, `"250ms"`) or as an integer of
-/// milliseconds (Hyperf's unit), kept in milliseconds.
+/// milliseconds (Hyperf's unit), kept in milliseconds with the literal's span.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Millis(pub(crate) u64);
+pub(crate) struct Millis {
+    pub(crate) ms: u64,
+    span: Span,
+}
 
 impl FromMeta for Millis {
-    fn from_string(value: &str) -> darling::Result<Self> {
-        let duration = humantime::parse_duration(value).map_err(|e| {
-            darling::Error::custom(format!(
-                "`{value}` is not a duration ({e}); write e.g. \"30s\", \"200ms\" or \"1m\""
-            ))
-        })?;
-        Self::from_duration(duration)
+    fn from_expr(expr: &Expr) -> darling::Result<Self> {
+        match expr {
+            Expr::Lit(lit) => Self::from_value(&lit.lit),
+            Expr::Group(group) => Self::from_expr(&group.expr),
+            Expr::Unary(syn::ExprUnary {
+                op: syn::UnOp::Neg(_),
+                ..
+            }) => Err(darling::Error::custom(NEGATIVE)),
+            other => Err(darling::Error::unexpected_expr_type(other)),
+        }
+        .map_err(|e| e.with_span(expr))
     }
 
     fn from_value(value: &syn::Lit) -> darling::Result<Self> {
-        match value {
-            syn::Lit::Int(int) => {
-                let ms = int.base10_parse::<u64>().map_err(darling::Error::custom)?;
-                Self::from_duration(Duration::from_millis(ms))
+        let duration = match value {
+            // syn reads `-1` as one literal.
+            syn::Lit::Int(int) if int.base10_digits().starts_with('-') => {
+                Err(darling::Error::custom(NEGATIVE))
             }
-            syn::Lit::Str(s) => Self::from_string(&s.value()),
+            syn::Lit::Str(s) if s.value().trim_start().starts_with('-') => {
+                Err(darling::Error::custom(NEGATIVE))
+            }
+            syn::Lit::Int(int) => int
+                .base10_parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(darling::Error::custom),
+            syn::Lit::Str(s) => {
+                let text = s.value();
+                humantime::parse_duration(&text).map_err(|e| {
+                    darling::Error::custom(format!(
+                        "`{text}` is not a duration ({e}); write e.g. \"30s\", \"200ms\" or \"1m\""
+                    ))
+                })
+            }
             other => Err(darling::Error::unexpected_lit_type(other)),
-        }
-        .map_err(|e| e.with_span(value))
+        };
+        duration
+            .and_then(|duration| Self::from_duration(duration, value.span()))
+            .map_err(|e| e.with_span(value))
     }
 }
 
 impl Millis {
-    fn from_duration(duration: Duration) -> darling::Result<Self> {
+    fn from_duration(duration: Duration, span: Span) -> darling::Result<Self> {
         if !duration.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(darling::Error::custom(
                 "durations are whole milliseconds; Redis `PX` has millisecond precision",
             ));
         }
         u64::try_from(duration.as_millis())
-            .map(Self)
+            .map(|ms| Self { ms, span })
             .map_err(|_| darling::Error::custom("duration too large"))
+    }
+
+    fn is_zero(&self) -> bool {
+        self.ms == 0
+    }
+
+    /// An error pointing at the literal.
+    fn error(&self, message: impl std::fmt::Display) -> darling::Error {
+        darling::Error::custom(message).with_span(&self.span)
     }
 }
 

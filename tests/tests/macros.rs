@@ -262,3 +262,78 @@ async fn mode_read_lets_readers_share_and_mode_write_excludes_them() {
     // Once they released, the writer takes it.
     assert_eq!(write_catalog(&fx, 1).await.unwrap(), Some(Mode::Exclusive));
 }
+
+/// The literal durations `#[redlock]` refuses at compile time (tests/ui/fail) are refused by
+/// `LockOptions::validate` too, and the boundaries it accepts (tests/ui/pass/
+/// duration_boundaries.rs) validate: this binds the macro's copies of core's limits to core.
+#[test]
+fn compile_time_duration_checks_agree_with_validate() {
+    use redlock_core::InvalidInput;
+    use redlock_core::options::MAX_TTL;
+    use redlock_core::timing::DRIFT_FLOOR;
+
+    // The macro's copies (redlock-macros/src/parse.rs: MAX_TTL_MS, DRIFT_FLOOR).
+    assert_eq!(MAX_TTL, Duration::from_millis(86_400_000));
+    assert_eq!(DRIFT_FLOOR, Duration::from_millis(2));
+    let validate = |ttl_ms: u64, factor: f64| {
+        LockOptions::default()
+            .ttl(Duration::from_millis(ttl_ms))
+            .drift_factor(factor)
+            .validate()
+    };
+
+    // Refused by the macro; without `drift_factor` it checks at factor 0, so core must refuse
+    // those at every factor.
+    for factor in [0.0, 0.01, 0.4, 0.49] {
+        assert_eq!(validate(0, factor), Err(InvalidInput::ZeroTtl));
+        for ms in [1, 2] {
+            assert!(
+                matches!(validate(ms, factor), Err(InvalidInput::TtlTooShort { .. })),
+                "{ms} ms at {factor}"
+            );
+        }
+        for ms in [86_400_001, 30_000_000_000] {
+            assert!(
+                matches!(validate(ms, factor), Err(InvalidInput::TtlAboveCap { .. })),
+                "{ms} ms at {factor}"
+            );
+        }
+    }
+    assert!(matches!(
+        validate(3, 0.4),
+        Err(InvalidInput::TtlTooShort { .. })
+    ));
+    // The macro's drift rule (`ttl <= ttl.mul_f64(factor) + 2 ms`) refuses only what core does.
+    for factor in [0.0, 0.01, 0.25, 0.4, 0.49] {
+        for ms in 1..=20 {
+            let ttl = Duration::from_millis(ms);
+            if ttl <= ttl.mul_f64(factor) + DRIFT_FLOOR {
+                assert!(validate(ms, factor).is_err(), "{ms} ms at {factor}");
+            }
+        }
+    }
+    assert_eq!(
+        LockOptions::default()
+            .auto_extend(true)
+            .max_hold(Duration::ZERO)
+            .validate(),
+        Err(InvalidInput::ZeroMaxHold)
+    );
+
+    // Accepted by the macro.
+    for (ms, factor) in [(3, 0.0), (3, 0.01), (86_400_000, 0.0), (86_400_000, 0.01)] {
+        validate(ms, factor).unwrap();
+    }
+    // 4 ms at 0.4 leaves 0.4 ms, no more than the default lost margin, but a handle's smaller
+    // margin makes it valid: the macro leaves the margin check to run time.
+    assert!(matches!(
+        validate(4, 0.4),
+        Err(InvalidInput::LostMargin { .. })
+    ));
+    LockOptions::default()
+        .ttl(Duration::from_millis(4))
+        .drift_factor(0.4)
+        .lost_margin(Duration::from_micros(100))
+        .validate()
+        .unwrap();
+}
