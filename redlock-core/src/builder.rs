@@ -383,10 +383,7 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
     };
     if !raw.contains("://") {
         // `host:6379` would parse as a URL of scheme `host`; `127.0.0.1:6379` not at all.
-        return Err(invalid(format!(
-            "it has no scheme (write redis://{})",
-            redacted(raw)
-        )));
+        return Err(invalid(scheme_hint(raw)));
     }
     let url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
     let label = match url.host_str() {
@@ -427,15 +424,34 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
     Ok((label, config))
 }
 
-/// `raw` with the user and password of its authority (before the last `@` ahead of the
-/// first `/`, `?` or `#`) replaced by `***`, for error messages.
+/// `raw` with whatever may be a credential replaced by `***`, for error messages: everything
+/// before the last `@` (a password may hold `/`, `?` or `#` unencoded), or a `user:password`
+/// without `@` (an entry of `REDLOCK_NODES` cut at a `,` inside a password).
 fn redacted(raw: &str) -> String {
-    let start = raw.find("://").map_or(0, |i| i + 3);
-    let rest = &raw[start..];
+    let (scheme, rest) = raw.split_at(raw.find("://").map_or(0, |i| i + 3));
+    if let Some(at) = rest.rfind('@') {
+        return format!("{scheme}***{}", &rest[at..]);
+    }
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rfind('@') {
-        Some(at) => format!("{}***{}", &raw[..start], &rest[at..]),
-        None => raw.to_owned(),
+    match authority.rsplit_once(':') {
+        Some((_, port))
+            if !authority.starts_with('[') && !port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            format!("{scheme}***")
+        }
+        _ => raw.to_owned(),
+    }
+}
+
+/// What to write instead of an entry without `://`.
+fn scheme_hint(raw: &str) -> String {
+    let shown = redacted(raw);
+    if raw.starts_with('/') {
+        format!("it has no scheme (write redis+unix://{shown})")
+    } else if raw.contains(":/") {
+        "its scheme must be followed by `://`".to_owned()
+    } else {
+        format!("it has no scheme (write redis://{shown})")
     }
 }
 
@@ -495,17 +511,35 @@ mod tests {
                 "`redis://***@[::1`",
                 "invalid IPv6 address",
             ),
+            // Unencoded `/`, `#`, `?` in a password, and one cut at a `,` by REDLOCK_NODES.
+            (
+                "redis://u:s3/cret@db:6379",
+                "`redis://***@db:6379`",
+                "invalid port",
+            ),
+            ("redis://u:s3#cret@db:6379", "`redis://***@db:6379`", "#2"),
+            ("redis://u:s3?cret@db:6379", "`redis://***@db:6379`", "#2"),
+            (
+                "u:s3/cret@db:6379",
+                "`***@db:6379`",
+                "write redis://***@db:6379",
+            ),
+            ("redis://u:s3cret", "`redis://***`", "#2"),
+            (
+                "/tmp/redis.sock",
+                "`/tmp/redis.sock`",
+                "write redis+unix:///tmp/redis.sock",
+            ),
+            ("redis:/db:6379", "`redis:/db:6379`", "followed by `://`"),
         ] {
             let message = reason(parse_url(2, raw));
             for expected in [shown, hint, "#2", "e.g. redis://127.0.0.1:6379"] {
                 assert!(message.contains(expected), "{expected:?} not in: {message}");
             }
-            assert!(!message.contains("s3cret"), "{message}");
+            assert!(!message.contains("cret"), "{message}");
         }
-        assert_eq!(
-            redacted("redis+unix:///tmp/a@b.sock"),
-            "redis+unix:///tmp/a@b.sock"
-        );
+        assert_eq!(redacted("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
+        assert_eq!(redacted("redis://db:6379"), "redis://db:6379");
     }
 
     #[test]

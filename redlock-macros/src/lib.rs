@@ -29,9 +29,11 @@
 //! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
 //! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |
 //!
-//! Durations are never negative. The compile-time checks refuse only literals that
-//! `LockOptions::validate` refuses with any handle options (or that cannot work, such as a zero
-//! `wait_timeout`); the rest, e.g. the lost margin, which the handle's options may set, is
+//! Durations are never negative. The compile-time checks refuse two kinds of literals: those
+//! `LockOptions::validate` refuses whatever the handle's options (a zero or too short ttl, one
+//! over the cap, a zero `max_hold`), and those that are meaningless although they would run (a
+//! zero `wait_timeout`, retries spaced by neither a delay nor a jitter, which would send every
+//! retry at once). The rest, e.g. the lost margin, which the handle's options may set, is
 //! checked when the lock is taken.
 //!
 //! The function must be `async` and return `Result<_, E>` with `E: From<LockError>`.

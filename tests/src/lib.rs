@@ -12,12 +12,6 @@ pub mod workload;
 
 pub use programs::SERVER_BIN_ENV;
 
-// The root README's Rust snippets, compiled as doctests of this crate (`cargo xtask test`
-// runs `cargo test --doc`), with the dependencies the README's `Cargo.toml` snippet lists.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct ReadmeSnippets;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

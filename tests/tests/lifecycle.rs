@@ -162,6 +162,21 @@ async fn an_awaited_lost_signal_owns_itself_and_fires_at_its_deadline_or_release
     within("the lost signal after release", lost).await;
     assert!(released.elapsed() < ms(1_000));
     assert_eq!(info.lost().reason(), Some(LostReason::Released));
+
+    // An extension moves the deadline of a signal already being awaited: auto-extended past
+    // three ttls, the work wins.
+    let options = LockOptions::default().ttl(ms(300)).auto_extend(true);
+    let guard = a.lock_with("owned-lost-3", &options).await.unwrap();
+    let worked = tokio::select! {
+        () = guard.lost() => false,
+        () = tokio::time::sleep(ms(900)) => true,
+    };
+    assert!(
+        worked,
+        "lost while auto-extended: {:?}",
+        guard.lost().reason()
+    );
+    guard.release().await.unwrap();
 }
 
 #[tokio::test]

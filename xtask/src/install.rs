@@ -3,7 +3,8 @@
 //!
 //! Debian's `redis-server` package also installs a system service on port 6379 and starts it.
 //! The tests never use it, so the install keeps it from starting (a `policy-rc.d` that refuses
-//! service starts for the length of the install) and disables it at boot; one line says so.
+//! service starts for the length of the install), stops it if it started anyway, disables it
+//! at boot, and says what it found.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +18,8 @@ const SERVER_BIN_ENV: &str = "REDIS_SERVER_BIN";
 /// Debian's hook that `invoke-rc.d` and `deb-systemd-invoke` ask before starting a service;
 /// exit code 101 means "not now".
 const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+/// The line that marks a `policy-rc.d` as ours (so that one left by a killed run is removed).
+const POLICY_MARK: &str = "# written by cargo xtask for one apt-get install";
 
 /// Finds `redis-server`, installing Debian's package first if it is missing and we are root.
 pub(crate) fn redis_server() -> anyhow::Result<PathBuf> {
@@ -26,15 +29,52 @@ pub(crate) fn redis_server() -> anyhow::Result<PathBuf> {
     if let Some(path) = on_path("redis-server") {
         return Ok(path);
     }
-    apt_install_without_starting("redis-server", &format!("or set {SERVER_BIN_ENV}"))?;
-    // Enabled at boot by the package's postinst; nothing here asked for that.
-    let _ = quiet("deb-systemd-helper", &["disable", "redis-server.service"]);
-    let _ = quiet("update-rc.d", &["redis-server", "disable"]);
+    apt_install_without_starting(
+        "redis-server",
+        &format!(
+            "and, if you do not want its system service on port 6379, `sudo systemctl disable --now redis-server`; or set {SERVER_BIN_ENV}"
+        ),
+    )?;
     eprintln!(
-        "xtask: installed Debian's redis-server; its system service (port 6379) was not started \
-         and is disabled at boot (`systemctl enable --now redis-server` turns it on)"
+        "xtask: installed Debian's redis-server; {}",
+        quiet_service()
     );
     on_path("redis-server").context("redis-server still not on PATH after the install")
+}
+
+/// Stops the package's service if it runs and disables it at boot; says what it found.
+fn quiet_service() -> String {
+    let was_running = listening_on_6379();
+    if was_running {
+        let _ = succeeds("service", &["redis-server", "stop"]);
+    }
+    let disabled = succeeds("deb-systemd-helper", &["disable", "redis-server.service"])
+        | succeeds("update-rc.d", &["redis-server", "disable"]);
+    // A stopping server may take a moment to close its port.
+    let still_running = was_running
+        && (0..50).all(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            listening_on_6379()
+        });
+    let running = match (was_running, still_running) {
+        (false, _) => "its system service (port 6379) was not started",
+        (true, false) => "its system service (port 6379) started and was stopped",
+        (true, true) => {
+            "its system service (port 6379) is RUNNING and could not be stopped (`systemctl stop redis-server`)"
+        }
+    };
+    let boot = if disabled {
+        "disabled at boot (`systemctl enable --now redis-server` turns it on)"
+    } else {
+        "could not be disabled at boot (`systemctl disable redis-server`)"
+    };
+    format!("{running}, and {boot}")
+}
+
+/// Whether something answers on 127.0.0.1:6379, where the package's service listens.
+fn listening_on_6379() -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], 6379));
+    std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_millis(500)).is_ok()
 }
 
 /// Finds `gcc`, installing Debian's package first if it is missing and we are root.
@@ -54,14 +94,14 @@ fn on_path(program: &str) -> Option<PathBuf> {
     })
 }
 
-/// Runs a command with its output discarded; `Ok(true)` if it ran and succeeded.
-fn quiet(program: &str, args: &[&str]) -> std::io::Result<bool> {
+/// Runs a command with its output discarded; `true` if it ran and succeeded.
+fn succeeds(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .map(|status| status.success())
+        .is_ok_and(|status| status.success())
 }
 
 /// `apt-get install <package>` when root, with service starts refused while it runs;
@@ -88,12 +128,11 @@ fn apt_install_without_starting(package: &str, alternative: &str) -> anyhow::Res
         Ok(())
     };
     apt(&["update", "-qq"])?;
-    apt(&["install", "-y", "-qq", "--no-install-recommends", package])?;
-    Ok(())
+    apt(&["install", "-y", "-qq", "--no-install-recommends", package])
 }
 
-/// A `policy-rc.d` refusing every service start, removed on drop. An existing one (the
-/// machine's own policy) is left as it is and not removed.
+/// A `policy-rc.d` refusing every service start, removed on drop. The machine's own policy is
+/// left as it is; one of ours left by a run that was killed is replaced.
 struct PolicyRcD {
     ours: bool,
 }
@@ -101,14 +140,12 @@ struct PolicyRcD {
 impl PolicyRcD {
     fn install() -> anyhow::Result<Self> {
         let path = Path::new(POLICY_RC_D);
-        if path.exists() {
+        let existing = std::fs::read_to_string(path).ok();
+        if existing.is_some_and(|text| !text.contains(POLICY_MARK)) {
             return Ok(Self { ours: false });
         }
-        std::fs::write(
-            path,
-            "#!/bin/sh\n# written by cargo xtask for one apt-get install\nexit 101\n",
-        )
-        .with_context(|| format!("could not write {POLICY_RC_D}"))?;
+        std::fs::write(path, format!("#!/bin/sh\n{POLICY_MARK}\nexit 101\n"))
+            .with_context(|| format!("could not write {POLICY_RC_D}"))?;
         std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .with_context(|| format!("could not make {POLICY_RC_D} executable"))?;
         Ok(Self { ours: true })

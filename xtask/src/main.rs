@@ -107,9 +107,6 @@ fn bench() -> anyhow::Result<()> {
 /// `cargo xtask soak [--minutes N] [--seed S]`: RL-15 for longer than the normal test run's
 /// three minutes, with its output (seed, episodes, figures) shown.
 fn soak() -> anyhow::Result<()> {
-    let server = install::redis_server()?;
-    step(&format!("using {}", server.display()));
-    install::gcc()?;
     let args = task_args();
     let value = |flag: &str| {
         args.iter()
@@ -118,9 +115,12 @@ fn soak() -> anyhow::Result<()> {
             .cloned()
     };
     let minutes = value("--minutes").unwrap_or_else(|| "30".into());
-    minutes
+    let parsed = minutes
         .parse::<f64>()
         .with_context(|| format!("--minutes {minutes}: not a number"))?;
+    if !(parsed.is_finite() && parsed > 0.0) {
+        bail!("--minutes {minutes}: give a positive number of minutes");
+    }
     let mut env = vec![("RL15_MINUTES", minutes.as_str())];
     let seed = value("--seed");
     if let Some(seed) = &seed {
@@ -128,6 +128,9 @@ fn soak() -> anyhow::Result<()> {
             .with_context(|| format!("--seed {seed}: not an unsigned integer"))?;
         env.push(("RL15_SEED", seed.as_str()));
     }
+    let server = install::redis_server()?;
+    step(&format!("using {}", server.display()));
+    install::gcc()?;
     step(&format!("RL-15 soak for {minutes} min (built first)"));
     cargo_with_env(
         &env,
@@ -141,6 +144,26 @@ fn soak() -> anyhow::Result<()> {
             "--nocapture",
         ],
     )
+}
+
+/// The integration tests that run one at a time (`faults` group in .config/nextest.toml).
+const FAULT_TESTS: [&str; 2] = ["reliability", "soak"];
+
+/// The integration test targets of redlock-tests but the UI tests (a step of their own).
+fn integration_tests() -> anyhow::Result<Vec<String>> {
+    let dir = workspace_root().join("tests/tests");
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|ext| ext == "rs")
+            && let Some(stem) = path.file_stem().and_then(|s| s.to_str())
+            && stem != "macro_ui"
+        {
+            targets.push(stem.to_owned());
+        }
+    }
+    targets.sort();
+    Ok(targets)
 }
 
 fn nextest_available() -> bool {
@@ -191,11 +214,44 @@ fn test() -> anyhow::Result<()> {
             "not binary(macro_ui)",
         ])?;
     } else {
-        step("cargo-nextest not found: running `cargo test` (no per-test time limit)");
-        cargo(&["test", "--workspace", "--lib", "--bins", "--tests"])?;
+        step(
+            "cargo-nextest not found: running `cargo test` (no per-test time limit; install cargo-nextest for one)",
+        );
+        cargo(&[
+            "test",
+            "--workspace",
+            "--exclude",
+            "redlock-tests",
+            "--lib",
+            "--bins",
+            "--tests",
+        ])?;
+        cargo(&["test", "-p", "redlock-tests", "--lib", "--bins"])?;
+        for target in integration_tests()? {
+            // As in .config/nextest.toml: the fault scenarios one at a time.
+            let threads = if FAULT_TESTS.contains(&target.as_str()) {
+                "1"
+            } else {
+                "2"
+            };
+            cargo(&[
+                "test",
+                "-p",
+                "redlock-tests",
+                "--test",
+                &target,
+                "--",
+                "--test-threads",
+                threads,
+            ])?;
+        }
     }
-    step("doctests, the README's snippets included");
-    cargo(&["test", "--workspace", "--doc"])?;
+    step("doctests");
+    cargo(&["test", "--workspace", "--exclude", "readme", "--doc"])?;
+    // Alone, so that its snippets build with the README's dependencies and no feature that
+    // another workspace member turns on.
+    step("the README's snippets and its Cargo.toml snippet (examples/readme)");
+    cargo(&["test", "-p", "readme"])?;
     step("rustdoc -D warnings");
     cargo_with_env(
         &[("RUSTDOCFLAGS", "-D warnings")],

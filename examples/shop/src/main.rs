@@ -252,7 +252,18 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
+    // The error's message, not its `Debug` form: it says what to fix.
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("shop: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Logs go to stderr, coloured only when that is a terminal (the demo pipes them).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
