@@ -102,10 +102,37 @@ impl LockGuard {
         LockInfo::new(Arc::clone(self.lease()))
     }
 
-    /// Guards sharing this lock in the holding task: 1, plus one per reentrant acquisition
-    /// still alive ([`LockOptions::reentrant`](crate::LockOptions::reentrant)).
+    /// Guards sharing this lock: 1, plus one per reentrant acquisition still alive
+    /// ([`LockOptions::reentrant`](crate::LockOptions::reentrant)).
     pub fn hold_count(&self) -> usize {
         self.lease().holds.load(Ordering::Acquire)
+    }
+
+    /// Runs `work` inside this lock's scope: while it runs, a reentrant acquisition of the same
+    /// resource in the same mode through the same handle (`LockOptions::reentrant(true)`, as
+    /// `#[redlock]` does by default) re-enters this lock instead of waiting for it. Only `work`
+    /// and what it awaits are inside: a sibling future of the same task, or a task `work`
+    /// spawns, is another holder. A lock taken without `reentrant` adds no scope.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// use redlock_core::LockOptions;
+    ///
+    /// let options = LockOptions::default().reentrant(true);
+    /// let guard = redlock.lock_with("ledger", &options).await?;
+    /// guard
+    ///     .scope(async {
+    ///         // Re-enters: the same lock, hold count 2, released with the inner guard's drop.
+    ///         let inner = redlock.lock_with("ledger", &options).await?;
+    ///         assert_eq!(inner.hold_count(), 2);
+    ///         Ok::<_, redlock_core::LockError>(())
+    ///     })
+    ///     .await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<F: std::future::Future>(&self, work: F) -> crate::Scoped<F> {
+        crate::reentrant::scope(self.lease(), self.redlock.id(), work)
     }
 
     /// Extends the lock to `ttl` from now on every node at once (compare-and-pexpire; distlock
@@ -113,7 +140,9 @@ impl LockGuard {
     ///
     /// The extension counts only if a quorum confirmed it before the lost deadline; its
     /// validity follows the acquisition rule: start + ttl − drift. A key that is gone is never
-    /// re-created.
+    /// re-created, and an extension never shortens anything: with a `ttl` shorter than the
+    /// time the lock has left, the keys keep their expiry and the returned deadline is the
+    /// current one (to give a lock up early, release it).
     ///
     /// # Errors
     /// - [`LockError::Lost`]: a majority no longer holds our token, the lost deadline passed

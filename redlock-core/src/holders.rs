@@ -86,7 +86,8 @@ return {granted, fence}"#
 ));
 
 /// Gives token `ARGV[1]`'s entry a new expiry `ARGV[2]` ms from now, if it is there and has
-/// not expired; never re-creates it. Returns 1 if extended, 0 otherwise.
+/// not expired; never re-creates it and never brings an expiry forward (as
+/// [`EXTEND`](crate::node::EXTEND)). Returns 1 if the entry is held, 0 otherwise.
 pub(crate) static EXTEND_MODE: Script = Script::new(concat!(
     r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 local value = redis.call("hget", KEYS[1], ARGV[1])
@@ -99,7 +100,9 @@ if (tonumber(expiry) or 0) <= now then
   return 0
 end
 local ttl = tonumber(ARGV[2])
-redis.call("hset", KEYS[1], ARGV[1], mode .. " " .. (now + ttl))
+if tonumber(expiry) < now + ttl then
+  redis.call("hset", KEYS[1], ARGV[1], mode .. " " .. (now + ttl))
+end
 if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpireat", KEYS[1], now + ttl) end
 return 1"#
 ));

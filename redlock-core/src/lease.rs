@@ -13,7 +13,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::LostReason;
 use crate::mode::Mode;
-use crate::reentrant::Holder;
 use crate::token::Token;
 
 /// Auto-extension settings of one lease.
@@ -42,9 +41,9 @@ pub(crate) struct Lease {
     pub(crate) lost_margin: Duration,
     pub(crate) fencing_token: Option<u64>,
     pub(crate) auto_extend: Option<AutoExtend>,
-    /// The task (or thread) that may re-enter this lock, if it is reentrant.
-    pub(crate) owner: Option<Holder>,
-    /// Guards sharing this lease (re-entries + 1).
+    /// Whether code in its scope may re-enter it ([`crate::reentrant`]).
+    pub(crate) reentrant: bool,
+    /// Guards sharing this lease (re-entries + 1); 0 once the last is done.
     pub(crate) holds: AtomicUsize,
     /// The monotonic instant the lock stops being valid; moved forward by extensions.
     valid_until: watch::Sender<Instant>,
@@ -61,7 +60,6 @@ pub(crate) struct LeaseParts {
     pub(crate) marker: String,
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
-    pub(crate) owner: Option<Holder>,
 }
 
 impl Lease {
@@ -72,7 +70,10 @@ impl Lease {
     ) -> Self {
         let auto_extend = options.get_auto_extend().then(|| AutoExtend {
             fraction: options.get_extend_fraction(),
-            hold_until: options.get_max_hold().map(|max| acquired_at + max),
+            // A cap too far for the clock (`Duration::MAX`) is no cap.
+            hold_until: options
+                .get_max_hold()
+                .and_then(|max| acquired_at.checked_add(max)),
             max_extensions: options.get_max_extensions(),
         });
         Self {
@@ -87,7 +88,7 @@ impl Lease {
             lost_margin: options.get_lost_margin(),
             fencing_token: parts.fencing_token,
             auto_extend,
-            owner: parts.owner,
+            reentrant: options.get_reentrant(),
             holds: AtomicUsize::new(1),
             valid_until: watch::Sender::new(parts.valid_until),
             lost: CancellationToken::new(),

@@ -29,6 +29,7 @@ pub use mode::{Mode, ParseModeError};
 pub use options::LockOptions;
 pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::{RELEASE_ROUNDS, Redlock, ReleaseAllReport, Released};
+pub use reentrant::Scoped;
 pub use token::{TOKEN_BYTES, Token};
 
 #[cfg(feature = "macros")]

@@ -93,7 +93,9 @@ pub(crate) use quarantine_check;
 
 /// A waiter's attempt: take the key if it is free or reserved for this waiter (`ARGV[3]`),
 /// and leave the queue; otherwise join the queue (`ZADD NX`, so a waiter keeps its place,
-/// scored by its wait start `ARGV[4]`) and keep the queue alive for `ARGV[5]` ms. Also reads
+/// scored by its wait start `ARGV[4]`) unless it already holds
+/// [`MAX_QUEUED_WAITERS`](crate::options::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
+/// `ARGV[5]` ms. Also reads
 /// the fencing counter `KEYS[3]` when given; `ARGV[6]` is the quarantine
 /// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter}`. The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
@@ -107,16 +109,22 @@ if not cur or cur == ARGV[3] then
   redis.pcall("zrem", KEYS[2], ARGV[3])
   return {1, fence}
 end
-redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
+if (tonumber(redis.pcall("zcard", KEYS[2])) or 0) < 1024 then
+  redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
+end
 redis.pcall("pexpire", KEYS[2], ARGV[5])
 return {0, fence}"#
 ));
 
 /// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
 /// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
-/// re-created. Returns 1 if extended, 0 otherwise.
+/// re-created, and a key is never shortened: a ttl below the key's remaining life leaves it
+/// as it is, so the validity its holder already counts on stays true. Returns 1 if the key
+/// holds our token (and now lives at least `ARGV[2]` ms), 0 otherwise.
 pub(crate) static EXTEND: Script = Script::new(
-    r#"if redis.pcall("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) else return 0 end"#,
+    r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) end
+return 1"#,
 );
 
 /// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: read the
@@ -515,5 +523,21 @@ fn counter(value: &Value) -> Option<u64> {
         Value::String(s) => s.parse().ok(),
         Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::MAX_QUEUED_WAITERS;
+
+    #[test]
+    fn the_queue_cap_is_the_one_the_script_enforces() {
+        let check = format!("< {MAX_QUEUED_WAITERS} then");
+        assert!(
+            ACQUIRE_QUEUED.source.contains(&check),
+            "{}",
+            ACQUIRE_QUEUED.source
+        );
     }
 }

@@ -31,6 +31,12 @@ pub const FENCING_KEY_SUFFIX: &str = ":fencing-counter";
 /// Suffix of the key holding a resource's waiter queue (also its hand-over channel);
 /// resources may not end with it.
 pub const WAITERS_KEY_SUFFIX: &str = ":waiters";
+/// The most entries a resource's waiter queue takes on one node; a waiter left out is woken
+/// by its retry timer instead of by name. Waiters leave the queue when they are granted, give
+/// up, or their future is dropped; one that died without leaving (a crashed process) is popped
+/// by the next release, at the cost of one hand-over grace. The cap bounds what such entries
+/// can cost, however many accumulate.
+pub const MAX_QUEUED_WAITERS: usize = 1024;
 
 /// How one acquisition behaves: how long the lock lives, how often and how long to retry.
 ///
@@ -104,9 +110,10 @@ impl LockOptions {
         self
     }
 
-    /// Base delay between attempts (default 200 ms). Each wait adds a uniformly random extra of
-    /// up to [`retry_jitter`](Self::retry_jitter), so that contending clients desynchronise
-    /// (distlock spec, "Retry on failure").
+    /// Base delay between attempts (default 200 ms). Each wait adds a uniformly random extra
+    /// of up to [`retry_jitter`](Self::retry_jitter), so that contending clients desynchronise
+    /// (distlock spec, "Retry on failure"). Whatever the delay (`Duration::MAX` included), a
+    /// waiter attempts at least once a day; a release wakes it earlier.
     #[must_use]
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
@@ -122,10 +129,21 @@ impl LockOptions {
 
     /// Keep retrying until this much time has passed since the call started, then fail (Yii2's
     /// mutex `timeout`). When set, it replaces [`retry_count`](Self::retry_count).
+    /// `Duration::MAX` (or any wait the clock cannot reach) waits until the lock is taken or
+    /// the handle shuts down: see [`wait_forever`](Self::wait_forever).
     #[must_use]
     pub fn wait_timeout(mut self, wait: Duration) -> Self {
         self.wait_timeout = Some(wait);
         self
+    }
+
+    /// Keep retrying until the lock is taken (node-redlock's `retryCount: -1`; leader
+    /// election), or until [`Redlock::begin_shutdown`](crate::Redlock::begin_shutdown), which
+    /// ends the wait with [`LockError::ShuttingDown`](crate::LockError::ShuttingDown). The
+    /// same as `wait_timeout(Duration::MAX)`. Drop the future to stop waiting earlier.
+    #[must_use]
+    pub fn wait_forever(self) -> Self {
+        self.wait_timeout(Duration::MAX)
     }
 
     /// Share of the ttl allowed for clock drift between client and nodes (default 0.01); the
@@ -192,10 +210,16 @@ impl LockOptions {
         self
     }
 
-    /// Reentrant locking (seed 001's reentrancy): when the current tokio task already holds
-    /// the resource through this handle, return a guard sharing that lock (hold count + 1)
-    /// instead of waiting for it. The lock is released when the last guard goes. Concurrent
-    /// branches of one task (`join!`, `select!`) count as one holder. Default off.
+    /// Reentrant locking (seed 001's reentrancy): when the caller runs inside the scope of a
+    /// guard holding the resource through this handle in the same mode, return a guard sharing
+    /// that lock (hold count + 1) instead of waiting for it. The lock is released when the last
+    /// guard goes. Default off.
+    ///
+    /// "The same holder" is the call chain, not the task: the future given to
+    /// [`LockGuard::scope`](crate::LockGuard::scope) (`#[redlock]`, `with_lock` and the axum
+    /// layer put the locked body there) and everything it awaits. Sibling futures of one task
+    /// (`join!`, `select!`, `for_each_concurrent`) are different holders and exclude each
+    /// other; so is work the body hands to `tokio::spawn`, which runs outside the scope.
     #[must_use]
     pub fn reentrant(mut self, on: bool) -> Self {
         self.reentrant = on;
@@ -282,7 +306,7 @@ impl LockOptions {
         self.fencing
     }
 
-    /// Whether the lock is reentrant for the task holding it.
+    /// Whether the lock may be re-entered from its holder's scope.
     pub fn get_reentrant(&self) -> bool {
         self.reentrant
     }
@@ -374,6 +398,13 @@ pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waiting_forever_is_a_wait_of_duration_max_and_valid() {
+        let forever = LockOptions::default().wait_forever();
+        assert_eq!(forever.get_wait_timeout(), Some(Duration::MAX));
+        assert_eq!(forever.validate(), Ok(()));
+    }
 
     #[test]
     fn defaults_are_valid_and_mirror_hyperf() {

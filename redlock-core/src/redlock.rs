@@ -20,7 +20,7 @@ use crate::node::{Handover, Node, QueuePlace};
 use crate::options::{FENCING_KEY_SUFFIX, LockOptions, WAITERS_KEY_SUFFIX, validate_resource};
 use crate::outcome::{NodeVote, Outcomes};
 use crate::quorum::{self, Stop};
-use crate::reentrant::{Holder, Reentrant};
+use crate::reentrant;
 use crate::timing;
 use crate::token::Token;
 use crate::waiters::{Listener, WaitTiming, Waiters, Wake};
@@ -58,8 +58,9 @@ pub(crate) struct Inner {
     pub(crate) node_timeout: Duration,
     /// The release registry: every lease handed out and not yet released.
     held: Mutex<HashMap<u64, Arc<Lease>>>,
-    /// Leases a task may re-enter.
-    pub(crate) reentrant: Reentrant,
+    /// The runtime the handle was built on, which drives its node connections; background
+    /// work (releases of dropped guards, clean-ups, the auto-extension driver) runs there.
+    pub(crate) runtime: Option<tokio::runtime::Handle>,
     /// The auto-extension driver, started with the first auto-extended lock.
     pub(crate) watchdog: OnceLock<Watchdog>,
     /// Pub/sub waiters and fair hand-over (`None` when the hand-over grace is zero).
@@ -226,6 +227,11 @@ const AFTER_OTHER_SLACK: Duration = Duration::from_millis(5);
 /// The shortest life of a mode request's waiter entry.
 const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
 
+/// The longest wait between two attempts, whatever the retry delay: a waiter attempts at
+/// least once a day. It keeps timers and a mode request's waiter entry (which must outlive
+/// the wait, and whose expiry the node keeps as an exact integer) within reach of the clocks.
+const MAX_RETRY_WAIT: Duration = crate::options::MAX_TTL;
+
 /// Rounds of the fencing write-back before giving up (each round after the first follows a
 /// node that reported a higher counter).
 const FENCE_ROUNDS: usize = 3;
@@ -265,7 +271,7 @@ impl Redlock {
                     quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1
                 },
                 held: Mutex::new(HashMap::new()),
-                reentrant: Reentrant::default(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
                 watchdog: OnceLock::new(),
                 next_id: AtomicU64::new(0),
                 shutdown: CancellationToken::new(),
@@ -292,6 +298,11 @@ impl Redlock {
     /// The number of nodes that must agree: `N / 2 + 1`.
     pub fn quorum(&self) -> usize {
         self.inner.quorum
+    }
+
+    /// This handle's identity for reentrancy: clones share it.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     /// The Redis key used for `resource`: the key prefix followed by the resource.
@@ -371,8 +382,8 @@ impl Redlock {
     ///
     /// With [`LockOptions::fencing`], the lock also gets a fencing token (see the crate docs);
     /// with [`LockOptions::auto_extend`], the handle's driver keeps it extended; with
-    /// [`LockOptions::reentrant`], a task already holding the resource gets a guard sharing its
-    /// lock at once.
+    /// [`LockOptions::reentrant`], code running inside the scope of a guard holding the
+    /// resource ([`LockGuard::scope`]) gets a guard sharing its lock at once.
     ///
     /// # Errors
     /// - [`LockError::Invalid`]: empty or over-long resource, bad ttl or drift factor (nothing
@@ -394,9 +405,8 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
-        let owner = options.get_reentrant().then(Holder::current);
-        if let Some(task) = owner {
-            match self.inner.reentrant.enter(task, &key, options.get_mode()) {
+        if options.get_reentrant() {
+            match reentrant::enter(self.id(), &key, options.get_mode()) {
                 Some(Ok(lease)) => return Ok(LockGuard::new(self.clone(), lease)),
                 Some(Err(reason)) => {
                     return Err(LockError::Lost {
@@ -415,9 +425,7 @@ impl Redlock {
             nodes = self.inner.nodes.len(),
             quorum = self.inner.quorum,
         );
-        self.acquire(resource, key, options, owner)
-            .instrument(span)
-            .await
+        self.acquire(resource, key, options).instrument(span).await
     }
 
     /// Refuses a ttl the node quarantine does not cover (see
@@ -435,10 +443,12 @@ impl Redlock {
         resource: &str,
         key: String,
         options: &LockOptions,
-        owner: Option<Holder>,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
-        let deadline = options.get_wait_timeout().map(|wait| started + wait);
+        // `Some(None)`: a wait too long for the clock (`Duration::MAX`), i.e. until acquired.
+        let deadline = options
+            .get_wait_timeout()
+            .map(|wait| started.checked_add(wait));
         let mut attempts = 0u32;
         let ticket = Ticket::draw();
         let request = options.get_mode().map(|mode| {
@@ -452,6 +462,13 @@ impl Redlock {
         // A mode request that was refused has left a waiter's entry on some nodes.
         let mut entered = false;
         let mut waiting: Option<Listener> = None;
+        // Armed while this request may have a place in a queue (a plain waiter's, or a mode
+        // request's waiter entry, from its first attempt on): every way out of this function
+        // but a grant that keeps the place leaves the queue, this future being dropped
+        // included.
+        let mut exit = request
+            .is_some()
+            .then(|| QueueExit::new(self, &key, &ticket.marker, true));
         // The attempt that follows joining the queue is not a retry: it only closes the gap
         // between the first attempt and the subscription.
         let mut free_attempt = false;
@@ -468,12 +485,13 @@ impl Redlock {
             let failure = match self.attempt(&key, &token, options, place).await {
                 Ok(granted) => {
                     let queued = waiting.is_some() || entered;
-                    // A plain waiter leaves the queues of the nodes that did not grant it; a
-                    // mode request's waiter entries go with its release.
-                    if waiting.is_some() && request.is_none() && !granted.everywhere {
-                        self.leave_queue(&key, &ticket.marker, false);
+                    // A plain waiter leaves the queues of the nodes that did not grant it (a
+                    // granting node removed it); a mode request's waiter entries go with its
+                    // release.
+                    if let Some(exit) = &mut exit {
+                        exit.armed = request.is_none() && !granted.everywhere;
                     }
-                    let guard = self.register(resource, key, token, options, granted, owner);
+                    let guard = self.register(resource, key, token, options, granted);
                     if self.is_shutting_down() {
                         // Shutdown began during the attempt: refuse, and release what was
                         // taken (the guard's drop; `shutdown` waits for it).
@@ -487,20 +505,18 @@ impl Redlock {
             };
             let mut delay = self.retry_delay(options);
             let retry = match deadline {
-                Some(deadline) => {
+                Some(Some(deadline)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     delay = delay.min(left);
                     !left.is_zero()
                 }
+                Some(None) => true,
                 None => attempts <= options.get_retry_count(),
             };
             if let AttemptFailure::Votes(votes) = &failure {
                 entered |= request.is_some() && votes.held() > 0;
             }
             if !retry {
-                if waiting.is_some() || entered {
-                    self.leave_queue(&key, &ticket.marker, request.is_some());
-                }
                 let error = self.failure_error(resource, attempts, options, failure);
                 tracing::debug!(attempts, error = %error, "giving up");
                 return Err(error);
@@ -516,6 +532,7 @@ impl Redlock {
                 {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
                     let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+                    exit.get_or_insert_with(|| QueueExit::new(self, &key, &ticket.marker, false));
                     waiting = Some(waiters.join(&queue).await);
                     free_attempt = true;
                 }
@@ -530,7 +547,6 @@ impl Redlock {
                     };
                     let wake = listener.wait(&ticket.marker, timing, shutdown).await;
                     if wake == Wake::Shutdown {
-                        self.leave_queue(&key, &ticket.marker, request.is_some());
                         return Err(LockError::ShuttingDown);
                     }
                 }
@@ -549,38 +565,36 @@ impl Redlock {
     /// granted by only some nodes): its place in the queue of plain waiters, or, for a mode
     /// request, its waiter's entry in the holders' hash.
     fn leave_queue(&self, key: &str, marker: &str, mode: bool) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let redlock = self.clone();
         let (key, marker) = (key.to_owned(), marker.to_owned());
-        self.inner.tracker.spawn_on(
-            async move {
-                let limit = redlock.inner.node_timeout;
-                let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
-                let nodes = redlock.inner.nodes.iter();
-                futures_util::future::join_all(nodes.map(|node| {
-                    let leave = async {
-                        if mode {
-                            node.withdraw(&key, &marker).await
-                        } else {
-                            node.leave_queue(&queue, &marker).await
-                        }
-                    };
-                    tokio::time::timeout(limit, leave)
-                }))
-                .await;
-            },
-            &handle,
-        );
+        self.spawn_background(async move {
+            let limit = redlock.inner.node_timeout;
+            let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+            let nodes = redlock.inner.nodes.iter();
+            futures_util::future::join_all(nodes.map(|node| {
+                let leave = async {
+                    if mode {
+                        node.withdraw(&key, &marker).await
+                    } else {
+                        node.leave_queue(&queue, &marker).await
+                    }
+                };
+                tokio::time::timeout(limit, leave)
+            }))
+            .await;
+        });
     }
 
     /// How long a refused mode request's waiter entry lives after each attempt: longer than
     /// the longest wait between two attempts (a retry delay with its jitter, twice, plus the
     /// node timeouts), so that it lives exactly as long as its waiter keeps attempting.
     fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
-        let between = options.get_retry_delay() + options.get_retry_jitter();
-        let ttl = (between + self.inner.node_timeout) * 2;
+        let between = options
+            .get_retry_delay()
+            .saturating_add(options.get_retry_jitter())
+            .min(MAX_RETRY_WAIT)
+            + self.inner.node_timeout;
+        let ttl = between * 2;
         u64::try_from(ttl.max(MIN_INTENT_TTL).as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -591,7 +605,10 @@ impl Redlock {
         } else {
             rand::rng().random_range(Duration::ZERO..=jitter)
         };
-        options.get_retry_delay() + extra
+        options
+            .get_retry_delay()
+            .saturating_add(extra)
+            .min(MAX_RETRY_WAIT)
     }
 
     fn failure_error(
@@ -789,7 +806,6 @@ impl Redlock {
         token: Token,
         options: &LockOptions,
         granted: Granted,
-        owner: Option<Holder>,
     ) -> LockGuard {
         let parts = LeaseParts {
             id: self.inner.next_id.fetch_add(1, Ordering::Relaxed),
@@ -799,13 +815,9 @@ impl Redlock {
             marker: granted.marker,
             valid_until: granted.valid_until,
             fencing_token: granted.fencing_token,
-            owner,
         };
         let lease = Arc::new(Lease::new(parts, options, granted.started));
         self.held().insert(lease.id, Arc::clone(&lease));
-        if let Some(task) = owner {
-            self.inner.reentrant.insert(task, &lease);
-        }
         if lease.auto_extend.is_some() {
             self.watchdog().watch(Arc::clone(&lease));
         }
@@ -813,9 +825,9 @@ impl Redlock {
     }
 
     fn watchdog(&self) -> &Watchdog {
-        self.inner
-            .watchdog
-            .get_or_init(|| Watchdog::start(Arc::downgrade(&self.inner)))
+        self.inner.watchdog.get_or_init(|| {
+            Watchdog::start(Arc::downgrade(&self.inner), self.inner.runtime.as_ref())
+        })
     }
 
     pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
@@ -836,7 +848,7 @@ impl Redlock {
     /// A guard is done with `lease`: drop one hold, and when it was the last, fire the lost
     /// signal (released) and stop extending; the caller then releases it on the nodes.
     pub(crate) fn finish(&self, lease: &Lease) -> Finish {
-        if !self.inner.reentrant.leave(lease) {
+        if !reentrant::leave(lease) {
             return Finish::Kept;
         }
         if !self.retire(lease) {
@@ -934,17 +946,35 @@ impl Redlock {
         self.release_key(&lease.key, &lease.token, releasing).await
     }
 
-    /// Releases a dropped guard's lease in a tracked task ([`shutdown`](Self::shutdown) waits
-    /// for it); `false` outside a tokio runtime, where nothing can be sent.
-    pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return false;
+    /// Runs `work` in a tracked task ([`shutdown`](Self::shutdown) waits for it) on the
+    /// runtime the handle was built on, where its node connections are driven: a guard
+    /// dropped by a second runtime that is shutting down is still released by the first.
+    /// Without that runtime, on the current one; `false` when there is none.
+    pub(crate) fn spawn_background(&self, work: impl Future<Output = ()> + Send + 'static) -> bool {
+        let handle = match &self.inner.runtime {
+            Some(handle) => handle.clone(),
+            None => match tokio::runtime::Handle::try_current() {
+                Ok(handle) => handle,
+                Err(_) => return false,
+            },
         };
+        self.inner.tracker.spawn_on(work, &handle);
+        true
+    }
+
+    /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`
+    /// where nothing can be sent. If the runtime drops the release before it ran (it shut
+    /// down), a warning says so: the lock then expires with its ttl.
+    ///
+    /// [`spawn_background`]: Self::spawn_background
+    pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
         let redlock = self.clone();
         let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
-        self.inner.tracker.spawn_on(
+        self.spawn_background(
             async move {
+                let unsent = Unsent(Some(lease.resource.clone()));
                 let released = redlock.release_lease(&lease).await;
+                unsent.sent();
                 tracing::debug!(
                     deleted = released.deleted,
                     answered = released.answered,
@@ -952,9 +982,7 @@ impl Redlock {
                 );
             }
             .instrument(span),
-            &handle,
-        );
-        true
+        )
     }
 
     /// Refuses new acquisitions from now on ([`LockError::ShuttingDown`]); attempts waiting for
@@ -1072,17 +1100,66 @@ impl Drop for Cleanup<'_> {
         if !self.armed {
             return;
         }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let redlock = self.redlock.clone();
-            let (key, token, mode) = (self.key.to_owned(), self.token.clone(), self.mode);
-            redlock.inner.tracker.clone().spawn_on(
-                async move {
-                    redlock
-                        .release_key(&key, &token, Releasing::Attempt(mode))
-                        .await;
-                },
-                &handle,
+        let redlock = self.redlock.clone();
+        let (key, token, mode) = (self.key.to_owned(), self.token.clone(), self.mode);
+        self.redlock.spawn_background(async move {
+            redlock
+                .release_key(&key, &token, Releasing::Attempt(mode))
+                .await;
+        });
+    }
+}
+
+/// Warns, when dropped before [`sent`](Self::sent), that a dropped guard's release never ran:
+/// the runtime shut down first. Silence would hide a lock that stays until its ttl.
+struct Unsent(Option<String>);
+
+impl Unsent {
+    fn sent(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(resource) = self.0.take() {
+            tracing::warn!(
+                resource,
+                "the release of a dropped lock guard was cancelled (its runtime shut down); the lock expires with its ttl"
             );
+        }
+    }
+}
+
+/// Leaves a request's place in the queue when dropped while armed
+/// ([`Redlock::leave_queue`]: in the background, each node bounded by the node timeout): a
+/// waiter that gave up, failed, or whose future was dropped while it waited does not keep
+/// costing the resource a hand-over grace per release.
+struct QueueExit {
+    redlock: Redlock,
+    key: String,
+    marker: String,
+    /// A mode request's waiter entry, rather than a plain waiter's place.
+    mode: bool,
+    armed: bool,
+}
+
+impl QueueExit {
+    fn new(redlock: &Redlock, key: &str, marker: &str, mode: bool) -> Self {
+        Self {
+            redlock: redlock.clone(),
+            key: key.to_owned(),
+            marker: marker.to_owned(),
+            mode,
+            armed: true,
+        }
+    }
+}
+
+impl Drop for QueueExit {
+    fn drop(&mut self) {
+        if self.armed {
+            self.redlock.leave_queue(&self.key, &self.marker, self.mode);
         }
     }
 }

@@ -64,7 +64,7 @@ impl Redlock {
     {
         let options = options.clone().auto_extend(true);
         let guard = self.lock_with(resource, &options).await?;
-        let output = guard.until_lost(work(guard.info())).await;
+        let output = guard.until_lost(guard.scope(work(guard.info()))).await;
         finish(guard, output).await
     }
 }

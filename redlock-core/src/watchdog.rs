@@ -33,15 +33,20 @@ pub(crate) struct Watchdog {
 }
 
 impl Watchdog {
-    /// Spawns the driver on the current tokio runtime (none: auto-extension is off, with a
-    /// warning; locks then live out their ttl).
-    pub(crate) fn start(redlock: Weak<Inner>) -> Self {
+    /// Spawns the driver on `runtime`, the one the handle was built on (whose node
+    /// connections it needs), else on the current one: not on whichever runtime happens to
+    /// take the first auto-extended lock, which may end long before the handle does. With
+    /// neither, auto-extension is off, with a warning; locks then live out their ttl.
+    pub(crate) fn start(redlock: Weak<Inner>, runtime: Option<&tokio::runtime::Handle>) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
+        match runtime
+            .cloned()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        {
+            Some(runtime) => {
                 runtime.spawn(Driver::new(redlock).run(receiver));
             }
-            Err(_) => tracing::warn!("no tokio runtime: locks will not be auto-extended"),
+            None => tracing::warn!("no tokio runtime: locks will not be auto-extended"),
         }
         Self { commands }
     }

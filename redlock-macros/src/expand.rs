@@ -132,8 +132,9 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
             };
             #info
             // The body runs in its own async block so that `return` and `?` leave the block,
-            // not the function, and the guard is released after it.
-            let __redlock_body = async move {
+            // not the function, and the guard is released after it; inside the lock's scope,
+            // so that annotated functions it awaits re-enter the lock (and siblings do not).
+            let __redlock_body = __redlock_guard.scope(async move {
                 #bind_guard
                 #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::needless_return)]
                 if false {
@@ -141,7 +142,7 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
                     return __redlock_fake_return;
                 }
                 #(#stmts)*
-            };
+            });
             let __redlock_output: #ret = #run_body;
             #krate::__private::released(&__redlock_resource, __redlock_guard.release().await);
             __redlock_output

@@ -24,7 +24,7 @@
 //! | `fencing` | issue a fencing token (read it through `guard`) | off |
 //! | `mode = "read"` | lock mode: `"read"` (shared with readers), `"write"` (alone), or a DLM mode `"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`, `"EX"` (see `redlock_core::Mode`) | the plain exclusive lock |
 //! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
-//! | `reentrant = false` | by default a nested annotated fn on a resource its task already holds shares that lock (hold count) instead of waiting for itself; `false` treats it as any other holder | `true` |
+//! | `reentrant = false` | by default an annotated fn awaited inside the body of another that holds the resource (in the same mode, through the same handle) shares that lock (hold count) instead of waiting for itself; sibling calls of one task (`join!`) and spawned tasks are other holders. `false` treats the nested call as any other holder | `true` |
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
 //! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
 //! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |

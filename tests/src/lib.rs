@@ -362,8 +362,25 @@ impl RedisNodes {
         let _deleted: Vec<i64> = self.on_each("DEL", key).await;
     }
 
+    /// Adds `score member ...` pairs to the sorted set at `key` on every node (e.g. waiter
+    /// entries that nobody will remove).
+    pub async fn zadd(&self, key: &str, score_members: &[String]) {
+        let mut args = vec![key.to_owned()];
+        args.extend(score_members.iter().cloned());
+        let _added: Vec<i64> = self.on_each_with("ZADD", args).await;
+    }
+
     /// `command key` on every node from a plain client, in order.
     async fn on_each<T: fred::types::FromValue>(&self, command: &'static str, key: &str) -> Vec<T> {
+        self.on_each_with(command, vec![key.to_owned()]).await
+    }
+
+    /// `command args...` on every node from a plain client, in order.
+    async fn on_each_with<T: fred::types::FromValue>(
+        &self,
+        command: &'static str,
+        args: Vec<String>,
+    ) -> Vec<T> {
         use fred::interfaces::ClientLike;
         use fred::types::{ClusterHash, CustomCommand};
         let mut out = Vec::new();
@@ -372,9 +389,9 @@ impl RedisNodes {
             out.push(
                 plain_client(&url)
                     .await
-                    .custom(cmd, vec![key.to_owned()])
+                    .custom(cmd, args.clone())
                     .await
-                    .unwrap_or_else(|e| panic!("{command} {key} on {url}: {e}")),
+                    .unwrap_or_else(|e| panic!("{command} {args:?} on {url}: {e}")),
             );
         }
         out

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::KeysInterface;
 use rand::Rng;
-use redlock_core::{LockError, LockInfo, LockOptions, LostReason};
+use redlock_core::{LockError, LockInfo, LockOptions, LostReason, Mode};
 use redlock_tests::{DropFlag, RedisNodes, RedisServer, is_free, plain_client, redlock, within};
 
 fn ms(n: u64) -> Duration {
@@ -124,6 +124,53 @@ async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answ
         "fired {margin:?} early"
     );
     assert_eq!(lost.reason(), Some(LostReason::Expired));
+}
+
+#[tokio::test]
+async fn an_extension_with_a_shorter_ttl_never_shortens_the_lock() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let single = LockOptions::default().retry_count(0);
+    for mode in [None, Some(Mode::ProtectedRead)] {
+        let resource = format!("shorter-{}", mode.map_or("plain", Mode::as_str));
+        let mut options = LockOptions::default().ttl(ms(30_000));
+        if let Some(mode) = mode {
+            options = options.mode(mode);
+        }
+        let guard = a.lock_with(&resource, &options).await.unwrap();
+        let before = guard.valid_until();
+        let deadline = guard.extend(ms(2_000)).await.unwrap();
+        assert_eq!(deadline, before, "{resource}: the deadline moved");
+        assert_eq!(guard.valid_until(), before);
+        for server in &nodes.servers {
+            let left = pttl(server, &a.key_for(&resource)).await;
+            assert!(
+                left > 29_000,
+                "{resource}: the key was shortened to {left} ms"
+            );
+        }
+        // Past the shorter ttl (the issue's example: 30 s, extended by 2 s, a second client at
+        // 3 s), the lock still excludes: no second holder (for a mode lock, a writer) while the
+        // first guard claims its validity.
+        tokio::time::sleep(ms(2_500)).await;
+        let second = b
+            .lock_with(&resource, &single.clone().mode(Mode::Exclusive))
+            .await;
+        assert!(
+            matches!(second, Err(LockError::Busy { .. })),
+            "{resource}: {second:?}"
+        );
+        let plain = b.lock_with(&resource, &single).await;
+        assert!(
+            matches!(plain, Err(LockError::Busy { .. })),
+            "{resource}: {plain:?}"
+        );
+        assert!(guard.is_valid() && !guard.lost().is_lost());
+        // A longer ttl still extends.
+        let later = guard.extend(ms(60_000)).await.unwrap();
+        assert!(later > before + ms(25_000), "{resource}: not extended");
+        guard.release().await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -326,31 +373,74 @@ async fn fencing_tokens_strictly_increase_over_1000_acquisitions_with_minority_r
 }
 
 #[tokio::test]
-async fn a_task_re_enters_its_own_lock_and_others_wait() {
+async fn code_in_a_guards_scope_re_enters_its_lock_and_everyone_else_waits() {
     let nodes = RedisNodes::start(3);
     let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
     let reentrant = LockOptions::default().reentrant(true).retry_count(0);
     let outer = a.lock_with("r", &reentrant).await.unwrap();
-    let inner = within("re-entry", a.lock_with("r", &reentrant))
-        .await
-        .unwrap();
+    // Outside the guard's scope, the same task is another holder.
+    assert!(a.lock_with("r", &reentrant).await.unwrap_err().is_busy());
+    let (inner, spawned) = outer
+        .scope(async {
+            let inner = within("re-entry", a.lock_with("r", &reentrant))
+                .await
+                .unwrap();
+            // Work the body spawns runs outside the scope: another holder.
+            let spawned = tokio::spawn({
+                let (a, reentrant) = (a.clone(), reentrant.clone());
+                async move { a.lock_with("r", &reentrant).await.map(drop) }
+            });
+            (inner, spawned.await.unwrap())
+        })
+        .await;
+    assert!(spawned.unwrap_err().is_busy());
     assert_eq!(outer.hold_count(), 2);
     assert_eq!(inner.token(), outer.token());
-    // Another task — even through the same handle — is a different holder.
-    let other = tokio::spawn({
-        let (a, reentrant) = (a.clone(), reentrant.clone());
-        async move { a.lock_with("r", &reentrant).await.map(drop) }
-    });
-    assert!(other.await.unwrap().unwrap_err().is_busy());
-    // Without `reentrant`, the same task is refused like anyone else.
+    // Without `reentrant`, code in the scope is refused like anyone else; through another
+    // handle, too.
     let once = LockOptions::default().retry_count(0);
-    assert!(a.lock_with("r", &once).await.unwrap_err().is_busy());
+    outer
+        .scope(async {
+            assert!(a.lock_with("r", &once).await.unwrap_err().is_busy());
+            assert!(b.lock_with("r", &reentrant).await.unwrap_err().is_busy());
+        })
+        .await;
 
     let released = inner.release().await.unwrap();
     assert!(released.kept && released.was_held());
     assert!(!is_free(&b, "r").await, "the outer guard still holds it");
     assert!(outer.release().await.unwrap().was_held());
     assert!(is_free(&b, "r").await);
+}
+
+#[tokio::test]
+async fn sibling_futures_of_one_task_are_two_holders() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let reentrant = LockOptions::default().reentrant(true).retry_count(0);
+    // A holder with its scope open, and a sibling of it in the same task.
+    let outer = a.lock_with("sib", &reentrant).await.unwrap();
+    let (in_scope, sibling) = tokio::join!(
+        outer.scope(a.lock_with("sib", &reentrant)),
+        a.lock_with("sib", &reentrant)
+    );
+    assert!(in_scope.is_ok(), "{in_scope:?}");
+    assert!(
+        sibling.unwrap_err().is_busy(),
+        "a sibling future entered the lock"
+    );
+    drop(in_scope);
+    outer.release().await.unwrap();
+    // Two siblings asking at once: exactly one holds.
+    let (x, y) = tokio::join!(
+        a.lock_with("sib2", &reentrant),
+        a.lock_with("sib2", &reentrant)
+    );
+    assert_eq!(
+        usize::from(x.is_ok()) + usize::from(y.is_ok()),
+        1,
+        "{x:?} {y:?}"
+    );
 }
 
 #[tokio::test]

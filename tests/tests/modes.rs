@@ -524,13 +524,18 @@ async fn a_reentrant_reader_re_enters_its_read_lock_only() {
     let redlock = redlock(&nodes).await;
     let options = once(Mode::ProtectedRead).reentrant(true);
     let outer = redlock.lock_with("re", &options).await.unwrap();
-    let inner = redlock.lock_with("re", &options).await.unwrap();
+    let (inner, write) = outer
+        .scope(async {
+            let inner = redlock.lock_with("re", &options).await.unwrap();
+            // No upgrade: the holder's own read lock refuses its write request.
+            let write = redlock
+                .lock_with("re", &once(Mode::Exclusive).reentrant(true))
+                .await;
+            (inner, write)
+        })
+        .await;
     assert_eq!(outer.token(), inner.token());
     assert_eq!(outer.hold_count(), 2);
-    // No upgrade: the task's own read lock refuses its write request.
-    let write = redlock
-        .lock_with("re", &once(Mode::Exclusive).reentrant(true))
-        .await;
     assert!(write.unwrap_err().is_busy());
     drop(inner);
     assert_eq!(outer.hold_count(), 1);

@@ -7,10 +7,10 @@ use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
-use futures_util::future::BoxFuture;
+use futures_util::future::{BoxFuture, Either};
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
-use redlock_core::{LockError, LockGuard, LostReason};
+use redlock_core::{LockError, LockGuard, LostReason, Scoped};
 use tower_service::Service;
 
 use super::body::LockedBody;
@@ -27,7 +27,7 @@ type Lost = BoxFuture<'static, LockError>;
 fn lost(guard: &LockGuard) -> Lost {
     let (signal, resource) = (guard.lost(), guard.resource().to_owned());
     Box::pin(async move {
-        signal.cancelled().await;
+        signal.clone().await;
         LockError::Lost {
             resource,
             reason: signal.reason().unwrap_or(LostReason::Expired),
@@ -58,8 +58,10 @@ pin_project! {
             inner: Option<S>,
         },
         Calling {
+            // Inside the lock's scope, so that `#[redlock]` functions the handler awaits on
+            // the same resource re-enter its lock.
             #[pin]
-            future: S::Future,
+            future: Either<Scoped<S::Future>, S::Future>,
             guard: Option<LockGuard>,
             lost: Option<Lost>,
         },
@@ -137,7 +139,10 @@ where
                     let Some(mut inner) = inner.take() else {
                         unreachable!("the inner service is taken once")
                     };
-                    let future = inner.call(request);
+                    let future = match &guard {
+                        Some(guard) => Either::Left(guard.scope(inner.call(request))),
+                        None => Either::Right(inner.call(request)),
+                    };
                     let lost = guard.as_ref().map(lost);
                     this.state.set(State::Calling {
                         future,

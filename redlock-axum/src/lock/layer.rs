@@ -24,7 +24,7 @@ pub enum ReleaseOn {
     Response,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) redlock: Redlock,
     pub(crate) resource: ResourceFrom,
@@ -74,9 +74,10 @@ impl RedlockLayer {
         }
     }
 
+    /// The configuration to change: this layer's own, copied first if clones share it (a
+    /// setter on a clone never changes the layer it was cloned from).
     fn config_mut(&mut self) -> &mut Config {
-        Arc::get_mut(&mut self.config)
-            .unwrap_or_else(|| unreachable!("the layer is configured before it is cloned"))
+        Arc::make_mut(&mut self.config)
     }
 
     /// Locks the resource named by `template` over the matched route's path parameters, e.g.
