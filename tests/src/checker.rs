@@ -15,7 +15,7 @@ use crate::RedisServer;
 /// One holder's critical section as the harness saw it, on the harness's monotonic clock:
 /// from the moment the lock call returned to the release or the end of validity, whichever
 /// came first.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hold {
     /// Which client held it.
     pub holder: usize,
@@ -243,5 +243,128 @@ impl Register {
         };
         tokio::time::sleep(pause).await;
         self.write_fenced(value + 1, fence).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hold by `holder` from `start` to `end` ms after `t0`.
+    fn hold(t0: Instant, holder: usize, mode: Option<Mode>, start: u64, end: u64) -> History {
+        let history = History::new();
+        add(&history, t0, holder, mode, start, end);
+        history
+    }
+
+    fn add(
+        history: &History,
+        t0: Instant,
+        holder: usize,
+        mode: Option<Mode>,
+        start: u64,
+        end: u64,
+    ) {
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Released at `end`, valid until later: the hold ends at the release.
+        history.record_mode(holder, mode, at(start), at(end + 1_000), at(end));
+    }
+
+    #[test]
+    fn disjoint_and_touching_holds_do_not_overlap() {
+        let t0 = Instant::now();
+        let history = hold(t0, 0, None, 0, 10);
+        add(&history, t0, 1, None, 10, 20);
+        add(&history, t0, 2, None, 30, 40);
+        assert!(history.overlaps().is_empty());
+        assert!(history.mode_overlaps().0.is_empty());
+    }
+
+    #[test]
+    fn overlapping_holds_are_flagged_even_behind_a_short_one() {
+        let t0 = Instant::now();
+        // A long hold, a short one inside it, and a third that starts after the short one
+        // ended but while the long one still runs: both later holds overlap the long one.
+        let history = hold(t0, 0, None, 0, 100);
+        add(&history, t0, 1, None, 10, 20);
+        add(&history, t0, 2, None, 50, 60);
+        let pairs: Vec<(usize, usize)> = history
+            .overlaps()
+            .iter()
+            .map(|(a, b)| (a.holder, b.holder))
+            .collect();
+        assert_eq!(pairs, [(0, 1), (0, 2)]);
+        assert_eq!(history.mode_overlaps().0.len(), 2);
+    }
+
+    #[test]
+    fn the_end_of_a_hold_is_its_validity_when_that_comes_first() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let history = History::new();
+        // Valid until 10, released (too late) at 50: a hold from 20 does not overlap it.
+        history.record(0, at(0), at(10), at(50));
+        history.record(1, at(20), at(30), at(30));
+        assert!(history.overlaps().is_empty());
+        // Valid until 50, released at 50: it does.
+        history.record(2, at(40), at(60), at(60));
+        history.record(3, at(45), at(70), at(70));
+        assert_eq!(history.overlaps().len(), 1);
+    }
+
+    #[test]
+    fn modes_share_only_where_the_table_allows() {
+        let t0 = Instant::now();
+        let (pr, ex, cr, cw) = (
+            Some(Mode::ProtectedRead),
+            Some(Mode::Exclusive),
+            Some(Mode::ConcurrentRead),
+            Some(Mode::ConcurrentWrite),
+        );
+        // Readers together: shared, no conflict.
+        let readers = hold(t0, 0, pr, 0, 100);
+        add(&readers, t0, 1, pr, 10, 50);
+        add(&readers, t0, 2, cr, 20, 30);
+        assert_eq!(readers.mode_overlaps(), (Vec::new(), 3));
+        // A writer beside a reader, a plain lock beside a mode holder, PR beside CW: each is a
+        // conflict the checker must report (the negative controls).
+        for (a, b) in [
+            (pr, ex),
+            (None, pr),
+            (pr, None),
+            (None, None),
+            (pr, cw),
+            (ex, ex),
+        ] {
+            let history = hold(t0, 0, a, 0, 100);
+            add(&history, t0, 1, b, 50, 150);
+            let (conflicts, shared) = history.mode_overlaps();
+            assert_eq!((conflicts.len(), shared), (1, 0), "{a:?} beside {b:?}");
+        }
+        // NL shares with everything, EX included.
+        let null = hold(t0, 0, ex, 0, 100);
+        add(&null, t0, 1, Some(Mode::Null), 50, 150);
+        assert_eq!(null.mode_overlaps(), (Vec::new(), 1));
+    }
+
+    #[tokio::test]
+    async fn the_register_loses_an_update_to_two_writers_and_fencing_refuses_the_stale_one() {
+        let store = RedisServer::start();
+        let register = Register::new(&store, "oracle").await;
+        // Two increments at once, with no lock: one update is lost (the negative control).
+        let pause = Duration::from_millis(20);
+        tokio::join!(register.increment(pause), register.increment(pause));
+        assert_eq!(register.read().await, 1);
+        register.increment(Duration::ZERO).await;
+        assert_eq!(register.read().await, 2);
+        // Fenced: a token below the highest seen is refused, on write and on read.
+        let fenced = Register::new(&store, "fenced").await;
+        assert!(fenced.increment_fenced(Duration::ZERO, 5).await);
+        assert!(!fenced.write_fenced(100, 4).await);
+        assert_eq!(fenced.read_fenced(4).await, None);
+        assert!(!fenced.increment_fenced(Duration::ZERO, 4).await);
+        assert_eq!(fenced.read().await, 1);
+        assert!(fenced.increment_fenced(Duration::ZERO, 6).await);
+        assert_eq!(fenced.read().await, 2);
     }
 }
