@@ -56,14 +56,27 @@ async fn a_waiter_queue_never_grows_past_its_cap() {
         .flat_map(|i| [i.to_string(), format!("~dead{i}")])
         .collect();
     nodes.zadd("full:waiters", &members).await;
-    let once = LockOptions::default().retry_count(1).retry_delay(ms(50));
-    assert!(b.lock_with("full", &once).await.unwrap_err().is_busy());
+    let waiter = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let wait = LockOptions::default().wait_timeout(Duration::from_secs(10));
+            b.lock_with("full", &wait).await.map(drop)
+        }
+    });
+    // While it waits (having attempted a few times), the queue stays at its cap.
+    tokio::time::sleep(ms(600)).await;
+    assert!(!waiter.is_finished());
     assert_eq!(
         nodes.queued("full").await,
         [1024],
         "the queue grew past its cap"
     );
+    // Left out of the queue, it still gets the lock when the holder goes.
     holder.release().await.unwrap();
+    within("the waiter left out of the queue", waiter)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]

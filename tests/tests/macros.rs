@@ -198,9 +198,13 @@ async fn charge(fx: &Fixture, id: u64, inside: &AtomicU32) -> Result<u32, AppErr
 async fn sibling_calls_in_one_task_exclude_each_other_while_nested_calls_re_enter() {
     let fx = fixture().await;
     let inside = AtomicU32::new(0);
-    // `join!` polls both in one task: reentrancy keyed on the task let both in.
+    // `join!` polls both in one task; the second asks once the first holds (reentrancy
+    // keyed on the task let it in).
     let (first, second) = within("sibling calls", async {
-        tokio::join!(charge(&fx, 1, &inside), charge(&fx, 1, &inside))
+        tokio::join!(charge(&fx, 1, &inside), async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            charge(&fx, 1, &inside).await
+        })
     })
     .await;
     let entered = [&first, &second].iter().filter(|r| r.is_ok()).count();
