@@ -25,6 +25,8 @@ use crate::token::Token;
 pub struct LockGuard {
     redlock: Redlock,
     lease: Option<Arc<Lease>>,
+    /// A re-entry's turn in its scope, held until the guard goes ([`crate::reentrant`]).
+    _turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl LockGuard {
@@ -32,6 +34,20 @@ impl LockGuard {
         Self {
             redlock,
             lease: Some(lease),
+            _turn: None,
+        }
+    }
+
+    /// A guard re-entering `lease`, holding its turn in the scope it re-entered.
+    pub(crate) fn reentered(
+        redlock: Redlock,
+        lease: Arc<Lease>,
+        turn: tokio::sync::OwnedSemaphorePermit,
+    ) -> Self {
+        Self {
+            redlock,
+            lease: Some(lease),
+            _turn: Some(turn),
         }
     }
 
@@ -172,7 +188,17 @@ impl LockGuard {
             unreachable!("lease taken before the guard was consumed")
         };
         match self.redlock.finish(&lease) {
-            Finish::Kept => return Ok(self.redlock.kept()),
+            // Another guard keeps the lock; one that can no longer be trusted is not reported
+            // as held.
+            Finish::Kept => {
+                return match lease.check() {
+                    Ok(()) => Ok(self.redlock.kept()),
+                    Err(reason) => Err(LockError::Lost {
+                        resource: lease.resource.clone(),
+                        reason,
+                    }),
+                };
+            }
             Finish::AlreadyReleased => {
                 return Err(LockError::Lost {
                     resource: lease.resource.clone(),
@@ -201,13 +227,8 @@ impl Drop for LockGuard {
         if let Some(lease) = self.lease.take()
             && let Finish::Release = self.redlock.finish(&lease)
         {
-            let resource = lease.resource.clone();
-            if !self.redlock.spawn_release(lease) {
-                tracing::warn!(
-                    resource,
-                    "lock guard dropped outside a tokio runtime; the lock expires with its ttl"
-                );
-            }
+            // Without a runtime the release cannot run; it warns itself.
+            let _spawned = self.redlock.spawn_release(lease);
         }
     }
 }

@@ -113,7 +113,7 @@ impl LockOptions {
     /// Base delay between attempts (default 200 ms). Each wait adds a uniformly random extra
     /// of up to [`retry_jitter`](Self::retry_jitter), so that contending clients desynchronise
     /// (distlock spec, "Retry on failure"). Whatever the delay (`Duration::MAX` included), a
-    /// waiter attempts at least once a day; a release wakes it earlier.
+    /// waiter attempts at least once a minute; a release wakes it earlier.
     #[must_use]
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;

@@ -228,9 +228,14 @@ const AFTER_OTHER_SLACK: Duration = Duration::from_millis(5);
 const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
 
 /// The longest wait between two attempts, whatever the retry delay: a waiter attempts at
-/// least once a day. It keeps timers and a mode request's waiter entry (which must outlive
-/// the wait, and whose expiry the node keeps as an exact integer) within reach of the clocks.
-const MAX_RETRY_WAIT: Duration = crate::options::MAX_TTL;
+/// least once a minute (releases wake it sooner). It bounds how long a crashed mode
+/// request's waiter entry, which must outlive the wait, holds up incompatible requests, and
+/// keeps the node's expiry arithmetic exact.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// The longest local wait for a sibling re-entry (`tokio::time::timeout` takes any duration,
+/// but a year is as good as forever here).
+const MAX_LOCAL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Rounds of the fencing write-back before giving up (each round after the first follows a
 /// node that reported a higher counter).
@@ -405,15 +410,38 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
-        if options.get_reentrant() {
-            match reentrant::enter(self.id(), &key, options.get_mode()) {
-                Some(Ok(lease)) => return Ok(LockGuard::new(self.clone(), lease)),
+        if options.get_reentrant()
+            && let Some(reentry) = reentrant::find(self.id(), &key, options.get_mode())
+        {
+            // Another re-entry of this scope (a sibling future of the body) holds the turn:
+            // wait for it as for any holder, within the request's own budget.
+            let turn = match reentry.try_turn() {
+                Some(turn) => Some(turn),
+                None => match local_wait(options) {
+                    Some(budget) => tokio::time::timeout(budget, reentry.turn())
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => None,
+                },
+            };
+            let Some(turn) = turn else {
+                return Err(LockError::Busy {
+                    resource: resource.to_owned(),
+                    attempts: 1,
+                    quorum: self.inner.quorum,
+                    outcomes: Outcomes::default(),
+                });
+            };
+            match reentry.enter() {
+                Some(Ok(lease)) => return Ok(LockGuard::reentered(self.clone(), lease, turn)),
                 Some(Err(reason)) => {
                     return Err(LockError::Lost {
                         resource: resource.to_owned(),
                         reason,
                     });
                 }
+                // Released meanwhile: acquire afresh.
                 None => {}
             }
         }
@@ -593,8 +621,8 @@ impl Redlock {
             .get_retry_delay()
             .saturating_add(options.get_retry_jitter())
             .min(MAX_RETRY_WAIT)
-            + self.inner.node_timeout;
-        let ttl = between * 2;
+            .saturating_add(self.inner.node_timeout);
+        let ttl = between.saturating_mul(2);
         u64::try_from(ttl.max(MIN_INTENT_TTL).as_millis()).unwrap_or(u64::MAX)
     }
 
@@ -963,16 +991,17 @@ impl Redlock {
     }
 
     /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`
-    /// where nothing can be sent. If the runtime drops the release before it ran (it shut
-    /// down), a warning says so: the lock then expires with its ttl.
+    /// where nothing can be sent. If the release never runs (no runtime, or the runtime shut
+    /// down first), a warning says so: the lock then expires with its ttl.
     ///
     /// [`spawn_background`]: Self::spawn_background
     pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
         let redlock = self.clone();
         let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
+        // Made before the task: a task dropped before its first poll reports too.
+        let unsent = Unsent(Some(lease.resource.clone()));
         self.spawn_background(
             async move {
-                let unsent = Unsent(Some(lease.resource.clone()));
                 let released = redlock.release_lease(&lease).await;
                 unsent.sent();
                 tracing::debug!(
@@ -1111,7 +1140,8 @@ impl Drop for Cleanup<'_> {
 }
 
 /// Warns, when dropped before [`sent`](Self::sent), that a dropped guard's release never ran:
-/// the runtime shut down first. Silence would hide a lock that stays until its ttl.
+/// there was no runtime, or it shut down first. Silence would hide a lock that stays until
+/// its ttl.
 struct Unsent(Option<String>);
 
 impl Unsent {
@@ -1125,7 +1155,7 @@ impl Drop for Unsent {
         if let Some(resource) = self.0.take() {
             tracing::warn!(
                 resource,
-                "the release of a dropped lock guard was cancelled (its runtime shut down); the lock expires with its ttl"
+                "the release of a dropped lock guard never ran (no tokio runtime, or it shut down first); the lock expires with its ttl"
             );
         }
     }
@@ -1162,4 +1192,20 @@ impl Drop for QueueExit {
             self.redlock.leave_queue(&self.key, &self.marker, self.mode);
         }
     }
+}
+
+/// How long a request may wait for a holder in this process (a sibling re-entry of the same
+/// scope): its wait deadline, or its retries' delays; `None` for a single attempt.
+fn local_wait(options: &LockOptions) -> Option<Duration> {
+    if let Some(wait) = options.get_wait_timeout() {
+        return Some(wait.min(MAX_LOCAL_WAIT));
+    }
+    let retries = options.get_retry_count();
+    (retries > 0).then(|| {
+        options
+            .get_retry_delay()
+            .saturating_add(options.get_retry_jitter())
+            .saturating_mul(retries)
+            .min(MAX_LOCAL_WAIT)
+    })
 }

@@ -4,10 +4,14 @@
 //! re-entered only by code running inside its holder's scope: the future given to
 //! [`LockGuard::scope`](crate::LockGuard::scope) (which `#[redlock]`, `with_lock` and the axum
 //! layer wrap around the locked body) and everything that future awaits. The scope is a
-//! `tokio::task_local!`, so two sibling futures of one task (`join!`, `select!`,
-//! `for_each_concurrent`, a server polling several requests in one task) are two holders that
-//! exclude each other, as two tasks do; and work the body spawns with `tokio::spawn` runs
-//! outside the scope, so it is another holder too (it waits for the lock, or is refused).
+//! `tokio::task_local!` read when the scoped future is first polled, so:
+//! - two sibling futures of one task (`join!`, `select!`, `for_each_concurrent`, a server
+//!   polling several requests in one task) are two holders that exclude each other, as two
+//!   tasks do, and so is work handed to `tokio::spawn` (a spawned scoped future carries only
+//!   its own lock's scope, never the scopes around the place it was created);
+//! - inside one scope, re-entries take turns: two sibling futures of a locked body that both
+//!   re-enter its lock (`join!(debit(), debit())` inside `batch()`) run one after the other,
+//!   each alone under the lock, while a re-entry nested inside another gets in at once.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::futures::TaskLocalFuture;
 
 use crate::error::LostReason;
@@ -30,11 +35,14 @@ tokio::task_local! {
 #[derive(Clone, Default)]
 pub(crate) struct Chain(Option<Arc<Link>>);
 
+/// One scope: a lease, and the turn its re-entries take.
 pub(crate) struct Link {
     lease: Arc<Lease>,
     /// The handle the lease belongs to (its `Inner`'s address): the same key locked through
     /// another handle is another lock.
     handle: usize,
+    /// One permit: the re-entries made in this scope hold it in turn.
+    turn: Arc<Semaphore>,
     parent: Chain,
 }
 
@@ -55,7 +63,18 @@ pin_project_lite::pin_project! {
     #[must_use = "futures do nothing unless polled"]
     pub struct Scoped<F> {
         #[pin]
-        inner: TaskLocalFuture<Chain, F>,
+        state: State<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    #[project_replace = StateReplace]
+    enum State<F> {
+        /// Not polled yet: the scopes around it are read at the first poll, where it runs.
+        Start { lease: Arc<Lease>, handle: usize, work: F },
+        Running { #[pin] inner: TaskLocalFuture<Chain, F> },
+        Taken,
     }
 }
 
@@ -63,7 +82,35 @@ impl<F: Future> Future for Scoped<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        self.project().inner.poll(cx)
+        let mut state = self.project().state;
+        if let StateProj::Start { .. } = state.as_mut().project() {
+            let StateReplace::Start {
+                lease,
+                handle,
+                work,
+            } = state.as_mut().project_replace(State::Taken)
+            else {
+                unreachable!("the state was Start")
+            };
+            let parent = Chain::current();
+            let chain = if lease.reentrant {
+                Chain(Some(Arc::new(Link {
+                    lease,
+                    handle,
+                    turn: Arc::new(Semaphore::new(1)),
+                    parent,
+                })))
+            } else {
+                parent
+            };
+            state.set(State::Running {
+                inner: HELD.scope(chain, work),
+            });
+        }
+        match state.project() {
+            StateProj::Running { inner } => inner.poll(cx),
+            _ => unreachable!("a scoped future is polled after completion"),
+        }
     }
 }
 
@@ -73,49 +120,74 @@ impl<F> std::fmt::Debug for Scoped<F> {
     }
 }
 
-/// Runs `work` inside `lease`'s scope: a reentrant acquisition of the same key and mode through
-/// the same handle, made while `work` runs, re-enters `lease`. A lease that is not reentrant
-/// adds nothing (`work` keeps the scopes it is in when this is called).
+/// `work` inside `lease`'s scope (see the module docs). A lease that is not reentrant adds
+/// nothing: `work` runs in the scopes of wherever it is polled.
 pub(crate) fn scope<F: Future>(lease: &Arc<Lease>, handle: usize, work: F) -> Scoped<F> {
-    let parent = Chain::current();
-    let chain = if lease.reentrant {
-        Chain(Some(Arc::new(Link {
+    Scoped {
+        state: State::Start {
             lease: Arc::clone(lease),
             handle,
-            parent,
-        })))
-    } else {
-        parent
-    };
-    Scoped {
-        inner: HELD.scope(chain, work),
+            work,
+        },
     }
 }
 
-/// The lease of `key` in `mode` through `handle` whose scope the caller runs in, with one
-/// more hold; `Err` if that lease can no longer be trusted (nothing is added then); `None` if
-/// there is none (or it was released meanwhile).
-pub(crate) fn enter(
-    handle: usize,
-    key: &str,
-    mode: Option<Mode>,
-) -> Option<Result<Arc<Lease>, LostReason>> {
-    let chain = Chain::current();
-    let lease = chain
+/// Where a reentrant acquisition may re-enter: the innermost scope the caller runs in of a
+/// lease of `key` in `mode` through `handle` that is still held.
+pub(crate) struct Reentry {
+    lease: Arc<Lease>,
+    turn: Arc<Semaphore>,
+}
+
+/// The scope to re-enter, if the caller runs in one (see [`Reentry`]).
+pub(crate) fn find(handle: usize, key: &str, mode: Option<Mode>) -> Option<Reentry> {
+    Chain::current()
         .links()
-        .find(|link| link.handle == handle && link.lease.key == key && link.lease.mode == mode)
-        .map(|link| Arc::clone(&link.lease))?;
-    if let Err(reason) = lease.check() {
-        return Some(Err(reason));
-    }
-    // Only while another guard still holds it: a released lease is gone, not re-entered.
-    lease
-        .holds
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| {
-            (holds > 0).then_some(holds + 1)
+        .find(|link| {
+            link.handle == handle
+                && link.lease.key == key
+                && link.lease.mode == mode
+                && link.lease.holds.load(Ordering::Acquire) > 0
         })
-        .ok()?;
-    Some(Ok(lease))
+        .map(|link| Reentry {
+            lease: Arc::clone(&link.lease),
+            turn: Arc::clone(&link.turn),
+        })
+}
+
+impl Reentry {
+    /// This scope's turn, at once if no other re-entry of it holds it.
+    pub(crate) fn try_turn(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.turn).try_acquire_owned().ok()
+    }
+
+    /// This scope's turn, once the re-entry holding it is done.
+    pub(crate) async fn turn(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.turn).acquire_owned().await.ok()
+    }
+
+    /// One more hold on the lease. `None` if it was released meanwhile (the caller then
+    /// acquires afresh); `Err` if it can no longer be trusted (nothing is added then).
+    pub(crate) fn enter(self) -> Option<Result<Arc<Lease>, LostReason>> {
+        // The hold first, then the check: a release or `release_all` between the two would
+        // otherwise hand out a lock already released.
+        self.lease
+            .holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| {
+                (holds > 0).then_some(holds + 1)
+            })
+            .ok()?;
+        match self.lease.check() {
+            Ok(()) => Some(Ok(self.lease)),
+            Err(reason) => {
+                self.lease.holds.fetch_sub(1, Ordering::AcqRel);
+                match reason {
+                    LostReason::Released => None,
+                    reason => Some(Err(reason)),
+                }
+            }
+        }
+    }
 }
 
 /// Drops one hold on `lease`; `true` if it was the last (the lock must be released).

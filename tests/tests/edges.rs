@@ -4,10 +4,12 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use redlock_core::{LockOptions, Mode};
-use redlock_tests::{RedisNodes, free_within, is_free, redlock, within};
+use redlock_core::{LockError, LockOptions, Mode, Redlock, redlock};
+use redlock_tests::{RedisNodes, free_within, is_free, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -26,7 +28,10 @@ async fn until_queued(nodes: &RedisNodes, key: &str, n: i64) {
 #[tokio::test]
 async fn a_waiter_whose_future_is_dropped_leaves_the_queue() {
     let nodes = RedisNodes::start(3);
-    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let (a, b) = (
+        redlock_tests::redlock(&nodes).await,
+        redlock_tests::redlock(&nodes).await,
+    );
     let holder = a.lock("q").await.unwrap();
     let waiting = tokio::spawn({
         let b = b.clone();
@@ -49,7 +54,10 @@ async fn a_waiter_whose_future_is_dropped_leaves_the_queue() {
 #[tokio::test]
 async fn a_waiter_queue_never_grows_past_its_cap() {
     let nodes = RedisNodes::start(1);
-    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let (a, b) = (
+        redlock_tests::redlock(&nodes).await,
+        redlock_tests::redlock(&nodes).await,
+    );
     let holder = a.lock("full").await.unwrap();
     // 1024 entries left by waiters that died without leaving.
     let members: Vec<String> = (0..1024)
@@ -82,7 +90,10 @@ async fn a_waiter_queue_never_grows_past_its_cap() {
 #[tokio::test]
 async fn waits_and_caps_of_duration_max_mean_no_limit_and_never_panic() {
     let nodes = RedisNodes::start(3);
-    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let (a, b) = (
+        redlock_tests::redlock(&nodes).await,
+        redlock_tests::redlock(&nodes).await,
+    );
     for mode in [None, Some(Mode::Exclusive)] {
         let with_mode = |options: LockOptions| match mode {
             Some(mode) => options.mode(mode),
@@ -129,7 +140,7 @@ async fn waits_and_caps_of_duration_max_mean_no_limit_and_never_panic() {
 fn locks_are_extended_after_the_runtime_of_the_first_auto_extended_lock_ended() {
     let main = tokio::runtime::Runtime::new().unwrap();
     let nodes = RedisNodes::start(3);
-    let a = main.block_on(redlock(&nodes));
+    let a = main.block_on(redlock_tests::redlock(&nodes));
     let options = LockOptions::default().ttl(ms(300)).auto_extend(true);
     // A short-lived runtime takes the handle's first auto-extended lock, then ends.
     let short = tokio::runtime::Builder::new_current_thread()
@@ -155,7 +166,12 @@ fn locks_are_extended_after_the_runtime_of_the_first_auto_extended_lock_ended() 
 fn a_guard_dropped_by_a_runtime_shutting_down_is_still_released() {
     let main = tokio::runtime::Runtime::new().unwrap();
     let nodes = RedisNodes::start(3);
-    let (a, probe) = main.block_on(async { (redlock(&nodes).await, redlock(&nodes).await) });
+    let (a, probe) = main.block_on(async {
+        (
+            redlock_tests::redlock(&nodes).await,
+            redlock_tests::redlock(&nodes).await,
+        )
+    });
     let short = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -175,4 +191,121 @@ fn a_guard_dropped_by_a_runtime_shutting_down_is_still_released() {
     drop(short);
     let freed = main.block_on(free_within(&probe, "dropped"));
     assert!(freed < ms(1_000), "released after {freed:?}, not at once");
+}
+
+/// Runs a 200 ms critical section, recording the most sections inside at once.
+async fn section(inside: &AtomicU32, most: &AtomicU32) {
+    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+    most.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(ms(200)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+}
+
+#[tokio::test]
+async fn a_scoped_future_spawned_elsewhere_carries_only_its_own_lock() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock_tests::redlock(&nodes).await;
+    let reentrant = LockOptions::default().reentrant(true).retry_count(0);
+    let (inside, most) = (Arc::new(AtomicU32::new(0)), Arc::new(AtomicU32::new(0)));
+    let outer = a.lock_with("a", &reentrant).await.unwrap();
+    let refused = outer
+        .scope(async {
+            let b = a.lock_with("b", &reentrant).await.unwrap();
+            // Built inside `a`'s scope, run by another task: only `b`'s scope goes with it.
+            let spawned = tokio::spawn(b.scope({
+                let (a, reentrant) = (a.clone(), reentrant.clone());
+                let (inside, most) = (inside.clone(), most.clone());
+                async move {
+                    let taken = a.lock_with("a", &reentrant).await;
+                    if taken.is_ok() {
+                        section(&inside, &most).await;
+                    }
+                    taken.map(drop)
+                }
+            }));
+            section(&inside, &most).await;
+            spawned.await.unwrap()
+        })
+        .await;
+    assert!(refused.unwrap_err().is_busy());
+    assert_eq!(most.load(Ordering::SeqCst), 1, "two holders of `a` at once");
+    outer.release().await.unwrap();
+}
+
+#[redlock(resource = "acct", redlock = redlock, retry_count = 3, retry_delay = "100ms")]
+async fn debit(redlock: &Redlock, inside: &AtomicU32, most: &AtomicU32) -> Result<(), LockError> {
+    let _ = redlock;
+    section(inside, most).await;
+    Ok(())
+}
+
+#[redlock(resource = "acct", redlock = redlock)]
+async fn batch(redlock: &Redlock, inside: &AtomicU32, most: &AtomicU32) -> Result<(), LockError> {
+    let (x, y) = tokio::join!(debit(redlock, inside, most), debit(redlock, inside, most));
+    x.and(y)
+}
+
+#[tokio::test]
+async fn sibling_re_entries_inside_a_locked_body_take_turns() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock_tests::redlock(&nodes).await;
+    let (inside, most) = (AtomicU32::new(0), AtomicU32::new(0));
+    within("the batch", batch(&a, &inside, &most))
+        .await
+        .unwrap();
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        1,
+        "two `debit` bodies ran at once"
+    );
+}
+
+#[tokio::test]
+async fn a_released_scope_lets_the_resource_be_locked_afresh() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock_tests::redlock(&nodes).await;
+    let reentrant = LockOptions::default().reentrant(true).retry_count(0);
+    let guard = a.lock_with("rel", &reentrant).await.unwrap();
+    let later = guard.scope({
+        let (a, reentrant) = (a.clone(), reentrant.clone());
+        async move { a.lock_with("rel", &reentrant).await }
+    });
+    guard.release().await.unwrap();
+    let fresh = later.await.unwrap();
+    assert_eq!(fresh.hold_count(), 1, "re-entered a released lock");
+    fresh.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_kept_release_of_a_lost_lock_is_not_reported_as_held() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (
+        redlock_tests::redlock(&nodes).await,
+        redlock_tests::redlock(&nodes).await,
+    );
+    let reentrant = LockOptions::default().reentrant(true).ttl(ms(300));
+    let outer = a.lock_with("kept", &reentrant).await.unwrap();
+    let inner = outer.scope(a.lock_with("kept", &reentrant)).await.unwrap();
+    tokio::time::sleep(ms(600)).await;
+    let other = b.lock("kept").await.unwrap();
+    let released = inner.release().await;
+    assert!(
+        matches!(released, Err(LockError::Lost { .. })),
+        "{released:?}"
+    );
+    assert!(!outer.release().await.unwrap().was_held());
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_timeout_of_duration_max_does_not_panic_a_mode_lock() {
+    let nodes = RedisNodes::start(1);
+    let a = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::MAX)
+        .build()
+        .await
+        .unwrap();
+    let guard = a.lock_mode("m", Mode::Exclusive, ms(1_000)).await.unwrap();
+    guard.release().await.unwrap();
 }
