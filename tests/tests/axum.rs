@@ -552,3 +552,29 @@ async fn a_cloned_layer_is_configured_on_its_own() {
     holder.release().await.unwrap();
     assert_eq!(status("/a/1").await, StatusCode::OK);
 }
+
+#[redlock(resource = "reent:{id}", redlock = redlock, retry_count = 0)]
+async fn nested_in_handler(redlock: &Redlock, id: u32) -> Result<&'static str, LockRejection> {
+    let _ = (redlock, id);
+    Ok("re-entered")
+}
+
+#[tokio::test]
+async fn a_handler_under_the_layer_re_enters_the_routes_lock() {
+    use tower::ServiceExt;
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let app = Router::new()
+        .route(
+            "/r/{id}",
+            post(|State(r): State<Redlock>, Path(id): Path<u32>| async move {
+                nested_in_handler(&r, id).await
+            }),
+        )
+        .route_layer(RedlockLayer::from_template(redlock.clone(), "reent:{id}").unwrap())
+        .with_state(redlock.clone());
+    let request = http::Request::post("/r/7").body(Body::empty()).unwrap();
+    let response = app.oneshot(request).await.unwrap();
+    // Outside the layer's scope the nested call would be refused (423).
+    assert_eq!(response.status(), StatusCode::OK);
+}

@@ -513,3 +513,19 @@ async fn shutdown_reports_the_locks_it_could_not_release() {
     assert!(report.released.is_empty());
     assert_eq!(a.held_count(), 0);
 }
+
+#[tokio::test]
+async fn work_under_with_lock_re_enters_its_lock() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let reentrant = LockOptions::default().reentrant(true).retry_count(0);
+    let inner = a
+        .with_lock_options("scoped", &reentrant, |_| async {
+            a.lock_with("scoped", &reentrant)
+                .await
+                .map(|g| g.hold_count())
+        })
+        .await
+        .unwrap();
+    assert_eq!(inner.unwrap(), 2, "the work was outside the lock's scope");
+}
