@@ -182,7 +182,8 @@ impl LockGuard {
     /// # Errors
     /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys
     /// then expire with their ttl. [`LockError::Lost`] (reason `Released`) when
-    /// [`Redlock::release_all`] already released it.
+    /// [`Redlock::release_all`] already released it, or, for a re-entered guard whose lock
+    /// another guard still holds, when the lock can no longer be trusted.
     pub async fn release(mut self) -> Result<Released, LockError> {
         let Some(lease) = self.lease.take() else {
             unreachable!("lease taken before the guard was consumed")
