@@ -16,8 +16,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak>
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
   bench  W1-W6 against 5 nodes, beside a raw fred floor and rslock
          (args after --: --quick, --only W1,W3)
-  soak   RL-15, the randomized nemesis soak (args after --: --minutes N, default 30; --seed S
-         replays a run)";
+  soak   RL-15, the randomized nemesis soak, then the validity-contract property test, each
+         for about --minutes N (default 30; --seed S replays a run)";
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -104,8 +104,9 @@ fn bench() -> anyhow::Result<()> {
     cargo(&args)
 }
 
-/// `cargo xtask soak [--minutes N] [--seed S]`: RL-15 for longer than the normal test run's
-/// three minutes, with its output (seed, episodes, figures) shown.
+/// `cargo xtask soak [--minutes N] [--seed S]`: RL-15, then the validity-contract property
+/// test, each for about N minutes (longer than in the normal test run), with their output
+/// (seed, episodes, figures) shown.
 fn soak() -> anyhow::Result<()> {
     let args = task_args();
     let value = |flag: &str| {
@@ -143,8 +144,30 @@ fn soak() -> anyhow::Result<()> {
             "--",
             "--nocapture",
         ],
+    )?;
+    // The validity-contract property test for about as long (550 steps take ~35 s in CI).
+    let steps = format!("{:.0}", parsed * CONTRACT_STEPS_PER_MINUTE);
+    let mut env = vec![("CONTRACT_STEPS", steps.as_str())];
+    if let Some(seed) = &seed {
+        env.push(("CONTRACT_SEED", seed.as_str()));
+    }
+    step(&format!("the validity contract, {steps} steps"));
+    cargo_with_env(
+        &env,
+        &[
+            "test",
+            "-p",
+            "redlock-tests",
+            "--test",
+            "contract",
+            "--",
+            "--nocapture",
+        ],
     )
 }
+
+/// Steps of the validity-contract property test per minute of `cargo xtask soak`.
+const CONTRACT_STEPS_PER_MINUTE: f64 = 900.0;
 
 /// The integration tests that run one at a time (`faults` group in .config/nextest.toml).
 const FAULT_TESTS: [&str; 2] = ["reliability", "soak"];

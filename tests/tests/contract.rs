@@ -1,0 +1,1286 @@
+//! The validity contract as one seeded property test, against five real redis-server
+//! processes and three handles.
+//!
+//! Random sequences of what users do — lock (plain or in a mode, waiting or not, auto-extended,
+//! reentrant), extend (shorter and longer than the time left), release, drop, re-enter from a
+//! guard's scope, race two sibling futures of one task, sleep until ttls run out — on three
+//! resources, so that they collide. After every step, two checks against what the nodes really
+//! hold, each a pure function over plain data with its own unit tests (inputs they must reject
+//! and inputs they must accept):
+//!
+//! 1. [`check_validity`]: no guard that still claims validity claims it (or a lost deadline)
+//!    later than its key lives on a quorum of the nodes;
+//! 2. [`check_exclusion`]: no two guards with different tokens claim one resource at the same
+//!    time in incompatible modes (a plain lock is incompatible with everything).
+//!
+//! `CONTRACT_SEED` (u64) replays a run's sequence of operations (the outcomes depend on timing,
+//! so a replay is the same program, not the same interleaving); `CONTRACT_STEPS` sizes it.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_core::{LockError, LockGuard, LockOptions, LostReason, Mode, Redlock, timing};
+use redlock_tests::{RedisNodes, plain_client, redlock, redlock_with, within};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oracle: plain data and pure checks.
+// ---------------------------------------------------------------------------------------------
+
+/// Nodes, and the majority that must hold a valid lock.
+const NODES: usize = 5;
+const QUORUM: usize = NODES / 2 + 1;
+
+/// Allowance for Redis's millisecond clock: a `PTTL`, a `TIME` and an entry's expiry are whole
+/// milliseconds, each truncated, so the life we compute from them may be up to about a
+/// millisecond longer or shorter than the node's real one (see [`check_validity`]).
+const ROUNDING: Duration = Duration::from_millis(2);
+
+/// What one live guard claims at one instant: it is valid until `valid_until`, and trusted
+/// (its lost signal has not fired) until `lost_deadline`.
+#[derive(Debug, Clone)]
+struct Claim {
+    /// Who claims it, for the messages.
+    who: String,
+    resource: String,
+    token: String,
+    /// `None` for the plain lock.
+    mode: Option<Mode>,
+    valid_until: Instant,
+    lost_deadline: Instant,
+}
+
+/// What one node holds at one resource's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Content {
+    Absent,
+    /// A plain lock (or a reservation for a waiter): the value.
+    Plain(String),
+    /// Mode holders and waiters: field → value (`"<MODE> <expiry ms>"` for a holder).
+    Modes(HashMap<String, String>),
+    /// Any other type (never written by the library).
+    Other(String),
+}
+
+/// One node's view of one key, read atomically (one script) with the node's clock.
+#[derive(Debug, Clone)]
+struct NodeView {
+    content: Content,
+    /// `PTTL key`: -2 when absent, -1 without an expiry.
+    pttl_ms: i64,
+    /// The node's `TIME` in whole milliseconds (as the library's scripts compute `now`).
+    now_ms: i64,
+}
+
+/// How long, from the moment it was read, node `view` keeps `claim`'s key: 0 where the token
+/// is absent (or held in another mode); `u64::MAX` for a key without an expiry.
+fn life_on(view: &NodeView, claim: &Claim) -> u64 {
+    let key_life = match view.pttl_ms {
+        -1 => u64::MAX,
+        pttl => u64::try_from(pttl).unwrap_or(0),
+    };
+    match (&view.content, claim.mode) {
+        (Content::Plain(value), None) if *value == claim.token => key_life,
+        (Content::Modes(fields), Some(mode)) => {
+            let Some(entry) = fields.get(&claim.token) else {
+                return 0;
+            };
+            let mut parts = entry.split(' ');
+            let (Some(held), Some(expiry)) = (parts.next(), parts.next()) else {
+                return 0;
+            };
+            let Ok(expiry) = expiry.parse::<i64>() else {
+                return 0;
+            };
+            if held != mode.as_str() {
+                return 0;
+            }
+            // The entry's own expiry (node clock), bounded by the key's.
+            let entry_life = u64::try_from(expiry - view.now_ms).unwrap_or(0);
+            entry_life.min(key_life)
+        }
+        _ => 0,
+    }
+}
+
+/// The `quorum`-th longest of `lives`: how long a quorum of nodes keeps the key.
+fn quorum_life(lives: &[u64], quorum: usize) -> u64 {
+    let mut sorted = lives.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    sorted
+        .get(quorum.saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Check 1: `claim` claims no validity, nor a lost deadline, beyond the life of its key on a
+/// quorum of `views` (one per node), read after `t0`.
+///
+/// The direction of every error term: `t0` is taken BEFORE the first node is asked, so each
+/// node's real expiry is at or after `t0 + life` (the node read its clock at or after `t0`):
+/// `t0 + quorum life` is a lower bound of the instant the quorum's keys really expire, and the
+/// read latency can only make the check stricter, never hide a claim that outlives its keys.
+/// Redis's whole milliseconds err both ways, by under a millisecond each: a plain key lives
+/// through the whole millisecond of its expiry while `PTTL` counts from the truncated clock,
+/// so the `PTTL` we read is up to 1 ms SHORTER than the real life (strict direction); a mode
+/// entry dies as the truncated clock reaches its expiry, so `expiry − TIME` is up to 1 ms
+/// LONGER than the real life (loose direction). [`ROUNDING`] is the one deliberate loosening:
+/// all told, the check may let a claim outlive its keys by under 3 ms, never more, and every
+/// other error only makes it stricter. (Being strict, a read slower than the library's drift
+/// margin could flag a correct lock: the live test re-reads before it believes a violation,
+/// and convicts at once when even the instant of the last reply, an upper bound of every
+/// node's read, shows it; see `Run::check`.)
+/// The claims are snapshot before `t0`: a claim moves forward only with an extension, which
+/// raises the keys first, so a later read can only find longer lives.
+fn check_validity(claim: &Claim, views: &[NodeView], t0: Instant) -> Result<(), String> {
+    let lives: Vec<u64> = views.iter().map(|v| life_on(v, claim)).collect();
+    let life = quorum_life(&lives, QUORUM);
+    let Some(bound) = t0.checked_add(Duration::from_millis(life) + ROUNDING) else {
+        return Ok(()); // keys without an expiry outlive every claim
+    };
+    for (what, at) in [
+        ("valid_until", claim.valid_until),
+        ("lost deadline", claim.lost_deadline),
+    ] {
+        if at > bound {
+            return Err(format!(
+                "{} ({} {}, token {}) claims {what} t0+{:?}, but its key lives only {life} ms on \
+                 a quorum of {QUORUM}/{NODES} (per node, ms: {}): {:?} beyond the keys (+{:?} \
+                 rounding allowed)",
+                claim.who,
+                claim.resource,
+                claim.mode.map_or("plain", Mode::as_str),
+                short(&claim.token),
+                at.duration_since(t0),
+                describe_lives(&lives),
+                at.duration_since(bound),
+                ROUNDING,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Two holders may share a resource: both in modes, compatible ones (a plain lock excludes
+/// every mode, and another plain lock).
+fn compatible(a: Option<Mode>, b: Option<Mode>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a.compatible(b))
+}
+
+/// Check 2: among `claims` still valid at `now`, no two with different tokens on one resource
+/// are in incompatible modes. (Two guards sharing a token are one lock re-entered.)
+fn check_exclusion(claims: &[Claim], now: Instant) -> Result<(), String> {
+    let valid: Vec<&Claim> = claims.iter().filter(|c| c.valid_until > now).collect();
+    for (i, a) in valid.iter().enumerate() {
+        for b in &valid[i + 1..] {
+            if a.resource == b.resource && a.token != b.token && !compatible(a.mode, b.mode) {
+                return Err(format!(
+                    "{} ({}, valid for {:?} more) and {} ({}, valid for {:?} more) both claim {} \
+                     now, with different tokens, in incompatible modes",
+                    a.who,
+                    a.mode.map_or("plain", Mode::as_str),
+                    a.valid_until.duration_since(now),
+                    b.who,
+                    b.mode.map_or("plain", Mode::as_str),
+                    b.valid_until.duration_since(now),
+                    a.resource,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn short(token: &str) -> &str {
+    token.get(..8).unwrap_or(token)
+}
+
+fn describe_lives(lives: &[u64]) -> String {
+    let each: Vec<String> = lives
+        .iter()
+        .map(|&l| {
+            if l == u64::MAX {
+                "∞".to_owned()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    format!("[{}]", each.join(", "))
+}
+
+#[cfg(test)]
+mod oracle {
+    //! The checks' own negative and positive controls.
+
+    use super::*;
+
+    const TOKEN: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const OTHER: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const NOW_MS: i64 = 1_700_000_000_000;
+
+    fn claim(resource: &str, token: &str, mode: Option<Mode>, t0: Instant, valid: u64) -> Claim {
+        let valid_until = t0 + ms(valid);
+        Claim {
+            who: format!("test {token:.4}"),
+            resource: resource.to_owned(),
+            token: token.to_owned(),
+            mode,
+            valid_until,
+            lost_deadline: valid_until - ms(valid / 10),
+        }
+    }
+
+    fn plain(value: &str, pttl: i64) -> NodeView {
+        NodeView {
+            content: Content::Plain(value.to_owned()),
+            pttl_ms: pttl,
+            now_ms: NOW_MS,
+        }
+    }
+
+    fn absent() -> NodeView {
+        NodeView {
+            content: Content::Absent,
+            pttl_ms: -2,
+            now_ms: NOW_MS,
+        }
+    }
+
+    /// A hash holding `entries` (field, mode, ms left), with the key living `pttl`.
+    fn modes(entries: &[(&str, &str, i64)], pttl: i64) -> NodeView {
+        let fields = entries
+            .iter()
+            .map(|(field, mode, left)| ((*field).to_owned(), format!("{mode} {}", NOW_MS + left)))
+            .collect();
+        NodeView {
+            content: Content::Modes(fields),
+            pttl_ms: pttl,
+            now_ms: NOW_MS,
+        }
+    }
+
+    #[test]
+    fn a_claim_within_the_quorum_life_is_accepted() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 900);
+        // Lives 1000, 1000, 1000 ms on three nodes, absent on two: the quorum keeps it 1000 ms.
+        let views = [
+            plain(TOKEN, 1000),
+            absent(),
+            plain(TOKEN, 1000),
+            plain(OTHER, 5000),
+            plain(TOKEN, 1000),
+        ];
+        check_validity(&c, &views, t0).unwrap();
+        // Up to the rounding allowance past it is still accepted.
+        let edge = claim("r", TOKEN, None, t0, 1001);
+        check_validity(&edge, &views, t0).unwrap();
+        // A key without an expiry outlives any claim.
+        let forever: [NodeView; 5] = std::array::from_fn(|_| plain(TOKEN, -1));
+        check_validity(&claim("r", TOKEN, None, t0, 86_400_000), &forever, t0).unwrap();
+    }
+
+    #[test]
+    fn a_claim_beyond_the_quorum_life_is_rejected() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 500);
+        let views = [
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+        ];
+        let error = check_validity(&c, &views, t0).unwrap_err();
+        assert!(error.contains("lives only 400 ms"), "{error}");
+        // The quorum life is the third longest, not the longest.
+        let uneven = [
+            plain(TOKEN, 9000),
+            plain(TOKEN, 9000),
+            plain(TOKEN, 300),
+            plain(TOKEN, 200),
+            plain(TOKEN, 100),
+        ];
+        assert!(check_validity(&c, &uneven, t0).is_err());
+        // A lost deadline beyond the keys is rejected too, whatever the validity says.
+        let mut late_signal = claim("r", TOKEN, None, t0, 300);
+        late_signal.lost_deadline = t0 + ms(450);
+        let error = check_validity(&late_signal, &views, t0).unwrap_err();
+        assert!(error.contains("lost deadline"), "{error}");
+    }
+
+    #[test]
+    fn a_token_on_only_two_of_five_nodes_is_rejected() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 500);
+        let views = [
+            plain(TOKEN, 10_000),
+            plain(TOKEN, 10_000),
+            plain(OTHER, 10_000),
+            absent(),
+            absent(),
+        ];
+        let error = check_validity(&c, &views, t0).unwrap_err();
+        assert!(error.contains("lives only 0 ms"), "{error}");
+    }
+
+    #[test]
+    fn mode_entries_are_read_with_their_own_expiry_and_the_keys() {
+        let t0 = Instant::now();
+        let pr = Some(Mode::ProtectedRead);
+        let c = claim("r", TOKEN, pr, t0, 700);
+        let good = modes(&[(TOKEN, "PR", 800), (OTHER, "PR", 3000)], 3000);
+        check_validity(
+            &c,
+            &[good.clone(), good.clone(), good, absent(), absent()],
+            t0,
+        )
+        .unwrap();
+        // The entry expires before the claim, though the key lives on for another holder.
+        let short_entry = modes(&[(TOKEN, "PR", 600), (OTHER, "PR", 3000)], 3000);
+        let views = [0; 5].map(|_| short_entry.clone());
+        assert!(check_validity(&c, &views, t0).is_err());
+        // The key's own ttl bounds a longer entry.
+        let short_key = modes(&[(TOKEN, "PR", 5000)], 600);
+        let views = [0; 5].map(|_| short_key.clone());
+        assert!(check_validity(&c, &views, t0).is_err());
+        // The token held in another mode is not this claim's.
+        let other_mode = modes(&[(TOKEN, "EX", 5000)], 5000);
+        let views = [0; 5].map(|_| other_mode.clone());
+        assert!(check_validity(&c, &views, t0).is_err());
+        // A plain key holding the token does not back a mode claim, nor the reverse.
+        let views = [0; 5].map(|_| plain(TOKEN, 5000));
+        assert!(check_validity(&c, &views, t0).is_err());
+        let views = [0; 5].map(|_| modes(&[(TOKEN, "EX", 5000)], 5000));
+        assert!(check_validity(&claim("r", TOKEN, None, t0, 700), &views, t0).is_err());
+    }
+
+    #[test]
+    fn two_exclusive_claims_at_once_are_rejected() {
+        let now = Instant::now();
+        let ex = Some(Mode::Exclusive);
+        let claims = [
+            claim("r", TOKEN, ex, now, 500),
+            claim("r", OTHER, ex, now, 500),
+        ];
+        assert!(check_exclusion(&claims, now).is_err());
+        // Two plain locks, and a plain lock beside any mode, NL included.
+        let claims = [
+            claim("r", TOKEN, None, now, 500),
+            claim("r", OTHER, None, now, 500),
+        ];
+        assert!(check_exclusion(&claims, now).is_err());
+        let claims = [
+            claim("r", TOKEN, None, now, 500),
+            claim("r", OTHER, Some(Mode::Null), now, 500),
+        ];
+        assert!(check_exclusion(&claims, now).is_err());
+    }
+
+    #[test]
+    fn a_reader_beside_a_writer_is_rejected() {
+        let now = Instant::now();
+        let claims = [
+            claim("r", OTHER, Some(Mode::ConcurrentRead), now, 500),
+            claim("r", TOKEN, Some(Mode::ProtectedRead), now, 500),
+            claim(
+                "r",
+                OTHER.replace('b', "c").as_str(),
+                Some(Mode::Exclusive),
+                now,
+                500,
+            ),
+        ];
+        let error = check_exclusion(&claims, now).unwrap_err();
+        assert!(error.contains("incompatible"), "{error}");
+    }
+
+    #[test]
+    fn compatible_shared_expired_or_separate_claims_are_accepted() {
+        let now = Instant::now();
+        let (pr, ex) = (Some(Mode::ProtectedRead), Some(Mode::Exclusive));
+        let third = "cccccccccccccccccccccccccccccccccccccccc";
+        // Readers together; NL beside EX.
+        check_exclusion(
+            &[
+                claim("r", TOKEN, pr, now, 500),
+                claim("r", OTHER, pr, now, 500),
+                claim("r", third, Some(Mode::ConcurrentRead), now, 500),
+            ],
+            now,
+        )
+        .unwrap();
+        check_exclusion(
+            &[
+                claim("r", TOKEN, ex, now, 500),
+                claim("r", OTHER, Some(Mode::Null), now, 500),
+            ],
+            now,
+        )
+        .unwrap();
+        // One lock re-entered: two guards, one token.
+        check_exclusion(
+            &[
+                claim("r", TOKEN, None, now, 500),
+                claim("r", TOKEN, None, now, 500),
+            ],
+            now,
+        )
+        .unwrap();
+        // Two writers of different resources.
+        check_exclusion(
+            &[
+                claim("r", TOKEN, ex, now, 500),
+                claim("s", OTHER, ex, now, 500),
+            ],
+            now,
+        )
+        .unwrap();
+        // A writer whose validity ended before the next one's.
+        let mut expired = claim("r", TOKEN, ex, now, 0);
+        expired.lost_deadline = now;
+        check_exclusion(&[expired, claim("r", OTHER, ex, now, 500)], now).unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the nodes.
+// ---------------------------------------------------------------------------------------------
+
+/// Reads every key, its `PTTL`, and the node's `TIME`, atomically on one node. Returns
+/// `{sec, usec, {type, pttl, {value} | {field, value, ...} | {}}, ...}`, one triple per key.
+const OBSERVE: &str = r#"local t = redis.call("time")
+local out = {t[1], t[2]}
+for i = 1, #KEYS do
+  local kind = redis.call("type", KEYS[i]).ok
+  local pttl = redis.call("pttl", KEYS[i])
+  local data = {}
+  if kind == "string" then data = {redis.call("get", KEYS[i])}
+  elseif kind == "hash" then data = redis.call("hgetall", KEYS[i]) end
+  out[#out + 1] = {kind, pttl, data}
+end
+return out"#;
+
+/// Plain clients to every node (cached), and the keys to read.
+struct Observer {
+    clients: Vec<Client>,
+    /// (resource, key), in order.
+    keys: Vec<(String, String)>,
+}
+
+/// What every node held at every key, read after `t0`.
+struct Observation {
+    t0: Instant,
+    /// How long the reads took (`t0` to the last reply).
+    window: Duration,
+    /// resource → one view per node, in node order.
+    views: HashMap<String, Vec<NodeView>>,
+}
+
+impl Observer {
+    async fn new(nodes: &RedisNodes, keys: Vec<(String, String)>) -> Self {
+        let mut clients = Vec::new();
+        for url in nodes.urls() {
+            clients.push(within("a plain client", plain_client(&url)).await);
+        }
+        Self { clients, keys }
+    }
+
+    async fn observe(&self) -> Observation {
+        let mut args = vec![
+            Value::from(OBSERVE),
+            Value::from(i64::try_from(self.keys.len()).unwrap()),
+        ];
+        args.extend(self.keys.iter().map(|(_, key)| Value::from(key.as_str())));
+        let t0 = Instant::now();
+        let replies = within(
+            "reading the nodes",
+            futures_util::future::join_all(self.clients.iter().map(|client| {
+                let cmd = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
+                client.custom::<Value, Value>(cmd, args.clone())
+            })),
+        )
+        .await;
+        let window = t0.elapsed();
+        let mut views: HashMap<String, Vec<NodeView>> = HashMap::new();
+        for (node, reply) in replies.into_iter().enumerate() {
+            let reply = reply.unwrap_or_else(|e| panic!("reading node {node}: {e}"));
+            let parsed = parse_observation(reply, self.keys.len())
+                .unwrap_or_else(|e| panic!("reading node {node}: {e}"));
+            for ((resource, _), view) in self.keys.iter().zip(parsed) {
+                views.entry(resource.clone()).or_default().push(view);
+            }
+        }
+        Observation { t0, window, views }
+    }
+}
+
+/// One node's reply to [`OBSERVE`], one view per key.
+fn parse_observation(reply: Value, keys: usize) -> Result<Vec<NodeView>, String> {
+    let mut items = reply.into_array().into_iter();
+    let int = |v: Option<Value>, what: &str| {
+        v.as_ref()
+            .and_then(Value::as_i64)
+            .ok_or_else(|| format!("no {what} in the reply"))
+    };
+    let sec = int(items.next(), "TIME seconds")?;
+    let usec = int(items.next(), "TIME microseconds")?;
+    let now_ms = sec * 1000 + usec / 1000;
+    let mut views = Vec::with_capacity(keys);
+    for item in items {
+        let mut triple = item.into_array().into_iter();
+        let kind = triple
+            .next()
+            .and_then(|v| v.as_string())
+            .ok_or("no type in the reply")?;
+        let pttl_ms = int(triple.next(), "PTTL")?;
+        let data: Vec<String> = triple
+            .next()
+            .map(Value::into_array)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(Value::as_string)
+            .collect();
+        let content = match kind.as_str() {
+            "none" => Content::Absent,
+            "string" => Content::Plain(data.into_iter().next().unwrap_or_default()),
+            "hash" => Content::Modes(
+                data.chunks(2)
+                    .filter_map(|pair| match pair {
+                        [field, value] => Some((field.clone(), value.clone())),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            other => Content::Other(other.to_owned()),
+        };
+        views.push(NodeView {
+            content,
+            pttl_ms,
+            now_ms,
+        });
+    }
+    if views.len() != keys {
+        return Err(format!("{} views for {keys} keys", views.len()));
+    }
+    Ok(views)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The randomized run.
+// ---------------------------------------------------------------------------------------------
+
+/// Default size: about 30–60 s on the 2-core machine under load (see the end-of-run print).
+const DEFAULT_STEPS: u64 = 550;
+
+/// Most live guards kept: beyond it, one is dropped (so that locks keep colliding rather than
+/// everything being held).
+const MAX_LIVE: usize = 8;
+
+/// How many consecutive reads must all show a claim beyond its keys, counted from before the
+/// read (`t0`), before it is a violation. [`check_validity`] from `t0` is strict: a read slower
+/// than the library's drift margin (tens of ms when the machine is busy) can flag a correct
+/// lock, and reading again clears it; a real violation stays visible on every read as long as
+/// the guard claims validity. A claim beyond its keys even counted from the last reply fails
+/// at once.
+const READS_TO_CONVICT: usize = 5;
+
+/// One live guard and how it was taken.
+struct Live {
+    guard: LockGuard,
+    /// The handle it was taken through.
+    handle: usize,
+    /// Taken with `reentrant(true)`.
+    reentrant: bool,
+    label: String,
+}
+
+impl Live {
+    /// Its claim now, if it claims validity (valid, and its lost signal has not fired).
+    fn claim(&self, now: Instant) -> Option<Claim> {
+        let valid_until = self.guard.valid_until();
+        let lost = self.guard.lost();
+        let lost_deadline = lost.deadline();
+        (valid_until > now && !lost.is_lost()).then(|| Claim {
+            who: self.label.clone(),
+            resource: self.guard.resource().to_owned(),
+            token: self.guard.token().expose().to_owned(),
+            mode: self.guard.mode(),
+            valid_until,
+            lost_deadline,
+        })
+    }
+}
+
+/// Counts of what happened, printed at the end.
+#[derive(Debug, Default)]
+struct Stats {
+    locked: u64,
+    /// Plain locks taken by the lock step (the others are in modes).
+    locked_plain: u64,
+    busy: u64,
+    unavailable: u64,
+    extended: u64,
+    /// Extensions shorter than the time left (the validity stays), of plain and mode locks.
+    extend_kept_plain: u64,
+    extend_kept_mode: u64,
+    extend_lost: u64,
+    released: u64,
+    released_late: u64,
+    dropped: u64,
+    reentered: u64,
+    siblings_both: u64,
+    /// Claims checked after the steps (each against both checks).
+    claims_checked: u64,
+    rereads: u64,
+    max_live: usize,
+    slowest_read: Duration,
+}
+
+struct Run {
+    seed: u64,
+    steps: u64,
+    step: u64,
+    history: Vec<String>,
+    stats: Stats,
+    next_id: u64,
+}
+
+impl Run {
+    fn note(&mut self, line: String) {
+        self.history.push(format!("step {}: {line}", self.step));
+    }
+
+    /// Fails with the seed, the step and the last steps.
+    fn fail(&self, message: &str) -> ! {
+        let from = self.history.len().saturating_sub(40);
+        panic!(
+            "CONTRACT_SEED={seed} violated at step {step}/{steps}: {message}\n\
+             last steps:\n  {history}\n\
+             replay: CONTRACT_SEED={seed} CONTRACT_STEPS={steps} cargo nextest run -p \
+             redlock-tests --test contract",
+            seed = self.seed,
+            step = self.step,
+            steps = self.steps,
+            history = self.history[from..].join("\n  "),
+        );
+    }
+
+    fn label(&mut self, handle: usize, resource: &str, options: &LockOptions) -> String {
+        self.next_id += 1;
+        let mut label = format!(
+            "g{}(h{handle} {resource} {} ttl {}ms",
+            self.next_id,
+            options.get_mode().map_or("plain", Mode::as_str),
+            options.get_ttl().as_millis(),
+        );
+        if options.get_auto_extend() {
+            label.push_str(" auto");
+            if let Some(max) = options.get_max_hold() {
+                label.push_str(&format!(" max_hold {}ms", max.as_millis()));
+            }
+        }
+        if options.get_reentrant() {
+            label.push_str(" re");
+        }
+        label.push(')');
+        label
+    }
+
+    /// Both checks, against the guards in `live` and what the nodes hold now.
+    async fn check(&mut self, live: &[Live], observer: &Observer) {
+        let mut last = Vec::new();
+        for read in 1..=READS_TO_CONVICT {
+            // The claims first, then the nodes (see `check_validity`).
+            let now = Instant::now();
+            let claims: Vec<Claim> = live.iter().filter_map(|l| l.claim(now)).collect();
+            if read == 1 {
+                self.stats.claims_checked += claims.len() as u64;
+            }
+            if let Err(message) = check_exclusion(&claims, now) {
+                self.fail(&message);
+            }
+            if claims.is_empty() {
+                return;
+            }
+            let seen = observer.observe().await;
+            self.stats.slowest_read = self.stats.slowest_read.max(seen.window);
+            let mut failures = Vec::new();
+            for claim in &claims {
+                let Some(views) = seen.views.get(&claim.resource) else {
+                    continue;
+                };
+                let Err(message) = check_validity(claim, views, seen.t0) else {
+                    continue;
+                };
+                // Measured from the last reply instead (an upper bound of every node's read),
+                // the same check can only fail for a claim that really outlives its keys: no
+                // need to read again.
+                if let Err(certain) = check_validity(claim, views, seen.t0 + seen.window) {
+                    self.fail(&format!(
+                        "a guard claims validity beyond its keys on a quorum, even counted from \
+                         the last reply ({:?} after t0): {certain}",
+                        seen.window
+                    ));
+                }
+                failures.push(message);
+            }
+            if failures.is_empty() {
+                return;
+            }
+            last.push(format!(
+                "read {read} (took {:?}): {}",
+                seen.window,
+                failures.join("; ")
+            ));
+            self.stats.rereads += 1;
+            tokio::time::sleep(ms(2)).await;
+        }
+        self.fail(&format!(
+            "a guard claims validity beyond its keys on a quorum, on {READS_TO_CONVICT} reads \
+             in a row:\n    {}",
+            last.join("\n    ")
+        ));
+    }
+}
+
+/// Names the seed again when the test panics anywhere (a timeout in `within`, a node that does
+/// not answer), not only in the contract's own assertions, which name it themselves.
+struct SeedOnPanic {
+    seed: u64,
+    steps: u64,
+}
+
+impl Drop for SeedOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "replay: CONTRACT_SEED={} CONTRACT_STEPS={} cargo nextest run -p redlock-tests \
+                 --test contract",
+                self.seed, self.steps
+            );
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let value = std::env::var(name).ok()?;
+    Some(
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{name}={value:?} is not a u64: {e}")),
+    )
+}
+
+fn random_mode(rng: &mut StdRng) -> Mode {
+    // The read/write pair most often; the other four now and then.
+    match rng.random_range(0..10) {
+        0..=2 => Mode::ProtectedRead,
+        3..=5 => Mode::Exclusive,
+        6 => Mode::Null,
+        7 => Mode::ConcurrentRead,
+        8 => Mode::ConcurrentWrite,
+        _ => Mode::ProtectedWrite,
+    }
+}
+
+/// One attempt, or a short wait.
+fn random_wait(rng: &mut StdRng, options: LockOptions) -> LockOptions {
+    if rng.random_bool(0.5) {
+        options.retry_count(0)
+    } else {
+        options
+            .retry_delay(ms(rng.random_range(10..40)))
+            .retry_jitter(ms(10))
+            .wait_timeout(ms(rng.random_range(20..300)))
+    }
+}
+
+/// Random options for a new lock.
+fn random_options(rng: &mut StdRng) -> LockOptions {
+    let mut options = LockOptions::default().ttl(ms(rng.random_range(200..=3000)));
+    options = random_wait(rng, options);
+    if rng.random_bool(0.5) {
+        options = options.mode(random_mode(rng));
+    }
+    if rng.random_bool(0.5) {
+        options = options.reentrant(true);
+    }
+    if rng.random_bool(0.25) {
+        options = options.auto_extend(true);
+        if rng.random_bool(0.5) {
+            options = options.max_hold(ms(rng.random_range(300..2500)));
+        }
+    }
+    options
+}
+
+/// The outcome of an acquisition, for the history; `None` for an error the contract allows
+/// (busy, unavailable under load, too slow to be valid).
+fn acquired(run: &mut Run, result: Result<LockGuard, LockError>, what: &str) -> Option<LockGuard> {
+    match result {
+        Ok(guard) => {
+            run.stats.locked += 1;
+            Some(guard)
+        }
+        Err(error) if error.is_busy() => {
+            run.stats.busy += 1;
+            None
+        }
+        Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. })) => {
+            run.stats.unavailable += 1;
+            run.note(format!("{what}: {error}"));
+            None
+        }
+        Err(error) => run.fail(&format!("{what}: unexpected error {error}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
+    let seed = env_u64("CONTRACT_SEED").unwrap_or_else(rand::random);
+    let steps = env_u64("CONTRACT_STEPS").unwrap_or(DEFAULT_STEPS);
+    println!("CONTRACT_SEED={seed} CONTRACT_STEPS={steps}");
+    let _seed_on_panic = SeedOnPanic { seed, steps };
+    let started = Instant::now();
+
+    let nodes = RedisNodes::start(NODES);
+    let handles: Vec<Redlock> = vec![
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        // A third client whose defaults retry quickly (the options passed override them).
+        redlock_with(&nodes, LockOptions::default().retry_delay(ms(20))).await,
+    ];
+    let resources: Vec<String> = (0..3).map(|i| format!("contract:{i}")).collect();
+    let keys = resources
+        .iter()
+        .map(|r| (r.clone(), handles[0].key_for(r)))
+        .collect();
+    let observer = Observer::new(&nodes, keys).await;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut run = Run {
+        seed,
+        steps,
+        step: 0,
+        history: Vec::new(),
+        stats: Stats::default(),
+        next_id: 0,
+    };
+    let mut live: Vec<Live> = Vec::new();
+
+    for step in 0..steps {
+        run.step = step;
+        if live.len() > MAX_LIVE {
+            let gone = live.swap_remove(rng.random_range(0..live.len()));
+            run.note(format!("drop {} (too many live)", gone.label));
+            run.stats.dropped += 1;
+            drop(gone);
+        }
+        let roll = rng.random_range(0..100);
+        let roll = if live.is_empty() && (30..77).contains(&roll) {
+            0 // nothing to extend, release, drop or re-enter: lock instead
+        } else {
+            roll
+        };
+        match roll {
+            0..30 => lock(&mut run, &mut rng, &handles, &resources, &mut live).await,
+            30..45 => extend(&mut run, &mut rng, &mut live).await,
+            45..53 => release(&mut run, &mut rng, &mut live).await,
+            53..60 => {
+                let gone = live.swap_remove(rng.random_range(0..live.len()));
+                run.note(format!("drop {}", gone.label));
+                run.stats.dropped += 1;
+                drop(gone);
+            }
+            60..70 => nest(&mut run, &mut rng, &handles, &mut live).await,
+            70..77 => siblings(&mut run, &mut rng, &handles, &resources, &mut live).await,
+            _ => {
+                let nap = ms(rng.random_range(0..350));
+                run.note(format!("sleep {nap:?}"));
+                tokio::time::sleep(nap).await;
+            }
+        }
+        run.stats.max_live = run.stats.max_live.max(live.len());
+        run.check(&live, &observer).await;
+    }
+
+    run.step = steps;
+    for held in live.drain(..) {
+        let label = held.label.clone();
+        if let Err(error) = within("the final releases", held.guard.release()).await
+            && !matches!(
+                error,
+                LockError::ReleaseUnconfirmed { .. }
+                    | LockError::Lost {
+                        reason: LostReason::Expired | LostReason::Refused(_),
+                        ..
+                    }
+            )
+        {
+            run.fail(&format!("final release of {label}: {error}"));
+        }
+    }
+    println!(
+        "CONTRACT_SEED={seed}: {steps} steps in {:?}; {:?}",
+        started.elapsed(),
+        run.stats
+    );
+}
+
+/// Locks a random resource through a random handle with random options.
+async fn lock(
+    run: &mut Run,
+    rng: &mut StdRng,
+    handles: &[Redlock],
+    resources: &[String],
+    live: &mut Vec<Live>,
+) {
+    let handle = rng.random_range(0..handles.len());
+    let resource = &resources[rng.random_range(0..resources.len())];
+    let options = random_options(rng);
+    let label = run.label(handle, resource, &options);
+    let result = within("lock", handles[handle].lock_with(resource, &options)).await;
+    let outcome = match &result {
+        Ok(_) => "held".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!("lock {label}: {outcome}"));
+    if let Some(guard) = acquired(run, result, &label) {
+        if guard.mode().is_none() {
+            run.stats.locked_plain += 1;
+        }
+        if guard.hold_count() != 1 {
+            run.fail(&format!(
+                "{label} was taken outside any scope, yet shares a lock (hold count {})",
+                guard.hold_count()
+            ));
+        }
+        live.push(Live {
+            guard,
+            handle,
+            reentrant: options.get_reentrant(),
+            label,
+        });
+    }
+}
+
+/// Extends a random live guard to a random ttl, shorter or longer than the time it has left.
+async fn extend(run: &mut Run, rng: &mut StdRng, live: &mut [Live]) {
+    // Mostly a guard still trusted (the interesting case), now and then any.
+    let now = Instant::now();
+    let trusted: Vec<usize> = (0..live.len())
+        .filter(|&i| live[i].claim(now).is_some())
+        .collect();
+    let index = if !trusted.is_empty() && rng.random_bool(0.8) {
+        trusted[rng.random_range(0..trusted.len())]
+    } else {
+        rng.random_range(0..live.len())
+    };
+    let held = &live[index];
+    let before = held.guard.valid_until();
+    let now = Instant::now();
+    // Half the time shorter than the time left (which must change nothing), else anything.
+    let (shorter, share, any) = (
+        rng.random_bool(0.5),
+        rng.random_range(0.1..0.9),
+        ms(rng.random_range(50..3500)),
+    );
+    let left_now = before.saturating_duration_since(now);
+    let ttl = if shorter && left_now > ms(100) {
+        Duration::from_millis(left_now.mul_f64(share).as_millis() as u64)
+    } else {
+        any
+    };
+    let lost = held.guard.lost();
+    let margin = before.saturating_duration_since(lost.deadline());
+    let trusted_for = lost.deadline().saturating_duration_since(now);
+    let was_lost = lost.is_lost();
+    let left = before.saturating_duration_since(now);
+    let result = within("extend", held.guard.extend(ttl)).await;
+    let after = held.guard.valid_until();
+    let label = held.label.clone();
+    let outcome = match &result {
+        Ok(until) => format!("until now+{:?}", until.saturating_duration_since(now)),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "extend {label} to {ttl:?} (had {left:?} left): {outcome}"
+    ));
+    match result {
+        Ok(until) => {
+            run.stats.extended += 1;
+            if until < before || after < before {
+                run.fail(&format!(
+                    "extending {label} to {ttl:?} moved its validity back: before now+{:?}, \
+                     returned now+{:?}, now now+{:?}",
+                    before.saturating_duration_since(now),
+                    until.saturating_duration_since(now),
+                    after.saturating_duration_since(now),
+                ));
+            }
+            if until == before {
+                match held.guard.mode() {
+                    None => run.stats.extend_kept_plain += 1,
+                    Some(_) => run.stats.extend_kept_mode += 1,
+                }
+            }
+        }
+        Err(LockError::Lost { reason, .. }) => {
+            run.stats.extend_lost += 1;
+            // A guard trusted well past this call had its keys on a quorum (the previous
+            // step's check): nothing may refuse it but an expiry the check would have seen.
+            if let LostReason::Refused(outcomes) = &reason
+                && !was_lost
+                && trusted_for > ms(100)
+            {
+                run.fail(&format!(
+                    "extending {label}, trusted for {trusted_for:?} more, was refused by a \
+                     majority: {outcomes}"
+                ));
+            }
+        }
+        Err(LockError::Invalid(input)) => {
+            // Only a ttl that leaves no validity beyond the lost margin is refused.
+            let drift = timing::drift(ttl, 0.01);
+            if ttl > drift + margin {
+                run.fail(&format!(
+                    "extending {label} to {ttl:?} was refused: {input}"
+                ));
+            }
+        }
+        Err(LockError::Unavailable { .. }) => run.stats.unavailable += 1,
+        Err(error) => run.fail(&format!("extending {label}: unexpected error {error}")),
+    }
+}
+
+/// Releases a random live guard.
+async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
+    let held = live.swap_remove(rng.random_range(0..live.len()));
+    let now = Instant::now();
+    let lost = held.guard.lost();
+    let trusted_for = lost.deadline().saturating_duration_since(now);
+    let was_lost = lost.is_lost();
+    let shared = held.guard.hold_count() > 1;
+    let label = held.label.clone();
+    let result = within("release", held.guard.release()).await;
+    run.note(format!("release {label}: {result:?}"));
+    match result {
+        Ok(released) => {
+            run.stats.released += 1;
+            if released.kept != shared {
+                run.fail(&format!(
+                    "releasing {label} (shared with another guard: {shared}) reported kept = {}",
+                    released.kept
+                ));
+            }
+            if !released.was_held() {
+                run.stats.released_late += 1;
+                // A guard trusted well past the release must have found its keys on a quorum.
+                if !was_lost && trusted_for > ms(100) {
+                    run.fail(&format!(
+                        "releasing {label}, trusted for {trusted_for:?} more, found its key on \
+                         only {} nodes",
+                        released.deleted
+                    ));
+                }
+            }
+        }
+        Err(LockError::ReleaseUnconfirmed { .. }) => run.stats.unavailable += 1,
+        // A guard sharing its lock with another sends nothing, and reports a lock that can no
+        // longer be trusted as lost rather than as held.
+        Err(LockError::Lost { reason, .. })
+            if shared && !matches!(reason, LostReason::Released) =>
+        {
+            run.stats.released_late += 1;
+            if !was_lost && trusted_for > ms(100) {
+                run.fail(&format!(
+                    "releasing {label}, shared and trusted for {trusted_for:?} more, reported \
+                     the lock lost: {reason}"
+                ));
+            }
+        }
+        Err(error) => run.fail(&format!("releasing {label}: unexpected error {error}")),
+    }
+}
+
+/// Re-enters a random live guard from its scope (or, now and then, through another handle,
+/// which must not re-enter), once or twice nested.
+async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
+    let index = rng.random_range(0..live.len());
+    let outer = &live[index];
+    let outer_reentrant = outer.reentrant;
+    let via = if rng.random_bool(0.8) {
+        outer.handle
+    } else {
+        (outer.handle + rng.random_range(1..handles.len())) % handles.len()
+    };
+    let mut options = LockOptions::default()
+        .ttl(ms(rng.random_range(200..=3000)))
+        .retry_count(0)
+        .reentrant(true);
+    if let Some(mode) = outer.guard.mode() {
+        options = options.mode(mode);
+    }
+    let deeper = rng.random_bool(0.3);
+    let holds = outer.guard.hold_count();
+    let trusted = !outer.guard.lost().is_lost();
+    let expect_reentry = via == outer.handle && outer.reentrant;
+    let (resource, outer_token) = (
+        outer.guard.resource().to_owned(),
+        outer.guard.token().expose().to_owned(),
+    );
+    let redlock = &handles[via];
+    let (first, second) = within(
+        "re-entering",
+        outer.guard.scope(async {
+            let first = redlock.lock_with(&resource, &options).await;
+            let second = match (&first, deeper) {
+                (Ok(inner), true) => {
+                    Some(inner.scope(redlock.lock_with(&resource, &options)).await)
+                }
+                _ => None,
+            };
+            (first, second)
+        }),
+    )
+    .await;
+    let outer_label = outer.label.clone();
+    let holds_now = outer.guard.hold_count();
+    let still_trusted = !outer.guard.lost().is_lost();
+    let base = run.label(via, &resource, &options);
+    let describe = |r: &Result<LockGuard, LockError>| match r {
+        Ok(g) if g.token().expose() == outer_token => {
+            format!("re-entered (holds {})", g.hold_count())
+        }
+        Ok(_) => "a lock of its own".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "nest {base} in the scope of {outer_label}{}: {}{}",
+        if deeper { ", twice" } else { "" },
+        describe(&first),
+        second
+            .as_ref()
+            .map(|s| format!(", then {}", describe(s)))
+            .unwrap_or_default(),
+    ));
+    let mut added = 0;
+    for (depth, result) in std::iter::once(first).chain(second).enumerate() {
+        let label = format!("{base}#{}", depth + 1);
+        match result {
+            Ok(guard) => {
+                let same = guard.token().expose() == outer_token;
+                if depth == 0 && expect_reentry && !same {
+                    run.fail(&format!(
+                        "{label}, in the scope of reentrant {outer_label} through its handle, \
+                         took a lock of its own instead of re-entering"
+                    ));
+                }
+                if depth == 0 && !expect_reentry && same {
+                    run.fail(&format!(
+                        "{label} re-entered {outer_label} though it is {}",
+                        if outer_reentrant {
+                            "another handle's"
+                        } else {
+                            "not reentrant"
+                        }
+                    ));
+                }
+                if same {
+                    added += 1;
+                    run.stats.reentered += 1;
+                } else {
+                    run.stats.locked += 1;
+                }
+                live.push(Live {
+                    guard,
+                    handle: via,
+                    reentrant: true,
+                    label,
+                });
+            }
+            Err(LockError::Lost { .. }) if expect_reentry && !still_trusted => {}
+            Err(error) if expect_reentry && depth == 0 && trusted && still_trusted => {
+                run.fail(&format!(
+                    "{label}, in the scope of trusted reentrant {outer_label}, failed: {error}"
+                ));
+            }
+            Err(error) => {
+                let _none = acquired(run, Err(error), &label);
+            }
+        }
+    }
+    if holds_now != holds + added {
+        run.fail(&format!(
+            "{outer_label} was re-entered {added} times but its hold count went from {holds} to \
+             {holds_now}"
+        ));
+    }
+}
+
+/// Two sibling futures of one task take one resource with reentrant options, outside any
+/// scope: two holders, never one lock re-entered.
+async fn siblings(
+    run: &mut Run,
+    rng: &mut StdRng,
+    handles: &[Redlock],
+    resources: &[String],
+    live: &mut Vec<Live>,
+) {
+    let handle = rng.random_range(0..handles.len());
+    let resource = &resources[rng.random_range(0..resources.len())];
+    let mut options = LockOptions::default()
+        .ttl(ms(rng.random_range(200..=3000)))
+        .reentrant(true);
+    options = random_wait(rng, options);
+    if rng.random_bool(0.5) {
+        options = options.mode(random_mode(rng));
+    }
+    let redlock = &handles[handle];
+    let (a, b) = within("sibling futures", async {
+        tokio::join!(
+            redlock.lock_with(resource, &options),
+            redlock.lock_with(resource, &options)
+        )
+    })
+    .await;
+    let base = run.label(handle, resource, &options);
+    let show = |r: &Result<LockGuard, LockError>| match r {
+        Ok(g) => format!("held (holds {})", g.hold_count()),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!("siblings {base}: {} | {}", show(&a), show(&b)));
+    if let (Ok(x), Ok(y)) = (&a, &b) {
+        run.stats.siblings_both += 1;
+        if x.token() == y.token() || x.hold_count() != 1 || y.hold_count() != 1 {
+            run.fail(&format!(
+                "sibling futures {base} shared one lock (holds {} and {}): they are two holders",
+                x.hold_count(),
+                y.hold_count()
+            ));
+        }
+    }
+    for (i, result) in [a, b].into_iter().enumerate() {
+        let label = format!("{base}/{}", i + 1);
+        if let Some(guard) = acquired(run, result, &label) {
+            live.push(Live {
+                guard,
+                handle,
+                reentrant: true,
+                label,
+            });
+        }
+    }
+}
