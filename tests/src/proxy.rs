@@ -46,8 +46,12 @@ struct State {
     /// Bumped by [`Proxy::reset`]: every open connection is closed with a TCP reset.
     /// [`STOPPED`] when the proxy is dropped: the listener closes too.
     generation: watch::Sender<u64>,
-    /// Bytes received from clients (whatever happened to them next).
-    request_bytes: AtomicU64,
+    /// Per direction: bytes read from the source (whatever happened to them next), bytes
+    /// written to the destination, bytes dropped by a blackhole. Received but neither
+    /// delivered nor dropped: held by a delay (or being written).
+    received: [AtomicU64; 2],
+    delivered: [AtomicU64; 2],
+    dropped: [AtomicU64; 2],
     /// Connections accepted.
     accepted: AtomicU64,
 }
@@ -94,7 +98,9 @@ impl Proxy {
         let state = Arc::new(State {
             faults: Mutex::new([Fault::Pass; 2]),
             generation: watch::Sender::new(0),
-            request_bytes: AtomicU64::new(0),
+            received: Default::default(),
+            delivered: Default::default(),
+            dropped: Default::default(),
             accepted: AtomicU64::new(0),
         });
         let runtime = runtime();
@@ -151,7 +157,33 @@ impl Proxy {
 
     /// Bytes received from clients so far.
     pub fn request_bytes(&self) -> u64 {
-        self.state.request_bytes.load(Ordering::SeqCst)
+        self.received(Direction::Request)
+    }
+
+    /// Bytes read from the source of `direction` so far (client for
+    /// [`Direction::Request`], server for [`Direction::Reply`]), whatever happened to them
+    /// next.
+    pub fn received(&self, direction: Direction) -> u64 {
+        self.state.received[direction as usize].load(Ordering::SeqCst)
+    }
+
+    /// Bytes written to the destination of `direction` so far.
+    pub fn delivered(&self, direction: Direction) -> u64 {
+        self.state.delivered[direction as usize].load(Ordering::SeqCst)
+    }
+
+    /// Bytes received in `direction` and not yet delivered nor dropped: held by a
+    /// [`Fault::Delay`] (or left unwritten by a connection that closed). A request still
+    /// held has not reached the server.
+    pub fn held(&self, direction: Direction) -> u64 {
+        let i = direction as usize;
+        // The settled counts first: they are bumped after `received`, so the difference is
+        // never negative.
+        let settled = self.state.delivered[i].load(Ordering::SeqCst)
+            + self.state.dropped[i].load(Ordering::SeqCst);
+        self.state.received[i]
+            .load(Ordering::SeqCst)
+            .saturating_sub(settled)
     }
 
     /// Connections accepted so far.
@@ -217,10 +249,13 @@ async fn pump(
     state: Arc<State>,
 ) -> Option<()> {
     let (queue, mut delayed) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let i = direction as usize;
+    let counters = state.clone();
     let writer = async move {
         while let Some((at, bytes)) = delayed.recv().await {
             tokio::time::sleep_until(at).await;
             to.write_all(&bytes).await.ok()?;
+            counters.delivered[i].fetch_add(bytes.len() as u64, Ordering::SeqCst);
         }
         to.shutdown().await.ok()
     };
@@ -232,11 +267,12 @@ async fn pump(
             if n == 0 {
                 return Some(());
             }
-            if direction == Direction::Request {
-                state.request_bytes.fetch_add(n as u64, Ordering::SeqCst);
-            }
+            state.received[i].fetch_add(n as u64, Ordering::SeqCst);
             let at = match state.fault(direction) {
-                Fault::Blackhole => continue,
+                Fault::Blackhole => {
+                    state.dropped[i].fetch_add(n as u64, Ordering::SeqCst);
+                    continue;
+                }
                 Fault::Pass => Instant::now(),
                 Fault::Delay(delay) => Instant::now() + delay,
             };

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::{KeysInterface, LuaInterface};
 use futures_util::future::join_all;
-use redlock_core::{LockError, LockGuard, LockOptions, NodeError, NodeVote, Redlock};
+use redlock_core::{LockError, LockGuard, LockOptions, LostReason, NodeError, NodeVote, Redlock};
 use redlock_tests::checker::{History, Register};
-use redlock_tests::proxy::{Direction, Fault};
+use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::workload::{self, Load};
 use redlock_tests::{
     RedisNodes, RedisServer, ServerOptions, foreign_set_nx, plain_client, proxy_urls, within,
@@ -397,17 +397,36 @@ enum Restart {
     Empty,
     /// At once, empty; B quarantines restarted nodes for a max ttl.
     Quarantined,
-    /// Empty, after more than a max ttl.
-    Delayed,
+    /// Empty, after this long; B tries all along, from the crash on.
+    Delayed(Duration),
     /// At once, with `appendfsync always` (the key survives).
     Aof,
 }
 
+/// A delayed restart keeps a crashed node down this long: a bit more than the max ttl (every
+/// lock of RL-05 has `TTL`).
+const RESTART_DELAY: Duration = Duration::from_millis(1_100);
+
+/// What one RL-05 variant saw in its 200 trials.
+#[derive(Debug)]
+struct Rl05 {
+    /// Trials where B held the lock inside A's validity.
+    violations: usize,
+    /// Trials where B got the lock at all.
+    acquired: usize,
+    /// The smallest gap from the end of A's validity to B's acquisition (negative: an
+    /// overlap), in ms.
+    closest_ms: i128,
+}
+
 /// A holds a bare quorum {0, 1, 2} (its nodes 3 and 4 are partitioned away); node 2 is
-/// killed and restarted; B, which reaches only {2, 3, 4}, tries for 800 ms (within A's
-/// validity). 200 trials per
-/// variant (10 restarts × 20 resources). Returns how many trials overlapped.
-async fn rl05_variant(restart: Restart) -> usize {
+/// killed and brought back by `restart`; B reaches only {2, 3, 4}. B tries for 800 ms once
+/// node 2 answers again (within A's validity), or, for a delayed restart, from the crash on
+/// until 3 s after the restart: B's clients reconnect with a back-off of up to 2 s, and its
+/// attempts caught by the reconnection can leave their keys on node 2 for a ttl (see
+/// [`rl05_delayed_restart_past_the_max_ttl`]). 200 trials per variant (5 crashes × 40
+/// resources).
+async fn rl05_variant(restart: Restart) -> Rl05 {
     let mut nodes = RedisNodes::start_opts(5, |_| ServerOptions {
         aof: restart == Restart::Aof,
         ..ServerOptions::default()
@@ -424,43 +443,78 @@ async fn rl05_variant(restart: Restart) -> usize {
     pa[4].partition();
     pb[0].partition();
     pb[1].partition();
-    let b_tries = LockOptions::default()
-        .ttl(TTL)
-        .retry_count(u32::MAX)
-        .retry_delay(ms(10))
-        .retry_jitter(Duration::ZERO)
-        .wait_timeout(ms(800));
-    let mut violations = 0;
-    for round in 0..10 {
+    let b_tries = |wait: Duration| {
+        LockOptions::default()
+            .ttl(TTL)
+            .retry_count(u32::MAX)
+            .retry_delay(ms(10))
+            .retry_jitter(Duration::ZERO)
+            .wait_timeout(wait)
+    };
+    let mut seen = Rl05 {
+        violations: 0,
+        acquired: 0,
+        closest_ms: i128::MAX,
+    };
+    for round in 0..5 {
         let mut held = Vec::new();
-        for i in 0..20 {
+        for i in 0..40 {
             let resource = format!("rl05:{round}:{i}");
             let start = Instant::now();
             let guard = a.lock_with(&resource, &once()).await.unwrap();
             held.push((resource, start, guard));
         }
         nodes.servers[2].kill();
-        if restart == Restart::Delayed {
-            tokio::time::sleep(TTL + ms(100)).await;
-        }
-        nodes.servers[2].start_again();
-        // B's connection to node 2 was cut by the crash: the trial starts once B reaches it.
-        until_answers(&b, &nodes, 2, &format!("rl05:probe:{round}")).await;
-        let b_holds = join_all(held.iter().map(|(resource, _, _)| {
-            let (b, b_tries) = (&b, &b_tries);
-            async move {
-                let guard = b.lock_with(resource, b_tries).await.ok()?;
-                Some((Instant::now(), guard))
-            }
-        }))
-        .await;
+        let b_holds: Vec<Option<(Instant, LockGuard)>> = if let Restart::Delayed(delay) = restart {
+            // B does not wait for the restart: only node 2 being down keeps it from the
+            // quorum {2, 3, 4} while A's keys are still there, so a restart that comes back
+            // within A's validity lets B in.
+            let attempts: Vec<_> = held
+                .iter()
+                .map(|(resource, _, _)| {
+                    let (b, resource) = (b.clone(), resource.clone());
+                    let options = b_tries(delay + ms(3_000));
+                    tokio::spawn(async move {
+                        let guard = b.lock_with(&resource, &options).await.ok()?;
+                        Some((Instant::now(), guard))
+                    })
+                })
+                .collect();
+            tokio::time::sleep(delay).await;
+            tokio::task::block_in_place(|| nodes.servers[2].start_again());
+            join_all(attempts)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect()
+        } else {
+            nodes.servers[2].start_again();
+            // B's connection to node 2 was cut by the crash: the trial starts once B reaches
+            // it.
+            until_answers(&b, &nodes, 2, &format!("rl05:probe:{round}")).await;
+            join_all(held.iter().map(|(resource, _, _)| {
+                let (b, options) = (&b, b_tries(ms(800)));
+                async move {
+                    let guard = b.lock_with(resource, &options).await.ok()?;
+                    Some((Instant::now(), guard))
+                }
+            }))
+            .await
+        };
         for (i, b_hold) in b_holds.into_iter().enumerate() {
             if let Some((b_acquired, guard)) = b_hold {
                 let history = History::new();
                 let (_, a_start, a_guard) = &held[i];
                 record_open(&history, 0, *a_start, a_guard);
                 record_open(&history, 1, b_acquired, &guard);
-                violations += usize::from(!history.overlaps().is_empty());
+                seen.violations += usize::from(!history.overlaps().is_empty());
+                seen.acquired += 1;
+                let gap = if b_acquired >= a_guard.valid_until() {
+                    (b_acquired - a_guard.valid_until()).as_millis() as i128
+                } else {
+                    -((a_guard.valid_until() - b_acquired).as_millis() as i128)
+                };
+                seen.closest_ms = seen.closest_ms.min(gap);
                 let _ = guard.release().await;
             }
         }
@@ -468,68 +522,190 @@ async fn rl05_variant(restart: Restart) -> usize {
             let _ = guard.release().await;
         }
     }
-    violations
+    seen
 }
 
-/// RL-05: the crash-restart hazard. Pass: the negative control (empty restart, no
-/// quarantine) is detected in ≥ 99 % of 200 trials; with quarantine, a delayed restart, or
-/// `appendfsync always`, 0 of 200 trials overlap.
+/// RL-05, the negative control: node 2 restarted empty at once, B without quarantine. Pass:
+/// the checker sees B inside A's validity in ≥ 99 % of 200 trials (it would see a real
+/// violation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rl05_crash_restart_needs_quarantine_delay_or_fsync() {
-    let detected = rl05_variant(Restart::Empty).await;
+async fn rl05_empty_restart_is_caught() {
+    let seen = rl05_variant(Restart::Empty).await;
     assert!(
-        detected >= 198,
-        "the checker saw only {detected} of 200 violations"
+        seen.violations >= 198,
+        "the checker saw only {} of 200 violations ({seen:?})",
+        seen.violations
     );
-    for restart in [Restart::Quarantined, Restart::Delayed, Restart::Aof] {
-        let violations = rl05_variant(restart).await;
-        assert_eq!(
-            violations, 0,
-            "{restart:?}: {violations} of 200 trials overlapped"
-        );
-    }
     eprintln!(
-        "RL-05: empty restart caught in {detected}/200; quarantine, delayed restart, AOF: 0/200 each"
+        "RL-05 control: empty restart caught in {}/200",
+        seen.violations
+    );
+}
+
+/// RL-05 with B quarantining restarted nodes for a max ttl (the node refuses to vote). Pass:
+/// 0 of 200 trials overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rl05_quarantine_keeps_a_restarted_node_out() {
+    let seen = rl05_variant(Restart::Quarantined).await;
+    assert_eq!(seen.violations, 0, "quarantine: {seen:?}");
+    eprintln!(
+        "RL-05 quarantine: 0/200 overlapped ({} acquired by B)",
+        seen.acquired
+    );
+}
+
+/// RL-05 with node 2 kept down for `RESTART_DELAY` (more than the max ttl) while B tries all
+/// along, from the crash on: the restart's delay is all that keeps B out while A's keys live
+/// on {0, 1}. Pass: none of B's locks inside A's validity, and B gets all 200 once node 2 is
+/// back (nothing else kept it out). With no delay, B gets in at once: 200 of 200 caught.
+///
+/// Why B is given 3 s after the restart: its clients reconnect with a back-off of up to 2 s,
+/// and an attempt caught by the reconnection can leave its key on node 2 for a ttl (its
+/// clean-up's `EVALSHA` reaches the restarted node before the scripts are loaded again,
+/// gets `NOSCRIPT`, and the `EVAL` fallback is never sent: `INFO errorstats` shows one
+/// `NOSCRIPT` per resource).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rl05_delayed_restart_past_the_max_ttl() {
+    let seen = rl05_variant(Restart::Delayed(RESTART_DELAY)).await;
+    assert_eq!(
+        seen.violations, 0,
+        "restart after {RESTART_DELAY:?}: B held inside A's validity ({seen:?})"
+    );
+    assert_eq!(
+        seen.acquired, 200,
+        "B never got some locks after the restart ({seen:?})"
+    );
+    eprintln!(
+        "RL-05 delayed restart: 0/200 overlapped, B got all 200 after the restart, at least {} ms after A's validity",
+        seen.closest_ms
+    );
+}
+
+/// RL-05b: node 2 persists with `appendfsync always`, so A's key survives the crash. Pass: 0
+/// of 200 trials overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rl05b_aof_keeps_the_key() {
+    let seen = rl05_variant(Restart::Aof).await;
+    assert_eq!(seen.violations, 0, "AOF: {seen:?}");
+    eprintln!(
+        "RL-05b AOF: 0/200 overlapped ({} acquired by B)",
+        seen.acquired
     );
 }
 
 // RL-06 ----------------------------------------------------------------------------------
 
-/// Node 2's wall clock jumps while A holds. (a) A holds all 5: +2 × ttl on node 2 frees no
-/// quorum (0 of 100 trials). (b) A holds {0, 1, 2}, B reaches {2, 3, 4}: the jump gives B the
-/// lock (the documented limitation; detected in ≥ 99 of 100). (c) −1 h on node 2 keeps A's
-/// key there for an hour; after A crashes, B still gets the lock within ttl + retry delay.
+/// Wall clocks jump forward past A's ttl on some nodes while A holds. (a) A holds all 5
+/// (checked on every node), the clocks of N − quorum = 2 nodes jump: A's keys expire there
+/// (checked) and B, granted those two, is still refused while A is valid (100 trials): a
+/// strict majority tolerates them. Then a third node jumps, the control: B gets the lock
+/// inside A's validity, which the checker must see (≥ 99 of 100). (b) A holds {0, 1, 2},
+/// B reaches {2, 3, 4}: a jump on node 2 gives B the lock (the documented limitation;
+/// detected in ≥ 99 of 100). (c) −1 h on node 2 keeps A's key there for an hour; after A
+/// crashes, B still gets the lock within ttl + retry delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl06_server_clock_jump() {
     let nodes = RedisNodes::start_opts(5, |i| ServerOptions {
-        clock: i == 2,
+        clock: i <= 2,
         ..ServerOptions::default()
     });
-    let clock = nodes.servers[2].clock();
-    let mut offset = Duration::ZERO;
-    let mut jump = || {
-        offset += TTL * 2;
-        clock.forward(offset);
+    // Each shimmed node's offset so far: a jump moves its wall clock further forward.
+    let mut offsets = [Duration::ZERO; 3];
+    let mut jump = |node: usize, by: Duration| {
+        offsets[node] += by;
+        nodes.servers[node].clock().forward(offsets[node]);
     };
     // A's locks are the set-up, not the test: a scheduling stall past the 50 ms node
     // timeout retries instead of failing the scenario.
     let setup = patient(ms(500));
 
-    // (a) A holds all five.
+    // (a) A holds all five; two, then three clocks jump. A's ttl of 5 s (jumps of twice
+    // that) leaves the checks below seconds of validity to run in on a loaded machine.
+    let a_ttl = Duration::from_secs(5);
     let (a, b) = (handle(nodes.urls()).await, handle(nodes.urls()).await);
+    let observers = join_all(nodes.urls().iter().map(|u| plain_client(u))).await;
+    let values = async |key: &str| -> Vec<Option<String>> {
+        join_all(observers.iter().map(|o| o.get::<Option<String>, _>(key)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let mut caught = 0;
     for round in 0..10 {
-        let guards = lock_many(&a, &format!("rl06a:{round}"), 10, &setup).await;
-        jump();
-        for (i, guard) in guards.into_iter().enumerate() {
-            let guard = guard.unwrap();
-            let taken = b.lock_with(&format!("rl06a:{round}:{i}"), &once()).await;
+        let prefix = format!("rl06a:{round}");
+        let start = Instant::now();
+        let guards: Vec<LockGuard> = lock_many(&a, &prefix, 10, &setup.clone().ttl(a_ttl))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        // A's lock call returns at quorum; its other SETs land just after.
+        for (i, guard) in guards.iter().enumerate() {
+            let ours = Some(guard.token().expose().to_owned());
+            let mut seen = Vec::new();
+            for _ in 0..200 {
+                seen = values(&format!("{prefix}:{i}")).await;
+                if seen.iter().all(|v| v == &ours) {
+                    break;
+                }
+                tokio::time::sleep(ms(1)).await;
+            }
             assert!(
-                taken.is_err() || !guard.is_valid(),
-                "RL-06a: B got a lock A holds on 4 nodes"
+                seen.iter().all(|v| v == &ours),
+                "RL-06a: A's key {prefix}:{i} ({ours:?}) is not on all five nodes: {seen:?}"
             );
-            guard.release().await.unwrap();
+        }
+        jump(1, a_ttl * 2);
+        jump(2, a_ttl * 2);
+        for (i, guard) in guards.iter().enumerate() {
+            let resource = format!("{prefix}:{i}");
+            let ours = Some(guard.token().expose().to_owned());
+            let left = values(&resource).await;
+            assert_eq!(
+                left,
+                [ours.clone(), None, None, ours.clone(), ours],
+                "RL-06a: the jumps on nodes 1 and 2 must expire A's keys there, and only there"
+            );
+            let taken = b.lock_with(&resource, &once()).await;
+            let Err(LockError::Busy { outcomes, .. }) = &taken else {
+                let what = taken.map(|_| format!("B got it, quorum {}", b.quorum()));
+                panic!("RL-06a: B must be refused while A holds 3 of 5 nodes: {what:?}");
+            };
+            for (node, outcome) in outcomes.0.iter().enumerate() {
+                let expected = if node == 1 || node == 2 {
+                    NodeVote::Acquired
+                } else {
+                    NodeVote::Held
+                };
+                assert!(
+                    [expected, NodeVote::Undecided].contains(&outcome.vote),
+                    "RL-06a: node {node} voted {:?} ({outcomes})",
+                    outcome.vote
+                );
+            }
+            assert!(
+                guard.is_valid(),
+                "RL-06a: A's lock ran out during the trial"
+            );
+        }
+        // The control: a third node jumps, and B gets the lock that A still holds.
+        jump(0, a_ttl * 2);
+        for (i, guard) in guards.into_iter().enumerate() {
+            if let Ok(theirs) = b.lock_with(&format!("{prefix}:{i}"), &once()).await {
+                let history = History::new();
+                record_open(&history, 0, start, &guard);
+                record_open(&history, 1, Instant::now(), &theirs);
+                caught += usize::from(!history.overlaps().is_empty());
+                let _ = theirs.release().await;
+            }
+            let _ = guard.release().await;
         }
     }
+    assert!(
+        caught >= 99,
+        "RL-06a control: with 3 of 5 clocks jumped, the checker saw {caught} of 100 overlaps"
+    );
 
     // (b) bare quorum and a partition.
     let (pa, pb) = (nodes.proxies(), nodes.proxies());
@@ -541,7 +717,7 @@ async fn rl06_server_clock_jump() {
     let mut detected = 0;
     for round in 0..10 {
         let guards = lock_many(&a, &format!("rl06b:{round}"), 10, &setup).await;
-        jump();
+        jump(2, TTL * 2);
         for (i, guard) in guards.into_iter().enumerate() {
             let guard = guard.unwrap();
             let start = Instant::now();
@@ -563,7 +739,22 @@ async fn rl06_server_clock_jump() {
     // (c) a step back of one hour on node 2, then A crashes (never releases).
     let (a, b) = (handle(nodes.urls()).await, handle(nodes.urls()).await);
     let guard = a.lock_with("rl06c", &once()).await.unwrap();
-    clock.set(i64::try_from(offset.as_millis()).unwrap() - 3_600_000);
+    // The step must come after A's SET on node 2 landed (the call returns at quorum).
+    let ours = Some(guard.token().expose().to_owned());
+    within("A's key on node 2", async {
+        while observers[2]
+            .get::<Option<String>, _>("rl06c")
+            .await
+            .unwrap()
+            != ours
+        {
+            tokio::time::sleep(ms(1)).await;
+        }
+    })
+    .await;
+    nodes.servers[2]
+        .clock()
+        .set(i64::try_from(offsets[2].as_millis()).unwrap() - 3_600_000);
     std::mem::forget(guard);
     let node2 = plain_client(&nodes.servers[2].url()).await;
     let started = Instant::now();
@@ -587,84 +778,187 @@ async fn rl06_server_clock_jump() {
     assert!(waited <= TTL + retry + ms(300), "B waited {waited:?}");
     taken.release().await.unwrap();
     eprintln!(
-        "RL-06: (a) 0/100 with a holder on all 5; (b) caught {detected}/100; (c) B got the lock after {waited:?} while node 2 keeps A's key for {lingering} ms"
+        "RL-06: (a) 0/100 with 2 of 5 clocks jumped, control with 3 caught {caught}/100; (b) caught {detected}/100; (c) B got the lock after {waited:?} while node 2 keeps A's key for {lingering} ms"
     );
 }
 
 // RL-07 ----------------------------------------------------------------------------------
 
-/// A's replies are held by the proxies for ttl + 200 ms on 100 resources at once; B (direct)
-/// takes each resource when A's keys expire. Pass: A reports failure for all 100 (no
-/// validity left), B's keys are untouched by A's clean-up. And the validity clock starts
-/// before the first send: with replies held 900 ms, the validity left is ≤ ttl − 900 ms −
-/// drift.
+/// Sets `fault` on `direction` of every proxy.
+fn set_all(proxies: &[Proxy], direction: Direction, fault: Fault) {
+    for proxy in proxies {
+        proxy.set(direction, fault);
+    }
+}
+
+/// Delays during acquisition (Kleppmann's K5/K6), 20 resources at once per part. A goes
+/// through proxies of its own; B connects directly.
+///
+/// (1) A's failed attempt's clean-up arrives after B got the key. A's `SET`s reach every
+/// node at once, but their replies are held, so A's round fails at its node timeout and A
+/// sends its clean-up; from the moment A's keys are seen on the nodes (before that timeout),
+/// the proxies hold A's requests for 2 s. Pass: A fails for all 20; B takes every resource
+/// once A's keys have expired, while every clean-up is still held; then the nodes run them
+/// all (one per resource on each of the 5 nodes) and B's keys are all still there.
+///
+/// (2) The validity clock starts before the first send: A's requests are held 600 ms before
+/// the nodes see them. Pass: every lock reports at most ttl − 600 ms − drift of validity (a
+/// clock started once the round was over would report about ttl − drift).
+///
+/// (3) Replies held 600 ms, as a pause of the client while they arrive: A's keys were set at
+/// once and expire a ttl after the send, when B takes each resource. Pass: A gets each lock,
+/// and its validity ends before B's hold begins (0 overlaps in 20; counted from after the
+/// round, it would reach 600 ms into B's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn rl07_delayed_replies() {
+async fn rl07_delays_during_acquisition() {
+    const N: usize = 20;
     let nodes = RedisNodes::start(5);
-    let proxies = nodes.proxies();
-    let a = handle_with(proxy_urls(&proxies), Duration::from_secs(2), false).await;
-    let b = handle(nodes.urls()).await;
-    for p in &proxies {
-        p.set(Direction::Reply, Fault::Delay(TTL + ms(200)));
-    }
-    let one = once();
-    let attempts = lock_many(&a, "rl07", 100, &one);
-    let takers = join_all((0..100).map(|i| {
-        let b = &b;
-        async move {
-            tokio::time::sleep(TTL / 2).await;
-            // A ttl that outlives A's clean-up, so that B's keys are still there to check.
-            let options = patient(Duration::from_secs(3)).ttl(Duration::from_secs(10));
-            b.lock_with(&format!("rl07:{i}"), &options).await.unwrap()
-        }
-    }));
-    let (attempts, takers) = tokio::join!(attempts, takers);
-    for attempt in &attempts {
-        // Not acquired: no validity left, or no reply within the round (capped at ttl − drift).
-        assert!(
-            matches!(
-                attempt,
-                Err(LockError::NoValidity { .. } | LockError::Unavailable { .. })
-            ),
-            "A with replies held past its ttl: {attempt:?}"
-        );
-    }
     let observers = join_all(nodes.urls().iter().map(|u| plain_client(u))).await;
-    for (i, guard) in takers.into_iter().enumerate() {
-        // B got a quorum once A's keys expired (some nodes may have refused B while A's key
-        // was still there); A's clean-up, after that, must have removed none of B's keys.
-        let mut bs = 0;
+    let drift = redlock_core::timing::drift(TTL, 0.01);
+    // B's node timeout leaves no room for a failed attempt (whose clean-up would blur what
+    // the nodes ran) on a loaded machine.
+    let b = handle_with(nodes.urls(), ms(500), false).await;
+
+    // (1)
+    let proxies = nodes.proxies();
+    let round_limit = ms(400);
+    let a = handle_with(proxy_urls(&proxies), round_limit, false).await;
+    let resources: Vec<String> = (0..N).map(|i| format!("rl07:race:{i}")).collect();
+    let scripts_before = nodes.script_calls().await;
+    set_all(&proxies, Direction::Reply, Fault::Delay(TTL * 3));
+    let started = Instant::now();
+    let attempts = tokio::spawn(async move { lock_many(&a, "rl07:race", N, &once()).await });
+    within("A's keys on every node", async {
         for observer in &observers {
-            let value: Option<String> = observer.get(format!("rl07:{i}")).await.unwrap();
-            match value {
-                Some(token) if token == guard.token().expose() => bs += 1,
-                None => {}
-                Some(other) => panic!("rl07:{i}: a key that is not B's: {other}"),
+            while observer
+                .exists::<usize, _>(resources.clone())
+                .await
+                .unwrap()
+                < N
+            {
+                tokio::time::sleep(ms(1)).await;
             }
         }
+    })
+    .await;
+    let seen = Instant::now();
+    set_all(&proxies, Direction::Request, Fault::Delay(TTL * 2));
+    // A's round waits `round_limit` for the held replies before its clean-up is sent.
+    assert!(
+        started.elapsed() < round_limit,
+        "the requests were held {:?} after A's attempts began: its clean-up may have passed",
+        started.elapsed()
+    );
+    for result in attempts.await.unwrap() {
         assert!(
-            bs >= 3,
-            "A's clean-up removed B's keys: {bs} left on rl07:{i}"
+            matches!(result, Err(LockError::Unavailable { .. })),
+            "A without replies: {result:?}"
         );
+    }
+    // Every key A's `SET`s made expires a ttl after it was set, before `seen` + ttl.
+    tokio::time::sleep_until((seen + TTL + ms(20)).into()).await;
+    let long = once().ttl(Duration::from_secs(10));
+    let theirs: Vec<LockGuard> = join_all(resources.iter().map(|r| b.lock_with(r, &long)))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let held: Vec<u64> = proxies.iter().map(|p| p.held(Direction::Request)).collect();
+    assert!(
+        held.iter().all(|&bytes| bytes > 0),
+        "A's clean-up reached some node before B took the keys (bytes still held: {held:?})"
+    );
+    within("A's clean-ups on every node", async {
+        while proxies.iter().any(|p| p.held(Direction::Request) > 0) {
+            tokio::time::sleep(ms(10)).await;
+        }
+        loop {
+            let ran = nodes.script_calls().await;
+            if ran
+                .iter()
+                .zip(&scripts_before)
+                .all(|(r, b)| *r >= b + N as u64)
+            {
+                break;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    })
+    .await;
+    for (resource, guard) in resources.iter().zip(&theirs) {
+        let ours = Some(guard.token().expose().to_owned());
+        let values = join_all(
+            observers
+                .iter()
+                .map(|o| o.get::<Option<String>, _>(resource)),
+        )
+        .await;
+        assert!(
+            values.iter().all(|v| v.as_ref().unwrap() == &ours),
+            "{resource}: A's late clean-up deleted B's key: {values:?}"
+        );
+    }
+    for guard in theirs {
         guard.release().await.unwrap();
     }
+    drop(proxies);
 
-    for p in &proxies {
-        p.set(Direction::Reply, Fault::Delay(ms(900)));
+    // (2)
+    let proxies = nodes.proxies();
+    let a = handle_with(proxy_urls(&proxies), Duration::from_secs(2), false).await;
+    let held = ms(600);
+    set_all(&proxies, Direction::Request, Fault::Delay(held));
+    let guards = lock_many(&a, "rl07:clock", N, &once()).await;
+    let mut most = Duration::ZERO;
+    for guard in &guards {
+        let left = guard.as_ref().unwrap().remaining_validity();
+        most = most.max(left);
+        assert!(
+            left <= TTL - held - drift,
+            "validity left {left:?} with requests held {held:?}: counted from after the send"
+        );
     }
-    let guard = a.lock_with("rl07:validity", &once()).await.unwrap();
-    let drift = redlock_core::timing::drift(TTL, 0.01);
-    let left = guard.remaining_validity();
-    assert!(
-        left <= TTL - ms(900) - drift,
-        "validity left {left:?} after 900 ms of delay"
+    set_all(&proxies, Direction::Request, Fault::Pass);
+    for guard in guards {
+        guard.unwrap().release().await.unwrap();
+    }
+
+    // (3)
+    set_all(&proxies, Direction::Reply, Fault::Delay(held));
+    let one = once();
+    let start = Instant::now();
+    let (guards, takers) = tokio::join!(
+        lock_many(&a, "rl07:pause", N, &one),
+        join_all((0..N).map(|i| {
+            let b = &b;
+            async move {
+                tokio::time::sleep(TTL / 2).await;
+                let guard = b
+                    .lock_with(&format!("rl07:pause:{i}"), &patient(TTL * 2))
+                    .await
+                    .unwrap();
+                (Instant::now(), guard)
+            }
+        }))
     );
-    for p in &proxies {
-        p.set(Direction::Reply, Fault::Pass);
+    let (mut overlaps, mut latest) = (0, Duration::ZERO);
+    for (guard, (b_acquired, theirs)) in guards.into_iter().zip(takers) {
+        let guard = guard.unwrap();
+        latest = latest.max(guard.valid_until() - start);
+        let pair = History::new();
+        record_open(&pair, 0, start, &guard);
+        record_open(&pair, 1, b_acquired, &theirs);
+        overlaps += pair.overlaps().len();
+        theirs.release().await.unwrap();
+        drop(guard);
     }
+    set_all(&proxies, Direction::Reply, Fault::Pass);
+    assert_eq!(
+        overlaps, 0,
+        "A's reported validity outlived its keys: B held inside it"
+    );
     eprintln!(
-        "RL-07: 100/100 refused with replies held {:?}; validity left after 900 ms: {left:?}",
-        TTL + ms(200)
+        "RL-07: (1) 20/20 of A's clean-ups held past B's acquisition, B's keys intact; (2) validity left with requests held {held:?}: at most {most:?}; (3) 0/20 overlaps with replies held {held:?}, A valid until at most {latest:?} after its calls began"
     );
 }
 
@@ -785,9 +1079,12 @@ async fn rl08_holder_paused_past_expiry() {
 // RL-09 ----------------------------------------------------------------------------------
 
 /// Auto-extension under faults: (a) two nodes down: every extension succeeds for 3 × ttl;
-/// (b) three nodes stopped and (c) every reply delayed past the validity: the lost signal
-/// fires no later than its deadline + 10 ms; (d) keys deleted everywhere: `extend` returns
-/// `Lost` and re-creates nothing; `max_extensions` is enforced exactly.
+/// (b) three nodes stopped and (c) every reply delayed past the validity, each right after
+/// an extension was confirmed: the validity stays what the nodes last confirmed (no
+/// extension counts without a quorum), and the lost signal fires at that validity less the
+/// lost margin, not before it and at most 20 ms after, as `Expired`; (d) keys deleted
+/// everywhere: `extend` returns `Lost` and re-creates nothing; `max_extensions` is enforced
+/// exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl09_extension_under_faults() {
     let auto = LockOptions::default()
@@ -815,7 +1112,11 @@ async fn rl09_extension_under_faults() {
     nodes.servers[3].start_again();
     nodes.servers[4].start_again();
 
-    // (b) a stopped majority; (c) replies held longer than the validity.
+    // (b) a stopped majority; (c) replies held longer than the validity. Each fault begins
+    // right after an extension was confirmed: the next is due a third of the ttl later, so
+    // none is in flight, and the validity the nodes last confirmed is known.
+    let margin = ms(100);
+    let auto = auto.lost_margin(margin);
     for case in ["b", "c"] {
         let proxies = nodes.proxies();
         let client = handle(proxy_urls(&proxies)).await;
@@ -823,29 +1124,72 @@ async fn rl09_extension_under_faults() {
             .lock_with(&format!("rl09{case}"), &auto)
             .await
             .unwrap();
-        tokio::time::sleep(TTL / 2).await;
+        let acquired = guard.valid_until();
+        within("the first extension", async {
+            while guard.valid_until() == acquired {
+                tokio::time::sleep(ms(1)).await;
+            }
+        })
+        .await;
         if case == "b" {
             for server in &nodes.servers[..3] {
                 server.pause();
             }
         } else {
-            for p in &proxies {
-                p.set(Direction::Reply, Fault::Delay(TTL * 2));
-            }
+            set_all(&proxies, Direction::Reply, Fault::Delay(TTL * 2));
         }
-        // An extension in flight when the fault began ends within a node timeout.
-        tokio::time::sleep(NODE_TIMEOUT * 2).await;
+        let faulted = Instant::now();
+        let confirmed = guard.valid_until();
+        // Where the mechanism says the signal must fire: the confirmed validity less the
+        // margin, unless an extension is confirmed by a quorum first (none can be now).
+        let deadline = confirmed - margin;
+        assert!(deadline > faulted, "RL-09{case}: the fault began too late");
         let lost = guard.lost();
-        let deadline = lost.deadline();
-        within("the lost signal", lost.cancelled()).await;
-        let lag = Instant::now().saturating_duration_since(deadline);
+        assert_eq!(
+            lost.deadline(),
+            deadline,
+            "RL-09{case}: the signal's deadline is not the validity less the margin"
+        );
+        // One future for the whole wait: a fresh one would check the deadline itself.
+        let signal = lost.cancelled();
+        tokio::pin!(signal);
+        let fired = within("the lost signal", async {
+            loop {
+                tokio::select! {
+                    () = &mut signal => break Instant::now(),
+                    () = tokio::time::sleep(ms(5)) => assert_eq!(
+                        guard.valid_until(),
+                        confirmed,
+                        "RL-09{case}: validity moved by an extension no quorum confirmed"
+                    ),
+                }
+            }
+        })
+        .await;
+        assert_eq!(
+            guard.valid_until(),
+            confirmed,
+            "RL-09{case}: validity moved"
+        );
         assert!(
-            lag <= ms(10),
+            fired >= deadline,
+            "RL-09{case}: lost signalled {:?} before its deadline, {:?} after the fault",
+            deadline - fired,
+            fired - faulted
+        );
+        let lag = fired - deadline;
+        assert!(
+            lag <= ms(20),
             "RL-09{case}: lost signalled {lag:?} after its deadline"
         );
         assert!(
-            deadline <= guard.valid_until(),
-            "RL-09{case}: signal after the validity"
+            matches!(lost.reason(), Some(LostReason::Expired)),
+            "RL-09{case}: {:?}",
+            lost.reason()
+        );
+        eprintln!(
+            "RL-09{case}: lost signalled {lag:?} after its deadline, {:?} after the fault",
+            fired - faulted
         );
         for server in &nodes.servers[..3] {
             server.resume();
@@ -890,7 +1234,7 @@ async fn rl09_extension_under_faults() {
     .await;
     assert_eq!(extensions, 3, "max_extensions(3)");
     eprintln!(
-        "RL-09: (a) extended through 3 ttl with 2 of 5 down; (b, c) lost signalled at the deadline; (d) no resurrection; cap 3 = 3"
+        "RL-09: (a) extended through 3 ttl with 2 of 5 down; (b, c) validity unmoved, lost signalled at the validity less the margin; (d) no resurrection; cap 3 = 3"
     );
 }
 
@@ -898,8 +1242,9 @@ async fn rl09_extension_under_faults() {
 
 /// Release correctness. (a) A releases after its own expiry while B holds: B's keys are
 /// untouched. (b) Replies to the release are dropped: the release reports it could not
-/// confirm, yet the keys are gone. (c) A single node, an expired lock: the release returns
-/// "was not held" within one node timeout.
+/// confirm within the node timeout, yet the keys of the 10 s lock are gone from every node
+/// within 500 ms. (c) A single node, an expired lock: the release returns "was not held"
+/// within one node timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl10_release_correctness() {
     let nodes = RedisNodes::start(5);
@@ -922,11 +1267,17 @@ async fn rl10_release_correctness() {
     );
     theirs.release().await.unwrap();
 
-    // (b)
-    let guard = a.lock_with("rl10b", &once()).await.unwrap();
-    for p in &proxies {
-        p.set(Direction::Reply, Fault::Blackhole);
-    }
+    // (b) A 10 s lock: its keys are gone within the 500 ms allowed only if the release
+    // removed them.
+    let long = once().ttl(Duration::from_secs(10));
+    let guard = a.lock_with("rl10b", &long).await.unwrap();
+    let observers = join_all(nodes.urls().iter().map(|u| plain_client(u))).await;
+    let pttls = join_all(observers.iter().map(|o| o.pttl::<i64, _>("rl10b"))).await;
+    assert!(
+        pttls.iter().all(|t| *t.as_ref().unwrap() > 9_000),
+        "{pttls:?}"
+    );
+    set_all(&proxies, Direction::Reply, Fault::Blackhole);
     let started = Instant::now();
     let result = guard.release().await;
     assert!(
@@ -938,7 +1289,20 @@ async fn rl10_release_correctness() {
         "release took {:?}",
         started.elapsed()
     );
-    nodes.gone_everywhere("rl10b").await;
+    let bound = ms(500);
+    let mut exists = Vec::new();
+    while started.elapsed() < bound {
+        exists = join_all(observers.iter().map(|o| o.exists::<i64, _>("rl10b"))).await;
+        if exists.iter().all(|n| *n.as_ref().unwrap() == 0) {
+            break;
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(
+        exists.iter().all(|n| *n.as_ref().unwrap() == 0),
+        "RL-10b: {bound:?} after a release whose replies were lost, the 10 s keys are still on some nodes: {exists:?}"
+    );
+    let gone_after = started.elapsed();
     for p in &proxies {
         p.heal();
     }
@@ -956,6 +1320,7 @@ async fn rl10_release_correctness() {
         "took {:?}",
         started.elapsed()
     );
+    eprintln!("RL-10: (b) keys of the 10 s lock gone {gone_after:?} after its unconfirmed release");
 }
 
 // RL-11 ----------------------------------------------------------------------------------
