@@ -1258,9 +1258,17 @@ async fn rl10_release_correctness() {
     let theirs = within("B's lock", b.lock_with("rl10a", &patient(TTL)))
         .await
         .unwrap();
+    let expected = Some(theirs.token().expose().to_owned());
+    // B's lock returns at quorum; its other writes land just after: wait for them, so that
+    // a key missing below can only be one A's release deleted.
+    within("B's key on every node", async {
+        while nodes.values("rl10a").await.iter().any(|v| v != &expected) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    })
+    .await;
     let released = stale.release().await.unwrap();
     assert!(!released.was_held(), "{released:?}");
-    let expected = Some(theirs.token().expose().to_owned());
     assert!(
         nodes.values("rl10a").await.iter().all(|v| v == &expected),
         "A deleted B's key"
