@@ -133,18 +133,7 @@ fn soak() -> anyhow::Result<()> {
     step(&format!("using {}", server.display()));
     install::gcc()?;
     step(&format!("RL-15 soak for {minutes} min (built first)"));
-    cargo_with_env(
-        &env,
-        &[
-            "test",
-            "-p",
-            "redlock-tests",
-            "--test",
-            "soak",
-            "--",
-            "--nocapture",
-        ],
-    )?;
+    integration_test_shown(&env, "soak")?;
     // The validity-contract property test for about as long (550 steps take ~35 s in CI).
     let steps = format!("{:.0}", parsed * CONTRACT_STEPS_PER_MINUTE);
     let mut env = vec![("CONTRACT_STEPS", steps.as_str())];
@@ -152,14 +141,19 @@ fn soak() -> anyhow::Result<()> {
         env.push(("CONTRACT_SEED", seed.as_str()));
     }
     step(&format!("the validity contract, {steps} steps"));
+    integration_test_shown(&env, "contract")
+}
+
+/// Runs one integration test of redlock-tests with `env`, its output shown.
+fn integration_test_shown(env: &[(&str, &str)], target: &str) -> anyhow::Result<()> {
     cargo_with_env(
-        &env,
+        env,
         &[
             "test",
             "-p",
             "redlock-tests",
             "--test",
-            "contract",
+            target,
             "--",
             "--nocapture",
         ],
