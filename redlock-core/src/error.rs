@@ -43,15 +43,12 @@ pub enum InvalidInput {
     /// The drift factor is outside `[0, 0.5)` or not a number.
     #[error("the drift factor {0} is outside [0, 0.5); the usual value is 0.01")]
     DriftFactor(f64),
-    /// The resource ends with a suffix reserved for the lock's own keys.
+    /// The resource (or the key prefix) starts with a NUL byte, which marks the lock's own
+    /// bookkeeping keys ([`BOOKKEEPING_PREFIX`](crate::BOOKKEEPING_PREFIX)).
     #[error(
-        "resource names may not end with `{suffix}`: that key belongs to the lock (fencing counter or waiter queue)"
+        "resource names and key prefixes may not start with a NUL byte: keys starting with one are the lock's own bookkeeping (waiter queues, fencing counters)"
     )]
-    ReservedResource {
-        /// The reserved suffix ([`FENCING_KEY_SUFFIX`](crate::options::FENCING_KEY_SUFFIX) or
-        /// [`WAITERS_KEY_SUFFIX`](crate::options::WAITERS_KEY_SUFFIX)).
-        suffix: &'static str,
-    },
+    ReservedResource,
     /// The lost-signal margin leaves no validity before it.
     #[error(
         "the lost margin {margin:?} is not shorter than the {validity:?} validity (ttl − drift); use a smaller margin or a longer ttl"

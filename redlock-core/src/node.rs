@@ -138,10 +138,14 @@ if KEYS[2] then fence = tonumber(redis.call("get", KEYS[2]) or "0") or 0 end
 return {ok and 1 or 0, fence}"#
 ));
 
-/// Raises the fencing counter to `ARGV[1]` if it is lower (a max register: it never goes
-/// down). Returns the counter as it was before: below `ARGV[1]` means confirmed.
+/// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
+/// goes down). Returns the counter as it was before, at least the legacy counter `KEYS[2]`
+/// (0.1.0's key, read under `pcall`: a foreign key of that name that is not a number reads
+/// as 0): below `ARGV[1]` means confirmed.
 pub(crate) static FENCE: Script = Script::new(
     r#"local cur = tonumber(redis.call("get", KEYS[1]) or "0") or 0
+local legacy = tonumber(redis.pcall("get", KEYS[2])) or 0
+if legacy > cur then cur = legacy end
 if cur < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) end
 return cur"#,
 );
@@ -408,9 +412,14 @@ impl Node {
 
     /// Raises the fencing counter to `value` if lower. [`NodeVote::Acquired`] if the counter
     /// was below `value` (confirmed); otherwise [`NodeVote::Held`] with the higher counter.
-    pub(crate) async fn fence(&self, fence_key: &str, value: u64) -> (NodeVote, u64) {
+    pub(crate) async fn fence(
+        &self,
+        fence_key: &str,
+        legacy_key: &str,
+        value: u64,
+    ) -> (NodeVote, u64) {
         let args = [Value::from(value.to_string())];
-        match self.eval(&FENCE, &[fence_key], &args).await {
+        match self.eval(&FENCE, &[fence_key, legacy_key], &args).await {
             Ok(reply) => match counter(&reply) {
                 Some(before) if before < value => (NodeVote::Acquired, before),
                 Some(before) => (NodeVote::Held, before),

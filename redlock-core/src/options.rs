@@ -26,11 +26,6 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 pub const DEFAULT_EXTEND_FRACTION: f64 = 1.0 / 3.0;
 /// The longest default lost-signal margin: 1 s (the default is `min(ttl / 10, 1 s)`).
 pub const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
-/// Suffix of the key holding a resource's fencing counter; resources may not end with it.
-pub const FENCING_KEY_SUFFIX: &str = ":fencing-counter";
-/// Suffix of the key holding a resource's waiter queue (also its hand-over channel);
-/// resources may not end with it.
-pub const WAITERS_KEY_SUFFIX: &str = ":waiters";
 /// The most entries a resource's waiter queue takes on one node; a waiter left out is woken
 /// by its retry timer instead of by name. Waiters leave the queue when they are granted, give
 /// up, or their future is dropped; one that died without leaving (a crashed process) is popped
@@ -370,9 +365,9 @@ impl LockOptions {
     }
 }
 
-/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, not ending with
-/// [`FENCING_KEY_SUFFIX`] or [`WAITERS_KEY_SUFFIX`] (those keys hold fencing counters and
-/// waiter queues).
+/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, not starting with a
+/// NUL byte (keys starting with one are the lock's own bookkeeping,
+/// [`BOOKKEEPING_PREFIX`](crate::BOOKKEEPING_PREFIX)).
 ///
 /// # Errors
 /// [`InvalidInput::EmptyResource`], [`InvalidInput::ResourceTooLong`] or
@@ -387,10 +382,8 @@ pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
             max: MAX_RESOURCE_LEN,
         });
     }
-    for suffix in [FENCING_KEY_SUFFIX, WAITERS_KEY_SUFFIX] {
-        if resource.ends_with(suffix) {
-            return Err(InvalidInput::ReservedResource { suffix });
-        }
+    if resource.starts_with('\0') {
+        return Err(InvalidInput::ReservedResource);
     }
     Ok(())
 }
@@ -479,10 +472,14 @@ mod tests {
 
     #[test]
     fn resources_must_be_non_empty_and_bounded() {
-        assert!(matches!(
-            validate_resource("order:1:fencing-counter"),
-            Err(InvalidInput::ReservedResource { .. })
-        ));
+        assert_eq!(
+            validate_resource("\0redlock:fencing:order:1"),
+            Err(InvalidInput::ReservedResource)
+        );
+        // The suffixes 0.1.0 reserved are plain resources now.
+        assert_eq!(validate_resource("order:1:fencing-counter"), Ok(()));
+        assert_eq!(validate_resource("order:1:waiters"), Ok(()));
+        assert_eq!(validate_resource("a\0b"), Ok(()));
         assert_eq!(validate_resource(""), Err(InvalidInput::EmptyResource));
         assert!(validate_resource(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
         assert!(matches!(

@@ -17,7 +17,8 @@ use crate::holders::ModeRequest;
 use crate::lease::{Lease, LeaseParts};
 use crate::mode::Mode;
 use crate::node::{Handover, Node, QueuePlace};
-use crate::options::{FENCING_KEY_SUFFIX, LockOptions, WAITERS_KEY_SUFFIX, validate_resource};
+use crate::keys;
+use crate::options::{LockOptions, validate_resource};
 use crate::outcome::{NodeVote, Outcomes};
 use crate::quorum::{self, Stop};
 use crate::reentrant;
@@ -53,6 +54,8 @@ pub struct Redlock {
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) quorum: usize,
+    /// Confirmations a fencing token needs ([`timing::fencing_quorum`]).
+    fencing_quorum: usize,
     defaults: LockOptions,
     key_prefix: String,
     pub(crate) node_timeout: Duration,
@@ -202,6 +205,8 @@ enum Place<'a> {
 /// Why one acquisition attempt failed.
 enum AttemptFailure {
     Votes(Outcomes),
+    /// A quorum granted the lock, but fewer than a fencing quorum confirmed its token.
+    Fence(Outcomes),
     NoValidity(Duration),
 }
 
@@ -263,6 +268,7 @@ impl Redlock {
         Self {
             inner: Arc::new(Inner {
                 quorum: timing::quorum(nodes.len()),
+                fencing_quorum: timing::fencing_quorum(nodes.len()),
                 nodes,
                 defaults,
                 key_prefix,
@@ -410,6 +416,10 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
+        if key.starts_with('\0') {
+            // A key prefix starting with NUL: the lock's bookkeeping namespace.
+            return Err(InvalidInput::ReservedResource.into());
+        }
         if options.get_reentrant()
             && let Some(reentry) = reentrant::find(self.id(), &key, options.get_mode())
         {
@@ -559,7 +569,7 @@ impl Redlock {
                         if votes.held() > 0 && votes.acquired() + votes.held() >= self.inner.quorum) =>
                 {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
-                    let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+                    let queue = keys::waiters(&key);
                     exit.get_or_insert_with(|| QueueExit::new(self, &key, &ticket.marker, false));
                     waiting = Some(waiters.join(&queue).await);
                     free_attempt = true;
@@ -597,7 +607,7 @@ impl Redlock {
         let (key, marker) = (key.to_owned(), marker.to_owned());
         self.spawn_background(async move {
             let limit = redlock.inner.node_timeout;
-            let queue = format!("{key}{WAITERS_KEY_SUFFIX}");
+            let queue = keys::waiters(&key);
             let nodes = redlock.inner.nodes.iter();
             futures_util::future::join_all(nodes.map(|node| {
                 let leave = async {
@@ -655,6 +665,12 @@ impl Redlock {
                 elapsed,
                 ttl: options.sent_ttl(),
             },
+            AttemptFailure::Fence(outcomes) => LockError::Unavailable {
+                resource,
+                attempts,
+                quorum: self.inner.fencing_quorum,
+                outcomes,
+            },
             AttemptFailure::Votes(outcomes) => {
                 let answered = outcomes.acquired() + outcomes.held();
                 if answered >= quorum || outcomes.held() > self.inner.nodes.len() - quorum {
@@ -690,13 +706,11 @@ impl Redlock {
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = inner.node_timeout.min(ttl.saturating_sub(drift));
         let n = inner.nodes.len();
-        let fence_key = options
-            .get_fencing()
-            .then(|| format!("{key}{FENCING_KEY_SUFFIX}"));
+        let fence_key = options.get_fencing().then(|| keys::fencing(key));
         let mut cleanup = Cleanup::new(self, key, token, options.get_mode());
         let queued = match place {
             Place::Queue(ticket) => Some(QueuePlace {
-                queue: format!("{key}{WAITERS_KEY_SUFFIX}"),
+                queue: keys::waiters(key),
                 marker: ticket.marker.clone(),
                 score_ms: ticket.score_ms,
                 queue_ttl_ms: QUEUE_TTL_MS,
@@ -755,11 +769,11 @@ impl Redlock {
         }
         let fencing_token = match &fence_key {
             None => None,
-            Some(fence_key) => match self.fence(fence_key, highest, limit).await {
+            Some(_) => match self.fence(key, highest, limit).await {
                 Ok(value) => Some(value),
                 Err(outcomes) => {
                     cleanup.run().await;
-                    return Err(AttemptFailure::Votes(outcomes));
+                    return Err(AttemptFailure::Fence(outcomes));
                 }
             },
         };
@@ -784,30 +798,36 @@ impl Redlock {
     }
 
     /// The fencing write-back: claims `highest + 1` on every node as a max register, and
-    /// returns it once a quorum confirmed their counter was below it. A node reporting a
-    /// counter at or above the claim (one our read missed) starts another round above it.
+    /// returns it once a fencing quorum ([`timing::fencing_quorum`], 4 of 5) confirmed their
+    /// counter was below it. A node reporting a counter at or above the claim (one the read
+    /// missed) starts another round above it. The legacy counter of 0.1.0 counts as a floor.
     ///
-    /// Why this is monotonic: the previous holder's token was confirmed by a majority before
-    /// it got the lock, our read came from the majority that granted us the lock after its
-    /// keys were gone, and two majorities share a node; that node's counter (if it kept its
-    /// data) is at least the previous token, so ours is greater.
-    async fn fence(&self, fence_key: &str, highest: u64, limit: Duration) -> Result<u64, Outcomes> {
+    /// Why tokens strictly increase, with one node restarted empty and any minority cut off
+    /// (crate docs, "Fencing tokens"): let P be the previous holder with a token t. P's
+    /// confirmations came before P's lock was returned, so before its validity ended, so
+    /// before our lock was granted (Redlock's exclusion), so before this round. Any two
+    /// fencing quorums share at least two nodes; at most one of them lost its data since P's
+    /// round, so one still holds a counter ≥ t and confirmed our claim only because the claim
+    /// was above it.
+    async fn fence(&self, key: &str, highest: u64, limit: Duration) -> Result<u64, Outcomes> {
         let inner = &self.inner;
+        let (fence_key, legacy_key) = (keys::fencing(key), keys::legacy_fencing(key));
+        let (fence_key, legacy_key) = (fence_key.as_str(), legacy_key.as_str());
         let mut claim = highest.saturating_add(1);
         let mut last = Outcomes::default();
         for _ in 0..FENCE_ROUNDS {
             let tally = quorum::decide(
                 inner.nodes.len(),
-                inner.quorum,
+                inner.fencing_quorum,
                 limit,
                 Stop::Decided,
                 inner.nodes.iter().enumerate().map(|(i, node)| async move {
-                    let (vote, before) = node.fence(fence_key, claim).await;
+                    let (vote, before) = node.fence(fence_key, legacy_key, claim).await;
                     (i, vote, before)
                 }),
             )
             .await;
-            if tally.granted >= inner.quorum {
+            if tally.granted >= inner.fencing_quorum {
                 return Ok(claim);
             }
             let above = tally
@@ -925,7 +945,7 @@ impl Redlock {
     ) -> Released {
         let inner = &self.inner;
         let handover = inner.waiters.is_some().then(|| Handover {
-            channel: format!("{key}{WAITERS_KEY_SUFFIX}"),
+            channel: keys::waiters(key),
             grace_ms: u64::try_from(inner.handover_grace.as_millis()).unwrap_or(u64::MAX),
         });
         let handover = handover.as_ref();

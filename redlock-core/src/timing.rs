@@ -13,6 +13,16 @@ pub fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// The number of nodes that must confirm a fencing token: `N / 2 + 2` for odd N, `N / 2 + 1`
+/// for even N (never more than N), so that any two such sets share at least two nodes
+/// (`2F − N ≥ 2`). One of the two may have lost its data (restarted empty); the other still
+/// holds the earlier token, so the later claim must be above it. See the crate docs, "Fencing
+/// tokens". 3 of 3, 3 of 4, 4 of 5, 5 of 7. With one node no quorum survives its data loss
+/// (F = 1).
+pub fn fencing_quorum(nodes: usize) -> usize {
+    (nodes.saturating_add(3) / 2).min(nodes)
+}
+
 /// The clock drift allowance for a lock of `ttl`: `ttl × drift_factor + 2 ms`.
 ///
 /// It covers the rate difference between the client's clock and the nodes' clocks over the
@@ -36,6 +46,22 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<D
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn fencing_quorums_share_two_nodes_and_are_the_smallest_that_do() {
+        assert_eq!(fencing_quorum(1), 1);
+        for n in 2..=64 {
+            let f = fencing_quorum(n);
+            assert!(f <= n && f >= quorum(n), "n = {n}, f = {f}");
+            assert!(2 * f >= n + 2, "two sets of {f} of {n} may share one node");
+            assert!(2 * (f - 1) < n + 2, "{f} of {n} is not the smallest");
+        }
+        assert_eq!(
+            [3, 4, 5, 7].map(fencing_quorum),
+            [3, 3, 4, 5],
+            "the figures the docs give"
+        );
+    }
 
     #[test]
     fn quorum_is_a_strict_majority() {

@@ -333,9 +333,9 @@ impl RedisNodes {
         self.on_each("HGETALL", key).await
     }
 
-    /// How many waiters are queued for `key` on every node (`ZCARD key:waiters`).
+    /// How many waiters are queued for `key` on every node (`ZCARD` of its waiter queue).
     pub async fn queued(&self, key: &str) -> Vec<i64> {
-        self.on_each("ZCARD", &format!("{key}:waiters")).await
+        self.on_each("ZCARD", &waiters_key(key)).await
     }
 
     /// How many scripts every node has run so far (`EVALSHA` and `EVAL` calls, from `INFO
@@ -396,6 +396,16 @@ impl RedisNodes {
         }
         out
     }
+}
+
+/// The waiter queue of the lock key `key` (redlock-core's bookkeeping namespace).
+pub fn waiters_key(key: &str) -> String {
+    format!("{}waiters:{key}", redlock_core::BOOKKEEPING_PREFIX)
+}
+
+/// The fencing counter of the lock key `key` (redlock-core's bookkeeping namespace).
+pub fn fencing_key(key: &str) -> String {
+    format!("{}fencing:{key}", redlock_core::BOOKKEEPING_PREFIX)
 }
 
 /// The URLs of `proxies`, in order.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use redlock_core::{LockError, LockOptions, Mode, Redlock, redlock};
-use redlock_tests::{RedisNodes, free_within, is_free, within};
+use redlock_tests::{RedisNodes, free_within, is_free, waiters_key, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -63,7 +63,7 @@ async fn a_waiter_queue_never_grows_past_its_cap() {
     let members: Vec<String> = (0..1024)
         .flat_map(|i| [i.to_string(), format!("~dead{i}")])
         .collect();
-    nodes.zadd("full:waiters", &members).await;
+    nodes.zadd(&waiters_key("full"), &members).await;
     let waiter = tokio::spawn({
         let b = b.clone();
         async move {

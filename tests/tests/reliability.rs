@@ -1489,7 +1489,7 @@ async fn rl13_ambiguous_write_is_cleaned_up() {
 enum BadLock {
     EmptyResource,
     LongResource(usize),
-    ReservedSuffix(String, bool),
+    Reserved(String),
     ZeroTtl,
     TtlAboveCap(u64),
     TtlTooShort(u64),
@@ -1504,7 +1504,7 @@ fn bad_lock() -> impl proptest::strategy::Strategy<Value = BadLock> {
     prop_oneof![
         Just(BadLock::EmptyResource),
         (1025usize..8192).prop_map(BadLock::LongResource),
-        ("[a-z:]{0,20}", any::<bool>()).prop_map(|(r, w)| BadLock::ReservedSuffix(r, w)),
+        "[a-z:]{0,20}".prop_map(BadLock::Reserved),
         Just(BadLock::ZeroTtl),
         (86_401u64..u64::MAX / 1_000_000).prop_map(BadLock::TtlAboveCap),
         (1u64..=2).prop_map(BadLock::TtlTooShort),
@@ -1527,14 +1527,7 @@ impl BadLock {
         match self {
             Self::EmptyResource => (String::new(), base),
             Self::LongResource(n) => ("r".repeat(*n), base),
-            Self::ReservedSuffix(r, waiters) => {
-                let suffix = if *waiters {
-                    ":waiters"
-                } else {
-                    ":fencing-counter"
-                };
-                (format!("{r}{suffix}"), base)
-            }
+            Self::Reserved(r) => (format!("\0{r}"), base),
             Self::ZeroTtl => ("r".into(), base.ttl(Duration::ZERO)),
             Self::TtlAboveCap(s) => ("r".into(), base.ttl(Duration::from_secs(*s))),
             Self::TtlTooShort(m) => ("r".into(), base.ttl(ms(*m))),
@@ -1579,7 +1572,7 @@ fn bad_build() -> impl proptest::strategy::Strategy<Value = BadBuild> {
         bad_lock()
             .prop_filter("defaults carry no resource", |b| !matches!(
                 b,
-                BadLock::EmptyResource | BadLock::LongResource(_) | BadLock::ReservedSuffix(..)
+                BadLock::EmptyResource | BadLock::LongResource(_) | BadLock::Reserved(_)
             ))
             .prop_map(BadBuild::BadDefaults),
     ]

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand};
 use redlock_core::{BuildError, LockError, LockOptions, Redlock};
-use redlock_tests::{RedisNodes, plain_client, redlock, within};
+use redlock_tests::{RedisNodes, plain_client, redlock, waiters_key, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -105,7 +105,7 @@ async fn a_waiter_that_died_in_the_queue_costs_only_the_grace() {
         let client = plain_client(&url).await;
         let zadd = CustomCommand::new_static("ZADD", ClusterHash::FirstKey, false);
         let _: i64 = client
-            .custom(zadd, vec!["res:waiters", "0", "~dead"])
+            .custom(zadd, vec![waiters_key("res"), "0".into(), "~dead".into()])
             .await
             .unwrap();
         client.quit().await.unwrap();
