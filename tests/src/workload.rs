@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use redlock_core::{LockError, LockOptions, Mode, Redlock};
 
-use crate::checker::{History, Register};
+use crate::checker::{Fenced, History, Register};
 
 /// How long each client keeps going.
 #[derive(Debug, Clone, Copy)]
@@ -77,6 +77,9 @@ pub struct Report {
     pub other: Vec<String>,
     /// Critical sections whose fenced increment was refused (a newer holder got there).
     pub fenced_out: usize,
+    /// Critical sections whose token the storage had already seen from another holder: a
+    /// fencing violation (tokens must strictly increase across holders).
+    pub duplicate_tokens: usize,
     /// Time from each successful lock call to its return.
     pub latencies: Vec<Duration>,
 }
@@ -127,6 +130,7 @@ pub async fn run(
         report.no_validity += client.no_validity;
         report.other.extend(client.other);
         report.fenced_out += client.fenced_out;
+        report.duplicate_tokens += client.duplicate_tokens;
         report.latencies.extend(client.latencies);
     }
     report
@@ -200,23 +204,25 @@ async fn one_client(
         let done = match (reading, load.fenced, guard.fencing_token()) {
             (true, _, _) => {
                 tokio::time::sleep(hold).await;
-                true
+                Fenced::Accepted
             }
-            (false, true, Some(fence)) => register.increment_fenced(hold, fence).await,
+            (false, true, Some(token)) => {
+                let holder = rand::rng().random();
+                register.increment_fenced(hold, token, holder).await
+            }
             (false, true, None) => panic!("a fenced load needs LockOptions::fencing(true)"),
             (false, false, _) => {
                 register.increment(hold).await;
-                true
+                Fenced::Accepted
             }
         };
         let (valid_until, released) = (guard.valid_until(), Instant::now());
         history.record_mode(id, mode, start, valid_until, released);
-        if reading {
-            report.reads += 1;
-        } else if done {
-            report.per_client[0] += 1;
-        } else {
-            report.fenced_out += 1;
+        match done {
+            _ if reading => report.reads += 1,
+            Fenced::Accepted => report.per_client[0] += 1,
+            Fenced::Stale => report.fenced_out += 1,
+            Fenced::Duplicate => report.duplicate_tokens += 1,
         }
         // The outcome of the release does not matter to the oracles (an unconfirmed release
         // leaves a key that expires); the next lock call shows whether it was lost.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use fred::interfaces::{KeysInterface, LuaInterface};
 use futures_util::future::join_all;
 use redlock_core::{LockError, LockGuard, LockOptions, LostReason, NodeError, NodeVote, Redlock};
-use redlock_tests::checker::{History, Register};
+use redlock_tests::checker::{Fenced, History, Register};
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::workload::{self, Load};
 use redlock_tests::{
@@ -1038,7 +1038,10 @@ async fn rl08_run(fenced: bool) -> (i64, usize) {
         .unwrap();
     let fence = guard.fencing_token().unwrap();
     if fenced {
-        assert!(register.increment_fenced(ms(5), fence).await);
+        assert_eq!(
+            register.increment_fenced(ms(5), fence, 2).await,
+            Fenced::Accepted
+        );
     } else {
         register.increment(ms(5)).await;
     }

@@ -15,8 +15,11 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redlock_core::{LockOptions, Redlock};
-use redlock_tests::checker::Register;
+use redlock_tests::checker::{Fenced, Register};
 use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// This process's holder id at the register's fencing check (the test's own holder is 2).
+const HOLDER: u64 = 1;
 
 #[tokio::main]
 async fn main() {
@@ -34,7 +37,7 @@ async fn main() {
             let fence = guard.fencing_token().unwrap();
             let register = Register::connect(store, register).await;
             let value = if fenced {
-                register.read_fenced(fence).await.unwrap()
+                register.read_fenced(fence, HOLDER).await.unwrap()
             } else {
                 register.read().await
             };
@@ -42,7 +45,7 @@ async fn main() {
             let _ = lines.next_line().await;
             println!("AFTER {} {}", guard.is_valid(), guard.lost().is_lost());
             let written = if fenced {
-                register.write_fenced(value + 1, fence).await
+                register.write_fenced(value + 1, fence, HOLDER).await == Fenced::Accepted
             } else {
                 register.write(value + 1).await;
                 true

@@ -1,0 +1,189 @@
+//! Fencing tokens under composed faults (issue 15): nodes restarted empty, with quarantine on,
+//! combined with minority partitions placed where they hurt most, against 5 real nodes behind
+//! fault proxies. The oracle is the storage's fencing check (`checker::Fenced`): each holder
+//! writes with its token, and a token that is not strictly greater than the highest one seen
+//! from a *different* holder is a violation.
+//!
+//! Fault model (redlock-core's docs, "Fencing tokens"): a token is confirmed by a fencing
+//! quorum F (4 of 5), so the confirmations of two holders share 2F − N = 3 nodes; tokens
+//! strictly increase as long as fewer than 3 of those lose their data between the two holders.
+//! The negative control restarts 3 nodes and must see a token issued twice.
+
+#![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
+
+use std::time::Duration;
+
+use redlock_core::{LockError, LockOptions, Redlock};
+use redlock_tests::checker::{Fenced, Register};
+use redlock_tests::proxy::Proxy;
+use redlock_tests::{RedisNodes, RedisServer, proxy_urls};
+
+const TTL: Duration = Duration::from_secs(1);
+/// A restarted node votes again once it has been up `TTL` (plus the second the quarantine
+/// adds for Redis's whole-second uptime); this is a little more.
+const PAST_QUARANTINE: Duration = Duration::from_millis(2_300);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A client with its own proxies, quarantining restarted nodes for the ttl.
+struct Client {
+    redlock: Redlock,
+    proxies: Vec<Proxy>,
+}
+
+impl Client {
+    async fn new(nodes: &RedisNodes) -> Self {
+        let proxies = nodes.proxies();
+        let redlock = Redlock::builder()
+            .nodes(proxy_urls(&proxies))
+            .node_timeout(ms(100))
+            .quarantine(TTL)
+            .lock_options(LockOptions::default().ttl(TTL))
+            .build()
+            .await
+            .unwrap();
+        Self { redlock, proxies }
+    }
+
+    /// Takes a fenced lock on `resource` with the nodes in `cut` unreachable, writes to the
+    /// register with its token as holder `holder`, and releases. The token, or the error.
+    async fn fenced_write(
+        &self,
+        resource: &str,
+        cut: &[usize],
+        register: &Register,
+        holder: u64,
+    ) -> Result<(u64, Fenced), LockError> {
+        cut.iter().for_each(|&n| self.proxies[n].partition());
+        // Retries for a while: a client reconnects to a restarted node with a back-off.
+        let options = LockOptions::default()
+            .ttl(TTL)
+            .fencing(true)
+            .retry_count(u32::MAX)
+            .retry_delay(ms(100))
+            .wait_timeout(Duration::from_secs(3));
+        let result = self.redlock.lock_with(resource, &options).await;
+        cut.iter().for_each(|&n| self.proxies[n].heal());
+        let guard = result?;
+        let token = guard.fencing_token().unwrap();
+        let verdict = register.write_fenced(1, token, holder).await;
+        let _ = guard.release().await;
+        Ok((token, verdict))
+    }
+}
+
+/// What one composed episode produced.
+#[derive(Debug)]
+struct Episode {
+    /// P's token and the storage's verdict, or P's error.
+    p: Result<(u64, Fenced), LockError>,
+    /// Q's, after the restarts.
+    q: Result<(u64, Fenced), LockError>,
+    /// R's, with every node reachable again.
+    r: Result<(u64, Fenced), LockError>,
+}
+
+/// Four fenced holders warm the counter up to 4 on every node; then P locks with the nodes
+/// in `cut_p` cut off, the nodes in `restart` are killed and restarted empty, Q locks (once
+/// their quarantine has passed) with the nodes in `cut_q` cut off, and last R locks with
+/// every node reachable. Each writes to the fenced register with its token.
+async fn episode(resource: &str, cut_p: &[usize], restart: &[usize], cut_q: &[usize]) -> Episode {
+    let mut nodes = RedisNodes::start(5);
+    let (p, q) = (Client::new(&nodes).await, Client::new(&nodes).await);
+    let store = RedisServer::start();
+    let register = Register::new(&store, resource).await;
+    // The fresh nodes are in quarantine themselves at first.
+    tokio::time::sleep(PAST_QUARANTINE).await;
+    for warm in 0..4 {
+        let (token, verdict) = p.fenced_write(resource, &[], &register, warm).await.unwrap();
+        assert_eq!((token, verdict), (warm + 1, Fenced::Accepted));
+    }
+    let p_result = p.fenced_write(resource, cut_p, &register, 100).await;
+    for &n in restart {
+        nodes.servers[n].restart();
+    }
+    tokio::time::sleep(PAST_QUARANTINE).await;
+    let q_result = q.fenced_write(resource, cut_q, &register, 200).await;
+    let r_result = q.fenced_write(resource, &[], &register, 300).await;
+    Episode {
+        p: p_result,
+        q: q_result,
+        r: r_result,
+    }
+}
+
+fn token(result: &Result<(u64, Fenced), LockError>) -> Option<u64> {
+    result.as_ref().ok().map(|(token, _)| *token)
+}
+
+/// Every token that was issued was accepted by the storage (strictly above every earlier
+/// holder's), and they strictly increase in the order P, Q, R.
+fn assert_strictly_increasing(what: &str, episode: &Episode) {
+    let issued: Vec<(u64, Fenced)> = [&episode.p, &episode.q, &episode.r]
+        .into_iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    for (token, verdict) in &issued {
+        assert_eq!(
+            *verdict,
+            Fenced::Accepted,
+            "{what}: token {token} refused by the storage ({episode:?})"
+        );
+    }
+    assert!(
+        issued.windows(2).all(|w| w[0].0 < w[1].0),
+        "{what}: tokens not strictly increasing ({episode:?})"
+    );
+}
+
+/// The scenario of issue 15: P's token is confirmed only by {0, 1, 2} (3 and 4 cut off),
+/// node 2 restarts empty, and Q is granted by {2, 3, 4} (0 and 1 cut off). With a write-back
+/// quorum of 3, Q read a max of 4 and claimed 5 again: the storage saw 5 from two holders.
+/// Now a token needs 4 confirmations: P and Q each reach only 3 nodes, so neither gets one
+/// (`Unavailable`, naming the 4 needed), and R, with every node back, gets one above every
+/// earlier token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
+    let episode = episode("fence-a", &[3, 4], &[2], &[0, 1]).await;
+    eprintln!("issue-15 scenario: {episode:?}");
+    assert_strictly_increasing("issue-15 scenario", &episode);
+    for (who, result) in [("P", &episode.p), ("Q", &episode.q)] {
+        match result {
+            Err(LockError::Unavailable { quorum: 4, .. }) => {}
+            other => panic!("{who} reached 3 nodes, so it must not get a token: {other:?}"),
+        }
+    }
+    assert!(token(&episode.r).is_some(), "R: {episode:?}");
+}
+
+/// The same faults with one node cut off each time, so every holder reaches a fencing
+/// quorum: P is confirmed by {0, 1, 2, 3}, nodes 2 and 3 restart empty (two of the three
+/// nodes any two fencing quorums share), Q reaches {1, 2, 3, 4}. Node 1 still holds P's
+/// token, so Q's claim goes above it; R's above Q's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
+    let episode = episode("fence-b", &[4], &[2, 3], &[0]).await;
+    eprintln!("two restarts, single cuts: {episode:?}");
+    assert_strictly_increasing("two restarts", &episode);
+    assert_eq!(
+        [token(&episode.p), token(&episode.q), token(&episode.r)],
+        [Some(5), Some(6), Some(7)],
+        "every holder reached 4 nodes: {episode:?}"
+    );
+}
+
+/// Negative control, outside the fault model: P is confirmed by {0, 1, 2, 3}; nodes 1, 2
+/// and 3 (all three that P's and Q's fencing quorums share) restart empty; Q reaches
+/// {1, 2, 3, 4}, reads a max of 4 and claims 5 again. The storage must see the duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_restarted_empty_repeat_a_token_and_the_storage_sees_it() {
+    let episode = episode("fence-c", &[4], &[1, 2, 3], &[0]).await;
+    eprintln!("control, three restarts: {episode:?}");
+    assert_eq!(token(&episode.p), Some(5), "{episode:?}");
+    assert!(
+        matches!(episode.q, Ok((5, Fenced::Duplicate))),
+        "Q must get P's token again, and the storage must refuse it as a duplicate: {episode:?}"
+    );
+}
