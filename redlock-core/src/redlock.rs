@@ -391,16 +391,18 @@ impl Redlock {
     ///
     /// Dropping the returned future mid-attempt still releases what the attempt took.
     ///
-    /// With [`LockOptions::fencing`], the lock also gets a fencing token (see the crate docs);
+    /// With [`LockOptions::fencing`], the lock also gets a fencing token once a fencing quorum
+    /// confirmed it (see the crate docs);
     /// with [`LockOptions::auto_extend`], the handle's driver keeps it extended; with
     /// [`LockOptions::reentrant`], code running inside the scope of a guard holding the
     /// resource ([`LockGuard::scope`]) gets a guard sharing its lock at once.
     ///
     /// # Errors
-    /// - [`LockError::Invalid`]: empty or over-long resource, bad ttl or drift factor (nothing
-    ///   is sent);
+    /// - [`LockError::Invalid`]: empty or over-long resource, a resource or key prefix
+    ///   starting with NUL, bad ttl or drift factor (nothing is sent);
     /// - [`LockError::Busy`]: another holder kept the resource on every attempt;
-    /// - [`LockError::Unavailable`]: too few nodes answered;
+    /// - [`LockError::Unavailable`]: too few nodes answered (with fencing: fewer than a
+    ///   fencing quorum confirmed the token; its `quorum` says how many were needed);
     /// - [`LockError::NoValidity`]: a quorum granted it but too late to be valid;
     /// - [`LockError::ShuttingDown`]: [`begin_shutdown`](Self::begin_shutdown) was called;
     /// - [`LockError::Lost`]: a reentrant acquisition found the task's lock already lost.

@@ -1,7 +1,9 @@
 //! RL-15, the randomized nemesis soak (reliability.md §7): 16 clients contend for one
 //! resource, and 4 of them also for a second one in read/write lock modes, while a seeded
 //! nemesis crashes, stops, partitions and slows nodes, flushes their script caches, and
-//! stalls holders. Three minutes in the normal test run;
+//! stalls holders, one fault at a time or composed: a node restarted empty while every client
+//! loses its own minority of nodes, a different one before the crash and after the restart
+//! (issue 15's fencing fault model). Three minutes in the normal test run;
 //! `cargo xtask soak --minutes 30` for longer. `RL15_SEED` replays a run.
 
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
@@ -30,8 +32,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// One fault episode. At most two nodes are faulty at a time, restarted nodes are
-/// quarantined and clocks do not jump: the model under which Redlock promises safety.
+/// One fault episode. Restarted nodes are quarantined and clocks do not jump: the model under
+/// which Redlock promises safety. Single faults touch at most two nodes; the composed one
+/// restarts one node empty and cuts each client off a minority of its own.
 #[derive(Debug, Clone)]
 enum Nemesis {
     /// `kill -9`, restarted empty after a while.
@@ -46,6 +49,16 @@ enum Nemesis {
     SlowReplies(Vec<usize>, Duration),
     /// `SCRIPT FLUSH` on every node.
     FlushScripts,
+    /// Each client loses its own random minority (1 or 2 nodes, maybe the crashed one) for
+    /// `before`; then the node is killed, restarted empty `after` later, and each client
+    /// gets a new minority for the rest of the episode, through the restarted node's
+    /// quarantine and past it. The cuts come from `cuts_seed`.
+    CrashAndCuts {
+        node: usize,
+        before: Duration,
+        after: Duration,
+        cuts_seed: u64,
+    },
 }
 
 fn two_nodes(rng: &mut StdRng) -> Vec<usize> {
@@ -58,7 +71,13 @@ fn two_nodes(rng: &mut StdRng) -> Vec<usize> {
 }
 
 fn pick(rng: &mut StdRng) -> Nemesis {
-    match rng.random_range(0..6) {
+    match rng.random_range(0..7) {
+        6 => Nemesis::CrashAndCuts {
+            node: rng.random_range(0..NODES),
+            before: ms(rng.random_range(200..2_000)),
+            after: ms(rng.random_range(0..2_000)),
+            cuts_seed: rng.random(),
+        },
         0 => Nemesis::Crash(rng.random_range(0..NODES), ms(rng.random_range(0..2_000))),
         1 => Nemesis::Pause(two_nodes(rng)),
         2 => Nemesis::Partition(two_nodes(rng)),
@@ -110,6 +129,28 @@ impl Cluster {
                     let _ = plain_client(&url).await.script_flush(false).await;
                 }
             }
+            Nemesis::CrashAndCuts {
+                node,
+                before,
+                after,
+                cuts_seed,
+            } => {
+                let mut rng = StdRng::seed_from_u64(*cuts_seed);
+                self.cut_each(&mut rng);
+                tokio::time::sleep(*before).await;
+                self.nodes.servers[*node].kill();
+                tokio::time::sleep(*after).await;
+                self.nodes.servers[*node].start_again();
+                self.heal();
+                self.cut_each(&mut rng);
+            }
+        }
+    }
+
+    /// Cuts every client off its own random minority of nodes.
+    fn cut_each(&self, rng: &mut StdRng) {
+        for client in &self.proxies {
+            two_nodes(rng).into_iter().for_each(|n| client[n].partition());
         }
     }
 
@@ -221,6 +262,8 @@ async fn rl15_nemesis_soak() {
     let mut episodes = Vec::new();
     while Instant::now() + Duration::from_secs(2) < end {
         let fault = pick(&mut rng);
+        // After a composed episode's restart the new cuts last `hold` (≥ 2 s): past the
+        // restarted node's quarantine.
         let hold = ms(rng.random_range(2_000..8_000));
         let gap = ms(rng.random_range(500..2_000));
         cluster.apply(&fault).await;
@@ -241,13 +284,14 @@ async fn rl15_nemesis_soak() {
     let rw_writes = rw_baseline.successes() + rw_faulty.successes();
     let rw_reads = rw_baseline.reads + rw_faulty.reads;
     eprintln!(
-        "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %), {} fenced out, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
+        "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %), {} fenced out, {} duplicate tokens, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
         episodes.len(),
         episodes,
         baseline_rate,
         faulty_rate,
         100.0 * faulty_rate / baseline_rate,
         faulty.fenced_out,
+        faulty.duplicate_tokens,
         faulty.busy,
         faulty.unavailable,
         faulty.no_validity,
@@ -256,8 +300,9 @@ async fn rl15_nemesis_soak() {
         overlaps.len(),
     );
     eprintln!(
-        "  read/write: {rw_reads} reads, {rw_writes} writes ({} fenced out, {} busy, {} unavailable, {} no validity, other {:?}), {shared} reader pairs shared, {} conflicts, register {rw_value}",
+        "  read/write: {rw_reads} reads, {rw_writes} writes ({} fenced out, {} duplicate tokens, {} busy, {} unavailable, {} no validity, other {:?}), {shared} reader pairs shared, {} conflicts, register {rw_value}",
         rw_faulty.fenced_out,
+        rw_faulty.duplicate_tokens,
         rw_faulty.busy,
         rw_faulty.unavailable,
         rw_faulty.no_validity,
@@ -270,6 +315,12 @@ async fn rl15_nemesis_soak() {
         overlaps.first()
     );
     assert_eq!(value, completed as i64, "seed {seed}: lost updates");
+    let duplicates = [&baseline, &faulty, &rw_baseline, &rw_faulty].map(|r| r.duplicate_tokens);
+    assert_eq!(
+        duplicates,
+        [0; 4],
+        "seed {seed}: fencing tokens issued twice (baseline, faults, rw baseline, rw faults)"
+    );
     assert!(
         conflicts.is_empty(),
         "seed {seed}: holds beside incompatible ones {:?}",
