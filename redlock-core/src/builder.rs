@@ -4,13 +4,15 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::Builder;
 use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
+use fred::types::{Builder, Value};
 
 use crate::error::BuildError;
 use crate::node::Node;
 use crate::options::{LockOptions, MAX_TTL};
+use crate::outcome::NodeError;
 use crate::redlock::Redlock;
+use crate::server_info::{self, ServerInfo};
 use crate::timing;
 use crate::waiters::Waiters;
 
@@ -78,9 +80,10 @@ impl Default for RedlockBuilder {
 
 impl RedlockBuilder {
     /// Adds one master by URL: `redis://[user:password@]host[:port][/db]`, `rediss://` (with
-    /// a TLS feature), `redis+unix:///path` (with `unix-sockets`), or
-    /// `redis-sentinel://...` for a master behind Sentinel. Each URL must be a distinct,
-    /// independent master.
+    /// a TLS feature) or `redis+unix:///path` (with `unix-sockets`); `valkey` schemes alike.
+    /// Each URL must be a distinct, independent master: [`build`](Self::build) refuses
+    /// Cluster and Sentinel URLs, and nodes that answer as a replica, in cluster mode, in one
+    /// replication group with another, or with a `maxmemory-policy` that can evict lock keys.
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.urls.push(url.into());
         self
@@ -120,7 +123,9 @@ impl RedlockBuilder {
 
     /// Adds a ready `fred` client for one master. It is used as given (its own timeouts and
     /// reconnect policy); lock commands still carry their own time limit, one attempt and
-    /// fail-fast. It must not be shared with code that runs blocking commands.
+    /// fail-fast. It must not be shared with code that runs blocking commands. It is checked
+    /// as a URL is ([`node`](Self::node)): a client configured for Cluster or Sentinel is
+    /// refused.
     pub fn client(mut self, client: Client) -> Self {
         self.clients.push(client);
         self
@@ -198,15 +203,23 @@ impl RedlockBuilder {
 
     /// Validates everything, then connects to all nodes at once, with the connections that
     /// wake waiters (one subscriber per node, unless hand-over is off), each within the connect
-    /// timeout.
+    /// timeout, and reads each reachable node's `INFO` (one command, within the connect
+    /// timeout) to check that the nodes are distinct, independent masters. A node unreachable
+    /// at build time (allowed while a quorum is reachable) is not checked, then or when it
+    /// connects later; nor is one whose user may not run `INFO` (logged as a warning).
     ///
     /// # Errors
     /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
     /// [`BuildError::InvalidUrl`], [`BuildError::TlsNotEnabled`],
     /// [`BuildError::UnixSocketsNotEnabled`], [`BuildError::ClusterNotSupported`],
-    /// [`BuildError::DuplicateNode`], [`BuildError::Invalid`], [`BuildError::Option`].
-    /// After: [`BuildError::TooFewReachable`] if fewer than a quorum connected within the
-    /// connect timeout, [`BuildError::DuplicateNode`] if two URLs reach the same server.
+    /// [`BuildError::SentinelNotSupported`], [`BuildError::DuplicateNode`],
+    /// [`BuildError::Invalid`], [`BuildError::Option`].
+    /// After connecting (the connections are closed again): [`BuildError::TooFewReachable`]
+    /// if fewer than a quorum connected within the connect timeout;
+    /// [`BuildError::ClusterEnabled`], [`BuildError::Replica`] or
+    /// [`BuildError::EvictionPolicy`] for a node that is not an independent master;
+    /// [`BuildError::DuplicateNode`] if two URLs reach the same server (same `run_id`);
+    /// [`BuildError::SameReplicationGroup`] if two nodes share a replication id.
     pub async fn build(mut self) -> Result<Redlock, BuildError> {
         if let Some(error) = self.deferred {
             return Err(error);
@@ -257,7 +270,7 @@ impl RedlockBuilder {
             nodes.push(Node { client, label });
         }
         for client in std::mem::take(&mut self.clients) {
-            let label = server_label(&client.client_config().server);
+            let label = server_label(nodes.len(), &client.client_config().server)?;
             nodes.push(Node { client, label });
         }
         if nodes.is_empty() {
@@ -327,9 +340,7 @@ impl RedlockBuilder {
         let quorum = timing::quorum(nodes.len());
         let reachable = nodes.len() - failures.len();
         if self.require_quorum && reachable < quorum {
-            for node in nodes {
-                let _ = tokio::time::timeout(Duration::from_millis(100), node.client.quit()).await;
-            }
+            disconnect(nodes).await;
             return Err(BuildError::TooFewReachable {
                 reachable,
                 nodes: nodes.len(),
@@ -341,36 +352,99 @@ impl RedlockBuilder {
         for failure in &failures {
             tracing::warn!(%failure, "node unreachable at start-up; reconnecting in the background");
         }
-        self.check_distinct(nodes).await
+        let checked = self.check_nodes(nodes).await;
+        if checked.is_err() {
+            disconnect(nodes).await;
+        }
+        checked
     }
 
+    /// Refuses nodes that are not distinct, independent masters (see
+    /// [`server_info::check`]), from one `INFO` per node read within the connect timeout.
     /// Two URLs for one server (e.g. `localhost` and `127.0.0.1`) would count twice towards
-    /// the quorum: compare the servers' `run_id`s.
-    async fn check_distinct(&self, nodes: &[Node]) -> Result<(), BuildError> {
-        let ids = futures_util::future::join_all(
-            nodes.iter().map(|node| node.run_id(self.connect_timeout)),
+    /// the quorum, as would a master and its replica; a replica or a cluster node cannot take
+    /// the lock's writes; an evicting policy can drop a held lock's key.
+    async fn check_nodes(&self, nodes: &[Node]) -> Result<(), BuildError> {
+        let infos = futures_util::future::join_all(
+            nodes
+                .iter()
+                .map(|node| server_info(node, self.connect_timeout)),
         )
         .await;
-        for (i, id) in ids.iter().enumerate() {
-            if let Some(id) = id
-                && ids[..i].iter().any(|other| other.as_ref() == Some(id))
-            {
-                return Err(BuildError::DuplicateNode {
-                    node: nodes[i].label.clone(),
-                });
-            }
-        }
-        Ok(())
+        let answered: Vec<(&str, ServerInfo)> = nodes
+            .iter()
+            .zip(infos)
+            .filter_map(|(node, info)| Some((node.label.as_str(), info?)))
+            .collect();
+        server_info::check(&answered)
     }
 }
 
-fn server_label(server: &ServerConfig) -> String {
+/// One node's `INFO` (the sections the checks read), within `limit`: one command on Redis 7
+/// and Valkey, and the default `INFO` after an error (older servers take one section only).
+/// `None` if the node did not answer: unreachable (already reported), or `INFO` refused.
+async fn server_info(node: &Node, limit: Duration) -> Option<ServerInfo> {
+    let sections = server_info::SECTIONS.map(Value::from).to_vec();
+    let reply = tokio::time::timeout(limit, async {
+        match node.call("INFO", sections).await {
+            Err(NodeError::Reply(_)) => node.call("INFO", Vec::new()).await,
+            other => other,
+        }
+    })
+    .await
+    .unwrap_or(Err(NodeError::Timeout(limit)));
+    match reply.map(|value| value.into_string()) {
+        Ok(Some(text)) => Some(ServerInfo::parse(&text)),
+        result => {
+            if node.client.is_connected() {
+                let error = match result {
+                    Err(error) => error.to_string(),
+                    Ok(_) => "not a text reply".to_owned(),
+                };
+                tracing::warn!(
+                    node = %node.label,
+                    %error,
+                    "could not read INFO: this node is not checked for being a distinct, independent master (the lock's ACL user needs +info)"
+                );
+            }
+            None
+        }
+    }
+}
+
+/// Closes the nodes' connections, each within 100 ms, when `build` fails after connecting.
+async fn disconnect(nodes: &[Node]) {
+    futures_util::future::join_all(nodes.iter().map(|node| async move {
+        let _ = tokio::time::timeout(Duration::from_millis(100), node.client.quit()).await;
+    }))
+    .await;
+}
+
+/// The label of a node given as a `fred` client (`index` among all nodes), refusing Cluster
+/// and Sentinel configurations as their URLs are.
+fn server_label(index: usize, server: &ServerConfig) -> Result<String, BuildError> {
+    let hosts = |hosts: &[fred::types::config::Server]| {
+        hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     match server {
-        ServerConfig::Centralized { server } => server.to_string(),
-        ServerConfig::Sentinel { service_name, .. } => format!("sentinel:{service_name}"),
+        ServerConfig::Centralized { server } => Ok(server.to_string()),
+        ServerConfig::Clustered { hosts: servers, .. } => Err(BuildError::ClusterNotSupported {
+            node: hosts(servers),
+        }),
+        ServerConfig::Sentinel {
+            hosts: sentinels,
+            service_name,
+            ..
+        } => Err(BuildError::SentinelNotSupported {
+            index,
+            node: format!("service {service_name} via {}", hosts(sentinels)),
+        }),
         #[cfg(feature = "unix-sockets")]
-        ServerConfig::Unix { path } => path.display().to_string(),
-        other => format!("{other:?}"),
+        ServerConfig::Unix { path } => Ok(path.display().to_string()),
     }
 }
 
@@ -381,9 +455,18 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
         node: redacted(raw),
         reason,
     };
-    if !raw.contains("://") {
+    let Some((scheme, _)) = raw.split_once("://") else {
         // `host:6379` would parse as a URL of scheme `host`; `127.0.0.1:6379` not at all.
         return Err(invalid(scheme_hint(raw)));
+    };
+    if matches!(
+        scheme.to_ascii_lowercase().as_str(),
+        "redis-sentinel" | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel"
+    ) {
+        return Err(BuildError::SentinelNotSupported {
+            index,
+            node: redacted(raw),
+        });
     }
     let url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
     let label = match url.host_str() {
@@ -400,7 +483,7 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
         "redis" | "valkey" if url.host_str().is_none_or(str::is_empty) => {
             return Err(invalid(format!("{}:// needs a host", url.scheme())));
         }
-        "redis" | "valkey" | "redis-sentinel" | "valkey-sentinel" => {}
+        "redis" | "valkey" => {}
         "rediss" | "valkeys" => {
             if !cfg!(any(feature = "tls-rustls", feature = "tls-native")) {
                 return Err(BuildError::TlsNotEnabled { node: label });
@@ -416,7 +499,7 @@ fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
         }
         other => {
             return Err(invalid(format!(
-                "unknown scheme `{other}`; use redis://, rediss://, redis+unix:// or redis-sentinel://"
+                "unknown scheme `{other}`; use redis://, rediss:// or redis+unix:// (valkey:// alike), one URL per independent master"
             )));
         }
     }
@@ -540,6 +623,56 @@ mod tests {
         }
         assert_eq!(redacted("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
         assert_eq!(redacted("redis://db:6379"), "redis://db:6379");
+    }
+
+    #[test]
+    fn every_sentinel_scheme_is_refused_without_credentials() {
+        for scheme in [
+            "redis-sentinel",
+            "rediss-sentinel",
+            "valkey-sentinel",
+            "valkeys-sentinel",
+            "Redis-Sentinel",
+        ] {
+            let error = parse_url(3, &format!("{scheme}://u:s3cret@127.0.0.1:26379/mymaster"))
+                .map(|_| ())
+                .unwrap_err();
+            let shown = format!("{scheme}://***@127.0.0.1:26379/mymaster");
+            assert!(
+                matches!(&error, BuildError::SentinelNotSupported { index: 3, node } if *node == shown),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            for expected in ["#3", "failover", "quarantine", "redis://", "independent"] {
+                assert!(message.contains(expected), "{expected:?} not in: {message}");
+            }
+            assert!(!message.contains("s3cret"), "{message}");
+        }
+        // Refused by scheme, whatever follows.
+        assert!(matches!(
+            parse_url(0, "redis-sentinel://u:pw@[::1"),
+            Err(BuildError::SentinelNotSupported { .. })
+        ));
+        let unknown = reason(parse_url(0, "sentinel://127.0.0.1:26379"));
+        assert!(!unknown.contains("sentinel://,"), "{unknown}");
+    }
+
+    #[test]
+    fn clients_for_sentinel_or_cluster_are_refused() {
+        let sentinel = ServerConfig::new_sentinel(vec![("10.0.0.1", 26379)], "mymaster");
+        let error = server_label(4, &sentinel).unwrap_err();
+        assert!(
+            matches!(&error, BuildError::SentinelNotSupported { index: 4, node }
+                if node == "service mymaster via 10.0.0.1:26379"),
+            "{error:?}"
+        );
+        let cluster = ServerConfig::new_clustered(vec![("10.0.0.1", 7000), ("10.0.0.2", 7000)]);
+        assert!(matches!(
+            server_label(0, &cluster),
+            Err(BuildError::ClusterNotSupported { node }) if node == "10.0.0.1:7000,10.0.0.2:7000"
+        ));
+        let master = ServerConfig::new_centralized("10.0.0.1", 6379);
+        assert_eq!(server_label(0, &master).unwrap(), "10.0.0.1:6379");
     }
 
     #[test]

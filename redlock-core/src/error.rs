@@ -253,13 +253,87 @@ pub enum BuildError {
         /// The node.
         node: String,
     },
-    /// A Redis Cluster URL was given: a cluster shards keys, so it is not N independent masters.
+    /// A Redis Cluster URL (or a `fred` client configured for a cluster) was given: a cluster
+    /// shards keys, so it is not N independent masters. Give each master's own `redis://` URL.
     #[error(
-        "node {node} is a Redis Cluster URL; Redlock needs independent masters (give each master's own redis:// URL)"
+        "node {node} is a Redis Cluster URL or client; Redlock needs independent masters (give each master's own redis:// URL)"
     )]
     ClusterNotSupported {
         /// The node.
         node: String,
+    },
+    /// A Sentinel URL (`redis-sentinel://`, `rediss-sentinel://`, `valkey-sentinel://`,
+    /// `valkeys-sentinel://`) or a `fred` client configured for Sentinel was given. Refused
+    /// before anything is sent: a failover promotes an asynchronous replica that may lack the
+    /// latest lock keys and fencing counters, and its long uptime defeats the
+    /// [quarantine](crate::RedlockBuilder::quarantine), so two clients can both hold one lock,
+    /// undetected. List each master's own address as a `redis://` URL, and run them as
+    /// independent masters, not as a replication group.
+    #[error(
+        "node #{index} `{node}` is behind Redis Sentinel, which Redlock does not support: a failover promotes an asynchronous replica that can lack the latest lock keys and fencing counters, and its long uptime defeats the quarantine, so two clients could both hold one lock; list each master's own address as a redis:// URL (e.g. redis://10.0.0.1:6379), each an independent master, not a replication group"
+    )]
+    SentinelNotSupported {
+        /// Position of the node: among the URLs (0-based, as for
+        /// [`InvalidUrl`](Self::InvalidUrl)), then the clients given with
+        /// [`client`](crate::RedlockBuilder::client), numbered after the URLs.
+        index: usize,
+        /// The URL as given, its credentials replaced by `***`; for a client, its Sentinel
+        /// service and Sentinel addresses.
+        node: String,
+    },
+    /// A node runs in cluster mode (`cluster_enabled:1` in `INFO cluster`): it shards keys
+    /// over its cluster, so the lock's multi-key scripts would fail with `MOVED` or
+    /// `CROSSSLOT`. Found at build time; give independent masters with `cluster-enabled no`.
+    #[error(
+        "node {node} runs in cluster mode (cluster_enabled:1): it shards keys over its cluster, so the lock's multi-key scripts would fail with MOVED or CROSSSLOT; give independent masters, each with `cluster-enabled no`"
+    )]
+    ClusterEnabled {
+        /// The node.
+        node: String,
+    },
+    /// A node is a replica (`role:slave` in `INFO replication`): it answers writes with
+    /// `READONLY`, and holds a copy of its master's keys. Found at build time; list only
+    /// masters, none a replica of another.
+    #[error(
+        "node {node} is a replica{}: it answers writes with READONLY and holds a copy of its master's keys, so it is not an independent master; list only masters, none a replica of another",
+        master.as_deref().map(|m| format!(" of {m}")).unwrap_or_default()
+    )]
+    Replica {
+        /// The node.
+        node: String,
+        /// Its master (`master_host:master_port`), if it reported one.
+        master: Option<String>,
+    },
+    /// Two nodes are one replication group: they share a replication id (`master_replid` or
+    /// `master_replid2` in `INFO replication`), as a master and its replica do, or a promoted
+    /// replica and its former master, or a server started from another's data. They hold the
+    /// same keys and fail together. Found at build time; list independent masters only.
+    #[error(
+        "nodes {other} and {node} are one replication group (they share the replication id {replid}: one replicates or was promoted from the other's group, or was started from its data), so they hold the same keys and fail together; list independent masters, none replicating from another"
+    )]
+    SameReplicationGroup {
+        /// The later node in the list.
+        node: String,
+        /// The earlier node it shares the id with.
+        other: String,
+        /// The shared id.
+        replid: String,
+    },
+    /// A node can evict lock keys: `maxmemory` is set and `maxmemory-policy` is not
+    /// `noeviction` (`INFO memory`). `allkeys-*` policies evict any key, `volatile-*` keys
+    /// with a ttl, which every lock key has; an evicted lock key lets a second client take the
+    /// lock. Found at build time; set `maxmemory-policy noeviction` (a full node then refuses
+    /// new locks instead) or `maxmemory 0`.
+    #[error(
+        "node {node} can evict lock keys: maxmemory is {maxmemory} bytes with maxmemory-policy `{policy}` (allkeys-* evicts any key, volatile-* any key with a ttl, as every lock key has), and an evicted lock key lets a second client take the lock; set `maxmemory-policy noeviction` on it (a full node then refuses new locks instead), or `maxmemory 0`"
+    )]
+    EvictionPolicy {
+        /// The node.
+        node: String,
+        /// Its `maxmemory_policy`.
+        policy: String,
+        /// Its `maxmemory`, in bytes.
+        maxmemory: u64,
     },
     /// The same node was given twice (same address, or the same server `run_id`).
     #[error(

@@ -17,6 +17,7 @@ mod redlock;
 mod reentrant;
 pub mod registry;
 mod scoped;
+mod server_info;
 pub mod timing;
 mod token;
 mod waiters;

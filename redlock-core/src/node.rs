@@ -463,18 +463,6 @@ impl Node {
             }
         });
     }
-
-    /// The server's `run_id` from `INFO server`, to tell two URLs for one server apart.
-    pub(crate) async fn run_id(&self, limit: Duration) -> Option<String> {
-        let info = self
-            .bounded("INFO", vec![Value::from("server")], limit)
-            .await
-            .ok()?;
-        let text = info.as_string()?;
-        text.lines()
-            .find_map(|line| line.strip_prefix("run_id:"))
-            .map(|id| id.trim().to_owned())
-    }
 }
 
 /// A waiter's place in a resource's queue on every node.
