@@ -199,7 +199,10 @@ impl Register {
         register.write(0).await;
         let _: i64 = register
             .client
-            .del(vec![format!("{name}:fence"), format!("{name}:fence-holder")])
+            .del(vec![
+                format!("{name}:fence"),
+                format!("{name}:fence-holder"),
+            ])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         register
@@ -392,7 +395,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_register_loses_an_update_to_two_writers_and_fencing_refuses_stale_and_duplicate_tokens() {
+    async fn the_register_loses_an_update_to_two_writers_and_fencing_refuses_stale_and_duplicate_tokens()
+     {
         let store = RedisServer::start();
         let register = Register::new(&store, "oracle").await;
         // Two increments at once, with no lock: one update is lost (the negative control).
@@ -404,18 +408,30 @@ mod tests {
         // Fenced: a token below the highest seen is refused, on write and on read.
         let fenced = Register::new(&store, "fenced").await;
         let (p, q) = (1, 2); // two holders
-        assert_eq!(fenced.increment_fenced(Duration::ZERO, 5, p).await, Fenced::Accepted);
+        assert_eq!(
+            fenced.increment_fenced(Duration::ZERO, 5, p).await,
+            Fenced::Accepted
+        );
         assert_eq!(fenced.write_fenced(100, 4, q).await, Fenced::Stale);
         assert_eq!(fenced.read_fenced(4, q).await, Err(Fenced::Stale));
-        assert_eq!(fenced.increment_fenced(Duration::ZERO, 4, q).await, Fenced::Stale);
+        assert_eq!(
+            fenced.increment_fenced(Duration::ZERO, 4, q).await,
+            Fenced::Stale
+        );
         assert_eq!(fenced.read().await, 1);
         // The same token again: fine from its holder, a violation from another one, on read
         // and on write (the issue-15 composed fault: P and Q both got 5).
-        assert_eq!(fenced.increment_fenced(Duration::ZERO, 5, p).await, Fenced::Accepted);
+        assert_eq!(
+            fenced.increment_fenced(Duration::ZERO, 5, p).await,
+            Fenced::Accepted
+        );
         assert_eq!(fenced.read_fenced(5, q).await, Err(Fenced::Duplicate));
         assert_eq!(fenced.write_fenced(100, 5, q).await, Fenced::Duplicate);
         assert_eq!(fenced.read().await, 2);
-        assert_eq!(fenced.increment_fenced(Duration::ZERO, 6, q).await, Fenced::Accepted);
+        assert_eq!(
+            fenced.increment_fenced(Duration::ZERO, 6, q).await,
+            Fenced::Accepted
+        );
         assert_eq!(fenced.read().await, 3);
         // Once 6 is seen, 5 is stale for everyone, its holder included.
         assert_eq!(fenced.write_fenced(100, 5, p).await, Fenced::Stale);

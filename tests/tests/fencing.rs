@@ -97,7 +97,10 @@ async fn episode(resource: &str, cut_p: &[usize], restart: &[usize], cut_q: &[us
     // The fresh nodes are in quarantine themselves at first.
     tokio::time::sleep(PAST_QUARANTINE).await;
     for warm in 0..4 {
-        let (token, verdict) = p.fenced_write(resource, &[], &register, warm).await.unwrap();
+        let (token, verdict) = p
+            .fenced_write(resource, &[], &register, warm)
+            .await
+            .unwrap();
         assert_eq!((token, verdict), (warm + 1, Fenced::Accepted));
     }
     let p_result = p.fenced_write(resource, cut_p, &register, 100).await;
