@@ -47,7 +47,7 @@ pub(crate) static ACQUIRE_MODE: Script = Script::new(concat!(
     r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
-if KEYS[2] then fence = tonumber(redis.call("get", KEYS[2]) or "0") or 0 end
+if KEYS[2] then fence = redis.call("get", KEYS[2]) or "0" end
 local kind = redis.call("type", key).ok
 if kind ~= "none" and kind ~= "hash" then return {0, fence} end
 "#,

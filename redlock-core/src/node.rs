@@ -103,7 +103,7 @@ pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
     quarantine_check!("6"),
     r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
-if KEYS[3] then fence = tonumber(redis.call("get", KEYS[3]) or "0") or 0 end
+if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
 if not cur or cur == ARGV[3] then
   redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
   redis.pcall("zrem", KEYS[2], ARGV[3])
@@ -134,20 +134,37 @@ pub(crate) static ACQUIRE: Script = Script::new(concat!(
     quarantine_check!("3"),
     r#"local ok = redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])
 local fence = 0
-if KEYS[2] then fence = tonumber(redis.call("get", KEYS[2]) or "0") or 0 end
+if KEYS[2] then fence = redis.call("get", KEYS[2]) or "0" end
 return {ok and 1 or 0, fence}"#
 ));
 
 /// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
-/// goes down). Returns the counter as it was before, at least the legacy counter `KEYS[2]`
-/// (0.1.0's key, read under `pcall`: a foreign key of that name that is not a number reads
-/// as 0): below `ARGV[1]` means confirmed.
+/// goes down), and returns `{1 | 0, before}`: 1 if it was raised (confirmed), and the counter
+/// as it was, at least the legacy counter `KEYS[2]` (0.1.0's key, read under `pcall`).
+///
+/// Counters are compared as decimal strings (length, then digits), never as Lua numbers:
+/// those are doubles, exact only below 2^53, and two claims above it would compare equal.
+/// Anything that is not a plain decimal (a foreign key of the legacy name holding a token or
+/// a hash) reads as 0.
 pub(crate) static FENCE: Script = Script::new(
-    r#"local cur = tonumber(redis.call("get", KEYS[1]) or "0") or 0
-local legacy = tonumber(redis.pcall("get", KEYS[2])) or 0
-if legacy > cur then cur = legacy end
-if cur < tonumber(ARGV[1]) then redis.call("set", KEYS[1], ARGV[1]) end
-return cur"#,
+    r#"local function counter(v)
+  if type(v) ~= "string" or not string.match(v, "^%d+$") then return "0" end
+  local digits = string.match(v, "^0*(%d-)$")
+  if digits == "" then return "0" end
+  return digits
+end
+local function below(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local cur = counter(redis.call("get", KEYS[1]))
+local legacy = counter(redis.pcall("get", KEYS[2]))
+if below(cur, legacy) then cur = legacy end
+if below(cur, ARGV[1]) then
+  redis.call("set", KEYS[1], ARGV[1])
+  return {1, cur}
+end
+return {0, cur}"#,
 );
 
 /// Every script a node runs, preloaded on each (re)connection.
@@ -410,8 +427,9 @@ impl Node {
         self.call("ZREM", args).await.map(drop)
     }
 
-    /// Raises the fencing counter to `value` if lower. [`NodeVote::Acquired`] if the counter
-    /// was below `value` (confirmed); otherwise [`NodeVote::Held`] with the higher counter.
+    /// Raises the fencing counter to `value` if lower ([`FENCE`]). [`NodeVote::Acquired`] if
+    /// the node raised it (confirmed); otherwise [`NodeVote::Held`]. Either way with the
+    /// counter as it was (`u64::MAX` if it is larger).
     pub(crate) async fn fence(
         &self,
         fence_key: &str,
@@ -420,9 +438,9 @@ impl Node {
     ) -> (NodeVote, u64) {
         let args = [Value::from(value.to_string())];
         match self.eval(&FENCE, &[fence_key, legacy_key], &args).await {
-            Ok(reply) => match counter(&reply) {
-                Some(before) if before < value => (NodeVote::Acquired, before),
-                Some(before) => (NodeVote::Held, before),
+            Ok(reply) => match fence_reply(&reply) {
+                Some((true, before)) => (NodeVote::Acquired, before),
+                Some((false, before)) => (NodeVote::Held, before),
                 None => (
                     NodeVote::Failed(NodeError::Reply(format!(
                         "unexpected reply to the fence script: {reply:?}"
@@ -514,11 +532,30 @@ pub(crate) fn ttl_arg(ttl_ms: u64) -> Value {
 }
 
 /// A fencing counter from a script reply (an integer, or its decimal string).
+/// Decimal strings above `u64::MAX` (only a foreign legacy key can hold one) saturate.
 fn counter(value: &Value) -> Option<u64> {
+    let digits = |text: &str| -> Option<u64> {
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            Some(text.parse().unwrap_or(u64::MAX))
+        } else {
+            None
+        }
+    };
     match value {
         Value::Integer(i) => u64::try_from(*i).ok(),
-        Value::String(s) => s.parse().ok(),
-        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Value::String(s) => digits(s),
+        Value::Bytes(b) => digits(std::str::from_utf8(b).ok()?),
+        _ => None,
+    }
+}
+
+/// The [`FENCE`] script's `{raised, before}`.
+fn fence_reply(reply: &Value) -> Option<(bool, u64)> {
+    match reply {
+        Value::Array(parts) => match parts.as_slice() {
+            [raised, before] => Some((raised.as_i64()? == 1, counter(before)?)),
+            _ => None,
+        },
         _ => None,
     }
 }

@@ -77,9 +77,10 @@ pub struct Report {
     pub other: Vec<String>,
     /// Critical sections whose fenced increment was refused (a newer holder got there).
     pub fenced_out: usize,
-    /// Critical sections whose token the storage had already seen from another holder: a
-    /// fencing violation (tokens must strictly increase across holders).
-    pub duplicate_tokens: usize,
+    /// Fencing violations: a token the storage had already seen from another holder, or one
+    /// it refused as stale while its holder was still valid (no later holder can exist yet,
+    /// so a higher token came out of order).
+    pub fencing_violations: usize,
     /// Time from each successful lock call to its return.
     pub latencies: Vec<Duration>,
 }
@@ -130,7 +131,7 @@ pub async fn run(
         report.no_validity += client.no_validity;
         report.other.extend(client.other);
         report.fenced_out += client.fenced_out;
-        report.duplicate_tokens += client.duplicate_tokens;
+        report.fencing_violations += client.fencing_violations;
         report.latencies.extend(client.latencies);
     }
     report
@@ -221,8 +222,9 @@ async fn one_client(
         match done {
             _ if reading => report.reads += 1,
             Fenced::Accepted => report.per_client[0] += 1,
+            Fenced::Stale if released < valid_until => report.fencing_violations += 1,
             Fenced::Stale => report.fenced_out += 1,
-            Fenced::Duplicate => report.duplicate_tokens += 1,
+            Fenced::Duplicate => report.fencing_violations += 1,
         }
         // The outcome of the release does not matter to the oracles (an unconfirmed release
         // leaves a key that expires); the next lock call shows whether it was lost.

@@ -13,10 +13,11 @@
 
 use std::time::Duration;
 
-use redlock_core::{LockError, LockOptions, Redlock};
+use futures_util::future::join_all;
+use redlock_core::{LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::{Fenced, Register};
-use redlock_tests::proxy::Proxy;
-use redlock_tests::{RedisNodes, RedisServer, proxy_urls};
+use redlock_tests::proxy::{Direction, Fault, Proxy};
+use redlock_tests::{RedisNodes, RedisServer, fencing_key, plain_client, proxy_urls, redlock};
 
 const TTL: Duration = Duration::from_secs(1);
 /// A restarted node votes again once it has been up `TTL` (plus the second the quarantine
@@ -87,9 +88,17 @@ struct Episode {
 
 /// Four fenced holders warm the counter up to 4 on every node; then P locks with the nodes
 /// in `cut_p` cut off, the nodes in `restart` are killed and restarted empty, Q locks (once
-/// their quarantine has passed) with the nodes in `cut_q` cut off, and last R locks with
-/// every node reachable. Each writes to the fenced register with its token.
-async fn episode(resource: &str, cut_p: &[usize], restart: &[usize], cut_q: &[usize]) -> Episode {
+/// their quarantine has passed) with the nodes in `cut_q` cut off and the replies of `slow_q`
+/// delayed by half the node timeout (so Q's read misses that node, but its write-back hears
+/// it), and last R locks with every node reachable. Each writes to the fenced register with
+/// its token.
+async fn episode(
+    resource: &str,
+    cut_p: &[usize],
+    restart: &[usize],
+    cut_q: &[usize],
+    slow_q: Option<usize>,
+) -> Episode {
     let mut nodes = RedisNodes::start(5);
     let (p, q) = (Client::new(&nodes).await, Client::new(&nodes).await);
     let store = RedisServer::start();
@@ -108,7 +117,13 @@ async fn episode(resource: &str, cut_p: &[usize], restart: &[usize], cut_q: &[us
         nodes.servers[n].restart();
     }
     tokio::time::sleep(PAST_QUARANTINE).await;
+    if let Some(n) = slow_q {
+        q.proxies[n].set(Direction::Reply, Fault::Delay(ms(50)));
+    }
     let q_result = q.fenced_write(resource, cut_q, &register, 200).await;
+    if let Some(n) = slow_q {
+        q.proxies[n].heal();
+    }
     let r_result = q.fenced_write(resource, &[], &register, 300).await;
     Episode {
         p: p_result,
@@ -149,7 +164,7 @@ fn assert_strictly_increasing(what: &str, episode: &Episode) {
 /// earlier token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
-    let episode = episode("fence-a", &[3, 4], &[2], &[0, 1]).await;
+    let episode = episode("fence-a", &[3, 4], &[2], &[0, 1], None).await;
     eprintln!("issue-15 scenario: {episode:?}");
     assert_strictly_increasing("issue-15 scenario", &episode);
     for (who, result) in [("P", &episode.p), ("Q", &episode.q)] {
@@ -163,16 +178,19 @@ async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
 
 /// The same faults with one node cut off each time, so every holder reaches a fencing
 /// quorum: P is confirmed by {0, 1, 2, 3}, nodes 2 and 3 restart empty (two of the three
-/// nodes any two fencing quorums share), Q reaches {1, 2, 3, 4}. Node 1 still holds P's
-/// token, so Q's claim goes above it; R's above Q's.
+/// nodes any two fencing quorums share), Q reaches {1, 2, 3, 4}, and node 1's replies to Q
+/// come late, so Q's lock is granted by {2, 3, 4} and reads a max of 4. Node 1 still holds
+/// P's token and refuses Q's claim of 5, so Q's token goes above it; R's above Q's. (A
+/// write-back quorum of 3 hands Q the 5 again here, every time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
-    let episode = episode("fence-b", &[4], &[2, 3], &[0]).await;
+    let episode = episode("fence-b", &[4], &[2, 3], &[0], Some(1)).await;
     eprintln!("two restarts, single cuts: {episode:?}");
     assert_strictly_increasing("two restarts", &episode);
-    assert_eq!(
-        [token(&episode.p), token(&episode.q), token(&episode.r)],
-        [Some(5), Some(6), Some(7)],
+    let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
+    assert_eq!(p, Some(5), "{episode:?}");
+    assert!(
+        q.is_some_and(|q| q > 5) && r > q,
         "every holder reached 4 nodes: {episode:?}"
     );
 }
@@ -182,11 +200,124 @@ async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
 /// {1, 2, 3, 4}, reads a max of 4 and claims 5 again. The storage must see the duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_restarted_empty_repeat_a_token_and_the_storage_sees_it() {
-    let episode = episode("fence-c", &[4], &[1, 2, 3], &[0]).await;
+    let episode = episode("fence-c", &[4], &[1, 2, 3], &[0], None).await;
     eprintln!("control, three restarts: {episode:?}");
     assert_eq!(token(&episode.p), Some(5), "{episode:?}");
     assert!(
         matches!(episode.q, Ok((5, Fenced::Duplicate))),
         "Q must get P's token again, and the storage must refuse it as a duplicate: {episode:?}"
     );
+}
+
+/// Sets `key` to `value` on every node.
+async fn set_everywhere(nodes: &RedisNodes, key: &str, value: &str) {
+    for url in nodes.urls() {
+        let client = plain_client(&url).await;
+        let () = fred::interfaces::KeysInterface::set(&client, key, value, None, None, false)
+            .await
+            .unwrap();
+    }
+}
+
+/// 0.1.0's counters (`<key>:fencing-counter`) are a floor: tokens go on above them. Counters
+/// past 2^53 (where Lua's doubles stop being exact) are compared exactly: successive tokens
+/// still differ. A foreign key of that name holding a token reads as 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counters_above_the_legacy_floor_and_past_2_to_the_53_strictly_increase() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let fenced = LockOptions::default().fencing(true);
+    let token = |resource: &'static str| {
+        let redlock = redlock.clone();
+        let fenced = fenced.clone();
+        async move {
+            let guard = redlock.lock_with(resource, &fenced).await.unwrap();
+            let token = guard.fencing_token().unwrap();
+            guard.release().await.unwrap();
+            token
+        }
+    };
+    set_everywhere(&nodes, "old:fencing-counter", "41").await;
+    assert_eq!(token("old").await, 42);
+    assert_eq!(token("old").await, 43);
+
+    let past = 9_007_199_254_740_993_u64; // 2^53 + 1: a double reads it as 2^53
+    set_everywhere(&nodes, "big:fencing-counter", &past.to_string()).await;
+    let tokens = [token("big").await, token("big").await, token("big").await];
+    assert_eq!(tokens, [past + 1, past + 2, past + 3]);
+    // Stored exactly (a fencing quorum confirmed it; the fifth write may land just after).
+    let stored = nodes.values(&fencing_key("big")).await;
+    let exact = stored
+        .iter()
+        .filter(|s| s.as_deref() == Some((past + 3).to_string().as_str()))
+        .count();
+    assert!(exact >= 4, "{stored:?}");
+
+    set_everywhere(&nodes, "foreign:fencing-counter", "a7f3c9e1b2").await;
+    assert_eq!(token("foreign").await, 1);
+}
+
+/// Eight readers (compatible holders of a mode lock) take fenced locks at once, one attempt
+/// each: each gets a token, all distinct. Claiming the same value, each would be confirmed by
+/// the nodes it reached first and none by 4 of 5, round after round; claims after the first
+/// spread out at random, so the highest is confirmed wherever it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_readers_all_get_distinct_tokens() {
+    let nodes = RedisNodes::start(5);
+    let readers = join_all((0..8).map(|_| redlock(&nodes))).await;
+    for round in 0..5 {
+        let resource = format!("shared:{round}");
+        let options = LockOptions::default()
+            .mode(Mode::ProtectedRead)
+            .fencing(true)
+            .retry_count(0);
+        let guards = join_all(readers.iter().map(|r| r.lock_with(&resource, &options))).await;
+        let mut tokens: Vec<u64> = guards
+            .iter()
+            .map(|g| match g {
+                Ok(guard) => guard.fencing_token().unwrap(),
+                Err(e) => panic!("round {round}: a reader got no lock: {e}"),
+            })
+            .collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 8, "round {round}: tokens repeat: {tokens:?}");
+        for guard in guards {
+            guard.unwrap().release().await.unwrap();
+        }
+    }
+}
+
+/// Two readers claim at once, each reaching a different side first: A's commands reach nodes
+/// {0, 1} at once and {2, 3, 4} 20 ms later, B's {3, 4} at once and {0, 1, 2} later, so both
+/// are granted at the same moment, read the same counter and claim the same value. Claiming
+/// equal values, every round would split 3 / 2 (node 2 goes to either) and neither would ever
+/// be confirmed by 4; after a split, claims spread out at random, so the higher one wins
+/// every node it reaches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_readers_split_three_two_still_both_get_tokens() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (Client::new(&nodes).await, Client::new(&nodes).await);
+    tokio::time::sleep(PAST_QUARANTINE).await;
+    for n in 2..5 {
+        a.proxies[n].set(Direction::Request, Fault::Delay(ms(20)));
+    }
+    for n in 0..3 {
+        b.proxies[n].set(Direction::Request, Fault::Delay(ms(20)));
+    }
+    let options = LockOptions::default()
+        .ttl(TTL)
+        .mode(Mode::ProtectedRead)
+        .fencing(true)
+        .retry_count(0);
+    for round in 0..3 {
+        let resource = format!("split:{round}");
+        let (ga, gb) = tokio::join!(
+            a.redlock.lock_with(&resource, &options),
+            b.redlock.lock_with(&resource, &options)
+        );
+        let (ga, gb) = (ga.unwrap(), gb.unwrap());
+        assert_ne!(ga.fencing_token(), gb.fencing_token(), "round {round}");
+        let _ = tokio::join!(ga.release(), gb.release());
+    }
 }

@@ -336,7 +336,7 @@ async fn rl15_nemesis_soak() {
     let rw_writes = rw_baseline.successes() + rw_faulty.successes();
     let rw_reads = rw_baseline.reads + rw_faulty.reads;
     eprintln!(
-        "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %); with a fencing quorum reachable ({:.0} s of {:.0} s) {:.1} holds/s ({:.0} %), {} fenced out, {} duplicate tokens, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
+        "RL-15: {} episodes {:?}\n  baseline {:.1} holds/s; under faults {:.1} holds/s ({:.0} %); with a fencing quorum reachable ({:.0} s of {:.0} s) {:.1} holds/s ({:.0} %), {} fenced out, {} fencing violations, {} busy, {} unavailable, {} no validity, other {:?}\n  {} holds, {} overlaps, register {value} vs {completed} completed",
         episodes.len(),
         episodes,
         baseline_rate,
@@ -347,7 +347,7 @@ async fn rl15_nemesis_soak() {
         available_rate,
         100.0 * available_rate / baseline_hold_rate,
         faulty.fenced_out,
-        faulty.duplicate_tokens,
+        faulty.fencing_violations,
         faulty.busy,
         faulty.unavailable,
         faulty.no_validity,
@@ -356,9 +356,9 @@ async fn rl15_nemesis_soak() {
         overlaps.len(),
     );
     eprintln!(
-        "  read/write: {rw_reads} reads, {rw_writes} writes ({} fenced out, {} duplicate tokens, {} busy, {} unavailable, {} no validity, other {:?}), {shared} reader pairs shared, {} conflicts, register {rw_value}",
+        "  read/write: {rw_reads} reads, {rw_writes} writes ({} fenced out, {} fencing violations, {} busy, {} unavailable, {} no validity, other {:?}), {shared} reader pairs shared, {} conflicts, register {rw_value}",
         rw_faulty.fenced_out,
-        rw_faulty.duplicate_tokens,
+        rw_faulty.fencing_violations,
         rw_faulty.busy,
         rw_faulty.unavailable,
         rw_faulty.no_validity,
@@ -371,10 +371,10 @@ async fn rl15_nemesis_soak() {
         overlaps.first()
     );
     assert_eq!(value, completed as i64, "seed {seed}: lost updates");
-    let duplicates = [&baseline, &faulty, &rw_baseline, &rw_faulty].map(|r| r.duplicate_tokens);
+    let violations = [&baseline, &faulty, &rw_baseline, &rw_faulty].map(|r| r.fencing_violations);
     assert_eq!(
-        duplicates, [0; 4],
-        "seed {seed}: fencing tokens issued twice (baseline, faults, rw baseline, rw faults)"
+        violations, [0; 4],
+        "seed {seed}: fencing tokens repeated or out of order (baseline, faults, rw baseline, rw faults)"
     );
     assert!(
         conflicts.is_empty(),
