@@ -43,10 +43,10 @@ pub enum InvalidInput {
     /// The drift factor is outside `[0, 0.5)` or not a number.
     #[error("the drift factor {0} is outside [0, 0.5); the usual value is 0.01")]
     DriftFactor(f64),
-    /// The resource (or the key prefix) starts with a NUL byte, which marks the lock's own
-    /// bookkeeping keys ([`BOOKKEEPING_PREFIX`](crate::BOOKKEEPING_PREFIX)).
+    /// The resource (or the key prefix) holds a NUL byte, which marks the lock's own
+    /// bookkeeping keys ([`BOOKKEEPING_SEPARATOR`](crate::BOOKKEEPING_SEPARATOR)).
     #[error(
-        "resource names and key prefixes may not start with a NUL byte: keys starting with one are the lock's own bookkeeping (waiter queues, fencing counters)"
+        "resource names and key prefixes may not hold a NUL byte: a lock key followed by one names the lock's own bookkeeping (waiter queue, fencing counter)"
     )]
     ReservedResource,
     /// The lost-signal margin leaves no validity before it.

@@ -26,7 +26,7 @@ mod watchdog;
 pub use builder::RedlockBuilder;
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
-pub use keys::BOOKKEEPING_PREFIX;
+pub use keys::BOOKKEEPING_SEPARATOR;
 pub use lease::{LockInfo, LostFuture, LostSignal};
 pub use mode::{Mode, ParseModeError};
 pub use options::LockOptions;

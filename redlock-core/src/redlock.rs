@@ -408,7 +408,7 @@ impl Redlock {
     ///
     /// # Errors
     /// - [`LockError::Invalid`]: empty or over-long resource, a resource or key prefix
-    ///   starting with NUL, bad ttl or drift factor (nothing is sent);
+    ///   holding a NUL byte, bad ttl or drift factor (nothing is sent);
     /// - [`LockError::Busy`]: another holder kept the resource on every attempt;
     /// - [`LockError::Unavailable`]: too few nodes answered (with fencing: fewer than a
     ///   fencing quorum confirmed the token; its `quorum` says how many were needed);
@@ -427,8 +427,8 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let key = self.key_for(resource);
-        if key.starts_with('\0') {
-            // A key prefix starting with NUL: the lock's bookkeeping namespace.
+        if key.contains('\0') {
+            // A key prefix holding NUL: the lock's bookkeeping keys.
             return Err(InvalidInput::ReservedResource.into());
         }
         if options.get_reentrant()

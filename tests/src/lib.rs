@@ -400,12 +400,12 @@ impl RedisNodes {
 
 /// The waiter queue of the lock key `key` (redlock-core's bookkeeping namespace).
 pub fn waiters_key(key: &str) -> String {
-    format!("{}waiters:{key}", redlock_core::BOOKKEEPING_PREFIX)
+    format!("{key}{}waiters", redlock_core::BOOKKEEPING_SEPARATOR)
 }
 
 /// The fencing counter of the lock key `key` (redlock-core's bookkeeping namespace).
 pub fn fencing_key(key: &str) -> String {
-    format!("{}fencing:{key}", redlock_core::BOOKKEEPING_PREFIX)
+    format!("{key}{}fencing", redlock_core::BOOKKEEPING_SEPARATOR)
 }
 
 /// The URLs of `proxies`, in order.
