@@ -56,6 +56,7 @@ pub struct RedlockBuilder {
     options: LockOptions,
     require_quorum: bool,
     handover_grace: Duration,
+    foreign_window: Duration,
     quarantine: Duration,
 }
 
@@ -71,6 +72,7 @@ impl Default for RedlockBuilder {
             options: LockOptions::default(),
             require_quorum: true,
             handover_grace: DEFAULT_HANDOVER_GRACE,
+            foreign_window: crate::redlock::DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
         }
     }
@@ -165,6 +167,31 @@ impl RedlockBuilder {
     /// (plain delete on release, waiting by retry delays only).
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = grace;
+        self
+    }
+
+    /// Windows for foreign clients during hand-overs (default
+    /// [`DEFAULT_FOREIGN_WINDOW`](crate::DEFAULT_FOREIGN_WINDOW), 350 ms; `Duration::ZERO`
+    /// turns them off; above [`MAX_FOREIGN_WINDOW`](crate::MAX_FOREIGN_WINDOW), 10 s, it is cut
+    /// to that).
+    ///
+    /// Hand-over keeps a resource busy as long as our waiters keep coming, so a foreign
+    /// client polling the same key (node-redlock, redis-py, redlock-php, a plain `SET NX PX`)
+    /// would wait as long as our load lasts. Instead, once the key has been handed from holder
+    /// to holder for [`FOREIGN_WINDOW_EVERY`](crate::FOREIGN_WINDOW_EVERY) × `window` (T, on the
+    /// nodes' clocks, counted from the last window or from when the key was last free for a
+    /// whole window), the next release that finds a waiter frees the key and opens a window of
+    /// `window`: every acquisition of ours refuses the free key meanwhile, and the named waiter
+    /// attempts when it has passed. A foreign client polling at most every `window` then gets
+    /// the lock within T + one of our holds + `window`. Costs: under a continuous load of ours
+    /// and no foreign client, a third of the time goes to windows nobody uses; and while
+    /// windows are on, a plain attempt is a script rather than fred's typed `SET`, which fred
+    /// does not batch with other commands. Needs hand-over (no effect with
+    /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
+    /// of a resource: a handle with windows off takes an open window's key like a foreign
+    /// client.
+    pub fn foreign_window(mut self, window: Duration) -> Self {
+        self.foreign_window = window;
         self
     }
 
@@ -282,6 +309,7 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             node_timeout: self.node_timeout,
             handover_grace: self.handover_grace,
+            foreign_window: self.foreign_window,
             quarantine: self.quarantine,
             waiters,
         }))
