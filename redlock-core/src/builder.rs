@@ -183,10 +183,12 @@ impl RedlockBuilder {
     /// whole window), the next release that finds a waiter frees the key and opens a window of
     /// `window`: every acquisition of ours refuses the free key meanwhile, and the named waiter
     /// attempts when it has passed. A foreign client polling at most every `window` then gets
-    /// the lock within T + one of our holds + `window`. Costs: under a continuous load of ours
+    /// the lock within T + one of our holds + `window` (two holds if, during the streak, the
+    /// key was free a moment with nobody queued and one of ours took it with its first
+    /// attempt: that holder counts only its own hold). Costs: under a continuous load of ours
     /// and no foreign client, a third of the time goes to windows nobody uses; and while
-    /// windows are on, a plain attempt is a script rather than fred's typed `SET`, which fred
-    /// does not batch with other commands. Needs hand-over (no effect with
+    /// windows are on, a plain attempt sends `EXISTS` of the window marker behind its `SET NX`
+    /// on each node (the same write, one round trip). Needs hand-over (no effect with
     /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
     /// of a resource: a handle with windows off takes an open window's key like a foreign
     /// client.

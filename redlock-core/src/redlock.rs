@@ -750,9 +750,8 @@ impl Redlock {
         let fence_key = options.get_fencing().then(|| keys::fencing(key));
         let windows = WindowKeys::of(key);
         let windows = &windows;
-        // While windows for foreign clients may open, a plain attempt is a script that refuses
-        // an open window (the typed `SET NX` cannot look at another key).
-        let scripted = !inner.foreign_window.is_zero();
+        // While windows for foreign clients may open, a plain attempt also looks at the window.
+        let windowed = !inner.foreign_window.is_zero();
         // The longest streak of hand-overs a granting node reports.
         let busy_ms = &AtomicU64::new(0);
         let mut cleanup = Cleanup::new(self, key, token, options.get_mode());
@@ -789,10 +788,14 @@ impl Redlock {
                         node.try_lock_queued(key, fence, token, ttl_ms, queued, quarantine_s)
                             .await
                     }
-                    _ if scripted || fence.is_some() || quarantine_s > 0 => {
+                    _ if fence.is_some() || quarantine_s > 0 => {
                         node.try_lock_scripted(key, windows, fence, token, ttl_ms, quarantine_s)
                             .await
                     }
+                    _ if windowed => AcquireReply::vote(
+                        node.try_lock_outside_windows(key, &windows.window, token, ttl_ms)
+                            .await,
+                    ),
                     _ => AcquireReply::vote(node.try_lock(key, token, ttl_ms).await),
                 };
                 if matches!(reply.vote, NodeVote::Acquired) {
