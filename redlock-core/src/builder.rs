@@ -58,6 +58,7 @@ pub struct RedlockBuilder {
     options: LockOptions,
     require_quorum: bool,
     handover_grace: Duration,
+    foreign_window: Duration,
     quarantine: Duration,
 }
 
@@ -73,6 +74,7 @@ impl Default for RedlockBuilder {
             options: LockOptions::default(),
             require_quorum: true,
             handover_grace: DEFAULT_HANDOVER_GRACE,
+            foreign_window: crate::redlock::DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
         }
     }
@@ -170,6 +172,33 @@ impl RedlockBuilder {
     /// (plain delete on release, waiting by retry delays only).
     pub fn handover_grace(mut self, grace: Duration) -> Self {
         self.handover_grace = grace;
+        self
+    }
+
+    /// Windows for foreign clients during hand-overs (default
+    /// [`DEFAULT_FOREIGN_WINDOW`](crate::DEFAULT_FOREIGN_WINDOW), 350 ms; `Duration::ZERO`
+    /// turns them off; above [`MAX_FOREIGN_WINDOW`](crate::MAX_FOREIGN_WINDOW), 10 s, it is cut
+    /// to that).
+    ///
+    /// Hand-over keeps a resource busy as long as our waiters keep coming, so a foreign
+    /// client polling the same key (node-redlock, redis-py, redlock-php, a plain `SET NX PX`)
+    /// would wait as long as our load lasts. Instead, once the key has been handed from holder
+    /// to holder for [`FOREIGN_WINDOW_EVERY`](crate::FOREIGN_WINDOW_EVERY) × `window` (T, on the
+    /// nodes' clocks, counted from the last window or from when the key was last free for a
+    /// whole window), the next release that finds a waiter frees the key and opens a window of
+    /// `window`: every acquisition of ours refuses the free key meanwhile, and the named waiter
+    /// attempts when it has passed. A foreign client polling at most every `window` then gets
+    /// the lock within T + one of our holds + `window` (two holds if, during the streak, the
+    /// key was free a moment with nobody queued and one of ours took it with its first
+    /// attempt: that holder counts only its own hold). Costs: under a continuous load of ours
+    /// and no foreign client, a third of the time goes to windows nobody uses; and while
+    /// windows are on, a plain attempt sends `EXISTS` of the window marker behind its `SET NX`
+    /// on each node (the same write, one round trip). Needs hand-over (no effect with
+    /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
+    /// of a resource: a handle with windows off takes an open window's key like a foreign
+    /// client.
+    pub fn foreign_window(mut self, window: Duration) -> Self {
+        self.foreign_window = window;
         self
     }
 
@@ -295,6 +324,7 @@ impl RedlockBuilder {
             key_prefix: self.key_prefix,
             node_timeout: self.node_timeout,
             handover_grace: self.handover_grace,
+            foreign_window: self.foreign_window,
             quarantine: self.quarantine,
             waiters,
         }))

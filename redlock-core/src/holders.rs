@@ -22,8 +22,8 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::mode::Mode;
-use crate::node::{Node, Script, ttl_arg};
-use crate::outcome::{NodeError, NodeVote};
+use crate::node::{AcquireReply, Node, Script, ttl_arg};
+use crate::outcome::NodeError;
 
 /// The node's clock in milliseconds, as `now` (the clock the per-holder expiries use).
 macro_rules! node_now {
@@ -40,16 +40,21 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// ties broken by marker). Refused, it records (or refreshes) this request's waiter entry
 /// `ARGV[4]` for `ARGV[5]` ms; granted, it leaves that entry in place, so that a grant by too
 /// few nodes, cleaned up, does not lose the request its place: the holder's release removes
-/// it. Reads the fencing counter `KEYS[2]` when given; `ARGV[8]` is
+/// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
+/// [`RELEASE_HANDOVER`](crate::node::RELEASE_HANDOVER)), with no entry (a hash would take the
+/// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
 /// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter}`.
 pub(crate) static ACQUIRE_MODE: Script = Script::new(concat!(
     crate::node::quarantine_check!("8"),
     r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
-if KEYS[2] then fence = redis.call("get", KEYS[2]) or "0" end
+if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
 local kind = redis.call("type", key).ok
 if kind ~= "none" and kind ~= "hash" then return {0, fence} end
+if kind == "none" and "#,
+    crate::node::window_open!("2"),
+    r#" then return {0, fence} end
 "#,
     node_now!(),
     r#"local entries = {}
@@ -151,6 +156,8 @@ pub(crate) const WAKE_ALL: &str = "*";
 #[derive(Debug, Clone)]
 pub(crate) struct ModeRequest {
     pub(crate) mode: Mode,
+    /// The resource's window for foreign clients (`keys::window`).
+    window: String,
     /// The modes compatible with `mode`, space-separated.
     compatible: String,
     /// The waiter entry's field (`~` and the request's id).
@@ -162,9 +169,16 @@ pub(crate) struct ModeRequest {
 }
 
 impl ModeRequest {
-    pub(crate) fn new(mode: Mode, marker: String, score_ms: i64, intent_ttl_ms: u64) -> Self {
+    pub(crate) fn new(
+        mode: Mode,
+        window: String,
+        marker: String,
+        score_ms: i64,
+        intent_ttl_ms: u64,
+    ) -> Self {
         Self {
             mode,
+            window,
             compatible: mode.compatible_list(),
             marker,
             score_ms,
@@ -174,7 +188,8 @@ impl ModeRequest {
 }
 
 impl Node {
-    /// One node's vote for `request` ([`ACQUIRE_MODE`]), with the fencing counter when
+    /// One node's vote for `request` ([`ACQUIRE_MODE`]), refused on a free key while the
+    /// resource's window for foreign clients is open, with the fencing counter when
     /// `fence_key` is given.
     pub(crate) async fn try_lock_mode(
         &self,
@@ -184,7 +199,7 @@ impl Node {
         ttl_ms: u64,
         request: &ModeRequest,
         quarantine_s: u64,
-    ) -> (NodeVote, u64) {
+    ) -> AcquireReply {
         let args = [
             Value::from(token),
             Value::from(request.mode.as_str()),
@@ -195,7 +210,7 @@ impl Node {
             Value::Integer(request.score_ms),
             ttl_arg(quarantine_s),
         ];
-        self.acquire_with(&ACQUIRE_MODE, &[key], fence_key, &args)
+        self.acquire_with(&ACQUIRE_MODE, &[key, &request.window], fence_key, &args)
             .await
     }
 

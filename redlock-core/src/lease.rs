@@ -43,6 +43,11 @@ pub(crate) struct Lease {
     pub(crate) auto_extend: Option<AutoExtend>,
     /// Whether code in its scope may re-enter it ([`crate::reentrant`]).
     pub(crate) reentrant: bool,
+    /// When the attempt that took it started (monotonic clock).
+    pub(crate) acquired_at: Instant,
+    /// How long the key had been busy without a window for foreign clients when it was
+    /// granted (the longest streak a granting node reported; see `keys::busy`).
+    pub(crate) busy_at_grant: Duration,
     /// Guards sharing this lease (re-entries + 1); 0 once the last is done.
     pub(crate) holds: AtomicUsize,
     /// The monotonic instant the lock stops being valid; moved forward by extensions.
@@ -60,6 +65,8 @@ pub(crate) struct LeaseParts {
     pub(crate) marker: String,
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
+    /// The streak the granting nodes reported ([`Lease::busy_at_grant`]).
+    pub(crate) busy: Duration,
 }
 
 impl Lease {
@@ -89,6 +96,8 @@ impl Lease {
             fencing_token: parts.fencing_token,
             auto_extend,
             reentrant: options.get_reentrant(),
+            acquired_at,
+            busy_at_grant: parts.busy,
             holds: AtomicUsize::new(1),
             valid_until: watch::Sender::new(parts.valid_until),
             lost: CancellationToken::new(),
@@ -98,6 +107,13 @@ impl Lease {
 
     pub(crate) fn valid_until(&self) -> Instant {
         *self.valid_until.borrow()
+    }
+
+    /// How long the key has been busy without a window for foreign clients, by this
+    /// holder's count: the streak when it was granted, plus its hold so far.
+    pub(crate) fn busy(&self) -> Duration {
+        self.busy_at_grant
+            .saturating_add(self.acquired_at.elapsed())
     }
 
     /// When the lost signal fires unless an extension is confirmed first.

@@ -31,7 +31,10 @@ pub use lease::{LockInfo, LostFuture, LostSignal};
 pub use mode::{Mode, ParseModeError};
 pub use options::LockOptions;
 pub use outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
-pub use redlock::{RELEASE_ROUNDS, Redlock, ReleaseAllReport, Released};
+pub use redlock::{
+    DEFAULT_FOREIGN_WINDOW, FOREIGN_WINDOW_EVERY, MAX_FOREIGN_WINDOW, RELEASE_ROUNDS, Redlock,
+    ReleaseAllReport, Released,
+};
 pub use reentrant::Scoped;
 pub use token::{TOKEN_BYTES, Token};
 

@@ -11,6 +11,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 
 use crate::holders;
+use crate::keys;
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
@@ -52,18 +53,59 @@ pub(crate) static RELEASE: Script = Script::new(
 /// our key was there, 0 otherwise. With no waiter queued it is `RELEASE`, and publishes `"*"`
 /// ([`WAKE_ALL`](crate::holders::WAKE_ALL)): requests in a [`Mode`](crate::Mode) refused by
 /// this key could not queue here (a string has no room for their entries), and are woken to
-/// attempt. The queue commands run under `pcall`, so an ACL user without
-/// `ZPOPMIN`/`PUBLISH` still releases (without hand-over).
+/// attempt.
+///
+/// Windows for foreign clients, when `ARGV[4]` (the window, in ms) is above zero: hand-overs
+/// would keep the key busy as long as our waiters keep coming, and a foreign client that polls
+/// (node-redlock, redis-py, a plain `SET NX`) would never find it free. So when the releasing
+/// holder found the streak long enough (`ARGV[5]` is `"1"`, decided by the client so that every
+/// node decides alike), a release that finds a waiter deletes the key instead, and sets the
+/// window marker `KEYS[4]` for `ARGV[4]` ms, which every acquire script of ours respects: the
+/// key is free for foreign clients only. It tells the channel `"<named> <next> <window>"`: the
+/// named waiter attempts when the window has passed. The streak's start (`KEYS[3]`, ms on this
+/// node's clock: now less `ARGV[6]`, the streak the releasing holder counted, or the start
+/// already there if earlier) is written at every hand-over (ttl `ARGV[7]` ms), deleted with a
+/// window, and cut to the window's length when the key is freed with nobody queued: a key that
+/// stays free that long starts a new streak. The queue and bookkeeping commands run under `pcall`, so an ACL user without
+/// `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
+/// or windows).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
     r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
+local window = tonumber(ARGV[4]) or 0
+local function started(before)
+  local clock = redis.pcall("time")
+  if type(clock) ~= "table" or not clock[2] then return nil end
+  local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - (tonumber(ARGV[6]) or 0)
+  before = tonumber(before)
+  if before and before < since then return before end
+  return since
+end
 local head = redis.pcall("zpopmin", KEYS[2])
 if type(head) == "table" and head[1] then
-  redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
   local after = redis.pcall("zrange", KEYS[2], 0, 0)
   local next = (type(after) == "table" and after[1]) or ""
+  if window > 0 and ARGV[5] == "1" then
+    local opened = redis.pcall("set", KEYS[4], head[1], "PX", window)
+    if type(opened) == "table" and opened.ok then
+      redis.call("del", KEYS[1])
+      redis.pcall("del", KEYS[3])
+      redis.pcall("publish", ARGV[3], head[1] .. " " .. next .. " " .. window)
+      return 1
+    end
+  end
+  redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
+  if window > 0 then
+    local since = started(redis.pcall("get", KEYS[3]))
+    if since then redis.pcall("set", KEYS[3], since, "PX", ARGV[7]) end
+  end
   redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
 else
   redis.call("del", KEYS[1])
+  if window > 0 then
+    local before = redis.pcall("get", KEYS[3])
+    local since = type(before) == "string" and started(before)
+    if since then redis.pcall("set", KEYS[3], since, "PX", window) end
+  end
   redis.pcall("publish", ARGV[3], "*")
 end
 return 1"#,
@@ -91,29 +133,68 @@ end
 }
 pub(crate) use quarantine_check;
 
-/// A waiter's attempt: take the key if it is free or reserved for this waiter (`ARGV[3]`),
-/// and leave the queue; otherwise join the queue (`ZADD NX`, so a waiter keeps its place,
+/// How long, in ms of the node's clock, the key has been busy without a window for foreign
+/// clients, as `busy` (0 without a streak): read by every plain grant from the streak's start
+/// at `KEYS[$k]` ([`RELEASE_HANDOVER`]). Under `pcall`: without `TIME` or access to that key,
+/// 0.
+macro_rules! busy_read {
+    ($k:literal) => {
+        concat!(
+            r#"local busy = 0
+local started = redis.pcall("get", KEYS["#,
+            $k,
+            r#"])
+if type(started) == "string" then
+  local clock = redis.pcall("time")
+  if type(clock) == "table" and clock[2] then
+    busy = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - (tonumber(started) or 0)
+    if busy < 0 then busy = 0 end
+  end
+end
+"#
+        )
+    };
+}
+
+/// `1` if the window for foreign clients at `KEYS[$k]` is open ([`RELEASE_HANDOVER`]): every
+/// acquisition of ours refuses a free key while it is. Under `pcall` (without access to that
+/// key: no window).
+macro_rules! window_open {
+    ($k:literal) => {
+        concat!(r#"(redis.pcall("exists", KEYS["#, $k, r#"]) == 1)"#)
+    };
+}
+pub(crate) use window_open;
+
+/// A waiter's attempt: take the key if it is free (and no window for foreign clients is open,
+/// `KEYS[3]`) or reserved for this waiter (`ARGV[3]`), and leave the queue; otherwise join the
+/// queue (`ZADD NX`, so a waiter keeps its place,
 /// scored by its wait start `ARGV[4]`) unless it already holds
 /// [`MAX_QUEUED_WAITERS`](crate::options::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
-/// the fencing counter `KEYS[3]` when given; `ARGV[6]` is the quarantine
-/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter}`. The queue commands run under
+/// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
+/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy}`, `busy` the streak read from
+/// `KEYS[4]` when granted ([`busy_read`]). The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
     quarantine_check!("6"),
     r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
-if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
-if not cur or cur == ARGV[3] then
+if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
+if cur == ARGV[3] or (not cur and not "#,
+    window_open!("3"),
+    r#") then
   redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
   redis.pcall("zrem", KEYS[2], ARGV[3])
-  return {1, fence}
+"#,
+    busy_read!("4"),
+    r#"  return {1, fence, busy}
 end
 if (tonumber(redis.pcall("zcard", KEYS[2])) or 0) < 1024 then
   redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
 end
 redis.pcall("pexpire", KEYS[2], ARGV[5])
-return {0, fence}"#
+return {0, fence, 0}"#
 ));
 
 /// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
@@ -127,15 +208,22 @@ if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KE
 return 1"#,
 );
 
-/// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: read the
-/// resource's fencing counter `KEYS[2]` when given (0 if none), and refuse while quarantined
-/// (`ARGV[3]`, [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter}`.
+/// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: refuse while a
+/// window for foreign clients is open (`KEYS[2]`, [`RELEASE_HANDOVER`]), read the streak of
+/// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
+/// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
+/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy}`.
 pub(crate) static ACQUIRE: Script = Script::new(concat!(
     quarantine_check!("3"),
-    r#"local ok = redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2])
-local fence = 0
-if KEYS[2] then fence = redis.call("get", KEYS[2]) or "0" end
-return {ok and 1 or 0, fence}"#
+    r#"local fence = 0
+if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
+if "#,
+    window_open!("2"),
+    r#" then return {0, fence, 0} end
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0} end
+"#,
+    busy_read!("3"),
+    r#"return {1, fence, busy}"#
 ));
 
 /// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
@@ -317,9 +405,40 @@ impl Node {
         release.await.unwrap_or(Err(NodeError::Timeout(limit)))
     }
 
+    /// [`try_lock`](Self::try_lock) that refuses while the resource's window for foreign clients
+    /// is open: `SET NX PX`, then `EXISTS window` on the same connection, both typed, so fred
+    /// sends them in one write, in that order, and the node runs them in that order. A `SET`
+    /// granted while the window was open finds the window still there (a window opens only as
+    /// a holder's key is deleted, so it was there before the `SET`): the vote is
+    /// [`NodeVote::Held`], and the key (ours for one round trip) goes with the attempt's
+    /// clean-up, or with the lock if a quorum of other nodes granted it. A window that cannot
+    /// be read (ACL) counts as closed. Cheaper than a script ([`ACQUIRE`]): fred flushes the
+    /// socket after every script, but batches typed commands across concurrent lockers.
+    pub(crate) async fn try_lock_outside_windows(
+        &self,
+        key: &str,
+        window: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> NodeVote {
+        let client = self.client.with_options(call_options());
+        let expire = Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let set = client.set::<Value, _, _>(key, token, Some(expire), Some(SetOptions::NX), false);
+        let open = client.exists::<i64, _>(window);
+        // Polled in this order: the `SET` is queued first.
+        let (set, open) = tokio::join!(set, open);
+        match set {
+            Ok(Value::Null) => NodeVote::Held,
+            Ok(_) if matches!(open, Ok(n) if n > 0) => NodeVote::Held,
+            Ok(_) => NodeVote::Acquired,
+            Err(e) => NodeVote::Failed(NodeError::from_fred(&e)),
+        }
+    }
+
     /// The compare-and-delete script on one node. `Ok(true)` if our key was deleted (or
     /// handed over), `Ok(false)` if it was gone or held by someone else. With `handover`, the
-    /// key goes to the longest queued waiter ([`RELEASE_HANDOVER`]).
+    /// key goes to the longest queued waiter, or opens a window for foreign clients
+    /// ([`RELEASE_HANDOVER`]).
     pub(crate) async fn unlock(
         &self,
         key: &str,
@@ -337,8 +456,17 @@ impl Node {
                     Value::from(token),
                     ttl_arg(h.grace_ms),
                     Value::from(h.channel.as_str()),
+                    ttl_arg(h.window_ms),
+                    Value::from(if h.window_due { "1" } else { "0" }),
+                    ttl_arg(h.busy_ms),
+                    ttl_arg(h.busy_ttl_ms),
                 ];
-                let keys = [key, h.channel.as_str()];
+                let keys = [
+                    key,
+                    h.channel.as_str(),
+                    h.windows.busy.as_str(),
+                    h.windows.window.as_str(),
+                ];
                 self.eval_release(&RELEASE_HANDOVER, &keys, &args, limit)
                     .await?
             }
@@ -369,36 +497,40 @@ impl Node {
         }
     }
 
-    /// `SET NX PX` as the [`ACQUIRE`] script: with a read of the fencing counter when
-    /// `fence_key` is given, refused by a node up for less than `quarantine_s` seconds.
+    /// `SET NX PX` as the [`ACQUIRE`] script: refused while the resource's window for foreign
+    /// clients is open, reading the streak of hand-overs when granted, with a read of the
+    /// fencing counter when `fence_key` is given, refused by a node up for less than
+    /// `quarantine_s` seconds.
     pub(crate) async fn try_lock_scripted(
         &self,
         key: &str,
+        windows: &WindowKeys,
         fence_key: Option<&str>,
         token: &str,
         ttl_ms: u64,
         quarantine_s: u64,
-    ) -> (NodeVote, u64) {
+    ) -> AcquireReply {
         let args = [Value::from(token), ttl_arg(ttl_ms), ttl_arg(quarantine_s)];
-        self.acquire_with(&ACQUIRE, &[key], fence_key, &args).await
+        let keys = [key, windows.window.as_str(), windows.busy.as_str()];
+        self.acquire_with(&ACQUIRE, &keys, fence_key, &args).await
     }
 
     /// Runs an acquire script on `keys`, followed by the fencing counter's key when given, and
-    /// reads its `{1 | 0 | -1, counter}` reply.
+    /// reads its `{1 | 0 | -1, counter[, busy]}` reply.
     pub(crate) async fn acquire_with(
         &self,
         script: &Script,
         keys: &[&str],
         fence_key: Option<&str>,
         args: &[Value],
-    ) -> (NodeVote, u64) {
+    ) -> AcquireReply {
         let mut all = keys.to_vec();
         all.extend(fence_key);
-        vote_and_counter(self.eval(script, &all, args).await)
+        acquire_reply(self.eval(script, &all, args).await)
     }
 
-    /// A queued waiter's attempt ([`ACQUIRE_QUEUED`]), reading the fencing counter when
-    /// `fence_key` is given.
+    /// A queued waiter's attempt ([`ACQUIRE_QUEUED`]), refused while the resource's window for
+    /// foreign clients is open, reading the fencing counter when `fence_key` is given.
     pub(crate) async fn try_lock_queued(
         &self,
         key: &str,
@@ -407,7 +539,7 @@ impl Node {
         ttl_ms: u64,
         place: &QueuePlace,
         quarantine_s: u64,
-    ) -> (NodeVote, u64) {
+    ) -> AcquireReply {
         let args = [
             Value::from(token),
             ttl_arg(ttl_ms),
@@ -416,7 +548,12 @@ impl Node {
             ttl_arg(place.queue_ttl_ms),
             ttl_arg(quarantine_s),
         ];
-        let keys = [key, place.queue.as_str()];
+        let keys = [
+            key,
+            place.queue.as_str(),
+            place.windows.window.as_str(),
+            place.windows.busy.as_str(),
+        ];
         self.acquire_with(&ACQUIRE_QUEUED, &keys, fence_key, &args)
             .await
     }
@@ -488,6 +625,8 @@ impl Node {
 pub(crate) struct QueuePlace {
     /// The queue's key (also the channel its hand-overs are published on).
     pub(crate) queue: String,
+    /// The resource's window and streak keys.
+    pub(crate) windows: WindowKeys,
     /// `~` and the waiter's id: its queue member, and the value of a key reserved for it.
     pub(crate) marker: String,
     /// When the waiter started waiting, in ms since the Unix epoch: its rank in the queue.
@@ -503,26 +642,84 @@ pub(crate) struct Handover {
     pub(crate) channel: String,
     /// How long the key stays reserved for the named waiter, in ms.
     pub(crate) grace_ms: u64,
+    /// The resource's window and streak keys.
+    pub(crate) windows: WindowKeys,
+    /// The window for foreign clients, in ms (0: never open one, and keep no streak).
+    pub(crate) window_ms: u64,
+    /// The releasing holder found the streak long enough: open a window if a waiter is
+    /// queued, instead of handing over.
+    pub(crate) window_due: bool,
+    /// How long the key has been busy without a window, by the releasing holder's count
+    /// (the streak it read when granted, plus its hold), in ms.
+    pub(crate) busy_ms: u64,
+    /// How long the streak's start outlives the hand-over that wrote it, in ms.
+    pub(crate) busy_ttl_ms: u64,
 }
 
-/// The `{1 | 0 | -1, counter}` reply of the acquire scripts.
-fn vote_and_counter(reply: Result<Value, NodeError>) -> (NodeVote, u64) {
+/// A resource's keys for windows for foreign clients ([`keys::window`], [`keys::busy`]).
+#[derive(Debug, Clone)]
+pub(crate) struct WindowKeys {
+    /// The window marker: while it exists, no acquisition of ours takes the free key.
+    pub(crate) window: String,
+    /// The start of the current streak of hand-overs, in ms of the node's clock.
+    pub(crate) busy: String,
+}
+
+impl WindowKeys {
+    /// The keys of the lock key `key`.
+    pub(crate) fn of(key: &str) -> Self {
+        Self {
+            window: keys::window(key),
+            busy: keys::busy(key),
+        }
+    }
+}
+
+/// One node's answer to an acquire script.
+#[derive(Debug)]
+pub(crate) struct AcquireReply {
+    pub(crate) vote: NodeVote,
+    /// The fencing counter read (0 when not asked for).
+    pub(crate) counter: u64,
+    /// When granted, how long the key has been busy without a window for foreign clients, in
+    /// ms of the node's clock (0 when no streak is running, or for a mode lock).
+    pub(crate) busy_ms: u64,
+}
+
+impl AcquireReply {
+    /// A vote with nothing read.
+    pub(crate) fn vote(vote: NodeVote) -> Self {
+        Self {
+            vote,
+            counter: 0,
+            busy_ms: 0,
+        }
+    }
+}
+
+/// The `{1 | 0 | -1, counter[, busy]}` reply of the acquire scripts.
+fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
-            match reply.first() {
-                Some(Value::Integer(1)) => (NodeVote::Acquired, counter),
-                Some(Value::Integer(-1)) => (NodeVote::Failed(NodeError::Quarantined), 0),
-                _ => (NodeVote::Held, counter),
+            let busy_ms = reply.get(2).and_then(self::counter).unwrap_or(0);
+            let vote = match reply.first() {
+                Some(Value::Integer(1)) => NodeVote::Acquired,
+                Some(Value::Integer(-1)) => {
+                    return AcquireReply::vote(NodeVote::Failed(NodeError::Quarantined));
+                }
+                _ => NodeVote::Held,
+            };
+            AcquireReply {
+                vote,
+                counter,
+                busy_ms,
             }
         }
-        Ok(other) => (
-            NodeVote::Failed(NodeError::Reply(format!(
-                "unexpected reply to an acquire script: {other:?}"
-            ))),
-            0,
-        ),
-        Err(e) => (NodeVote::Failed(e), 0),
+        Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::Reply(format!(
+            "unexpected reply to an acquire script: {other:?}"
+        )))),
+        Err(e) => AcquireReply::vote(NodeVote::Failed(e)),
     }
 }
 

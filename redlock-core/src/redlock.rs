@@ -17,7 +17,7 @@ use crate::holders::ModeRequest;
 use crate::keys;
 use crate::lease::{Lease, LeaseParts};
 use crate::mode::Mode;
-use crate::node::{Handover, Node, QueuePlace};
+use crate::node::{AcquireReply, Handover, Node, QueuePlace, WindowKeys};
 use crate::options::{LockOptions, validate_resource};
 use crate::outcome::{NodeVote, Outcomes};
 use crate::quorum::{self, Stop};
@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     waiters: Option<Arc<Waiters>>,
     /// How long a released key stays reserved for the waiter it was handed to.
     handover_grace: Duration,
+    /// Windows for foreign clients ([`RedlockBuilder::foreign_window`]): zero when off,
+    /// and always zero without hand-over.
+    foreign_window: Duration,
     /// Restarted nodes grant nothing for this long ([`RedlockBuilder::quarantine`]).
     quarantine: Duration,
     /// The minimum `uptime_in_seconds` sent to the acquire scripts (0: none): the quarantine
@@ -155,6 +158,8 @@ pub(crate) struct Parts {
     pub(crate) key_prefix: String,
     pub(crate) node_timeout: Duration,
     pub(crate) handover_grace: Duration,
+    /// [`RedlockBuilder::foreign_window`], as set.
+    pub(crate) foreign_window: Duration,
     pub(crate) quarantine: Duration,
     /// The subscriptions that wake waiters; `None` when hand-over is off.
     pub(crate) waiters: Option<Arc<Waiters>>,
@@ -187,8 +192,9 @@ pub(crate) enum Releasing<'a> {
     /// A failed attempt's grants, in a mode or not: nothing is handed over, and a mode
     /// request keeps its waiter entry (its place among the waiters).
     Attempt(Option<Mode>),
-    /// A holder's lock, in a mode or not, with its request's waiter marker.
-    Holder(Option<Mode>, &'a str),
+    /// A holder's lock, in a mode or not, with its request's waiter marker and how long the
+    /// key has been busy without a window for foreign clients ([`Lease::busy`]).
+    Holder(Option<Mode>, &'a str, Duration),
 }
 
 /// How an attempt asks the nodes.
@@ -219,10 +225,13 @@ struct Granted {
     fencing_token: Option<u64>,
     /// A mode request's waiter marker (empty for the plain lock).
     marker: String,
+    /// The longest streak of hand-overs a granting node reported ([`AcquireReply::busy_ms`]).
+    busy: Duration,
 }
 
 /// How long a waiter queue outlives its last enqueue: waiters refresh it at every attempt,
-/// so this only bounds how long the entries of waiters that died linger.
+/// so this only bounds how long the entries of waiters that died linger. Also how long a
+/// streak's start ([`keys::busy`]) outlives the hand-over that wrote it.
 const QUEUE_TTL_MS: u64 = 30_000;
 
 /// A waiter that saw another waiter named attempts this long after the grace if nothing else
@@ -231,6 +240,23 @@ const AFTER_OTHER_SLACK: Duration = Duration::from_millis(5);
 
 /// The shortest life of a mode request's waiter entry.
 const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
+
+/// Default window for foreign clients (see [`RedlockBuilder::foreign_window`]): 350 ms, longer
+/// than node-redlock's longest default retry delay (200 ms ± 100 ms jitter) plus its attempt,
+/// and than redis-py's blocking sleep (0.1 s).
+pub const DEFAULT_FOREIGN_WINDOW: Duration = Duration::from_millis(350);
+
+/// The longest window for foreign clients: a longer one is cut to this (10 s).
+pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
+
+/// A window for foreign clients opens once the key has been handed over for this many windows'
+/// lengths without one (T = 2 W): under a continuous load of ours with no foreign client, at
+/// most a third of the time goes to windows nobody uses.
+pub const FOREIGN_WINDOW_EVERY: u32 = 2;
+
+/// A waiter named for a window attempts this long after the window (its message arrived after
+/// the window opened on that node, so the window there has closed by then).
+const AFTER_WINDOW_SLACK: Duration = Duration::from_millis(2);
 
 /// The longest wait between two attempts, whatever the retry delay: a waiter attempts at
 /// least once a minute (releases wake it sooner). It bounds how long a crashed mode
@@ -271,9 +297,15 @@ impl Redlock {
             key_prefix,
             node_timeout,
             handover_grace,
+            foreign_window,
             quarantine,
             waiters,
         } = parts;
+        let foreign_window = if waiters.is_some() {
+            foreign_window.min(MAX_FOREIGN_WINDOW)
+        } else {
+            Duration::ZERO
+        };
         Self {
             inner: Arc::new(Inner {
                 quorum: timing::quorum(nodes.len()),
@@ -284,6 +316,7 @@ impl Redlock {
                 node_timeout,
                 waiters,
                 handover_grace,
+                foreign_window,
                 quarantine,
                 quarantine_s: if quarantine.is_zero() {
                     0
@@ -503,6 +536,7 @@ impl Redlock {
         let request = options.get_mode().map(|mode| {
             ModeRequest::new(
                 mode,
+                keys::window(&key),
                 ticket.marker.clone(),
                 ticket.score_ms,
                 self.intent_ttl_ms(options),
@@ -592,6 +626,13 @@ impl Redlock {
                         fallback: delay,
                         after_other: grace + AFTER_OTHER_SLACK,
                         settle: grace / 2,
+                        after_window: AFTER_WINDOW_SLACK,
+                        longest: match deadline {
+                            Some(Some(deadline)) => {
+                                deadline.saturating_duration_since(Instant::now())
+                            }
+                            _ => MAX_RETRY_WAIT,
+                        },
                         quorum: self.inner.quorum,
                     };
                     let wake = listener.wait(&ticket.marker, timing, shutdown).await;
@@ -718,10 +759,17 @@ impl Redlock {
         let limit = inner.node_timeout.min(ttl.saturating_sub(drift));
         let n = inner.nodes.len();
         let fence_key = options.get_fencing().then(|| keys::fencing(key));
+        let windows = WindowKeys::of(key);
+        let windows = &windows;
+        // While windows for foreign clients may open, a plain attempt also looks at the window.
+        let windowed = !inner.foreign_window.is_zero();
+        // The longest streak of hand-overs a granting node reports.
+        let busy_ms = &AtomicU64::new(0);
         let mut cleanup = Cleanup::new(self, key, token, options.get_mode());
         let queued = match place {
             Place::Queue(ticket) => Some(QueuePlace {
                 queue: keys::waiters(key),
+                windows: WindowKeys::of(key),
                 marker: ticket.marker.clone(),
                 score_ms: ticket.score_ms,
                 queue_ttl_ms: QUEUE_TTL_MS,
@@ -742,7 +790,7 @@ impl Redlock {
             Stop::Decided,
             inner.nodes.iter().enumerate().map(|(i, node)| async move {
                 let token = token.expose();
-                let (vote, counter) = match (place, queued) {
+                let reply = match (place, queued) {
                     (Place::Mode(request), _) => {
                         node.try_lock_mode(key, fence, token, ttl_ms, request, quarantine_s)
                             .await
@@ -752,12 +800,19 @@ impl Redlock {
                             .await
                     }
                     _ if fence.is_some() || quarantine_s > 0 => {
-                        node.try_lock_scripted(key, fence, token, ttl_ms, quarantine_s)
+                        node.try_lock_scripted(key, windows, fence, token, ttl_ms, quarantine_s)
                             .await
                     }
-                    _ => (node.try_lock(key, token, ttl_ms).await, 0),
+                    _ if windowed => AcquireReply::vote(
+                        node.try_lock_outside_windows(key, &windows.window, token, ttl_ms)
+                            .await,
+                    ),
+                    _ => AcquireReply::vote(node.try_lock(key, token, ttl_ms).await),
                 };
-                (i, vote, counter)
+                if matches!(reply.vote, NodeVote::Acquired) {
+                    busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
+                }
+                (i, reply.vote, reply.counter)
             }),
         )
         .await;
@@ -805,6 +860,7 @@ impl Redlock {
                 Place::Mode(request) => request.marker.clone(),
                 Place::Queue(_) | Place::None => String::new(),
             },
+            busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
         })
     }
 
@@ -884,6 +940,7 @@ impl Redlock {
             marker: granted.marker,
             valid_until: granted.valid_until,
             fencing_token: granted.fencing_token,
+            busy: granted.busy,
         };
         let lease = Arc::new(Lease::new(parts, options, granted.started));
         self.held().insert(lease.id, Arc::clone(&lease));
@@ -956,7 +1013,10 @@ impl Redlock {
     /// node timeout passed, so that the report is exact when the lock was not fully held.
     ///
     /// A holder's plain key goes, with waking on, to the longest queued waiter (a failed
-    /// attempt's key is just deleted). A mode request removes only its own entry, and wakes
+    /// attempt's key is just deleted), unless the key has been busy for
+    /// [`FOREIGN_WINDOW_EVERY`] windows by the holder's count: then a release that finds a
+    /// waiter opens a window for foreign clients instead
+    /// ([`RELEASE_HANDOVER`](crate::node::RELEASE_HANDOVER)). A mode request removes only its own entry, and wakes
     /// the resource's waiters ([`RELEASE_MODE`](crate::holders::RELEASE_MODE)).
     pub(crate) async fn release_key(
         &self,
@@ -965,9 +1025,20 @@ impl Redlock {
         releasing: Releasing<'_>,
     ) -> Released {
         let inner = &self.inner;
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let busy = match releasing {
+            Releasing::Holder(_, _, busy) => busy,
+            Releasing::Attempt(_) => Duration::ZERO,
+        };
+        let window = inner.foreign_window;
         let handover = inner.waiters.is_some().then(|| Handover {
             channel: keys::waiters(key),
-            grace_ms: u64::try_from(inner.handover_grace.as_millis()).unwrap_or(u64::MAX),
+            grace_ms: millis(inner.handover_grace),
+            windows: WindowKeys::of(key),
+            window_ms: millis(window),
+            window_due: !window.is_zero() && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY),
+            busy_ms: millis(busy),
+            busy_ttl_ms: QUEUE_TTL_MS,
         });
         let handover = handover.as_ref();
         let tally = quorum::decide(
@@ -981,11 +1052,11 @@ impl Redlock {
                 let limit = inner.node_timeout;
                 let released = match releasing {
                     Releasing::Attempt(None) => node.unlock(key, token, None, limit).await,
-                    Releasing::Holder(None, _) => node.unlock(key, token, handover, limit).await,
+                    Releasing::Holder(None, _, _) => node.unlock(key, token, handover, limit).await,
                     Releasing::Attempt(Some(_)) => {
                         node.unlock_mode(key, token, channel, None, limit).await
                     }
-                    Releasing::Holder(Some(_), marker) => {
+                    Releasing::Holder(Some(_), marker, _) => {
                         node.unlock_mode(key, token, channel, Some(marker), limit)
                             .await
                     }
@@ -1011,7 +1082,7 @@ impl Redlock {
     /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
     /// the waiters).
     pub(crate) async fn release_lease(&self, lease: &Lease) -> Released {
-        let releasing = Releasing::Holder(lease.mode, &lease.marker);
+        let releasing = Releasing::Holder(lease.mode, &lease.marker, lease.busy());
         self.release_key(&lease.key, &lease.token, releasing).await
     }
 

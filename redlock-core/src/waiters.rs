@@ -8,6 +8,11 @@
 //! queues behind them. A lost message costs at most the retry delay (the fallback timer); a dead
 //! named waiter costs the grace.
 //!
+//! Windows for foreign clients: once the key has been handed over long enough, a release frees
+//! it for a window instead, during which no acquisition of ours takes it, and publishes
+//! `"<named> <next> <window ms>"`: the named waiter attempts when the window has passed, the
+//! next one a grace later (if the named one is gone), the others keep waiting.
+//!
 //! One subscriber connection per node and handle, opened in the background when the handle is
 //! built; one dispatch task
 //! per node; a channel is subscribed while it has local waiters and for a short linger after.
@@ -54,7 +59,8 @@ struct Channel {
 /// What ended a wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// A release named this waiter: the key is reserved for it.
+    /// A release named this waiter: the key is reserved for it, or a window for foreign
+    /// clients before its turn has passed.
     Named,
     /// The fallback timer ran out, or messages were missed: attempt anyway.
     Timer,
@@ -287,35 +293,65 @@ impl Listener {
     /// `after_other` (the grace and a slack): if the named waiter is gone, its reservation has
     /// expired by then and this one attempts. Waiters further back keep sleeping: they are
     /// named in turn (or woken by their fallback).
+    ///
+    /// A message that also gives a window for foreign clients (`"<named> <next> <ms>"`) moves
+    /// those times past the window, which no acquisition of ours may use: the named waiter
+    /// attempts `after_window` after the window has passed on the last node that named it (it
+    /// opened there before the message was sent), the next one `after_other` after that; not
+    /// beyond `longest` (the waiter's deadline), and not cut to the fallback.
     pub(crate) async fn wait(
         &mut self,
         marker: &str,
         timing: WaitTiming,
         shutdown: &CancellationToken,
     ) -> Wake {
+        let started = tokio::time::Instant::now();
         let timer = tokio::time::sleep(timing.fallback);
         tokio::pin!(timer);
-        let hard_deadline = tokio::time::Instant::now() + timing.fallback;
+        let hard_deadline = started + timing.fallback;
+        let longest = started + timing.longest.max(timing.fallback);
         let mut named = 0;
+        // When this waiter attempts after a window that named it.
+        let mut after_window: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return Wake::Shutdown,
                 message = self.rx.recv() => match message {
                     Ok(message) => {
-                        let mut names = message.split(' ');
-                        let first = names.next();
+                        let mut parts = message.split(' ');
+                        let (first, next) = (parts.next(), parts.next());
+                        let window = parts
+                            .next()
+                            .and_then(|ms| ms.parse::<u64>().ok())
+                            .filter(|&ms| ms > 0)
+                            .map(Duration::from_millis);
+                        let now = tokio::time::Instant::now();
                         if first == Some(marker) || first == Some(WAKE_ALL) {
+                            if let Some(window) = window {
+                                let at = (now + window + timing.after_window).min(longest);
+                                if after_window.is_none_or(|before| at > before) {
+                                    after_window = Some(at);
+                                    timer.as_mut().reset(at);
+                                }
+                                continue;
+                            }
+                            if after_window.is_some() {
+                                // Another node opened a window: it decides.
+                                continue;
+                            }
                             named += 1;
                             if named >= timing.quorum {
                                 return Wake::Named;
                             }
                             if named == 1 {
-                                timer.as_mut().reset(tokio::time::Instant::now() + timing.settle);
+                                timer.as_mut().reset(now + timing.settle);
                             }
-                        } else if named == 0 && names.next() == Some(marker) {
-                            let at = (tokio::time::Instant::now() + timing.after_other)
-                                .min(hard_deadline);
+                        } else if named == 0 && after_window.is_none() && next == Some(marker) {
+                            let at = match window {
+                                Some(window) => (now + window + timing.after_other).min(longest),
+                                None => (now + timing.after_other).min(hard_deadline),
+                            };
                             timer.as_mut().reset(at);
                         }
                     }
@@ -325,7 +361,13 @@ impl Listener {
                         return Wake::Timer;
                     }
                 },
-                () = &mut timer => return if named > 0 { Wake::Named } else { Wake::Timer },
+                () = &mut timer => {
+                    return if named > 0 || after_window.is_some() {
+                        Wake::Named
+                    } else {
+                        Wake::Timer
+                    };
+                }
             }
         }
     }
@@ -340,6 +382,11 @@ pub(crate) struct WaitTiming {
     pub(crate) after_other: Duration,
     /// Attempt this long after the first node named this waiter, if fewer than a quorum did.
     pub(crate) settle: Duration,
+    /// Attempt this long after a window for foreign clients that named this waiter passed.
+    pub(crate) after_window: Duration,
+    /// The longest this wait may last past a window (the time left before the waiter's
+    /// deadline); the fallback bounds it otherwise.
+    pub(crate) longest: Duration,
     /// Nodes whose hand-over makes the attempt worthwhile.
     pub(crate) quorum: usize,
 }

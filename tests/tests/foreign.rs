@@ -1,0 +1,446 @@
+//! Foreign clients are not starved by our hand-overs (issue 15): while our waiters keep a
+//! resource busy, a foreign Redlock client polling the same key (node-redlock, redis-py,
+//! redlock-php, a plain `SET NX PX`) gets it within T + one of our holds + W, where W is the
+//! window ([`RedlockBuilder::foreign_window`]) and T = [`FOREIGN_WINDOW_EVERY`] × W. Against
+//! real redis-server processes; the foreign client is a Redlock loop written here on plain
+//! fred clients (SET NX PX on every node, a majority wins, otherwise delete its own keys and
+//! sleep its poll interval).
+//!
+//! [`RedlockBuilder::foreign_window`]: redlock_core::RedlockBuilder::foreign_window
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fred::clients::Client;
+use fred::interfaces::{KeysInterface, LuaInterface};
+use fred::types::{Expiration, SetOptions};
+use rand::Rng;
+use redlock_core::{
+    BOOKKEEPING_SEPARATOR, DEFAULT_FOREIGN_WINDOW, FOREIGN_WINDOW_EVERY, LockOptions, Mode, Redlock,
+};
+use redlock_tests::checker::History;
+use redlock_tests::{RedisNodes, plain_client, within};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The window every test here runs with: the default.
+const W: Duration = DEFAULT_FOREIGN_WINDOW;
+
+/// How long our key may be handed over before a window opens (T).
+fn every() -> Duration {
+    W * FOREIGN_WINDOW_EVERY
+}
+
+/// Our holders hold for 20 to 50 ms.
+const HOLD_MIN_MS: u64 = 20;
+const HOLD_MAX_MS: u64 = 50;
+
+/// The documented bound for a foreign client polling at most every W: T + one of our holds
+/// + W.
+fn bound() -> Duration {
+    every() + ms(HOLD_MAX_MS) + W
+}
+
+/// What a loaded 2-core machine adds to [`bound`]: hand-over and attempt latencies, timers
+/// firing late. A starved poller waits as long as our load lasts (seconds).
+const SLACK: Duration = Duration::from_millis(600);
+
+/// The window marker of the lock key `key`, in our bookkeeping namespace.
+fn window_key(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}window")
+}
+
+/// A handle over `nodes` with `window` as its foreign window.
+async fn handle(nodes: &RedisNodes, window: Duration) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .foreign_window(window)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// A foreign Redlock client: node-redlock's algorithm on plain clients.
+struct Foreign {
+    clients: Vec<Client>,
+}
+
+/// node-redlock's release script: delete the key only if it still holds our value.
+const FOREIGN_RELEASE: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0"#;
+
+impl Foreign {
+    async fn connect(nodes: &RedisNodes) -> Self {
+        let mut clients = Vec::new();
+        for url in nodes.urls() {
+            clients.push(plain_client(&url).await);
+        }
+        Self { clients }
+    }
+
+    /// One attempt: `SET key value NX PX ttl` on every node at once; held if a majority
+    /// granted, otherwise its own keys are deleted.
+    async fn try_once(&self, key: &str, value: &str) -> bool {
+        let sets = self.clients.iter().map(|client| async move {
+            let reply: Option<String> = client
+                .set(
+                    key,
+                    value,
+                    Some(Expiration::PX(10_000)),
+                    Some(SetOptions::NX),
+                    false,
+                )
+                .await
+                .unwrap();
+            reply.is_some()
+        });
+        let granted = futures_util::future::join_all(sets)
+            .await
+            .into_iter()
+            .filter(|&ok| ok)
+            .count();
+        if granted > self.clients.len() / 2 {
+            return true;
+        }
+        self.release(key, value).await;
+        false
+    }
+
+    async fn release(&self, key: &str, value: &str) {
+        let releases = self.clients.iter().map(|client| async move {
+            let _: i64 = client
+                .eval(FOREIGN_RELEASE, vec![key], vec![value])
+                .await
+                .unwrap();
+        });
+        futures_util::future::join_all(releases).await;
+    }
+
+    /// Waits until one of ours holds `key` (its value on the first node is a token of ours, not
+    /// a value of this client's).
+    async fn until_ours(&self, key: &str) {
+        within("our load to hold the key", async {
+            loop {
+                let value: Option<String> = self.clients[0].get(key).await.unwrap();
+                if value.is_some_and(|v| !v.starts_with("foreign-") && !v.starts_with('~')) {
+                    return;
+                }
+                tokio::time::sleep(ms(1)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Polls until it holds `key`, sleeping `interval()` between attempts; returns how long
+    /// that took, and when it got the key.
+    async fn acquire(
+        &self,
+        key: &str,
+        value: &str,
+        interval: impl Fn() -> Duration,
+    ) -> (Duration, Instant) {
+        let started = Instant::now();
+        loop {
+            if self.try_once(key, value).await {
+                return (started.elapsed(), Instant::now());
+            }
+            tokio::time::sleep(interval()).await;
+        }
+    }
+}
+
+/// Our load: three handles locking `resource` in a loop (wait for it with `wait`, hold 20–50
+/// ms, release) until `stop`, each hold recorded in `history` (holders 0..3); returns the
+/// number of holds.
+fn our_load(
+    handles: Vec<Redlock>,
+    resource: &'static str,
+    wait: &LockOptions,
+    history: &Arc<History>,
+    stop: &Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    let holds = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(holder, handle)| {
+            let (history, stop, holds) = (history.clone(), stop.clone(), holds.clone());
+            let wait = wait.clone();
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let guard = handle.lock_with(resource, &wait).await.unwrap();
+                    let start = Instant::now();
+                    let hold = rand::rng().random_range(HOLD_MIN_MS..=HOLD_MAX_MS);
+                    tokio::time::sleep(ms(hold)).await;
+                    let released = Instant::now();
+                    history.record(holder, start, guard.valid_until(), released);
+                    holds.fetch_add(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    tokio::spawn(async move {
+        for task in tasks {
+            task.await.unwrap();
+        }
+        holds.load(Ordering::SeqCst)
+    })
+}
+
+/// The gaps between consecutive holds of ours (none of another holder between them), in
+/// order of time.
+fn gaps(history: &History, ours: usize) -> Vec<Duration> {
+    let mut holds = history.holds();
+    holds.sort_by_key(|h| h.start);
+    holds
+        .windows(2)
+        .filter(|pair| pair[0].holder < ours && pair[1].holder < ours)
+        .map(|pair| pair[1].start.saturating_duration_since(pair[0].end))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_poller_gets_in_within_the_bound_while_our_waiters_keep_the_key_busy() {
+    let nodes = RedisNodes::start(3);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(handle(&nodes, W).await);
+    }
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    // Our default retry delay (200 ms + up to 100 ms): what our waiters lose after a foreign
+    // hold, which wakes nobody.
+    let wait = LockOptions::default().wait_timeout(Duration::from_secs(30));
+    let load = our_load(handles, "busy", &wait, &history, &stop);
+    let foreign = Foreign::connect(&nodes).await;
+    let loaded = Instant::now();
+    // Let the load settle into hand-overs.
+    tokio::time::sleep(ms(500)).await;
+
+    // node-redlock's defaults: 200 ms ± 100 ms between attempts; then a faster poller.
+    let node_redlock = || ms(rand::rng().random_range(100..300));
+    let fast = || ms(50);
+    let intervals: [(&str, &dyn Fn() -> Duration); 2] =
+        [("node-redlock 200±100 ms", &node_redlock), ("50 ms", &fast)];
+    let mut waits = Vec::new();
+    for (name, interval) in intervals {
+        for round in 0..4 {
+            // Start polling at a random point of our load, while one of ours holds the key.
+            tokio::time::sleep(ms(rand::rng().random_range(300..1_300))).await;
+            foreign.until_ours("busy").await;
+            let value = format!("foreign-{round}-{}", rand::rng().random::<u64>());
+            let (waited, start) = tokio::time::timeout(
+                Duration::from_secs(30),
+                foreign.acquire("busy", &value, interval),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the foreign poller starved for 30 s"));
+            tokio::time::sleep(ms(20)).await;
+            let released = Instant::now();
+            history.record(3, start, start + ms(10_000), released);
+            foreign.release("busy", &value).await;
+            println!("{name}: foreign client waited {waited:?}");
+            waits.push((name, waited));
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    let ours = within("our lockers to stop", load).await.unwrap();
+    let secs = loaded.elapsed().as_secs_f64();
+    println!(
+        "our holds: {ours} in {secs:.1} s ({:.1}/s) beside {} foreign holds",
+        ours as f64 / secs,
+        waits.len()
+    );
+
+    assert!(
+        history.overlaps().is_empty(),
+        "two holders at once: {:?}",
+        history.overlaps()
+    );
+    let limit = bound() + SLACK;
+    for (name, waited) in &waits {
+        assert!(
+            *waited <= limit,
+            "{name}: the foreign client waited {waited:?}, beyond T + hold + W = {:?} (+ {SLACK:?} slack)",
+            bound()
+        );
+    }
+    // Our own throughput stays reasonable: hand-overs every 20–50 ms would give ~25/s, windows
+    // take at most a third of the time, and each foreign hold costs our waiters up to their
+    // retry delay (a foreign release wakes nobody).
+    assert!(
+        ours as f64 / secs >= 8.0,
+        "our throughput fell to {:.1}/s",
+        ours as f64 / secs
+    );
+}
+
+/// Runs our load alone on `resource` for `run` with `window`; returns holds per second and
+/// the gaps between consecutive holds.
+async fn load_alone(
+    nodes: &RedisNodes,
+    window: Duration,
+    resource: &'static str,
+    run: Duration,
+) -> (f64, Vec<Duration>) {
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(handle(nodes, window).await);
+    }
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    // A waiter left to its retry delay would show as a 2 s gap.
+    let wait = LockOptions::default()
+        .retry_delay(ms(2_000))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(30));
+    let load = our_load(handles, resource, &wait, &history, &stop);
+    tokio::time::sleep(run).await;
+    stop.store(true, Ordering::SeqCst);
+    let holds = within("our lockers to stop", load).await.unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    assert!(history.overlaps().is_empty(), "{:?}", history.overlaps());
+    (holds as f64 / secs, gaps(&history, 3))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
+    let nodes = RedisNodes::start(3);
+    let run = Duration::from_secs(4);
+    let (without, _) = load_alone(&nodes, Duration::ZERO, "plain", run).await;
+    let (with, gaps) = load_alone(&nodes, W, "windowed", run).await;
+    // A gap longer than a hand-over is a window (nobody foreign is here to use it).
+    let windows: Vec<Duration> = gaps.iter().copied().filter(|&g| g >= W / 2).collect();
+    let longest = gaps.iter().copied().max().unwrap_or_default();
+    println!(
+        "our holds/s: {without:.1} without windows, {with:.1} with ({:.2}x); {} windows, longest gap {longest:?}",
+        with / without,
+        windows.len()
+    );
+    // Each window opens after T + one hold at most, so a 4 s run sees at least
+    // 4 s / (T + hold + W + slack) of them; without the windows there would be none.
+    let cycle = bound() + SLACK;
+    let expected = (run.as_secs_f64() / cycle.as_secs_f64()).floor() as usize;
+    let expected = expected.max(1);
+    assert!(
+        windows.len() >= expected,
+        "{} windows in {run:?}, expected at least {expected}",
+        windows.len()
+    );
+    // The named waiter attempts as the window ends, not on its 2 s retry delay.
+    assert!(
+        longest <= W + ms(250),
+        "our waiters resumed {longest:?} after a window of {W:?}"
+    );
+    // Windows take at most a third of the time (T = 2 W).
+    assert!(
+        with >= without * 0.5,
+        "windows cost too much: {with:.1}/s against {without:.1}/s"
+    );
+}
+
+#[tokio::test]
+async fn an_open_window_refuses_every_acquisition_of_ours_but_not_a_foreign_set_nx() {
+    let nodes = RedisNodes::start(3);
+    let ours = handle(&nodes, W).await;
+    for url in nodes.urls() {
+        let client = plain_client(&url).await;
+        let _: () = client
+            .set(
+                window_key("res"),
+                "1",
+                Some(Expiration::PX(10_000)),
+                None,
+                false,
+            )
+            .await
+            .unwrap();
+    }
+    let once = LockOptions::default().retry_count(0);
+    let attempts = [
+        ("plain", once.clone()),
+        ("fenced", once.clone().fencing(true)),
+        ("in a mode", once.clone().mode(Mode::ProtectedRead)),
+    ];
+    for (name, options) in attempts {
+        match ours.lock_with("res", &options).await {
+            Err(error) if error.is_busy() => {}
+            other => panic!("{name}: took the key during a window: {other:?}"),
+        }
+    }
+    // A waiter queues and stays refused while the window lasts.
+    let waiter = LockOptions::default()
+        .retry_delay(ms(100))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(ms(400));
+    assert!(ours.lock_with("res", &waiter).await.unwrap_err().is_busy());
+    // The key itself is free: a foreign client takes it.
+    let foreign = Foreign::connect(&nodes).await;
+    assert!(foreign.try_once("res", "theirs").await);
+}
+
+#[tokio::test]
+async fn with_windows_off_a_release_always_hands_over() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (
+        handle(&nodes, Duration::ZERO).await,
+        handle(&nodes, Duration::ZERO).await,
+    );
+    let held = a.lock("res").await.unwrap();
+    // Held past T: with windows on, this release would open one.
+    tokio::time::sleep(every() + ms(50)).await;
+    let wait = LockOptions::default()
+        .retry_delay(ms(5_000))
+        .wait_timeout(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move { b.lock_with("res", &wait).await });
+    within("the waiter to queue", async {
+        while nodes.queued("res").await.iter().any(|&q| q < 1) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let _guard = within("the waiter", waiting).await.unwrap().unwrap();
+    assert!(released.elapsed() < W, "{:?}", released.elapsed());
+}
+
+#[tokio::test]
+async fn a_hold_longer_than_t_ends_in_a_window_and_the_named_waiter_takes_the_key_after_it() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (handle(&nodes, W).await, handle(&nodes, W).await);
+    let held = a.lock("res").await.unwrap();
+    tokio::time::sleep(every() + ms(50)).await;
+    let wait = LockOptions::default()
+        .retry_delay(ms(5_000))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(10));
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move { b.lock_with("res", &wait).await }
+    });
+    within("the waiter to queue", async {
+        while nodes.queued("res").await.iter().any(|&q| q < 1) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    // The releasing holder cannot take it back during the window.
+    let once = LockOptions::default().retry_count(0);
+    assert!(a.lock_with("res", &once).await.unwrap_err().is_busy());
+    let guard = within("the named waiter", waiting).await.unwrap().unwrap();
+    let after = released.elapsed();
+    assert!(
+        after >= W && after < W + ms(250),
+        "the named waiter took the key {after:?} after the release (window {W:?})"
+    );
+    assert!(guard.is_valid());
+}
