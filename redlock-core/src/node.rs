@@ -66,7 +66,8 @@ pub(crate) static RELEASE: Script = Script::new(
 /// node's clock: now less `ARGV[6]`, the streak the releasing holder counted, or the start
 /// already there if earlier) is written at every hand-over (ttl `ARGV[7]` ms), deleted with a
 /// window, and cut to the window's length when the key is freed with nobody queued: a key that
-/// stays free that long starts a new streak. The queue and bookkeeping commands run under `pcall`, so an ACL user without
+/// stays free that long starts a new streak. A due release with nobody queued opens the
+/// window as well (and publishes `"*"`). The queue and bookkeeping commands run under `pcall`, so an ACL user without
 /// `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
 /// or windows).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
@@ -101,7 +102,12 @@ if type(head) == "table" and head[1] then
   redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
 else
   redis.call("del", KEYS[1])
-  if window > 0 then
+  if window > 0 and ARGV[5] == "1" then
+    -- Due, and nobody queued here: the window still opens, or a fresh attempt of ours
+    -- would take the key back at once and carry the streak on.
+    local opened = redis.pcall("set", KEYS[4], "*", "PX", window)
+    if type(opened) == "table" and opened.ok then redis.pcall("del", KEYS[3]) end
+  elseif window > 0 then
     local before = redis.pcall("get", KEYS[3])
     local since = type(before) == "string" and started(before)
     if since then redis.pcall("set", KEYS[3], since, "PX", window) end
@@ -406,32 +412,49 @@ impl Node {
     }
 
     /// [`try_lock`](Self::try_lock) that refuses while the resource's window for foreign clients
-    /// is open: `SET NX PX`, then `EXISTS window` on the same connection, both typed, so fred
-    /// sends them in one write, in that order, and the node runs them in that order. A `SET`
-    /// granted while the window was open finds the window still there (a window opens only as
-    /// a holder's key is deleted, so it was there before the `SET`): the vote is
+    /// is open, and reads the streak of hand-overs as the scripts do ([`busy_read`]): `SET NX
+    /// PX`, then `EXISTS window`, `GET busy` and `TIME` on the same connection, all typed, so
+    /// fred sends them in one write, in that order, and the node runs them in that order. A
+    /// `SET` granted while the window was open finds the window still there (a window opens
+    /// only as a holder's key is deleted, so it was there before the `SET`): the vote is
     /// [`NodeVote::Held`], and the key (ours for one round trip) goes with the attempt's
-    /// clean-up, or with the lock if a quorum of other nodes granted it. A window that cannot
-    /// be read (ACL) counts as closed. Cheaper than a script ([`ACQUIRE`]): fred flushes the
-    /// socket after every script, but batches typed commands across concurrent lockers.
+    /// clean-up, or with the lock if a quorum of other nodes granted it. A window or streak
+    /// that cannot be read (ACL) counts as closed or absent. Cheaper than a script
+    /// ([`ACQUIRE`]): fred flushes the socket after every script, but batches typed commands
+    /// across concurrent lockers.
     pub(crate) async fn try_lock_outside_windows(
         &self,
         key: &str,
-        window: &str,
+        windows: &WindowKeys,
         token: &str,
         ttl_ms: u64,
-    ) -> NodeVote {
+    ) -> AcquireReply {
         let client = self.client.with_options(call_options());
         let expire = Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
         let set = client.set::<Value, _, _>(key, token, Some(expire), Some(SetOptions::NX), false);
-        let open = client.exists::<i64, _>(window);
+        let open = client.exists::<i64, _>(&windows.window);
+        let started = client.get::<Option<i64>, _>(&windows.busy);
+        let time = CustomCommand::new_static("TIME", ClusterHash::Random, false);
+        let now = client.custom::<Vec<i64>, Value>(time, Vec::new());
         // Polled in this order: the `SET` is queued first.
-        let (set, open) = tokio::join!(set, open);
-        match set {
+        let (set, open, started, now) = tokio::join!(set, open, started, now);
+        let vote = match set {
             Ok(Value::Null) => NodeVote::Held,
             Ok(_) if matches!(open, Ok(n) if n > 0) => NodeVote::Held,
             Ok(_) => NodeVote::Acquired,
             Err(e) => NodeVote::Failed(NodeError::from_fred(&e)),
+        };
+        let busy_ms = match (started, now.as_deref()) {
+            (Ok(Some(started)), Ok([secs, micros])) => {
+                let now_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+                u64::try_from(now_ms.saturating_sub(started)).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        AcquireReply {
+            vote,
+            counter: 0,
+            busy_ms,
         }
     }
 

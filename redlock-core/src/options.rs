@@ -196,7 +196,7 @@ impl LockOptions {
     /// Issue a fencing token with the lock ([`LockGuard::fencing_token`]): a number that
     /// strictly increases across successive holders of the resource. Costs one more round trip
     /// at acquisition, and needs a fencing quorum of nodes (4 of 5,
-    /// [`timing::fencing_quorum`](crate::timing::fencing_quorum)) rather than a majority: with
+    /// [`fencing_quorum`](crate::timing::fencing_quorum)) rather than a majority: with
     /// fewer reachable, the lock fails [`LockError::Unavailable`](crate::LockError::Unavailable).
     /// See the crate docs, "Fencing tokens", for the scheme and its fault model. Default off.
     ///

@@ -803,10 +803,10 @@ impl Redlock {
                         node.try_lock_scripted(key, windows, fence, token, ttl_ms, quarantine_s)
                             .await
                     }
-                    _ if windowed => AcquireReply::vote(
-                        node.try_lock_outside_windows(key, &windows.window, token, ttl_ms)
-                            .await,
-                    ),
+                    _ if windowed => {
+                        node.try_lock_outside_windows(key, windows, token, ttl_ms)
+                            .await
+                    }
                     _ => AcquireReply::vote(node.try_lock(key, token, ttl_ms).await),
                 };
                 if matches!(reply.vote, NodeVote::Acquired) {

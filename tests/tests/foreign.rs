@@ -193,14 +193,19 @@ fn our_load(
 }
 
 /// The gaps between consecutive holds of ours (none of another holder between them), in
-/// order of time.
-fn gaps(history: &History, ours: usize) -> Vec<Duration> {
+/// order of time: when each began, and how long it lasted.
+fn gaps(history: &History, ours: usize) -> Vec<(Instant, Duration)> {
     let mut holds = history.holds();
     holds.sort_by_key(|h| h.start);
     holds
         .windows(2)
         .filter(|pair| pair[0].holder < ours && pair[1].holder < ours)
-        .map(|pair| pair[1].start.saturating_duration_since(pair[0].end))
+        .map(|pair| {
+            (
+                pair[0].end,
+                pair[1].start.saturating_duration_since(pair[0].end),
+            )
+        })
         .collect()
 }
 
@@ -222,11 +227,15 @@ async fn a_foreign_poller_gets_in_within_the_bound_while_our_waiters_keep_the_ke
     // Let the load settle into hand-overs.
     tokio::time::sleep(ms(500)).await;
 
-    // node-redlock's defaults: 200 ms ± 100 ms between attempts; then a faster poller.
-    let node_redlock = || ms(rand::rng().random_range(100..300));
+    // About node-redlock's defaults (200 ms ± 100 ms between attempts), kept under 250 ms so
+    // that a poll lands inside each 350 ms window even when a loaded machine delays it by
+    // 100 ms; then a faster poller.
+    let node_redlock = || ms(rand::rng().random_range(100..250));
     let fast = || ms(50);
-    let intervals: [(&str, &dyn Fn() -> Duration); 2] =
-        [("node-redlock 200±100 ms", &node_redlock), ("50 ms", &fast)];
+    let intervals: [(&str, &dyn Fn() -> Duration); 2] = [
+        ("node-redlock-like 100–250 ms", &node_redlock),
+        ("50 ms", &fast),
+    ];
     let mut waits = Vec::new();
     for (name, interval) in intervals {
         for round in 0..4 {
@@ -287,7 +296,7 @@ async fn load_alone(
     window: Duration,
     resource: &'static str,
     run: Duration,
-) -> (f64, Vec<Duration>) {
+) -> (f64, Instant, Vec<(Instant, Duration)>) {
     let mut handles = Vec::new();
     for _ in 0..3 {
         handles.push(handle(nodes, window).await);
@@ -306,18 +315,19 @@ async fn load_alone(
     let holds = within("our lockers to stop", load).await.unwrap();
     let secs = started.elapsed().as_secs_f64();
     assert!(history.overlaps().is_empty(), "{:?}", history.overlaps());
-    (holds as f64 / secs, gaps(&history, 3))
+    (holds as f64 / secs, started, gaps(&history, 3))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
     let nodes = RedisNodes::start(3);
     let run = Duration::from_secs(4);
-    let (without, _) = load_alone(&nodes, Duration::ZERO, "plain", run).await;
-    let (with, gaps) = load_alone(&nodes, W, "windowed", run).await;
+    let (without, _, _) = load_alone(&nodes, Duration::ZERO, "plain", run).await;
+    let (with, started, gaps) = load_alone(&nodes, W, "windowed", run).await;
     // A gap longer than a hand-over is a window (nobody foreign is here to use it).
-    let windows: Vec<Duration> = gaps.iter().copied().filter(|&g| g >= W / 2).collect();
-    let longest = gaps.iter().copied().max().unwrap_or_default();
+    let windows: Vec<(Instant, Duration)> =
+        gaps.iter().copied().filter(|&(_, g)| g >= W / 2).collect();
+    let longest = gaps.iter().map(|&(_, g)| g).max().unwrap_or_default();
     println!(
         "our holds/s: {without:.1} without windows, {with:.1} with ({:.2}x); {} windows, longest gap {longest:?}",
         with / without,
@@ -333,6 +343,17 @@ async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
         "{} windows in {run:?}, expected at least {expected}",
         windows.len()
     );
+    // And each comes within T + one hold + W of the one before (of the start, for the
+    // first): the bound a foreign poller sees.
+    let mut previous = started;
+    for &(at, _) in &windows {
+        let spacing = at.saturating_duration_since(previous);
+        assert!(
+            spacing <= cycle,
+            "a window came {spacing:?} after the previous one, more than {cycle:?}"
+        );
+        previous = at;
+    }
     // The named waiter attempts as the window ends, not on its 2 s retry delay.
     assert!(
         longest <= W + ms(250),
@@ -443,4 +464,78 @@ async fn a_hold_longer_than_t_ends_in_a_window_and_the_named_waiter_takes_the_ke
         "the named waiter took the key {after:?} after the release (window {W:?})"
     );
     assert!(guard.is_valid());
+}
+
+/// Waits until a waiter is queued for `key` on every node.
+async fn until_queued(nodes: &RedisNodes, key: &str) {
+    within("the waiter to queue", async {
+        while nodes.queued(key).await.iter().any(|&q| q < 1) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    })
+    .await;
+}
+
+/// A streak survives a moment free with nobody queued, taken back at once by a first attempt
+/// of ours (the typed `SET NX`, which reads the streak too): A hands over to B, B holds
+/// 450 ms and releases with nobody queued, C takes the key with its first attempt and holds
+/// 400 ms (longer than W, so the streak's key expires meanwhile) with D queued. 850 ms of
+/// streak is past T: C's release opens a window, and D gets the key only after it. Had C
+/// counted only its own 400 ms, D would have got it at once and a foreign poller would have
+/// waited another T.
+#[tokio::test]
+async fn a_first_attempt_taking_a_free_key_carries_the_streak_on() {
+    let nodes = RedisNodes::start(3);
+    let [a, b, c, d] = [
+        handle(&nodes, W).await,
+        handle(&nodes, W).await,
+        handle(&nodes, W).await,
+        handle(&nodes, W).await,
+    ];
+    let wait = LockOptions::default()
+        .retry_delay(ms(5_000))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(10));
+    let held = a.lock("streak").await.unwrap();
+    let b_waits = tokio::spawn({
+        let wait = wait.clone();
+        async move { b.lock_with("streak", &wait).await }
+    });
+    until_queued(&nodes, "streak").await;
+    held.release().await.unwrap();
+    let b_holds = within("B", b_waits).await.unwrap().unwrap();
+    tokio::time::sleep(ms(450)).await;
+    b_holds.release().await.unwrap();
+    let c_holds = c
+        .lock_with("streak", &LockOptions::default().retry_count(0))
+        .await
+        .unwrap();
+    let c_since = Instant::now();
+    let d_waits = tokio::spawn(async move { d.lock_with("streak", &wait).await });
+    until_queued(&nodes, "streak").await;
+    tokio::time::sleep(ms(400).saturating_sub(c_since.elapsed())).await;
+    let released = Instant::now();
+    c_holds.release().await.unwrap();
+    let _d_holds = within("D", d_waits).await.unwrap().unwrap();
+    let after = released.elapsed();
+    assert!(
+        after >= W,
+        "D took the key {after:?} after C's release: no window (W = {W:?})"
+    );
+}
+
+/// A release that is due finds nobody queued: the window opens anyway, so that a first
+/// attempt of ours (the releasing holder's next call, say) cannot take the key straight back
+/// and carry the streak on; a foreign `SET NX` gets it.
+#[tokio::test]
+async fn a_due_release_with_nobody_queued_still_opens_a_window() {
+    let nodes = RedisNodes::start(3);
+    let a = handle(&nodes, W).await;
+    let held = a.lock("alone").await.unwrap();
+    tokio::time::sleep(every() + ms(50)).await;
+    held.release().await.unwrap();
+    let once = LockOptions::default().retry_count(0);
+    assert!(a.lock_with("alone", &once).await.unwrap_err().is_busy());
+    let foreign = Foreign::connect(&nodes).await;
+    assert!(foreign.try_once("alone", "theirs").await);
 }
