@@ -66,8 +66,9 @@ pub(crate) static RELEASE: Script = Script::new(
 /// node's clock: now less `ARGV[6]`, the streak the releasing holder counted, or the start
 /// already there if earlier) is written at every hand-over (ttl `ARGV[7]` ms), deleted with a
 /// window, and cut to the window's length when the key is freed with nobody queued: a key that
-/// stays free that long starts a new streak. A due release with nobody queued opens the
-/// window as well (and publishes `"*"`). The queue and bookkeeping commands run under `pcall`, so an ACL user without
+/// stays free that long starts a new streak. A release with nobody queued opens no window:
+/// the key is free for anyone at once (a long hold released with nobody waiting costs our
+/// next locker nothing). The queue and bookkeeping commands run under `pcall`, so an ACL user without
 /// `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
 /// or windows).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
@@ -102,12 +103,7 @@ if type(head) == "table" and head[1] then
   redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
 else
   redis.call("del", KEYS[1])
-  if window > 0 and ARGV[5] == "1" then
-    -- Due, and nobody queued here: the window still opens, or a fresh attempt of ours
-    -- would take the key back at once and carry the streak on.
-    local opened = redis.pcall("set", KEYS[4], "*", "PX", window)
-    if type(opened) == "table" and opened.ok then redis.pcall("del", KEYS[3]) end
-  elseif window > 0 then
+  if window > 0 then
     local before = redis.pcall("get", KEYS[3])
     local since = type(before) == "string" and started(before)
     if since then redis.pcall("set", KEYS[3], since, "PX", window) end
