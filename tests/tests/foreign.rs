@@ -420,12 +420,7 @@ async fn with_windows_off_a_release_always_hands_over() {
         .retry_delay(ms(5_000))
         .wait_timeout(Duration::from_secs(10));
     let waiting = tokio::spawn(async move { b.lock_with("res", &wait).await });
-    within("the waiter to queue", async {
-        while nodes.queued("res").await.iter().any(|&q| q < 1) {
-            tokio::time::sleep(ms(2)).await;
-        }
-    })
-    .await;
+    until_queued(&nodes, "res").await;
     let released = Instant::now();
     held.release().await.unwrap();
     let _guard = within("the waiter", waiting).await.unwrap().unwrap();
@@ -446,12 +441,7 @@ async fn a_hold_longer_than_t_ends_in_a_window_and_the_named_waiter_takes_the_ke
         let b = b.clone();
         async move { b.lock_with("res", &wait).await }
     });
-    within("the waiter to queue", async {
-        while nodes.queued("res").await.iter().any(|&q| q < 1) {
-            tokio::time::sleep(ms(2)).await;
-        }
-    })
-    .await;
+    until_queued(&nodes, "res").await;
     let released = Instant::now();
     held.release().await.unwrap();
     // The releasing holder cannot take it back during the window.
