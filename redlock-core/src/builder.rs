@@ -4,16 +4,14 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
-use fred::types::{Builder, Value};
 
+use crate::connect::{Connect, parse_url, server_label};
 use crate::error::BuildError;
+use crate::masters::Masters;
 use crate::node::Node;
 use crate::options::{LockOptions, MAX_TTL};
-use crate::outcome::NodeError;
-use crate::redlock::Redlock;
-use crate::server_info::{self, ServerInfo};
-use crate::timing;
+use crate::outcome::ClientError;
+use crate::redlock::{Parts, Redlock};
 use crate::waiters::Waiters;
 
 /// The environment variable read by [`RedlockBuilder::from_env`].
@@ -26,6 +24,26 @@ pub const MAX_HANDOVER_GRACE: Duration = Duration::from_secs(10);
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default time allowed to connect to the nodes at build time: 2 s.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Default window for foreign clients (see [`RedlockBuilder::foreign_window`]): 350 ms, longer
+/// than node-redlock's longest default retry delay (200 ms ± 100 ms jitter) plus its attempt,
+/// and than redis-py's blocking sleep (0.1 s).
+pub const DEFAULT_FOREIGN_WINDOW: Duration = Duration::from_millis(350);
+
+/// The longest window for foreign clients: a longer one is cut to this (10 s).
+pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
+
+/// A window for foreign clients opens once the key has been handed over for this many windows'
+/// lengths without one (T = 2 W): under a continuous load of ours with no foreign client, at
+/// most a third of the time goes to windows nobody uses.
+pub const FOREIGN_WINDOW_EVERY: u32 = 2;
+
+impl Redlock {
+    /// Starts a [`RedlockBuilder`].
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+}
 
 /// Builds a [`Redlock`] (consuming builder).
 ///
@@ -74,7 +92,7 @@ impl Default for RedlockBuilder {
             options: LockOptions::default(),
             require_quorum: true,
             handover_grace: DEFAULT_HANDOVER_GRACE,
-            foreign_window: crate::redlock::DEFAULT_FOREIGN_WINDOW,
+            foreign_window: DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
         }
     }
@@ -176,14 +194,14 @@ impl RedlockBuilder {
     }
 
     /// Windows for foreign clients during hand-overs (default
-    /// [`DEFAULT_FOREIGN_WINDOW`](crate::DEFAULT_FOREIGN_WINDOW), 350 ms; `Duration::ZERO`
-    /// turns them off; above [`MAX_FOREIGN_WINDOW`](crate::MAX_FOREIGN_WINDOW), 10 s, it is cut
+    /// [`DEFAULT_FOREIGN_WINDOW`], 350 ms; `Duration::ZERO`
+    /// turns them off; above [`MAX_FOREIGN_WINDOW`], 10 s, it is cut
     /// to that).
     ///
     /// Hand-over keeps a resource busy as long as our waiters keep coming, so a foreign
     /// client polling the same key (node-redlock, redis-py, redlock-php, a plain `SET NX PX`)
     /// would wait as long as our load lasts. Instead, once the key has been handed from holder
-    /// to holder for [`FOREIGN_WINDOW_EVERY`](crate::FOREIGN_WINDOW_EVERY) × `window` (T, on the
+    /// to holder for [`FOREIGN_WINDOW_EVERY`] × `window` (T, on the
     /// nodes' clocks, counted from the last window or from when the key was last free for a
     /// whole window), the next release that finds a waiter frees the key and opens a window of
     /// `window`: every acquisition of ours refuses the free key meanwhile, and the named waiter
@@ -286,15 +304,20 @@ impl RedlockBuilder {
                 ),
             });
         }
+        let connect = Connect {
+            connect_timeout: self.connect_timeout,
+            node_timeout: self.node_timeout,
+            require_quorum: self.require_quorum,
+        };
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
             let (label, config) = parse_url(index, url)?;
             if nodes.iter().any(|n: &Node| n.label == label) {
                 return Err(BuildError::DuplicateNode { node: label });
             }
-            let client = self.client_for(config).map_err(|e| BuildError::Client {
+            let client = connect.client_for(config).map_err(|e| BuildError::Client {
                 node: label.clone(),
-                reason: e.details().to_owned(),
+                source: ClientError::new(e),
             })?;
             nodes.push(Node { client, label });
         }
@@ -316,404 +339,25 @@ impl RedlockBuilder {
                 waiters.connected(self.connect_timeout).await;
             }
         };
-        let (connected, ()) = tokio::join!(self.connect_all(&nodes), subscribers);
+        let (connected, ()) = tokio::join!(connect.connect_all(&nodes), subscribers);
         connected?;
-        Ok(Redlock::from_parts(crate::redlock::Parts {
-            nodes,
+        Ok(Redlock::from_parts(Parts {
+            masters: Masters::new(nodes, self.node_timeout, self.quarantine),
             defaults: self.options,
             key_prefix: self.key_prefix,
-            node_timeout: self.node_timeout,
             handover_grace: self.handover_grace,
-            foreign_window: self.foreign_window,
-            quarantine: self.quarantine,
+            foreign_window: match waiters {
+                Some(_) => self.foreign_window.min(MAX_FOREIGN_WINDOW),
+                None => Duration::ZERO,
+            },
             waiters,
         }))
-    }
-
-    /// A client configured for locking rather than caching: a default command timeout (also
-    /// applied to `EVAL`), one attempt per command, reconnection forever with backoff, and
-    /// no failure on the first connect so that a node down at start-up joins later.
-    fn client_for(&self, mut config: Config) -> Result<Client, fred::error::Error> {
-        config.fail_fast = false;
-        let mut builder = Builder::from_config(config);
-        builder
-            .with_connection_config(|c| {
-                c.connection_timeout = self.connect_timeout;
-                c.internal_command_timeout = self.connect_timeout;
-                c.max_command_attempts = 1;
-                c.tcp.nodelay = Some(true);
-            })
-            .with_performance_config(|p| p.default_command_timeout = self.node_timeout)
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-        builder.build()
-    }
-
-    async fn connect_all(&self, nodes: &[Node]) -> Result<(), BuildError> {
-        let timeout = self.connect_timeout;
-        let results = futures_util::future::join_all(nodes.iter().map(|node| async move {
-            // Subscribed before connecting, so no (re)connection is missed.
-            node.keep_scripts_loaded(timeout);
-            if !node.client.is_connected() {
-                match tokio::time::timeout(timeout, node.client.init()).await {
-                    Ok(Ok(_task)) => {}
-                    Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
-                    Err(_) => {
-                        return Err(format!("{}: no connection within {timeout:?}", node.label));
-                    }
-                }
-            }
-            node.load_scripts(timeout).await;
-            Ok(())
-        }))
-        .await;
-        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-        let quorum = timing::quorum(nodes.len());
-        let reachable = nodes.len() - failures.len();
-        if self.require_quorum && reachable < quorum {
-            disconnect(nodes).await;
-            return Err(BuildError::TooFewReachable {
-                reachable,
-                nodes: nodes.len(),
-                quorum,
-                timeout,
-                failures,
-            });
-        }
-        for failure in &failures {
-            tracing::warn!(%failure, "node unreachable at start-up; reconnecting in the background");
-        }
-        let checked = self.check_nodes(nodes).await;
-        if checked.is_err() {
-            disconnect(nodes).await;
-        }
-        checked
-    }
-
-    /// Refuses nodes that are not distinct, independent masters (see
-    /// [`server_info::check`]), from one `INFO` per node read within the connect timeout.
-    /// Two URLs for one server (e.g. `localhost` and `127.0.0.1`) would count twice towards
-    /// the quorum, as would a master and its replica; a replica or a cluster node cannot take
-    /// the lock's writes; an evicting policy can drop a held lock's key.
-    async fn check_nodes(&self, nodes: &[Node]) -> Result<(), BuildError> {
-        let infos = futures_util::future::join_all(
-            nodes
-                .iter()
-                .map(|node| server_info(node, self.connect_timeout)),
-        )
-        .await;
-        let answered: Vec<(&str, ServerInfo)> = nodes
-            .iter()
-            .zip(infos)
-            .filter_map(|(node, info)| Some((node.label.as_str(), info?)))
-            .collect();
-        server_info::check(&answered)
-    }
-}
-
-/// One node's `INFO` (the sections the checks read), within `limit`: one command on Redis 7
-/// and Valkey, and the default `INFO` after an error (older servers take one section only).
-/// `None` if the node did not answer: unreachable (already reported), or `INFO` refused.
-async fn server_info(node: &Node, limit: Duration) -> Option<ServerInfo> {
-    let sections = server_info::SECTIONS.map(Value::from).to_vec();
-    let reply = tokio::time::timeout(limit, async {
-        match node.call("INFO", sections).await {
-            Err(NodeError::Reply(_)) => node.call("INFO", Vec::new()).await,
-            other => other,
-        }
-    })
-    .await
-    .unwrap_or(Err(NodeError::Timeout(limit)));
-    match reply.map(|value| value.into_string()) {
-        Ok(Some(text)) => Some(ServerInfo::parse(&text)),
-        result => {
-            if node.client.is_connected() {
-                let error = match result {
-                    Err(error) => error.to_string(),
-                    Ok(_) => "not a text reply".to_owned(),
-                };
-                tracing::warn!(
-                    node = %node.label,
-                    %error,
-                    "could not read INFO: this node is not checked for being a distinct, independent master (the lock's ACL user needs +info)"
-                );
-            }
-            None
-        }
-    }
-}
-
-/// Closes the nodes' connections, each within 100 ms, when `build` fails after connecting.
-async fn disconnect(nodes: &[Node]) {
-    futures_util::future::join_all(nodes.iter().map(|node| async move {
-        let _ = tokio::time::timeout(Duration::from_millis(100), node.client.quit()).await;
-    }))
-    .await;
-}
-
-/// The label of a node given as a `fred` client (`index` among all nodes), refusing Cluster
-/// and Sentinel configurations as their URLs are.
-fn server_label(index: usize, server: &ServerConfig) -> Result<String, BuildError> {
-    let hosts = |hosts: &[fred::types::config::Server]| {
-        hosts
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    match server {
-        ServerConfig::Centralized { server } => Ok(server.to_string()),
-        ServerConfig::Clustered { hosts: servers, .. } => Err(BuildError::ClusterNotSupported {
-            node: hosts(servers),
-        }),
-        ServerConfig::Sentinel {
-            hosts: sentinels,
-            service_name,
-            ..
-        } => Err(BuildError::SentinelNotSupported {
-            index,
-            node: format!("service {service_name} via {}", hosts(sentinels)),
-        }),
-        #[cfg(feature = "unix-sockets")]
-        ServerConfig::Unix { path } => Ok(path.display().to_string()),
-    }
-}
-
-/// Checks a node URL and turns it into a fred `Config`, without ever echoing credentials.
-fn parse_url(index: usize, raw: &str) -> Result<(String, Config), BuildError> {
-    let invalid = |reason: String| BuildError::InvalidUrl {
-        index,
-        node: redacted(raw),
-        reason,
-    };
-    let Some((scheme, _)) = raw.split_once("://") else {
-        // `host:6379` would parse as a URL of scheme `host`; `127.0.0.1:6379` not at all.
-        return Err(invalid(scheme_hint(raw)));
-    };
-    if matches!(
-        scheme.to_ascii_lowercase().as_str(),
-        "redis-sentinel" | "rediss-sentinel" | "valkey-sentinel" | "valkeys-sentinel"
-    ) {
-        return Err(BuildError::SentinelNotSupported {
-            index,
-            node: redacted(raw),
-        });
-    }
-    let url = url::Url::parse(raw).map_err(|e| invalid(e.to_string()))?;
-    let label = match url.host_str() {
-        Some(host) if !host.is_empty() => {
-            format!(
-                "{}:{}",
-                host.to_ascii_lowercase(),
-                url.port().unwrap_or(6379)
-            )
-        }
-        _ => url.path().to_owned(),
-    };
-    match url.scheme() {
-        "redis" | "valkey" if url.host_str().is_none_or(str::is_empty) => {
-            return Err(invalid(format!("{}:// needs a host", url.scheme())));
-        }
-        "redis" | "valkey" => {}
-        "rediss" | "valkeys" => {
-            if !cfg!(any(feature = "tls-rustls", feature = "tls-native")) {
-                return Err(BuildError::TlsNotEnabled { node: label });
-            }
-        }
-        "redis+unix" | "valkey+unix" | "unix" => {
-            if !cfg!(feature = "unix-sockets") {
-                return Err(BuildError::UnixSocketsNotEnabled { node: label });
-            }
-        }
-        "redis-cluster" | "valkey-cluster" => {
-            return Err(BuildError::ClusterNotSupported { node: label });
-        }
-        other => {
-            return Err(invalid(format!(
-                "unknown scheme `{other}`; use redis://, rediss:// or redis+unix:// (valkey:// alike), one URL per independent master"
-            )));
-        }
-    }
-    let config = Config::from_url(raw).map_err(|e| invalid(e.details().to_owned()))?;
-    Ok((label, config))
-}
-
-/// `raw` with whatever may be a credential replaced by `***`, for error messages: everything
-/// before the last `@` (a password may hold `/`, `?` or `#` unencoded), or a `user:password`
-/// without `@` (an entry of `REDLOCK_NODES` cut at a `,` inside a password).
-fn redacted(raw: &str) -> String {
-    let (scheme, rest) = raw.split_at(raw.find("://").map_or(0, |i| i + 3));
-    if let Some(at) = rest.rfind('@') {
-        return format!("{scheme}***{}", &rest[at..]);
-    }
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    match authority.rsplit_once(':') {
-        Some((_, port))
-            if !authority.starts_with('[') && !port.bytes().all(|b| b.is_ascii_digit()) =>
-        {
-            format!("{scheme}***")
-        }
-        _ => raw.to_owned(),
-    }
-}
-
-/// What to write instead of an entry without `://`.
-fn scheme_hint(raw: &str) -> String {
-    let shown = redacted(raw);
-    if raw.starts_with('/') {
-        format!("it has no scheme (write redis+unix://{shown})")
-    } else if raw.contains(":/") {
-        "its scheme must be followed by `://`".to_owned()
-    } else {
-        format!("it has no scheme (write redis://{shown})")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reason(result: Result<(String, Config), BuildError>) -> String {
-        result.map(|_| ()).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn urls_are_checked_without_echoing_credentials() {
-        let bad = reason(parse_url(0, "redis://user:s3cret@:6379"));
-        assert!(!bad.contains("s3cret"), "{bad}");
-        assert!(matches!(
-            parse_url(1, "not a url"),
-            Err(BuildError::InvalidUrl { index: 1, .. })
-        ));
-        assert!(matches!(
-            parse_url(0, "http://127.0.0.1:6379"),
-            Err(BuildError::InvalidUrl { .. })
-        ));
-        assert!(matches!(
-            parse_url(0, "redis-cluster://127.0.0.1:7000"),
-            Err(BuildError::ClusterNotSupported { .. })
-        ));
-        let (label, _) = parse_url(0, "redis://user:pw@LocalHost").unwrap();
-        assert_eq!(label, "localhost:6379");
-    }
-
-    #[test]
-    fn a_malformed_url_is_named_with_an_example_and_no_credentials() {
-        for (raw, shown, hint) in [
-            (
-                "127.0.0.1:6379",
-                "`127.0.0.1:6379`",
-                "write redis://127.0.0.1:6379",
-            ),
-            (
-                "localhost:6379",
-                "`localhost:6379`",
-                "write redis://localhost:6379",
-            ),
-            (
-                "u:s3cret@db:6379",
-                "`***@db:6379`",
-                "write redis://***@db:6379",
-            ),
-            (
-                "http://u:s3cret@db:1/",
-                "`http://***@db:1/`",
-                "unknown scheme `http`",
-            ),
-            (
-                "redis://u:s3cret@[::1",
-                "`redis://***@[::1`",
-                "invalid IPv6 address",
-            ),
-            // Unencoded `/`, `#`, `?` in a password, and one cut at a `,` by REDLOCK_NODES.
-            (
-                "redis://u:s3/cret@db:6379",
-                "`redis://***@db:6379`",
-                "invalid port",
-            ),
-            ("redis://u:s3#cret@db:6379", "`redis://***@db:6379`", "#2"),
-            ("redis://u:s3?cret@db:6379", "`redis://***@db:6379`", "#2"),
-            (
-                "u:s3/cret@db:6379",
-                "`***@db:6379`",
-                "write redis://***@db:6379",
-            ),
-            ("redis://u:s3cret", "`redis://***`", "#2"),
-            (
-                "/tmp/redis.sock",
-                "`/tmp/redis.sock`",
-                "write redis+unix:///tmp/redis.sock",
-            ),
-            ("redis:/db:6379", "`redis:/db:6379`", "followed by `://`"),
-        ] {
-            let message = reason(parse_url(2, raw));
-            for expected in [shown, hint, "#2", "e.g. redis://127.0.0.1:6379"] {
-                assert!(message.contains(expected), "{expected:?} not in: {message}");
-            }
-            assert!(!message.contains("cret"), "{message}");
-        }
-        assert_eq!(redacted("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
-        assert_eq!(redacted("redis://db:6379"), "redis://db:6379");
-    }
-
-    #[test]
-    fn every_sentinel_scheme_is_refused_without_credentials() {
-        for scheme in [
-            "redis-sentinel",
-            "rediss-sentinel",
-            "valkey-sentinel",
-            "valkeys-sentinel",
-            "Redis-Sentinel",
-        ] {
-            let error = parse_url(3, &format!("{scheme}://u:s3cret@127.0.0.1:26379/mymaster"))
-                .map(|_| ())
-                .unwrap_err();
-            let shown = format!("{scheme}://***@127.0.0.1:26379/mymaster");
-            assert!(
-                matches!(&error, BuildError::SentinelNotSupported { index: 3, node } if *node == shown),
-                "{error:?}"
-            );
-            let message = error.to_string();
-            for expected in ["#3", "failover", "quarantine", "redis://", "independent"] {
-                assert!(message.contains(expected), "{expected:?} not in: {message}");
-            }
-            assert!(!message.contains("s3cret"), "{message}");
-        }
-        // Refused by scheme, whatever follows.
-        assert!(matches!(
-            parse_url(0, "redis-sentinel://u:pw@[::1"),
-            Err(BuildError::SentinelNotSupported { .. })
-        ));
-        let unknown = reason(parse_url(0, "sentinel://127.0.0.1:26379"));
-        assert!(!unknown.contains("sentinel://,"), "{unknown}");
-    }
-
-    #[test]
-    fn clients_for_sentinel_or_cluster_are_refused() {
-        let sentinel = ServerConfig::new_sentinel(vec![("10.0.0.1", 26379)], "mymaster");
-        let error = server_label(4, &sentinel).unwrap_err();
-        assert!(
-            matches!(&error, BuildError::SentinelNotSupported { index: 4, node }
-                if node == "service mymaster via 10.0.0.1:26379"),
-            "{error:?}"
-        );
-        let cluster = ServerConfig::new_clustered(vec![("10.0.0.1", 7000), ("10.0.0.2", 7000)]);
-        assert!(matches!(
-            server_label(0, &cluster),
-            Err(BuildError::ClusterNotSupported { node }) if node == "10.0.0.1:7000,10.0.0.2:7000"
-        ));
-        let master = ServerConfig::new_centralized("10.0.0.1", 6379);
-        assert_eq!(server_label(0, &master).unwrap(), "10.0.0.1:6379");
-    }
-
-    #[test]
-    fn tls_without_a_tls_feature_is_refused() {
-        if cfg!(any(feature = "tls-rustls", feature = "tls-native")) {
-            return;
-        }
-        let error = reason(parse_url(0, "rediss://user:pw@example.com:6380"));
-        assert!(error.contains("tls-rustls"), "{error}");
-        assert!(!error.contains("pw@"), "{error}");
-    }
 
     #[tokio::test]
     async fn input_errors_come_before_any_connection() {

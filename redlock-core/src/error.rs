@@ -16,7 +16,7 @@ pub enum InvalidInput {
     ResourceTooLong {
         /// Its length in bytes.
         len: usize,
-        /// The cap ([`MAX_RESOURCE_LEN`](crate::options::MAX_RESOURCE_LEN)).
+        /// The cap ([`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
         max: usize,
     },
     /// The ttl is zero.
@@ -100,7 +100,7 @@ pub enum LockError {
     /// (distlock spec, step 3), on every attempt until retries or the wait deadline ran out.
     #[error(
         "resource `{resource}` is busy: {} of {} nodes granted it on the last of {attempts} attempt(s), {quorum} needed ({outcomes})",
-        outcomes.acquired(), outcomes.0.len()
+        outcomes.acquired(), outcomes.len()
     )]
     Busy {
         /// The resource.
@@ -115,7 +115,7 @@ pub enum LockError {
     /// Too few nodes answered to reach a quorum: Redis is down, stalled or unreachable.
     #[error(
         "resource `{resource}`: Redis unavailable, only {} of {} nodes answered on the last of {attempts} attempt(s), {quorum} needed ({outcomes})",
-        outcomes.0.len() - outcomes.failed(), outcomes.0.len()
+        outcomes.len() - outcomes.failed(), outcomes.len()
     )]
     Unavailable {
         /// The resource.
@@ -176,7 +176,7 @@ pub enum LockError {
     },
     /// The OS CSPRNG failed to give a token.
     #[error("could not draw a token from the OS random source: {0}")]
-    Entropy(getrandom::Error),
+    Entropy(#[source] crate::token::EntropyError),
 }
 
 impl LockError {
@@ -375,11 +375,11 @@ pub enum BuildError {
         failures: Vec<String>,
     },
     /// The fred client could not be created for a node.
-    #[error("could not create the client for node {node}: {reason}")]
+    #[error("could not create the client for node {node}: {source}")]
     Client {
         /// The node.
         node: String,
-        /// fred's error.
-        reason: String,
+        /// The client's error.
+        source: crate::outcome::ClientError,
     },
 }

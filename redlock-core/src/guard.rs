@@ -4,9 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::error::LockError;
-use crate::lease::{Lease, LockInfo, LostSignal};
-use crate::redlock::{Finish, Redlock, Released};
+use std::future::Future;
+
+use crate::error::{LockError, LostReason};
+use crate::lease::{self, Finish, Lease, LockInfo, LostSignal, Scoped};
+use crate::mode::Mode;
+use crate::redlock::Redlock;
+use crate::release::Released;
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes.
@@ -25,7 +29,7 @@ use crate::token::Token;
 pub struct LockGuard {
     redlock: Redlock,
     lease: Option<Arc<Lease>>,
-    /// A re-entry's turn in its scope, held until the guard goes ([`crate::reentrant`]).
+    /// A re-entry's turn in its scope, held until the guard goes.
     _turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
@@ -65,7 +69,7 @@ impl LockGuard {
 
     /// The Redis key (key prefix + resource).
     pub fn key(&self) -> &str {
-        &self.lease().key
+        &self.lease().keys.lock
     }
 
     /// The token signing this lock on every node. Treat it as a secret.
@@ -75,7 +79,7 @@ impl LockGuard {
 
     /// The mode the lock is held in ([`LockOptions::mode`](crate::LockOptions::mode)); `None`
     /// for the plain exclusive lock.
-    pub fn mode(&self) -> Option<crate::Mode> {
+    pub fn mode(&self) -> Option<Mode> {
         self.lease().mode
     }
 
@@ -147,8 +151,22 @@ impl LockGuard {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
-    pub fn scope<F: std::future::Future>(&self, work: F) -> crate::Scoped<F> {
-        crate::reentrant::scope(self.lease(), self.redlock.id(), work)
+    pub fn scope<F: Future>(&self, work: F) -> Scoped<F> {
+        lease::scope(self.lease(), self.redlock.id(), work)
+    }
+
+    /// Runs `work` until it completes or this lock's lost signal fires, whichever is first
+    /// (the signal wins a tie: the work may have overlapped another holder). The lock is not
+    /// released here.
+    ///
+    /// # Errors
+    /// [`LockError::Lost`] if the signal fired first; `work` was dropped.
+    pub async fn until_lost<T>(&self, work: impl Future<Output = T>) -> Result<T, LockError> {
+        tokio::select! {
+            biased;
+            error = self.lost().into_error() => Err(error),
+            output = work => Ok(output),
+        }
     }
 
     /// Extends the lock to `ttl` from now on every node at once (compare-and-pexpire; distlock
@@ -168,7 +186,7 @@ impl LockGuard {
     /// - [`LockError::Invalid`]: `ttl` is zero, above the cap, or leaves no validity (nothing
     ///   is sent).
     pub async fn extend(&self, ttl: Duration) -> Result<Instant, LockError> {
-        self.redlock.extend_lease(self.lease(), ttl).await
+        lease::extend(self.redlock.masters(), self.lease(), ttl).await
     }
 
     /// Releases the lock on every node with the compare-and-delete script and reports whether
@@ -188,12 +206,15 @@ impl LockGuard {
         let Some(lease) = self.lease.take() else {
             unreachable!("lease taken before the guard was consumed")
         };
-        match self.redlock.finish(&lease) {
+        match self.redlock.inner().ledger.finish(&lease) {
             // Another guard keeps the lock; one that can no longer be trusted is not reported
             // as held.
             Finish::Kept => {
                 return match lease.check() {
-                    Ok(()) => Ok(self.redlock.kept()),
+                    Ok(()) => Ok(Released::kept(
+                        self.redlock.node_count(),
+                        self.redlock.quorum(),
+                    )),
                     Err(reason) => Err(LockError::Lost {
                         resource: lease.resource.clone(),
                         reason,
@@ -203,7 +224,7 @@ impl LockGuard {
             Finish::AlreadyReleased => {
                 return Err(LockError::Lost {
                     resource: lease.resource.clone(),
-                    reason: crate::error::LostReason::Released,
+                    reason: LostReason::Released,
                 });
             }
             Finish::Release => {}
@@ -226,7 +247,7 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(lease) = self.lease.take()
-            && let Finish::Release = self.redlock.finish(&lease)
+            && let Finish::Release = self.redlock.inner().ledger.finish(&lease)
         {
             // Without a runtime the release cannot run; it warns itself.
             let _spawned = self.redlock.spawn_release(lease);

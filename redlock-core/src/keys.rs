@@ -6,23 +6,80 @@
 //! counter, and the two keys that open windows for foreign clients) is the lock key followed
 //! by [`BOOKKEEPING_SEPARATOR`], which starts with a NUL byte: a plain resource of a foreign
 //! client cannot collide with it unless its name holds a NUL byte followed by `redlock:`, and
-//! ours may not hold a NUL byte at all (see
-//! [`validate_resource`](crate::options::validate_resource)). Following the lock key keeps
+//! ours may not hold a NUL byte at all ([`validate_resource`]). Following the lock key keeps
 //! our keys inside ACL key patterns written for the key prefix (`~lock:*`).
+
+use crate::error::InvalidInput;
 
 /// What follows the lock key in every other key the lock writes: `"\0redlock:"`, then the
 /// kind (`waiters`, `fencing`, `busy` or `window`). Resources and key prefixes may not hold a
 /// NUL byte.
 pub const BOOKKEEPING_SEPARATOR: &str = "\0redlock:";
 
+/// The longest resource name, in bytes.
+pub const MAX_RESOURCE_LEN: usize = 1024;
+
+/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, no NUL byte (the
+/// lock's own bookkeeping keys are the lock key followed by one, [`BOOKKEEPING_SEPARATOR`]).
+///
+/// # Errors
+/// [`InvalidInput::EmptyResource`], [`InvalidInput::ResourceTooLong`] or
+/// [`InvalidInput::ReservedResource`].
+pub(crate) fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
+    if resource.is_empty() {
+        return Err(InvalidInput::EmptyResource);
+    }
+    if resource.len() > MAX_RESOURCE_LEN {
+        return Err(InvalidInput::ResourceTooLong {
+            len: resource.len(),
+            max: MAX_RESOURCE_LEN,
+        });
+    }
+    if resource.contains('\0') {
+        return Err(InvalidInput::ReservedResource);
+    }
+    Ok(())
+}
+
+/// Every key of one resource, named once per acquisition and kept by its lease.
+#[derive(Debug, Clone)]
+pub(crate) struct ResourceKeys {
+    /// The lock key: the key prefix followed by the resource.
+    pub(crate) lock: String,
+    /// [`waiters`].
+    pub(crate) waiters: String,
+    /// [`fencing`].
+    pub(crate) fencing: String,
+    /// [`legacy_fencing`].
+    pub(crate) legacy_fencing: String,
+    /// [`busy`].
+    pub(crate) busy: String,
+    /// [`window`].
+    pub(crate) window: String,
+}
+
+impl ResourceKeys {
+    /// The keys of the lock key `lock`.
+    pub(crate) fn new(lock: String) -> Self {
+        Self {
+            waiters: waiters(&lock),
+            fencing: fencing(&lock),
+            legacy_fencing: legacy_fencing(&lock),
+            busy: busy(&lock),
+            window: window(&lock),
+            lock,
+        }
+    }
+}
+
 /// The sorted set of waiters queued for `key`; also the channel a release publishes the
 /// hand-over on.
-pub(crate) fn waiters(key: &str) -> String {
+fn waiters(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}waiters")
 }
 
 /// The fencing counter of `key` (a max register, no ttl).
-pub(crate) fn fencing(key: &str) -> String {
+fn fencing(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}fencing")
 }
 
@@ -30,21 +87,21 @@ pub(crate) fn fencing(key: &str) -> String {
 /// next without a window for foreign clients: set by each hand-over, read by each grant,
 /// deleted when a window opens, and left to expire ([`window`]'s length) when the key is freed
 /// with nobody queued, so that a key free for a whole window starts a new streak.
-pub(crate) fn busy(key: &str) -> String {
+fn busy(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}busy")
 }
 
 /// The window for foreign clients on `key`: while it exists (its ttl is the window), `key` is
 /// free and every acquisition of ours refuses it, so that a foreign client polling the key
 /// finds it free.
-pub(crate) fn window(key: &str) -> String {
+fn window(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}window")
 }
 
 /// Where 0.1.0 kept the fencing counter of `key`. Read (never written) as a floor, so tokens
 /// keep increasing across the upgrade; a foreign key of that name that is not a decimal
 /// number reads as 0.
-pub(crate) fn legacy_fencing(key: &str) -> String {
+fn legacy_fencing(key: &str) -> String {
     format!("{key}:fencing-counter")
 }
 
@@ -69,5 +126,23 @@ mod tests {
         // A plain resource named like 0.1.0's suffixes is not ours any more.
         assert_ne!(waiters("x"), "x:waiters");
         assert_ne!(fencing("x"), "x:fencing-counter");
+    }
+
+    #[test]
+    fn resources_must_be_non_empty_and_bounded() {
+        assert_eq!(
+            validate_resource("order:1\0redlock:fencing"),
+            Err(InvalidInput::ReservedResource)
+        );
+        // The suffixes 0.1.0 reserved are plain resources now.
+        assert_eq!(validate_resource("order:1:fencing-counter"), Ok(()));
+        assert_eq!(validate_resource("order:1:waiters"), Ok(()));
+        assert_eq!(validate_resource("\0"), Err(InvalidInput::ReservedResource));
+        assert_eq!(validate_resource(""), Err(InvalidInput::EmptyResource));
+        assert!(validate_resource(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
+        assert!(matches!(
+            validate_resource(&"x".repeat(MAX_RESOURCE_LEN + 1)),
+            Err(InvalidInput::ResourceTooLong { .. })
+        ));
     }
 }

@@ -19,8 +19,6 @@ pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 pub const DEFAULT_RETRY_JITTER: Duration = Duration::from_millis(100);
 /// Default clock drift factor: 1 % of the ttl (plus [`timing::DRIFT_FLOOR`]).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// The longest resource name accepted, in bytes.
-pub const MAX_RESOURCE_LEN: usize = 1024;
 /// Default share of the ttl after which an auto-extended lock is extended: 1/3, so two
 /// extensions can fail before the validity runs out (Redisson's watchdog uses the same share).
 pub const DEFAULT_EXTEND_FRACTION: f64 = 1.0 / 3.0;
@@ -365,29 +363,14 @@ impl LockOptions {
     pub(crate) fn sent_ttl(&self) -> Duration {
         Duration::from_millis(self.ttl_millis())
     }
-}
 
-/// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes, no NUL byte (the
-/// lock's own bookkeeping keys are the lock key followed by one,
-/// [`BOOKKEEPING_SEPARATOR`](crate::BOOKKEEPING_SEPARATOR)).
-///
-/// # Errors
-/// [`InvalidInput::EmptyResource`], [`InvalidInput::ResourceTooLong`] or
-/// [`InvalidInput::ReservedResource`].
-pub fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
-    if resource.is_empty() {
-        return Err(InvalidInput::EmptyResource);
+    /// The clock drift allowance of a lock taken with these options: `ttl × drift_factor`
+    /// plus [`DRIFT_FLOOR`](crate::DRIFT_FLOOR) (2 ms), from the ttl sent to the nodes. A lock's
+    /// validity is `ttl − elapsed − drift` (distlock spec, steps 3–4, "Safety arguments":
+    /// `CLOCK_DRIFT`).
+    pub fn drift(&self) -> Duration {
+        timing::drift(self.sent_ttl(), self.drift_factor)
     }
-    if resource.len() > MAX_RESOURCE_LEN {
-        return Err(InvalidInput::ResourceTooLong {
-            len: resource.len(),
-            max: MAX_RESOURCE_LEN,
-        });
-    }
-    if resource.contains('\0') {
-        return Err(InvalidInput::ReservedResource);
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -470,23 +453,5 @@ mod tests {
             base.max_hold(Duration::ZERO).validate(),
             Err(InvalidInput::ZeroMaxHold)
         );
-    }
-
-    #[test]
-    fn resources_must_be_non_empty_and_bounded() {
-        assert_eq!(
-            validate_resource("order:1\0redlock:fencing"),
-            Err(InvalidInput::ReservedResource)
-        );
-        // The suffixes 0.1.0 reserved are plain resources now.
-        assert_eq!(validate_resource("order:1:fencing-counter"), Ok(()));
-        assert_eq!(validate_resource("order:1:waiters"), Ok(()));
-        assert_eq!(validate_resource("\0"), Err(InvalidInput::ReservedResource));
-        assert_eq!(validate_resource(""), Err(InvalidInput::EmptyResource));
-        assert!(validate_resource(&"x".repeat(MAX_RESOURCE_LEN)).is_ok());
-        assert!(matches!(
-            validate_resource(&"x".repeat(MAX_RESOURCE_LEN + 1)),
-            Err(InvalidInput::ResourceTooLong { .. })
-        ));
     }
 }

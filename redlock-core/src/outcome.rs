@@ -14,10 +14,14 @@ pub enum NodeError {
     Disconnected,
     /// The node answered with an error reply (e.g. `NOPERM`, `READONLY`, `OOM`).
     #[error("error reply: {0}")]
-    Reply(String),
+    Reply(#[source] ClientError),
     /// The connection failed while the command was in flight.
     #[error("connection error: {0}")]
-    Io(String),
+    Io(#[source] ClientError),
+    /// The node answered something the lock's protocol does not expect (a script replaced
+    /// under its SHA1, a proxy rewriting replies): what it answered, and to what.
+    #[error("unexpected reply {0}")]
+    UnexpectedReply(String),
     /// The node restarted less than the quarantine ago and refused to vote
     /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)): it may have lost
     /// a key that another holder still counts on.
@@ -26,13 +30,43 @@ pub enum NodeError {
 }
 
 impl NodeError {
-    pub(crate) fn from_fred(error: &fred::error::Error) -> Self {
+    pub(crate) fn from_fred(error: fred::error::Error) -> Self {
         use fred::error::ErrorKind;
         match error.kind() {
             ErrorKind::Canceled => Self::Disconnected,
-            ErrorKind::IO => Self::Io(error.details().to_owned()),
-            _ => Self::Reply(error.details().to_owned()),
+            ErrorKind::IO => Self::Io(ClientError(error)),
+            _ => Self::Reply(ClientError(error)),
         }
+    }
+}
+
+/// An error from a node's Redis client, kept whole: [`details`](Self::details) gives its text,
+/// and [`source`](std::error::Error::source) the client's own error (`fred`'s), for its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientError(fred::error::Error);
+
+impl ClientError {
+    /// What the node or the client said, e.g. `NOPERM this user has no permissions…`.
+    pub fn details(&self) -> &str {
+        self.0.details()
+    }
+}
+
+impl ClientError {
+    pub(crate) fn new(error: fred::error::Error) -> Self {
+        Self(error)
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.details())
+    }
+}
+
+impl std::error::Error for ClientError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
     }
 }
 
@@ -53,6 +87,7 @@ pub enum NodeVote {
 
 /// A node's label (`host:port`, never credentials) and its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeOutcome {
     /// The node, as `host:port` or a socket path.
     pub node: String,
@@ -62,9 +97,33 @@ pub struct NodeOutcome {
 
 /// The answers of all nodes in one attempt, in node order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Outcomes(pub Vec<NodeOutcome>);
+pub struct Outcomes(Vec<NodeOutcome>);
 
 impl Outcomes {
+    pub(crate) fn new(outcomes: Vec<NodeOutcome>) -> Self {
+        Self(outcomes)
+    }
+
+    /// Each node's outcome, in node order.
+    pub fn as_slice(&self) -> &[NodeOutcome] {
+        &self.0
+    }
+
+    /// Each node's outcome, in node order.
+    pub fn iter(&self) -> std::slice::Iter<'_, NodeOutcome> {
+        self.0.iter()
+    }
+
+    /// The number of nodes (N); 0 when no node was asked.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// `true` when no node was asked (e.g. a re-entry refused locally).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Nodes that granted the lock.
     pub fn acquired(&self) -> usize {
         self.count(|v| matches!(v, NodeVote::Acquired))

@@ -1,4 +1,5 @@
-//! Scoped locking: run work under an auto-extended lock and stop it when the lock is lost.
+//! Scoped locking: run work under an auto-extended lock, stop it when the lock is lost, and
+//! release on every exit.
 
 use std::future::Future;
 use std::time::Duration;
@@ -66,26 +67,6 @@ impl Redlock {
         let guard = self.lock_with(resource, &options).await?;
         let output = guard.until_lost(guard.scope(work(guard.info()))).await;
         finish(guard, output).await
-    }
-}
-
-impl LockGuard {
-    /// Runs `work` until it completes or this lock's lost signal fires, whichever is first
-    /// (the signal wins a tie: the work may have overlapped another holder). The lock is not
-    /// released here.
-    ///
-    /// # Errors
-    /// [`LockError::Lost`] if the signal fired first; `work` was dropped.
-    pub async fn until_lost<T>(&self, work: impl Future<Output = T>) -> Result<T, LockError> {
-        let lost = self.lost();
-        tokio::select! {
-            biased;
-            () = lost.cancelled() => Err(LockError::Lost {
-                resource: self.resource().to_owned(),
-                reason: lost.reason().unwrap_or(crate::LostReason::Expired),
-            }),
-            output = work => Ok(output),
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
 /// The number of nodes that must agree: a strict majority, `N / 2 + 1` (distlock spec, step 3).
-pub fn quorum(nodes: usize) -> usize {
+pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
@@ -19,7 +19,7 @@ pub fn quorum(nodes: usize) -> usize {
 /// holds the earlier token, so the later claim must be above it. See the crate docs, "Fencing
 /// tokens". 3 of 3, 3 of 4, 4 of 5, 5 of 7. With one node no quorum survives its data loss
 /// (F = 1).
-pub fn fencing_quorum(nodes: usize) -> usize {
+pub(crate) fn fencing_quorum(nodes: usize) -> usize {
     (nodes.saturating_add(3) / 2).min(nodes)
 }
 
@@ -27,7 +27,7 @@ pub fn fencing_quorum(nodes: usize) -> usize {
 ///
 /// It covers the rate difference between the client's clock and the nodes' clocks over the
 /// lifetime of the lock (distlock spec, "Safety arguments": `CLOCK_DRIFT`).
-pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
+pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
     ttl.mul_f64(drift_factor) + DRIFT_FLOOR
 }
 
@@ -36,7 +36,7 @@ pub fn drift(ttl: Duration, drift_factor: f64) -> Duration {
 ///
 /// `elapsed` must be measured on a monotonic clock from a reading taken before the first `SET`
 /// was sent.
-pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
     ttl.checked_sub(elapsed)?
         .checked_sub(drift(ttl, drift_factor))
         .filter(|left| !left.is_zero())

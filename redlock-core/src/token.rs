@@ -21,10 +21,10 @@ impl Token {
     /// Draws a fresh token from the OS CSPRNG.
     ///
     /// # Errors
-    /// Returns the `getrandom` error when the OS has no entropy source to give.
-    pub fn generate() -> Result<Self, getrandom::Error> {
+    /// [`EntropyError`] when the OS has no entropy source to give.
+    pub(crate) fn generate() -> Result<Self, EntropyError> {
         let mut bytes = [0u8; TOKEN_BYTES];
-        getrandom::fill(&mut bytes)?;
+        getrandom::fill(&mut bytes).map_err(EntropyError)?;
         let mut hex = String::with_capacity(TOKEN_BYTES * 2);
         for byte in bytes {
             hex.push(char::from(HEX[usize::from(byte >> 4)]));
@@ -38,6 +38,19 @@ impl Token {
         &self.0
     }
 }
+
+/// The OS random source gave no bytes for a token (`getrandom` failed): the system has no
+/// usable entropy source (e.g. a sandbox without `getrandom(2)` or `/dev/urandom`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntropyError(getrandom::Error);
+
+impl fmt::Display for EntropyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for EntropyError {}
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
@@ -63,6 +76,17 @@ mod tests {
                 && t.bytes()
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         }));
+    }
+
+    /// RL-14's token part: 10^6 tokens are distinct, each `TOKEN_BYTES` (20) bytes.
+    #[test]
+    fn a_million_tokens_are_distinct() {
+        let mut seen = HashSet::with_capacity(1_000_000);
+        for _ in 0..1_000_000 {
+            let token = Token::generate().unwrap();
+            assert_eq!(token.expose().len(), 2 * TOKEN_BYTES);
+            assert!(seen.insert(token.expose().to_owned()), "a token repeated");
+        }
     }
 
     #[test]

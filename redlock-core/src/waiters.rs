@@ -3,7 +3,7 @@
 //! A waiter joins the resource's queue on every node (a sorted set scored by when it started
 //! waiting) and subscribes to the resource's hand-over channel on every node. A release finding
 //! waiters reserves the key for the longest one for a short grace and publishes its name
-//! ([`RELEASE_HANDOVER`](crate::node::RELEASE_HANDOVER)): that waiter attempts at once, the
+//! (`RELEASE_HANDOVER` in the node scripts): that waiter attempts at once, the
 //! others keep waiting, and a releasing holder that wants the lock again finds it reserved and
 //! queues behind them. A lost message costs at most the retry delay (the fallback timer); a dead
 //! named waiter costs the grace.
@@ -26,7 +26,7 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::holders::WAKE_ALL;
+use crate::node::scripts::WAKE_ALL;
 
 /// How long a channel stays subscribed after its last local waiter left, so that a stream of
 /// contended acquisitions does not subscribe and unsubscribe each time.

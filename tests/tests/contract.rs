@@ -26,7 +26,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockError, LockGuard, LockOptions, LostReason, Mode, Redlock, timing};
+use redlock_core::{LockError, LockGuard, LockOptions, LostReason, Mode, Redlock};
 use redlock_tests::{RedisNodes, plain_client, redlock, redlock_with, within};
 
 fn ms(n: u64) -> Duration {
@@ -1053,7 +1053,7 @@ async fn extend(run: &mut Run, rng: &mut StdRng, live: &mut [Live]) {
         }
         Err(LockError::Invalid(input)) => {
             // Only a ttl that leaves no validity beyond the lost margin is refused.
-            let drift = timing::drift(ttl, 0.01);
+            let drift = LockOptions::default().ttl(ttl).drift_factor(0.01).drift();
             if ttl > drift + margin {
                 run.fail(&format!(
                     "extending {label} to {ttl:?} was refused: {input}"

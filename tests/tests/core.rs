@@ -86,7 +86,7 @@ async fn a_minority_down_keeps_locking_and_excluding() {
         Err(LockError::Busy { outcomes, .. }) => {
             assert_eq!(outcomes.held(), 3);
             assert!(matches!(
-                outcomes.0[0].vote,
+                outcomes.as_slice()[0].vote,
                 NodeVote::Failed(_) | NodeVote::Undecided
             ));
         }
@@ -205,7 +205,7 @@ async fn validity_is_ttl_minus_elapsed_minus_drift() {
     let before = Instant::now();
     let guard = a.lock_with("res", &options).await.unwrap();
     let after = Instant::now();
-    let drift = redlock_core::timing::drift(ttl, 0.05);
+    let drift = options.drift();
     assert_eq!(drift, Duration::from_millis(502));
     assert!(guard.valid_until() <= after + ttl - drift);
     assert!(guard.valid_until() >= before + ttl - drift);

@@ -307,8 +307,7 @@ async fn mode_read_lets_readers_share_and_mode_write_excludes_them() {
 #[test]
 fn compile_time_duration_checks_agree_with_validate() {
     use redlock_core::InvalidInput;
-    use redlock_core::options::MAX_TTL;
-    use redlock_core::timing::DRIFT_FLOOR;
+    use redlock_core::{DRIFT_FLOOR, MAX_TTL};
 
     // The macro's copies (redlock-macros/src/parse.rs: MAX_TTL_MS, DRIFT_FLOOR).
     assert_eq!(MAX_TTL, Duration::from_millis(86_400_000));

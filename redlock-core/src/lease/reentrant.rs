@@ -1,4 +1,4 @@
-//! Reentrancy (seed 001) that follows the call chain, not the task.
+//! Reentrancy that follows the call chain, not the task.
 //!
 //! A lock taken with [`LockOptions::reentrant`](crate::LockOptions::reentrant) can be
 //! re-entered only by code running inside its holder's scope: the future given to
@@ -22,8 +22,8 @@ use std::task::{Context, Poll};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::futures::TaskLocalFuture;
 
+use super::Lease;
 use crate::error::LostReason;
-use crate::lease::Lease;
 use crate::mode::Mode;
 
 tokio::task_local! {
@@ -145,7 +145,7 @@ pub(crate) fn find(handle: usize, key: &str, mode: Option<Mode>) -> Option<Reent
         .links()
         .find(|link| {
             link.handle == handle
-                && link.lease.key == key
+                && link.lease.keys.lock == key
                 && link.lease.mode == mode
                 && link.lease.holds.load(Ordering::Acquire) > 0
         })

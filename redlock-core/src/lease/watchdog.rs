@@ -1,5 +1,5 @@
-//! Auto-extension: one driver task per [`Redlock`] keeps every auto-extended lease extended,
-//! from a single timer queue, however many locks are held.
+//! Auto-extension: one driver task per handle keeps every auto-extended lease extended, from a
+//! single timer queue, however many locks are held.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,9 +13,9 @@ use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 use tokio_util::time::delay_queue;
 
+use super::{Lease, extend};
 use crate::error::LockError;
-use crate::lease::Lease;
-use crate::redlock::{Inner, Redlock};
+use crate::masters::Masters;
 use crate::timing;
 
 /// Shortest wait before retrying an extension that too few nodes answered.
@@ -26,7 +26,8 @@ enum Command {
     Unwatch(u64),
 }
 
-/// The handle to a [`Redlock`]'s driver. The driver stops when the `Redlock` is dropped.
+/// The handle to a driver. The driver stops when this handle, or the masters, are dropped
+/// (with the `Redlock` that owns both).
 #[derive(Debug)]
 pub(crate) struct Watchdog {
     commands: mpsc::UnboundedSender<Command>,
@@ -37,14 +38,14 @@ impl Watchdog {
     /// connections it needs), else on the current one: not on whichever runtime happens to
     /// take the first auto-extended lock, which may end long before the handle does. With
     /// neither, auto-extension is off, with a warning; locks then live out their ttl.
-    pub(crate) fn start(redlock: Weak<Inner>, runtime: Option<&tokio::runtime::Handle>) -> Self {
+    pub(crate) fn start(masters: Weak<Masters>, runtime: Option<&tokio::runtime::Handle>) -> Self {
         let (commands, receiver) = mpsc::unbounded_channel();
         match runtime
             .cloned()
             .or_else(|| tokio::runtime::Handle::try_current().ok())
         {
             Some(runtime) => {
-                runtime.spawn(Driver::new(redlock).run(receiver));
+                runtime.spawn(Driver::new(masters).run(receiver));
             }
             None => tracing::warn!("no tokio runtime: locks will not be auto-extended"),
         }
@@ -75,16 +76,16 @@ struct Watched {
 type InFlight = Pin<Box<dyn Future<Output = (u64, Result<Instant, LockError>)> + Send>>;
 
 struct Driver {
-    redlock: Weak<Inner>,
+    masters: Weak<Masters>,
     queue: DelayQueue<u64>,
     watched: HashMap<u64, Watched>,
     in_flight: FuturesUnordered<InFlight>,
 }
 
 impl Driver {
-    fn new(redlock: Weak<Inner>) -> Self {
+    fn new(masters: Weak<Masters>) -> Self {
         Self {
-            redlock,
+            masters,
             queue: DelayQueue::new(),
             watched: HashMap::new(),
             in_flight: FuturesUnordered::new(),
@@ -164,12 +165,11 @@ impl Driver {
             return;
         };
         watched.capped = capped;
-        let Some(inner) = self.redlock.upgrade() else {
+        let Some(masters) = self.masters.upgrade() else {
             return;
         };
-        let redlock = Redlock::from_inner(inner);
         self.in_flight.push(Box::pin(async move {
-            let result = redlock.extend_lease(&lease, ttl).await;
+            let result = extend(&masters, &lease, ttl).await;
             (id, result)
         }));
     }

@@ -1,0 +1,181 @@
+//! One attempt: Redlock steps 1–5 (distlock spec, "The Redlock algorithm"), the fencing
+//! write-back when asked for, and the clean-up of a failed attempt.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::fence::fence;
+use crate::keys::ResourceKeys;
+use crate::lease::Grant;
+use crate::masters::Stop;
+use crate::node::{AcquireKind, AcquireRequest, Releasing};
+use crate::options::LockOptions;
+use crate::outcome::{NodeVote, Outcomes};
+use crate::redlock::Redlock;
+use crate::timing;
+use crate::token::Token;
+
+/// Why one attempt failed.
+pub(super) enum AttemptFailure {
+    /// Too few nodes granted it: refused, failed or timed out.
+    Votes(Outcomes),
+    /// A quorum granted the lock, but fewer than a fencing quorum confirmed its token.
+    Fence(Outcomes),
+    /// A quorum granted it, but too late: no validity was left after this long.
+    NoValidity(Duration),
+}
+
+/// What a successful attempt produced.
+pub(super) struct Granted {
+    pub(super) grant: Grant,
+    /// Every node granted it (so a queued waiter left the queue on all of them).
+    pub(super) everywhere: bool,
+}
+
+impl Redlock {
+    /// One attempt with `token`: Redlock steps 1–5, plus the fencing write-back when asked
+    /// for. A failed attempt releases what it took on every node before it returns (step 5);
+    /// dropped midway, it releases in the background.
+    pub(super) async fn attempt(
+        &self,
+        keys: &ResourceKeys,
+        token: &Token,
+        options: &LockOptions,
+        kind: AcquireKind<'_>,
+    ) -> Result<Granted, AttemptFailure> {
+        let masters = self.masters();
+        let ttl = options.sent_ttl();
+        let drift = timing::drift(ttl, options.get_drift_factor());
+        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let request = AcquireRequest {
+            keys,
+            token: token.expose(),
+            ttl_ms: options.ttl_millis(),
+            kind,
+            fencing: options.get_fencing(),
+            quarantine_s: masters.quarantine_s,
+            windowed: !self.inner().foreign_window.is_zero(),
+        };
+        let request = &request;
+        // The longest streak of hand-overs a granting node reports.
+        let busy_ms = &AtomicU64::new(0);
+        let releasing = Releasing::Attempt {
+            mode: options.get_mode().is_some(),
+        };
+        let mut cleanup = Cleanup::new(self, keys, token, releasing);
+
+        // Step 1: the monotonic clock, read before the first SET is sent.
+        let start = Instant::now();
+        // Step 2: all nodes at once, decided at quorum.
+        let tally = masters
+            .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
+                let reply = node.acquire(request).await;
+                if reply.vote == NodeVote::Acquired {
+                    busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
+                }
+                (reply.vote, reply.counter)
+            })
+            .await;
+        let granted_by = tally.granted;
+        let highest = tally.counters.iter().flatten().copied().max().unwrap_or(0);
+        let outcomes = masters.outcomes(tally.votes);
+        tracing::debug!(
+            granted = outcomes.acquired(),
+            held = outcomes.held(),
+            failed = outcomes.failed(),
+            elapsed_us = start.elapsed().as_micros() as u64,
+            %outcomes,
+            "attempt decided"
+        );
+        if granted_by < masters.quorum {
+            // Step 5: failed; unlock every node, even those we believe we did not lock.
+            cleanup.run().await;
+            return Err(AttemptFailure::Votes(outcomes));
+        }
+        let fencing_token = if options.get_fencing() {
+            match fence(masters, keys, highest, limit).await {
+                Ok(value) => Some(value),
+                Err(outcomes) => {
+                    cleanup.run().await;
+                    return Err(AttemptFailure::Fence(outcomes));
+                }
+            }
+        } else {
+            None
+        };
+        // Steps 3–4: elapsed time (including the fencing round) and validity = ttl − elapsed
+        // − drift.
+        let elapsed = start.elapsed();
+        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
+            cleanup.run().await;
+            return Err(AttemptFailure::NoValidity(elapsed));
+        }
+        cleanup.disarm();
+        Ok(Granted {
+            grant: Grant {
+                started: start,
+                valid_until: start + ttl - drift,
+                fencing_token,
+                marker: match kind {
+                    AcquireKind::Mode(request) => request.waiter.marker.clone(),
+                    AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),
+                },
+                busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
+            },
+            everywhere: granted_by == masters.len(),
+        })
+    }
+}
+
+/// Releases an attempt's key on every node unless disarmed; if dropped while armed (the
+/// acquire future was cancelled), the release is spawned instead.
+struct Cleanup<'a> {
+    redlock: &'a Redlock,
+    keys: &'a ResourceKeys,
+    token: &'a Token,
+    releasing: Releasing<'static>,
+    armed: bool,
+}
+
+impl<'a> Cleanup<'a> {
+    fn new(
+        redlock: &'a Redlock,
+        keys: &'a ResourceKeys,
+        token: &'a Token,
+        releasing: Releasing<'static>,
+    ) -> Self {
+        Self {
+            redlock,
+            keys,
+            token,
+            releasing,
+            armed: true,
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    async fn run(&mut self) {
+        self.redlock
+            .release_key(self.keys, self.token, self.releasing, Duration::ZERO)
+            .await;
+        self.armed = false;
+    }
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let redlock = self.redlock.clone();
+        let (keys, token, releasing) = (self.keys.clone(), self.token.clone(), self.releasing);
+        self.redlock.spawn_background(async move {
+            redlock
+                .release_key(&keys, &token, releasing, Duration::ZERO)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,210 @@
+//! Acquisition: the public entry points, the checks made before anything is sent, re-entry,
+//! and turning a grant into a held lease. The retry and wait loop is in [`wait`], one attempt
+//! (distlock steps 1–5) in [`attempt`], the fencing round in [`fence`].
+
+mod attempt;
+mod fence;
+mod wait;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::error::{InvalidInput, LockError};
+use crate::guard::LockGuard;
+use crate::keys::{ResourceKeys, validate_resource};
+use crate::lease::{Grant, Lease, find_reentry};
+use crate::mode::Mode;
+use crate::options::LockOptions;
+use crate::outcome::Outcomes;
+use crate::redlock::Redlock;
+use crate::token::Token;
+
+/// The longest local wait for a sibling re-entry (`tokio::time::timeout` takes any duration,
+/// but a year is as good as forever here).
+const MAX_LOCAL_WAIT: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+impl Redlock {
+    /// Acquires `resource` with the default options. See [`lock_with`](Self::lock_with).
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with).
+    pub async fn lock(&self, resource: &str) -> Result<LockGuard, LockError> {
+        self.lock_with(resource, self.options()).await
+    }
+
+    /// Acquires `resource` in `mode` for `ttl`, with the handle's other default options: see
+    /// [`Mode`] for the compatibility table and [`LockOptions::mode`] for how mode locks
+    /// relate to the plain lock. [`lock_with`](Self::lock_with) and
+    /// `options.mode(..)` give every other option.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// use std::time::Duration;
+    /// use redlock_core::Mode;
+    ///
+    /// // Many readers may hold "catalog" together; a writer (EX) waits for them.
+    /// let reader = redlock.lock_mode("catalog", Mode::ProtectedRead, Duration::from_secs(5)).await?;
+    /// reader.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with); [`LockError::Busy`] when holders in an incompatible
+    /// mode (or incompatible waiters ahead) kept it on every attempt.
+    pub async fn lock_mode(
+        &self,
+        resource: &str,
+        mode: Mode,
+        ttl: Duration,
+    ) -> Result<LockGuard, LockError> {
+        let options = self.options().clone().mode(mode).ttl(ttl);
+        self.lock_with(resource, &options).await
+    }
+
+    /// Acquires `resource` as a reader ([`Mode::ProtectedRead`]) with the default options:
+    /// shared with other readers, excluded by writers.
+    ///
+    /// # Errors
+    /// As [`lock_mode`](Self::lock_mode).
+    pub async fn read_lock(&self, resource: &str) -> Result<LockGuard, LockError> {
+        let options = self.options().clone().mode(Mode::ProtectedRead);
+        self.lock_with(resource, &options).await
+    }
+
+    /// Acquires `resource` as a writer ([`Mode::Exclusive`]) with the default options: alone
+    /// but for NL holders. A writer that asked first is not passed by readers that come after
+    /// it.
+    ///
+    /// # Errors
+    /// As [`lock_mode`](Self::lock_mode).
+    pub async fn write_lock(&self, resource: &str) -> Result<LockGuard, LockError> {
+        let options = self.options().clone().mode(Mode::Exclusive);
+        self.lock_with(resource, &options).await
+    }
+
+    /// Acquires `resource` by the Redlock algorithm (distlock spec, steps 1–5).
+    ///
+    /// Each attempt draws a fresh token, reads the monotonic clock, sends `SET key token NX PX
+    /// ttl` to all nodes at once (each bounded by the per-node timeout), and stops as soon as
+    /// the outcome is decided: a quorum granted, or too many refused or failed for a quorum to
+    /// be possible. The lock is held if a quorum granted it and `ttl − elapsed − drift` is
+    /// positive. Otherwise the attempt's key is released on *every* node — including those
+    /// that timed out, since a timed-out `SET` can still land — and the next attempt follows a
+    /// random delay, until the retries or the wait deadline run out.
+    ///
+    /// Dropping the returned future mid-attempt still releases what the attempt took.
+    ///
+    /// With [`LockOptions::fencing`], the lock also gets a fencing token once a fencing quorum
+    /// confirmed it (see the crate docs);
+    /// with [`LockOptions::auto_extend`], the handle's driver keeps it extended; with
+    /// [`LockOptions::reentrant`], code running inside the scope of a guard holding the
+    /// resource ([`LockGuard::scope`]) gets a guard sharing its lock at once.
+    ///
+    /// # Errors
+    /// - [`LockError::Invalid`]: empty or over-long resource, a resource or key prefix
+    ///   holding a NUL byte, bad ttl or drift factor (nothing is sent);
+    /// - [`LockError::Busy`]: another holder kept the resource on every attempt;
+    /// - [`LockError::Unavailable`]: too few nodes answered (with fencing: fewer than a
+    ///   fencing quorum confirmed the token; its `quorum` says how many were needed);
+    /// - [`LockError::NoValidity`]: a quorum granted it but too late to be valid;
+    /// - [`LockError::ShuttingDown`]: [`begin_shutdown`](Self::begin_shutdown) was called;
+    /// - [`LockError::Lost`]: a reentrant acquisition found the task's lock already lost.
+    pub async fn lock_with(
+        &self,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        validate_resource(resource)?;
+        options.validate()?;
+        self.masters().check_quarantine(options.get_ttl())?;
+        if self.is_shutting_down() {
+            return Err(LockError::ShuttingDown);
+        }
+        let key = self.key_for(resource);
+        if key.contains('\0') {
+            // A key prefix holding NUL: the lock's bookkeeping keys.
+            return Err(InvalidInput::ReservedResource.into());
+        }
+        if options.get_reentrant()
+            && let Some(reentry) = find_reentry(self.id(), &key, options.get_mode())
+        {
+            // Another re-entry of this scope (a sibling future of the body) holds the turn:
+            // wait for it as for any holder, within the request's own budget.
+            let turn = match reentry.try_turn() {
+                Some(turn) => Some(turn),
+                None => match local_wait(options) {
+                    Some(budget) => tokio::time::timeout(budget, reentry.turn())
+                        .await
+                        .ok()
+                        .flatten(),
+                    None => None,
+                },
+            };
+            let Some(turn) = turn else {
+                return Err(LockError::Busy {
+                    resource: resource.to_owned(),
+                    attempts: 1,
+                    quorum: self.quorum(),
+                    outcomes: Outcomes::default(),
+                });
+            };
+            match reentry.enter() {
+                Some(Ok(lease)) => return Ok(LockGuard::reentered(self.clone(), lease, turn)),
+                Some(Err(reason)) => {
+                    return Err(LockError::Lost {
+                        resource: resource.to_owned(),
+                        reason,
+                    });
+                }
+                // Released meanwhile: acquire afresh.
+                None => {}
+            }
+        }
+        let span = tracing::debug_span!(
+            "redlock.acquire",
+            resource,
+            mode = options.get_mode().map(Mode::as_str),
+            ttl_ms = options.ttl_millis(),
+            nodes = self.node_count(),
+            quorum = self.quorum(),
+        );
+        self.acquire_loop(resource, ResourceKeys::new(key), options)
+            .instrument(span)
+            .await
+    }
+
+    /// Turns a grant into a held lease: recorded in the ledger (and handed to the
+    /// auto-extension driver), owned by the returned guard.
+    fn register(
+        &self,
+        resource: &str,
+        keys: ResourceKeys,
+        token: Token,
+        options: &LockOptions,
+        grant: Grant,
+    ) -> LockGuard {
+        let ledger = &self.inner().ledger;
+        let lease = Lease::new(ledger.next_id(), resource, keys, token, grant, options);
+        let lease = Arc::new(lease);
+        ledger.hold(&lease, self.masters());
+        LockGuard::new(self.clone(), lease)
+    }
+}
+
+/// How long a request may wait for a holder in this process (a sibling re-entry of the same
+/// scope): its wait deadline, or its retries' delays; `None` for a single attempt.
+fn local_wait(options: &LockOptions) -> Option<Duration> {
+    if let Some(wait) = options.get_wait_timeout() {
+        return Some(wait.min(MAX_LOCAL_WAIT));
+    }
+    let retries = options.get_retry_count();
+    (retries > 0).then(|| {
+        options
+            .get_retry_delay()
+            .saturating_add(options.get_retry_jitter())
+            .saturating_mul(retries)
+            .min(MAX_LOCAL_WAIT)
+    })
+}

@@ -1,0 +1,158 @@
+//! The public views of a lease: [`LockInfo`] and its [`LostSignal`].
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use super::Lease;
+use crate::error::{LockError, LostReason};
+use crate::mode::Mode;
+
+/// Fires when a held lock can no longer be trusted, *before* its validity runs out: an
+/// extension was refused by a majority, the validity deadline less the lost margin
+/// ([`LockOptions::lost_margin`](crate::LockOptions::lost_margin)) came with no confirmed
+/// extension, or the lock was released. Once fired it stays fired.
+///
+/// Await it directly (it is [`IntoFuture`]: the future owns the signal, so
+/// `guard.lost()` needs no binding), or borrow it with [`cancelled`](Self::cancelled) to await
+/// it again. Cheap to clone; no background task runs for it: the deadline is a timer in the
+/// awaiting future, re-armed when an extension moves it.
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+/// use redlock_core::LockOptions;
+///
+/// let options = redlock.options().clone().auto_extend(true);
+/// let guard = redlock.lock_with("report:daily", &options).await?;
+/// tokio::select! {
+///     () = guard.lost() => eprintln!("lock lost: {:?}; stopping", guard.info().lost().reason()),
+///     () = async { /* the long work */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    lease: Arc<Lease>,
+}
+
+impl LostSignal {
+    pub(crate) fn new(lease: Arc<Lease>) -> Self {
+        Self { lease }
+    }
+
+    /// Completes as soon as the lock can no longer be trusted. Cancel-safe. To await a
+    /// signal you do not keep, await the signal itself ([`IntoFuture`]).
+    pub async fn cancelled(&self) {
+        self.lease.lost().await;
+    }
+
+    /// `true` once the signal has fired (checked against the deadline now).
+    pub fn is_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+
+    /// Why it fired, once it has.
+    pub fn reason(&self) -> Option<LostReason> {
+        self.lease.check().err()
+    }
+
+    /// The instant the signal fires unless an extension is confirmed first: the validity
+    /// deadline less the lost margin.
+    pub fn deadline(&self) -> Instant {
+        self.lease.lost_at()
+    }
+
+    /// Completes when the signal fires, with the error that work stopped by it returns:
+    /// [`LockError::Lost`] with the resource and the reason. Cancel-safe; owns the signal.
+    pub async fn into_error(self) -> LockError {
+        self.lease.lost().await;
+        LockError::Lost {
+            resource: self.lease.resource.clone(),
+            reason: self.reason().unwrap_or(LostReason::Expired),
+        }
+    }
+}
+
+impl IntoFuture for LostSignal {
+    type Output = ();
+    type IntoFuture = LostFuture;
+
+    /// The signal as a future that owns it: `guard.lost().await`, or `() = guard.lost()` in
+    /// `tokio::select!`, without a binding that outlives the statement.
+    fn into_future(self) -> LostFuture {
+        LostFuture {
+            inner: Box::pin(async move { self.lease.lost().await }),
+        }
+    }
+}
+
+/// The future of an awaited [`LostSignal`]: completes as soon as the lock can no longer be
+/// trusted. Cancel-safe; owns the signal, so it is `'static` and can be spawned or stored.
+#[must_use = "futures do nothing unless polled"]
+pub struct LostFuture {
+    inner: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Future for LostFuture {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.inner.as_mut().poll(cx)
+    }
+}
+
+impl std::fmt::Debug for LostFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LostFuture").finish_non_exhaustive()
+    }
+}
+
+/// A cheap, cloneable view of a held lock — resource, fencing token, validity, lost signal —
+/// to pass to the work the lock guards (e.g. the fencing token to storage). It does not own
+/// the lock: the [`LockGuard`](crate::LockGuard) does.
+#[derive(Debug, Clone)]
+pub struct LockInfo {
+    lease: Arc<Lease>,
+}
+
+impl LockInfo {
+    pub(crate) fn new(lease: Arc<Lease>) -> Self {
+        Self { lease }
+    }
+
+    /// The locked resource.
+    pub fn resource(&self) -> &str {
+        &self.lease.resource
+    }
+
+    /// The fencing token, if the lock was taken with
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing): strictly greater than every
+    /// earlier holder's. Pass it to storage, which must refuse writes with a token lower than
+    /// one it has seen.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lease.fencing_token
+    }
+
+    /// The mode the lock is held in; `None` for the plain exclusive lock.
+    pub fn mode(&self) -> Option<Mode> {
+        self.lease.mode
+    }
+
+    /// The monotonic instant the lock stops being valid (moved forward by extensions).
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// Validity left now; zero once expired.
+    pub fn remaining_validity(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// The lost signal.
+    pub fn lost(&self) -> LostSignal {
+        LostSignal::new(Arc::clone(&self.lease))
+    }
+}

@@ -1,0 +1,192 @@
+//! Leases: what a holder knows about its lock, shared by its guard, its public views
+//! ([`LockInfo`], [`LostSignal`]), the ledger of held leases (with reentrancy), extension and
+//! the auto-extension driver.
+
+mod extend;
+mod info;
+mod ledger;
+mod reentrant;
+mod watchdog;
+
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::LostReason;
+use crate::keys::ResourceKeys;
+use crate::mode::Mode;
+use crate::options::LockOptions;
+use crate::token::Token;
+
+pub(crate) use extend::extend;
+pub use info::{LockInfo, LostFuture, LostSignal};
+pub(crate) use ledger::{Finish, Ledger};
+pub use reentrant::Scoped;
+pub(crate) use reentrant::{find as find_reentry, scope};
+
+/// Auto-extension settings of one lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AutoExtend {
+    pub(crate) fraction: f64,
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) max_extensions: Option<u32>,
+}
+
+/// What a holder knows about its lock.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) id: u64,
+    pub(crate) resource: String,
+    /// The lock key and its bookkeeping keys.
+    pub(crate) keys: ResourceKeys,
+    pub(crate) token: Token,
+    /// The mode it is held in; `None` for the plain exclusive lock.
+    pub(crate) mode: Option<Mode>,
+    /// A mode request's waiter marker (empty for the plain lock): its release removes the
+    /// request's waiter entries.
+    pub(crate) marker: String,
+    /// The ttl sent at acquisition (and by default at each extension).
+    pub(crate) ttl: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) lost_margin: Duration,
+    pub(crate) fencing_token: Option<u64>,
+    pub(crate) auto_extend: Option<AutoExtend>,
+    /// Whether code in its scope may re-enter it ([`reentrant`]).
+    pub(crate) reentrant: bool,
+    /// When the attempt that took it started (monotonic clock).
+    pub(crate) acquired_at: Instant,
+    /// How long the key had been busy without a window for foreign clients when it was
+    /// granted (the longest streak a granting node reported; see `keys::busy`).
+    pub(crate) busy_at_grant: Duration,
+    /// Guards sharing this lease (re-entries + 1); 0 once the last is done.
+    pub(crate) holds: AtomicUsize,
+    /// The monotonic instant the lock stops being valid; moved forward by extensions.
+    valid_until: watch::Sender<Instant>,
+    lost: CancellationToken,
+    reason: OnceLock<LostReason>,
+}
+
+/// What a successful attempt establishes (Redlock steps 3–4, and the fencing round).
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// When the attempt started (monotonic clock, read before the first `SET`).
+    pub(crate) started: Instant,
+    /// start + ttl − drift.
+    pub(crate) valid_until: Instant,
+    pub(crate) fencing_token: Option<u64>,
+    /// A mode request's waiter marker (empty for the plain lock).
+    pub(crate) marker: String,
+    /// The longest streak of hand-overs a granting node reported ([`Lease::busy_at_grant`]).
+    pub(crate) busy: Duration,
+}
+
+impl Lease {
+    /// The lease of `grant`, taken with `options`, as lease `id` of its handle.
+    pub(crate) fn new(
+        id: u64,
+        resource: &str,
+        keys: ResourceKeys,
+        token: Token,
+        grant: Grant,
+        options: &LockOptions,
+    ) -> Self {
+        let acquired_at = grant.started;
+        let auto_extend = options.get_auto_extend().then(|| AutoExtend {
+            fraction: options.get_extend_fraction(),
+            // A cap too far for the clock (`Duration::MAX`) is no cap.
+            hold_until: options
+                .get_max_hold()
+                .and_then(|max| acquired_at.checked_add(max)),
+            max_extensions: options.get_max_extensions(),
+        });
+        Self {
+            id,
+            resource: resource.to_owned(),
+            keys,
+            token,
+            mode: options.get_mode(),
+            marker: grant.marker,
+            ttl: options.sent_ttl(),
+            drift_factor: options.get_drift_factor(),
+            lost_margin: options.get_lost_margin(),
+            fencing_token: grant.fencing_token,
+            auto_extend,
+            reentrant: options.get_reentrant(),
+            acquired_at,
+            busy_at_grant: grant.busy,
+            holds: AtomicUsize::new(1),
+            valid_until: watch::Sender::new(grant.valid_until),
+            lost: CancellationToken::new(),
+            reason: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self.valid_until.borrow()
+    }
+
+    /// How long the key has been busy without a window for foreign clients, by this
+    /// holder's count: the streak when it was granted, plus its hold so far.
+    pub(crate) fn busy(&self) -> Duration {
+        self.busy_at_grant
+            .saturating_add(self.acquired_at.elapsed())
+    }
+
+    /// When the lost signal fires unless an extension is confirmed first.
+    pub(crate) fn lost_at(&self) -> Instant {
+        self.valid_until() - self.lost_margin
+    }
+
+    /// Moves the validity forward (never back) after a confirmed extension.
+    pub(crate) fn extend_to(&self, until: Instant) {
+        self.valid_until.send_if_modified(|current| {
+            let later = until > *current;
+            if later {
+                *current = until;
+            }
+            later
+        });
+    }
+
+    /// Fires the lost signal; the first reason given is kept.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let _first = self.reason.set(reason);
+        self.lost.cancel();
+    }
+
+    /// `Err(reason)` once the lock can no longer be trusted: the signal fired, or the lost
+    /// deadline has passed (which fires it now).
+    pub(crate) fn check(&self) -> Result<(), LostReason> {
+        if !self.lost.is_cancelled() && Instant::now() >= self.lost_at() {
+            self.mark_lost(LostReason::Expired);
+        }
+        if self.lost.is_cancelled() {
+            return Err(self.reason.get().cloned().unwrap_or(LostReason::Expired));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.check().is_err()
+    }
+
+    /// Completes once the lock can no longer be trusted.
+    pub(crate) async fn lost(&self) {
+        let mut validity = self.valid_until.subscribe();
+        loop {
+            if self.is_lost() {
+                return;
+            }
+            let deadline = *validity.borrow_and_update() - self.lost_margin;
+            tokio::select! {
+                () = self.lost.cancelled() => return,
+                () = tokio::time::sleep_until(deadline.into()) => {}
+                // The sender lives in `self`, so this only reports a moved deadline.
+                _ = validity.changed() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,307 @@
+//! The masters: the N independent nodes, the quorum, the per-node time limit and the
+//! quarantine, and the one round every step of the algorithm runs on them (acquisition,
+//! fencing, extension, release): a call to every node at once, decided at quorum, stopping as
+//! soon as a majority agreed or can no longer agree (distlock spec, steps 2–3; node-redlock's
+//! early return).
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use crate::error::InvalidInput;
+use crate::node::Node;
+use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
+use crate::timing;
+
+/// The N independent masters a lock is taken on, and what every round on them needs.
+pub(crate) struct Masters {
+    pub(crate) nodes: Vec<Node>,
+    /// Nodes that must agree: `N / 2 + 1` ([`timing::quorum`]).
+    pub(crate) quorum: usize,
+    /// Confirmations a fencing token needs ([`timing::fencing_quorum`]).
+    pub(crate) fencing_quorum: usize,
+    /// The longest wait for one node in a round.
+    pub(crate) node_timeout: Duration,
+    /// Restarted nodes grant nothing for this long
+    /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)); zero when off.
+    quarantine: Duration,
+    /// The minimum `uptime_in_seconds` the acquire scripts require (0: none): the quarantine
+    /// rounded up to whole seconds, plus one, because Redis computes that uptime from
+    /// whole-second timestamps (a reported 1 may mean a few milliseconds).
+    pub(crate) quarantine_s: u64,
+}
+
+impl Masters {
+    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, quarantine: Duration) -> Self {
+        Self {
+            quorum: timing::quorum(nodes.len()),
+            fencing_quorum: timing::fencing_quorum(nodes.len()),
+            nodes,
+            node_timeout,
+            quarantine,
+            quarantine_s: if quarantine.is_zero() {
+                0
+            } else {
+                quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1
+            },
+        }
+    }
+
+    /// N.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Refuses a ttl the node quarantine does not cover (see
+    /// [`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
+    pub(crate) fn check_quarantine(&self, ttl: Duration) -> Result<(), InvalidInput> {
+        let quarantine = self.quarantine;
+        if quarantine.is_zero() || ttl <= quarantine {
+            return Ok(());
+        }
+        Err(InvalidInput::TtlAboveQuarantine { ttl, quarantine })
+    }
+
+    /// One round: `call` on every node at once, within `limit` for the whole round, decided
+    /// when `needed` nodes voted [`NodeVote::Acquired`] or as `stop` says ([`decide`]).
+    pub(crate) async fn round<'a, T, F, Fut>(
+        &'a self,
+        needed: usize,
+        limit: Duration,
+        stop: Stop,
+        call: F,
+    ) -> Tally<T>
+    where
+        F: Fn(&'a Node) -> Fut,
+        Fut: Future<Output = (NodeVote, T)>,
+    {
+        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
+            let answer = call(node);
+            async move {
+                let (vote, datum) = answer.await;
+                (i, vote, datum)
+            }
+        });
+        decide(self.nodes.len(), needed, limit, stop, calls).await
+    }
+
+    /// A round's votes with their nodes' labels.
+    pub(crate) fn outcomes(&self, votes: Vec<NodeVote>) -> Outcomes {
+        Outcomes::new(
+            self.nodes
+                .iter()
+                .zip(votes)
+                .map(|(node, vote)| NodeOutcome {
+                    node: node.label.clone(),
+                    vote,
+                })
+                .collect(),
+        )
+    }
+}
+
+/// One round's answers, as far as they were awaited.
+pub(crate) struct Tally<T> {
+    /// Each node's vote; [`NodeVote::Undecided`] if the round was decided before it answered.
+    pub(crate) votes: Vec<NodeVote>,
+    /// Each answering node's extra datum (e.g. a fencing counter).
+    pub(crate) counters: Vec<Option<T>>,
+    /// Nodes that voted [`NodeVote::Acquired`].
+    pub(crate) granted: usize,
+    /// Nodes that voted [`NodeVote::Held`].
+    pub(crate) refused: usize,
+}
+
+/// When a round may stop before every node has answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// As soon as enough granted, or too many did not for that to be possible:
+    /// acquisition, extension, fencing.
+    AtDecision,
+    /// As soon as enough granted; otherwise every node is awaited so that the report says
+    /// exactly what each did: release.
+    AtQuorum,
+}
+
+/// Awaits `calls` (one per node, yielding `(node index, vote, datum)`) within one time limit
+/// for the whole round, until `needed` nodes granted, or the round is decided by `stop`. Nodes that have not answered
+/// when the limit passes vote [`NodeVote::Failed`] with [`NodeError::Timeout`]; nodes left
+/// unawaited after an early decision stay [`NodeVote::Undecided`].
+///
+/// One timer per round, not one per command. Calls still running are dropped, but their
+/// commands were already handed to the node's client on the first poll: they land anyway,
+/// which every caller accounts for (a failed attempt releases on every node, in order after
+/// its `SET` on the same connection). A release's calls run in tasks of their own
+/// (`Node::eval_release`), so that a `NOSCRIPT` answered
+/// after the decision is still followed by its `EVAL`.
+pub(crate) async fn decide<T, F>(
+    n: usize,
+    needed: usize,
+    limit: Duration,
+    stop: Stop,
+    calls: impl IntoIterator<Item = F>,
+) -> Tally<T>
+where
+    F: Future<Output = (usize, NodeVote, T)>,
+{
+    let mut pending: FuturesUnordered<F> = calls.into_iter().collect();
+    let mut tally = Tally {
+        votes: vec![NodeVote::Undecided; n],
+        counters: (0..n).map(|_| None).collect(),
+        granted: 0,
+        refused: 0,
+    };
+    let timer = tokio::time::sleep(limit);
+    tokio::pin!(timer);
+    let mut against = 0;
+    loop {
+        let (i, vote, datum) = tokio::select! {
+            biased;
+            next = pending.next() => match next {
+                Some(answer) => answer,
+                None => break,
+            },
+            () = &mut timer => {
+                for vote in &mut tally.votes {
+                    if *vote == NodeVote::Undecided {
+                        *vote = NodeVote::Failed(NodeError::Timeout(limit));
+                    }
+                }
+                break;
+            }
+        };
+        match vote {
+            NodeVote::Acquired => tally.granted += 1,
+            NodeVote::Held => {
+                tally.refused += 1;
+                against += 1;
+            }
+            _ => against += 1,
+        }
+        if !matches!(vote, NodeVote::Failed(_)) {
+            tally.counters[i] = Some(datum);
+        }
+        tally.votes[i] = vote;
+        if tally.granted >= needed
+            || (stop == Stop::AtDecision && against > n.saturating_sub(needed))
+        {
+            break;
+        }
+    }
+    tally
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::{Future, pending, ready};
+    use std::pin::Pin;
+
+    use super::*;
+
+    type Call = Pin<Box<dyn Future<Output = (usize, NodeVote, u64)>>>;
+
+    /// Node `i` answers `vote` at once, or never (`None`).
+    fn calls(votes: Vec<Option<NodeVote>>) -> Vec<Call> {
+        votes
+            .into_iter()
+            .enumerate()
+            .map(|(i, vote)| -> Call {
+                match vote {
+                    Some(vote) => Box::pin(ready((i, vote, i as u64))),
+                    None => Box::pin(pending()),
+                }
+            })
+            .collect()
+    }
+
+    const LIMIT: Duration = Duration::from_millis(20);
+    const YES: Option<NodeVote> = Some(NodeVote::Acquired);
+    const NO: Option<NodeVote> = Some(NodeVote::Held);
+
+    #[tokio::test]
+    async fn a_round_stops_as_soon_as_a_quorum_granted() {
+        // Nodes 3 and 4 never answer: a quorum of 3 of 5 is enough, no timeout is waited for.
+        let started = std::time::Instant::now();
+        let tally = decide(
+            5,
+            3,
+            Duration::from_secs(30),
+            Stop::AtDecision,
+            calls(vec![YES, NO, YES, YES, None]),
+        )
+        .await;
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!((tally.granted, tally.refused), (3, 1));
+        assert_eq!(tally.votes[4], NodeVote::Undecided);
+        assert_eq!(tally.counters[2], Some(2));
+        assert_eq!(tally.counters[4], None);
+    }
+
+    #[tokio::test]
+    async fn a_round_stops_once_a_quorum_is_out_of_reach() {
+        // 3 refusals of 5: 3 grants are no longer possible.
+        let tally = decide(
+            5,
+            3,
+            Duration::from_secs(30),
+            Stop::AtDecision,
+            calls(vec![NO, NO, None, NO, None]),
+        )
+        .await;
+        assert_eq!((tally.granted, tally.refused), (0, 3));
+        // Two refusals are not enough to decide: it waits for the limit.
+        let tally = decide(
+            5,
+            3,
+            LIMIT,
+            Stop::AtDecision,
+            calls(vec![NO, NO, YES, None, None]),
+        )
+        .await;
+        assert_eq!((tally.granted, tally.refused), (1, 2));
+        assert_eq!(tally.votes[3], NodeVote::Failed(NodeError::Timeout(LIMIT)));
+    }
+
+    #[tokio::test]
+    async fn a_release_round_waits_for_every_node_unless_a_quorum_granted() {
+        // At quorum: 3 refusals do not stop it, the timeout does, and every node's vote is
+        // known or timed out (none left undecided).
+        let tally = decide(
+            5,
+            3,
+            LIMIT,
+            Stop::AtQuorum,
+            calls(vec![NO, NO, NO, YES, None]),
+        )
+        .await;
+        assert_eq!((tally.granted, tally.refused), (1, 3));
+        assert!(tally.votes.iter().all(|v| *v != NodeVote::Undecided));
+    }
+
+    #[tokio::test]
+    async fn failures_count_against_and_keep_no_datum() {
+        let failed = Some(NodeVote::Failed(NodeError::Disconnected));
+        let tally = decide(
+            3,
+            2,
+            Duration::from_secs(30),
+            Stop::AtDecision,
+            calls(vec![failed.clone(), failed, None]),
+        )
+        .await;
+        assert_eq!((tally.granted, tally.refused), (0, 0));
+        assert_eq!(tally.counters, vec![None, None, None]);
+        // A fencing quorum (4 of 5) is out of reach after two refusals.
+        let tally = decide(
+            5,
+            4,
+            Duration::from_secs(30),
+            Stop::AtDecision,
+            calls(vec![YES, NO, YES, NO, None]),
+        )
+        .await;
+        assert_eq!((tally.granted, tally.refused), (2, 2));
+    }
+}

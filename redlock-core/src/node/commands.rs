@@ -1,0 +1,508 @@
+//! The typed per-node commands: one acquire request (plain, queued waiter or mode), release,
+//! extension, the fencing write-back, leaving a queue, and the decoding of their replies.
+
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, KeysInterface};
+use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
+use rand::Rng;
+
+use super::Node;
+use super::scripts::{
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, RELEASE, RELEASE_HANDOVER,
+    RELEASE_MODE, Script,
+};
+use crate::keys::ResourceKeys;
+use crate::mode::Mode;
+use crate::outcome::{NodeError, NodeVote};
+
+/// How long a waiter queue outlives its last enqueue, in ms: waiters refresh it at every
+/// attempt, so this only bounds how long the entries of waiters that died linger. Also how long
+/// a streak's start ([`keys::busy`](crate::keys)) outlives the hand-over that wrote it.
+pub(crate) const QUEUE_TTL_MS: u64 = 30_000;
+
+/// One acquisition's identity as a waiter, drawn once for all its attempts.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    /// `~` and a random id: its member in the queue of plain waiters, the value of a key
+    /// reserved for it, the field of a mode request's waiter entry.
+    pub(crate) marker: String,
+    /// When it started, in ms since the Unix epoch: its rank among waiters, the same on every
+    /// node.
+    pub(crate) score_ms: i64,
+}
+
+impl Waiter {
+    /// A new identity, ranked by the wall clock now.
+    pub(crate) fn draw() -> Self {
+        let score_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        Self {
+            marker: format!("~{:016x}", rand::rng().random::<u64>()),
+            score_ms,
+        }
+    }
+}
+
+/// One request in a mode: what every node's [`ACQUIRE_MODE`] needs beyond keys and token.
+#[derive(Debug)]
+pub(crate) struct ModeRequest<'a> {
+    pub(crate) mode: Mode,
+    /// The modes compatible with `mode`, space-separated.
+    compatible: String,
+    pub(crate) waiter: &'a Waiter,
+    /// How long the waiter entry outlives the attempt that wrote it, in ms.
+    intent_ttl_ms: u64,
+}
+
+impl<'a> ModeRequest<'a> {
+    pub(crate) fn new(mode: Mode, waiter: &'a Waiter, intent_ttl_ms: u64) -> Self {
+        Self {
+            mode,
+            compatible: mode.compatible_list(),
+            waiter,
+            intent_ttl_ms,
+        }
+    }
+}
+
+/// How an attempt asks a node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AcquireKind<'a> {
+    /// A plain attempt (`SET NX`).
+    Plain,
+    /// A plain attempt by a queued waiter ([`ACQUIRE_QUEUED`]).
+    Queued(&'a Waiter),
+    /// A request in a lock mode ([`ACQUIRE_MODE`]).
+    Mode(&'a ModeRequest<'a>),
+}
+
+/// One attempt's request to every node (Redlock step 2).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AcquireRequest<'a> {
+    pub(crate) keys: &'a ResourceKeys,
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    pub(crate) kind: AcquireKind<'a>,
+    /// Read the fencing counter too.
+    pub(crate) fencing: bool,
+    /// The minimum uptime in seconds a node needs to vote (0: none; the quarantine check in
+    /// [`scripts`](super::scripts)).
+    pub(crate) quarantine_s: u64,
+    /// Windows for foreign clients may open: a plain attempt also looks at the window.
+    pub(crate) windowed: bool,
+}
+
+/// One node's answer to an acquisition.
+#[derive(Debug)]
+pub(crate) struct AcquireReply {
+    pub(crate) vote: NodeVote,
+    /// The fencing counter read (0 when not asked for).
+    pub(crate) counter: u64,
+    /// When granted, how long the key has been busy without a window for foreign clients, in
+    /// ms of the node's clock (0 when no streak is running, or for a mode lock).
+    pub(crate) busy_ms: u64,
+}
+
+impl AcquireReply {
+    /// A vote with nothing read.
+    fn vote(vote: NodeVote) -> Self {
+        Self {
+            vote,
+            counter: 0,
+            busy_ms: 0,
+        }
+    }
+}
+
+/// How a release hands the key over to a queued waiter (hand-over on).
+#[derive(Debug, Clone)]
+pub(crate) struct Handover {
+    /// How long the key stays reserved for the named waiter, in ms.
+    pub(crate) grace_ms: u64,
+    /// The window for foreign clients, in ms (0: never open one, and keep no streak).
+    pub(crate) window_ms: u64,
+    /// The releasing holder found the streak long enough: open a window if a waiter is
+    /// queued, instead of handing over.
+    pub(crate) window_due: bool,
+    /// How long the key has been busy without a window, by the releasing holder's count
+    /// (the streak it read when granted, plus its hold), in ms.
+    pub(crate) busy_ms: u64,
+}
+
+/// What a release removes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Releasing<'a> {
+    /// A failed attempt's grants (`mode`: made in a lock mode): nothing is handed over, and a
+    /// mode request keeps its waiter entry (its place among the waiters).
+    Attempt { mode: bool },
+    /// A holder's lock, with its mode request's waiter marker (empty for the plain lock).
+    Holder { mode: bool, marker: &'a str },
+}
+
+/// A ttl, a grace or any other count of milliseconds or seconds as a command argument.
+fn int_arg(value: u64) -> Value {
+    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
+}
+
+impl Node {
+    /// One node's vote for `request` (Redlock step 2 on one node). The command is chosen
+    /// here: a typed `SET NX PX` when nothing else is needed; with windows for foreign
+    /// clients, the typed `SET` followed by the window and streak reads; a script when the
+    /// fencing counter is read or the quarantine is on; the queued waiter's and the mode
+    /// request's scripts for those.
+    pub(crate) async fn acquire(&self, request: &AcquireRequest<'_>) -> AcquireReply {
+        let AcquireRequest {
+            keys,
+            token,
+            ttl_ms,
+            kind,
+            fencing,
+            quarantine_s,
+            windowed,
+        } = *request;
+        let fence = fencing.then_some(keys.fencing.as_str());
+        match kind {
+            AcquireKind::Mode(mode) => {
+                let args = [
+                    Value::from(token),
+                    Value::from(mode.mode.as_str()),
+                    int_arg(ttl_ms),
+                    Value::from(mode.waiter.marker.as_str()),
+                    int_arg(mode.intent_ttl_ms),
+                    Value::from(mode.compatible.as_str()),
+                    Value::Integer(mode.waiter.score_ms),
+                    int_arg(quarantine_s),
+                ];
+                let script_keys = [keys.lock.as_str(), keys.window.as_str()];
+                self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
+                    .await
+            }
+            AcquireKind::Queued(waiter) => {
+                let args = [
+                    Value::from(token),
+                    int_arg(ttl_ms),
+                    Value::from(waiter.marker.as_str()),
+                    Value::Integer(waiter.score_ms),
+                    int_arg(QUEUE_TTL_MS),
+                    int_arg(quarantine_s),
+                ];
+                let script_keys = [
+                    keys.lock.as_str(),
+                    keys.waiters.as_str(),
+                    keys.window.as_str(),
+                    keys.busy.as_str(),
+                ];
+                self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
+                    .await
+            }
+            AcquireKind::Plain if fencing || quarantine_s > 0 => {
+                let args = [Value::from(token), int_arg(ttl_ms), int_arg(quarantine_s)];
+                let script_keys = [keys.lock.as_str(), keys.window.as_str(), keys.busy.as_str()];
+                self.acquire_script(&ACQUIRE, &script_keys, fence, &args)
+                    .await
+            }
+            AcquireKind::Plain if windowed => {
+                self.set_nx_outside_windows(keys, token, ttl_ms).await
+            }
+            AcquireKind::Plain => AcquireReply::vote(self.set_nx(&keys.lock, token, ttl_ms).await),
+        }
+    }
+
+    /// `SET key token NX PX ttl`.
+    ///
+    /// Sent as fred's typed `SET`, not a custom command: fred flushes the socket after every
+    /// custom command and every `EVAL`/`EVALSHA` (`CommandKind::should_flush`), but lets typed
+    /// commands from concurrent lockers share one write.
+    async fn set_nx(&self, key: &str, token: &str, ttl_ms: u64) -> NodeVote {
+        let expire = Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let reply = self
+            .client
+            .with_options(super::call_options())
+            .set::<Value, _, _>(key, token, Some(expire), Some(SetOptions::NX), false)
+            .await;
+        match reply {
+            Ok(Value::Null) => NodeVote::Held,
+            Ok(_) => NodeVote::Acquired,
+            Err(e) => NodeVote::Failed(NodeError::from_fred(e)),
+        }
+    }
+
+    /// [`set_nx`](Self::set_nx) that refuses while the resource's window for foreign clients
+    /// is open, and reads the streak of hand-overs as the scripts do: `SET NX PX`, then
+    /// `EXISTS window`, `GET busy` and `TIME` on the same connection, all typed, so fred sends
+    /// them in one write, in that order, and the node runs them in that order. A `SET` granted
+    /// while the window was open finds the window still there (a window opens only as a
+    /// holder's key is deleted, so it was there before the `SET`): the vote is
+    /// [`NodeVote::Held`], and the key (ours for one round trip) goes with the attempt's
+    /// clean-up, or with the lock if a quorum of other nodes granted it. A window or streak
+    /// that cannot be read (ACL) counts as closed or absent. Cheaper than a script
+    /// ([`ACQUIRE`]): fred flushes the socket after every script, but batches typed commands
+    /// across concurrent lockers.
+    async fn set_nx_outside_windows(
+        &self,
+        keys: &ResourceKeys,
+        token: &str,
+        ttl_ms: u64,
+    ) -> AcquireReply {
+        let client = self.client.with_options(super::call_options());
+        let expire = Expiration::PX(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+        let set = client.set::<Value, _, _>(
+            keys.lock.as_str(),
+            token,
+            Some(expire),
+            Some(SetOptions::NX),
+            false,
+        );
+        let open = client.exists::<i64, _>(keys.window.as_str());
+        let started = client.get::<Option<i64>, _>(keys.busy.as_str());
+        let time = CustomCommand::new_static("TIME", ClusterHash::Random, false);
+        let now = client.custom::<Vec<i64>, Value>(time, Vec::new());
+        // Polled in this order: the `SET` is queued first.
+        let (set, open, started, now) = tokio::join!(set, open, started, now);
+        let vote = match set {
+            Ok(Value::Null) => NodeVote::Held,
+            Ok(_) if matches!(open, Ok(n) if n > 0) => NodeVote::Held,
+            Ok(_) => NodeVote::Acquired,
+            Err(e) => NodeVote::Failed(NodeError::from_fred(e)),
+        };
+        let busy_ms = match (started, now.as_deref()) {
+            (Ok(Some(started)), Ok([secs, micros])) => {
+                let now_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+                u64::try_from(now_ms.saturating_sub(started)).unwrap_or(0)
+            }
+            _ => 0,
+        };
+        AcquireReply {
+            vote,
+            counter: 0,
+            busy_ms,
+        }
+    }
+
+    /// Runs an acquire script on `keys`, followed by the fencing counter's key when given, and
+    /// reads its `{1 | 0 | -1, counter[, busy]}` reply.
+    async fn acquire_script(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        fence_key: Option<&str>,
+        args: &[Value],
+    ) -> AcquireReply {
+        let mut all = keys.to_vec();
+        all.extend(fence_key);
+        acquire_reply(self.eval(script, &all, args).await)
+    }
+
+    /// Releases `token`'s lock on one node, run to completion within `limit`
+    /// ([`Node::eval_release`]): compare-and-delete ([`RELEASE`]); with `handover`, a holder's
+    /// plain key goes to the longest queued waiter, or opens a window for foreign clients
+    /// ([`RELEASE_HANDOVER`]); a lock in a mode removes only its own entry and wakes the
+    /// resource's waiters when hand-over is on ([`RELEASE_MODE`]). `Ok(true)` if our key (or
+    /// live entry) was there.
+    pub(crate) async fn release(
+        &self,
+        keys: &ResourceKeys,
+        token: &str,
+        releasing: Releasing<'_>,
+        handover: Option<&Handover>,
+        limit: Duration,
+    ) -> Result<bool, NodeError> {
+        let key = keys.lock.as_str();
+        let reply = match (releasing, handover) {
+            (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {
+                let marker = match releasing {
+                    Releasing::Holder { marker, .. } => marker,
+                    Releasing::Attempt { .. } => "",
+                };
+                let channel = handover.map_or("", |_| keys.waiters.as_str());
+                let args = [
+                    Value::from(token),
+                    Value::from(channel),
+                    Value::from(marker),
+                ];
+                let script_keys: &[&str] = match handover {
+                    Some(_) => &[key, keys.waiters.as_str()],
+                    None => &[key],
+                };
+                self.eval_release(&RELEASE_MODE, script_keys, &args, limit)
+                    .await?
+            }
+            (Releasing::Holder { .. }, Some(h)) => {
+                let args = [
+                    Value::from(token),
+                    int_arg(h.grace_ms),
+                    Value::from(keys.waiters.as_str()),
+                    int_arg(h.window_ms),
+                    Value::from(if h.window_due { "1" } else { "0" }),
+                    int_arg(h.busy_ms),
+                    int_arg(QUEUE_TTL_MS),
+                ];
+                let script_keys = [
+                    key,
+                    keys.waiters.as_str(),
+                    keys.busy.as_str(),
+                    keys.window.as_str(),
+                ];
+                self.eval_release(&RELEASE_HANDOVER, &script_keys, &args, limit)
+                    .await?
+            }
+            _ => {
+                self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit)
+                    .await?
+            }
+        };
+        Ok(matches!(reply, Value::Integer(1)))
+    }
+
+    /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a
+    /// mode): [`NodeVote::Acquired`] if our key (or entry) got the new ttl,
+    /// [`NodeVote::Held`] if it is gone, expired or another holder's.
+    pub(crate) async fn extend(&self, key: &str, token: &str, ttl_ms: u64, mode: bool) -> NodeVote {
+        let args = [Value::from(token), int_arg(ttl_ms)];
+        let script = if mode { &EXTEND_MODE } else { &EXTEND };
+        match self.eval(script, &[key], &args).await {
+            Ok(Value::Integer(1)) => NodeVote::Acquired,
+            Ok(_) => NodeVote::Held,
+            Err(e) => NodeVote::Failed(e),
+        }
+    }
+
+    /// Raises the resource's fencing counter to `value` if lower ([`FENCE`]).
+    /// [`NodeVote::Acquired`] if the node raised it (confirmed); otherwise
+    /// [`NodeVote::Held`]. Either way with the counter as it was (`u64::MAX` if it is larger).
+    pub(crate) async fn fence(&self, keys: &ResourceKeys, value: u64) -> (NodeVote, u64) {
+        let args = [Value::from(value.to_string())];
+        let script_keys = [keys.fencing.as_str(), keys.legacy_fencing.as_str()];
+        match self.eval(&FENCE, &script_keys, &args).await {
+            Ok(reply) => match fence_reply(&reply) {
+                Some((true, before)) => (NodeVote::Acquired, before),
+                Some((false, before)) => (NodeVote::Held, before),
+                None => (
+                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                        "to the fence script: {reply:?}"
+                    ))),
+                    0,
+                ),
+            },
+            Err(e) => (NodeVote::Failed(e), 0),
+        }
+    }
+
+    /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain
+    /// waiters, or, for a mode request (`mode`), its waiter's entry in the holders' hash. A key
+    /// holding a plain lock answers `HDEL` with `WRONGTYPE`: that request never wrote an entry
+    /// there.
+    pub(crate) async fn leave(
+        &self,
+        keys: &ResourceKeys,
+        marker: &str,
+        mode: bool,
+    ) -> Result<(), NodeError> {
+        let (command, key) = if mode {
+            ("HDEL", keys.lock.as_str())
+        } else {
+            ("ZREM", keys.waiters.as_str())
+        };
+        match self
+            .call(command, vec![Value::from(key), Value::from(marker)])
+            .await
+        {
+            Err(NodeError::Reply(error)) if error.details().starts_with("WRONGTYPE") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+}
+
+/// The `{1 | 0 | -1, counter[, busy]}` reply of the acquire scripts.
+fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
+    match reply {
+        Ok(Value::Array(reply)) => {
+            let counter = reply.get(1).and_then(counter).unwrap_or(0);
+            let busy_ms = reply.get(2).and_then(self::counter).unwrap_or(0);
+            let vote = match reply.first() {
+                Some(Value::Integer(1)) => NodeVote::Acquired,
+                Some(Value::Integer(-1)) => {
+                    return AcquireReply::vote(NodeVote::Failed(NodeError::Quarantined));
+                }
+                _ => NodeVote::Held,
+            };
+            AcquireReply {
+                vote,
+                counter,
+                busy_ms,
+            }
+        }
+        Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::UnexpectedReply(format!(
+            "to an acquire script: {other:?}"
+        )))),
+        Err(e) => AcquireReply::vote(NodeVote::Failed(e)),
+    }
+}
+
+/// A fencing counter from a script reply (an integer, or its decimal string).
+/// Decimal strings above `u64::MAX` (only a foreign legacy key can hold one) saturate.
+fn counter(value: &Value) -> Option<u64> {
+    let digits = |text: &str| -> Option<u64> {
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            Some(text.parse().unwrap_or(u64::MAX))
+        } else {
+            None
+        }
+    };
+    match value {
+        Value::Integer(i) => u64::try_from(*i).ok(),
+        Value::String(s) => digits(s),
+        Value::Bytes(b) => digits(std::str::from_utf8(b).ok()?),
+        _ => None,
+    }
+}
+
+/// The [`FENCE`] script's `{raised, before}`.
+fn fence_reply(reply: &Value) -> Option<(bool, u64)> {
+    match reply {
+        Value::Array(parts) => match parts.as_slice() {
+            [raised, before] => Some((raised.as_i64()? == 1, counter(before)?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_replies_decode_votes_counters_and_streaks() {
+        let reply = |parts: Vec<Value>| acquire_reply(Ok(Value::Array(parts)));
+        let granted = reply(vec![
+            1.into(),
+            Value::from("18446744073709551616"),
+            7.into(),
+        ]);
+        assert_eq!(granted.vote, NodeVote::Acquired);
+        assert_eq!((granted.counter, granted.busy_ms), (u64::MAX, 7));
+        assert_eq!(reply(vec![0.into(), 5.into()]).vote, NodeVote::Held);
+        let quarantined = reply(vec![(-1).into(), 5.into()]);
+        assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
+        assert_eq!(quarantined.counter, 0);
+        assert!(matches!(
+            acquire_reply(Ok(Value::from("OK"))).vote,
+            NodeVote::Failed(NodeError::UnexpectedReply(_))
+        ));
+    }
+
+    #[test]
+    fn counters_are_decimal_and_never_negative() {
+        assert_eq!(counter(&Value::from("0042")), Some(42));
+        assert_eq!(counter(&Value::Integer(-1)), None);
+        assert_eq!(counter(&Value::from("-1")), None);
+        assert_eq!(counter(&Value::from("")), None);
+        assert_eq!(counter(&Value::from("12a")), None);
+        let fenced = Value::Array(vec![1.into(), Value::from("9")]);
+        assert_eq!(fence_reply(&fenced), Some((true, 9)));
+        assert_eq!(fence_reply(&Value::Array(vec![1.into()])), None);
+    }
+}

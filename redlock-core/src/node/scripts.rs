@@ -1,0 +1,422 @@
+//! Every Lua script the lock runs on a node, in one place, and the layouts they keep.
+//!
+//! A plain lock is a string at the lock key holding its holder's token (`SET NX PX`). Its
+//! bookkeeping keys follow it ([`keys`](crate::keys)): the waiter queue (a sorted set scored by
+//! wait start, also the hand-over channel), the fencing counter, the streak start and the
+//! window for foreign clients.
+//!
+//! A resource held in modes is a hash at the resource's key: one field per holder (its token),
+//! valued `"<MODE> <expiry>"`, and one field per waiter that was refused (its marker, `~…`),
+//! valued `"<MODE> <expiry> <since>"`. Expiries are absolute milliseconds of the node's clock
+//! (`TIME`): Redis 7.0 has no per-field ttl, so each script drops the expired entries it reads,
+//! and keeps the key's own expiry at the latest entry's, so the key disappears with its last
+//! holder even if nobody comes back. A string at the key is a plain holder (or a reservation
+//! for one of its waiters): it counts as exclusive, and since a string cannot carry other
+//! holders it refuses every mode, NL included.
+//!
+//! Waiters' entries bound writer starvation: a request is also refused by an incompatible
+//! waiter that started waiting before it (scores from the waiters' own clocks, the same on
+//! every node, so the order is one across nodes and the first waiter is never refused by
+//! another's entry). A stream of readers therefore cannot pass a waiting writer.
+//!
+//! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
+//! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
+//! opened; the named waiter attempts after it), or [`WAKE_ALL`].
+
+use std::sync::OnceLock;
+
+/// A Lua script and its SHA1, sent with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
+pub(crate) struct Script {
+    pub(crate) source: &'static str,
+    sha1: OnceLock<String>,
+}
+
+impl Script {
+    pub(crate) const fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            sha1: OnceLock::new(),
+        }
+    }
+
+    /// The SHA1 `EVALSHA` names the script by, computed once.
+    pub(crate) fn sha1(&self) -> &str {
+        self.sha1.get_or_init(|| fred::util::sha1_hash(self.source))
+    }
+}
+
+/// Compare-and-delete: delete the key only if it still holds our token (distlock spec, "Correct
+/// implementation with a single instance"). Returns 1 if deleted, 0 otherwise.
+///
+/// The plain scripts read the key with `pcall`: a key taken meanwhile by holders in a
+/// [`Mode`](crate::Mode) is a hash, whose `WRONGTYPE` error then compares unequal to any token.
+pub(crate) static RELEASE: Script = Script::new(
+    r#"if redis.pcall("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
+);
+
+/// Release with a fair hand-over: like [`RELEASE`], but if waiters are queued on this node
+/// (`KEYS[2]`, a sorted set scored by wait start), the key is not deleted: it is reserved for
+/// the longest waiter (value: its popped member, ttl `ARGV[2]` ms, the grace) and channel
+/// `ARGV[3]` is told `"<named> <next>"`, the named waiter and the one after it (empty if
+/// none). A reservation blocks every `SET NX`; only the named waiter's [`ACQUIRE_QUEUED`]
+/// takes it, so a releasing holder cannot re-grab the lock ahead of the waiters. Returns 1 if
+/// our key was there, 0 otherwise. With no waiter queued it is `RELEASE`, and publishes `"*"`
+/// ([`WAKE_ALL`]): requests in a [`Mode`](crate::Mode) refused by
+/// this key could not queue here (a string has no room for their entries), and are woken to
+/// attempt.
+///
+/// Windows for foreign clients, when `ARGV[4]` (the window, in ms) is above zero: hand-overs
+/// would keep the key busy as long as our waiters keep coming, and a foreign client that polls
+/// (node-redlock, redis-py, a plain `SET NX`) would never find it free. So when the releasing
+/// holder found the streak long enough (`ARGV[5]` is `"1"`, decided by the client so that every
+/// node decides alike), a release that finds a waiter deletes the key instead, and sets the
+/// window marker `KEYS[4]` for `ARGV[4]` ms, which every acquire script of ours respects: the
+/// key is free for foreign clients only. It tells the channel `"<named> <next> <window>"`: the
+/// named waiter attempts when the window has passed. The streak's start (`KEYS[3]`, ms on this
+/// node's clock: now less `ARGV[6]`, the streak the releasing holder counted, or the start
+/// already there if earlier) is written at every hand-over (ttl `ARGV[7]` ms), deleted with a
+/// window, and cut to the window's length when the key is freed with nobody queued: a key that
+/// stays free that long starts a new streak. A release with nobody queued opens no window:
+/// the key is free for anyone at once (a long hold released with nobody waiting costs our
+/// next locker nothing). The queue and bookkeeping commands run under `pcall`, so an ACL user without
+/// `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
+/// or windows).
+pub(crate) static RELEASE_HANDOVER: Script = Script::new(
+    r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
+local window = tonumber(ARGV[4]) or 0
+local function started(before)
+  local clock = redis.pcall("time")
+  if type(clock) ~= "table" or not clock[2] then return nil end
+  local since = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - (tonumber(ARGV[6]) or 0)
+  before = tonumber(before)
+  if before and before < since then return before end
+  return since
+end
+local head = redis.pcall("zpopmin", KEYS[2])
+if type(head) == "table" and head[1] then
+  local after = redis.pcall("zrange", KEYS[2], 0, 0)
+  local next = (type(after) == "table" and after[1]) or ""
+  if window > 0 and ARGV[5] == "1" then
+    local opened = redis.pcall("set", KEYS[4], head[1], "PX", window)
+    if type(opened) == "table" and opened.ok then
+      redis.call("del", KEYS[1])
+      redis.pcall("del", KEYS[3])
+      redis.pcall("publish", ARGV[3], head[1] .. " " .. next .. " " .. window)
+      return 1
+    end
+  end
+  redis.call("set", KEYS[1], head[1], "PX", ARGV[2])
+  if window > 0 then
+    local since = started(redis.pcall("get", KEYS[3]))
+    if since then redis.pcall("set", KEYS[3], since, "PX", ARGV[7]) end
+  end
+  redis.pcall("publish", ARGV[3], head[1] .. " " .. next)
+else
+  redis.call("del", KEYS[1])
+  if window > 0 then
+    local before = redis.pcall("get", KEYS[3])
+    local since = type(before) == "string" and started(before)
+    if since then redis.pcall("set", KEYS[3], since, "PX", window) end
+  end
+  redis.pcall("publish", ARGV[3], "*")
+end
+return 1"#,
+);
+
+/// The quarantine check that opens every acquire script: when `ARGV[q]` (a minimum uptime in
+/// seconds) is above zero and the node's `uptime_in_seconds` is below it, the node grants
+/// nothing and the script returns `{-1, 0}`. This is the distlock spec's "delayed restart"
+/// enforced by the node itself, atomically with the `SET`: a node restarted empty less than a
+/// max-ttl ago cannot give a second holder a vote that the first holder's key would have
+/// refused. `uptime_in_seconds` is a difference of whole-second timestamps, so the caller
+/// asks for one second more than the quarantine, and it never ends early.
+macro_rules! quarantine_check {
+    ($q:literal) => {
+        concat!(
+            "local q = tonumber(ARGV[",
+            $q,
+            r#"]) or 0
+if q > 0 and (tonumber(string.match(redis.call("info", "server"), "uptime_in_seconds:(%d+)")) or 0) < q then
+  return {-1, 0}
+end
+"#
+        )
+    };
+}
+
+/// How long, in ms of the node's clock, the key has been busy without a window for foreign
+/// clients, as `busy` (0 without a streak): read by every plain grant from the streak's start
+/// at `KEYS[$k]` ([`RELEASE_HANDOVER`]). Under `pcall`: without `TIME` or access to that key,
+/// 0.
+macro_rules! busy_read {
+    ($k:literal) => {
+        concat!(
+            r#"local busy = 0
+local started = redis.pcall("get", KEYS["#,
+            $k,
+            r#"])
+if type(started) == "string" then
+  local clock = redis.pcall("time")
+  if type(clock) == "table" and clock[2] then
+    busy = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000) - (tonumber(started) or 0)
+    if busy < 0 then busy = 0 end
+  end
+end
+"#
+        )
+    };
+}
+
+/// `1` if the window for foreign clients at `KEYS[$k]` is open ([`RELEASE_HANDOVER`]): every
+/// acquisition of ours refuses a free key while it is. Under `pcall` (without access to that
+/// key: no window).
+macro_rules! window_open {
+    ($k:literal) => {
+        concat!(r#"(redis.pcall("exists", KEYS["#, $k, r#"]) == 1)"#)
+    };
+}
+
+/// A waiter's attempt: take the key if it is free (and no window for foreign clients is open,
+/// `KEYS[3]`) or reserved for this waiter (`ARGV[3]`), and leave the queue; otherwise join the
+/// queue (`ZADD NX`, so a waiter keeps its place,
+/// scored by its wait start `ARGV[4]`) unless it already holds
+/// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
+/// `ARGV[5]` ms. Also reads
+/// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
+/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy}`, `busy` the streak read from
+/// `KEYS[4]` when granted ([`busy_read`]). The queue commands run under
+/// `pcall`: without them (ACL) it is a plain attempt.
+pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
+    quarantine_check!("6"),
+    r#"local cur = redis.pcall("get", KEYS[1])
+local fence = 0
+if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
+if cur == ARGV[3] or (not cur and not "#,
+    window_open!("3"),
+    r#") then
+  redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
+  redis.pcall("zrem", KEYS[2], ARGV[3])
+"#,
+    busy_read!("4"),
+    r#"  return {1, fence, busy}
+end
+if (tonumber(redis.pcall("zcard", KEYS[2])) or 0) < 1024 then
+  redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
+end
+redis.pcall("pexpire", KEYS[2], ARGV[5])
+return {0, fence, 0}"#
+));
+
+/// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
+/// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
+/// re-created, and a key is never shortened: a ttl below the key's remaining life leaves it
+/// as it is, so the validity its holder already counts on stays true. Returns 1 if the key
+/// holds our token (and now lives at least `ARGV[2]` ms), 0 otherwise.
+pub(crate) static EXTEND: Script = Script::new(
+    r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) end
+return 1"#,
+);
+
+/// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: refuse while a
+/// window for foreign clients is open (`KEYS[2]`, [`RELEASE_HANDOVER`]), read the streak of
+/// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
+/// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
+/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy}`.
+pub(crate) static ACQUIRE: Script = Script::new(concat!(
+    quarantine_check!("3"),
+    r#"local fence = 0
+if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
+if "#,
+    window_open!("2"),
+    r#" then return {0, fence, 0} end
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0} end
+"#,
+    busy_read!("3"),
+    r#"return {1, fence, busy}"#
+));
+
+/// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
+/// goes down), and returns `{1 | 0, before}`: 1 if it was raised (confirmed), and the counter
+/// as it was, at least the legacy counter `KEYS[2]` (0.1.0's key, read under `pcall`).
+///
+/// Counters are compared as decimal strings (length, then digits), never as Lua numbers:
+/// those are doubles, exact only below 2^53, and two claims above it would compare equal.
+/// Anything that is not a plain decimal (a foreign key of the legacy name holding a token or
+/// a hash) reads as 0.
+pub(crate) static FENCE: Script = Script::new(
+    r#"local function counter(v)
+  if type(v) ~= "string" or not string.match(v, "^%d+$") then return "0" end
+  local digits = string.match(v, "^0*(%d-)$")
+  if digits == "" then return "0" end
+  return digits
+end
+local function below(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+local cur = counter(redis.call("get", KEYS[1]))
+local legacy = counter(redis.pcall("get", KEYS[2]))
+if below(cur, legacy) then cur = legacy end
+if below(cur, ARGV[1]) then
+  redis.call("set", KEYS[1], ARGV[1])
+  return {1, cur}
+end
+return {0, cur}"#,
+);
+
+/// The node's clock in milliseconds, as `now` (the clock the per-holder expiries use).
+macro_rules! node_now {
+    () => {
+        r#"local clock = redis.call("time")
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+"#
+    };
+}
+
+/// Takes `KEYS[1]` in mode `ARGV[2]` for token `ARGV[1]` and `ARGV[3]` ms, if no live entry
+/// is incompatible with it: no holder whose mode is missing from `ARGV[6]` (the modes
+/// compatible with ours), and no waiter in such a mode with a score below ours (`ARGV[7]`,
+/// ties broken by marker). Refused, it records (or refreshes) this request's waiter entry
+/// `ARGV[4]` for `ARGV[5]` ms; granted, it leaves that entry in place, so that a grant by too
+/// few nodes, cleaned up, does not lose the request its place: the holder's release removes
+/// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
+/// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
+/// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
+/// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter}`.
+pub(crate) static ACQUIRE_MODE: Script = Script::new(concat!(
+    quarantine_check!("8"),
+    r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
+local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
+local fence = 0
+if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
+local kind = redis.call("type", key).ok
+if kind ~= "none" and kind ~= "hash" then return {0, fence} end
+if kind == "none" and "#,
+    window_open!("2"),
+    r#" then return {0, fence} end
+"#,
+    node_now!(),
+    r#"local entries = {}
+if kind == "hash" then entries = redis.call("hgetall", key) end
+local latest, refused = now, false
+for i = 1, #entries, 2 do
+  local field = entries[i]
+  local held, expiry, since = string.match(entries[i + 1], "^(%a%a) (%d+) ?(%d*)$")
+  expiry = tonumber(expiry) or 0
+  if expiry <= now then
+    redis.call("hdel", key, field)
+  else
+    if expiry > latest then latest = expiry end
+    if field ~= marker and not string.find(compatible, " " .. held .. " ", 1, true) then
+      if string.sub(field, 1, 1) ~= "~" then
+        refused = true
+      else
+        since = tonumber(since) or 0
+        if since < score or (since == score and field < marker) then refused = true end
+      end
+    end
+  end
+end
+local expiry, granted = now + tonumber(ARGV[3]), 1
+if refused then
+  expiry, granted = now + tonumber(ARGV[5]), 0
+  redis.call("hset", key, marker, mode .. " " .. expiry .. " " .. ARGV[7])
+else
+  redis.call("hset", key, token, mode .. " " .. expiry)
+end
+if expiry > latest then latest = expiry end
+redis.call("pexpireat", key, latest)
+return {granted, fence}"#
+));
+
+/// Gives token `ARGV[1]`'s entry a new expiry `ARGV[2]` ms from now, if it is there and has
+/// not expired; never re-creates it and never brings an expiry forward (as
+/// [`EXTEND`]). Returns 1 if the entry is held, 0 otherwise.
+pub(crate) static EXTEND_MODE: Script = Script::new(concat!(
+    r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
+local value = redis.call("hget", KEYS[1], ARGV[1])
+if not value then return 0 end
+"#,
+    node_now!(),
+    r#"local mode, expiry = string.match(value, "^(%a%a) (%d+)")
+if (tonumber(expiry) or 0) <= now then
+  redis.call("hdel", KEYS[1], ARGV[1])
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+if tonumber(expiry) < now + ttl then
+  redis.call("hset", KEYS[1], ARGV[1], mode .. " " .. (now + ttl))
+end
+if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpireat", KEYS[1], now + ttl) end
+return 1"#
+));
+
+/// Removes token `ARGV[1]`'s entry and, when `ARGV[3]` is not empty, the request's waiter
+/// entry `ARGV[3]` (only those: the other holders keep theirs), drops expired entries, brings
+/// the key's expiry down to the latest remaining entry's, and — when the token's entry was
+/// there and `ARGV[2]` names a channel — publishes `"*"` there if waiters' entries remain, or
+/// if the key is gone and plain waiters are queued in `KEYS[2]`: that wakes every waiter of
+/// the resource (a holder left, or a failed attempt's grant that may have refused them is
+/// gone). Returns 1 if the entry was there and not expired, 0 otherwise.
+pub(crate) static RELEASE_MODE: Script = Script::new(concat!(
+    r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
+if ARGV[3] ~= "" then redis.call("hdel", KEYS[1], ARGV[3]) end
+local value = redis.call("hget", KEYS[1], ARGV[1])
+if not value then return 0 end
+redis.call("hdel", KEYS[1], ARGV[1])
+"#,
+    node_now!(),
+    r#"local held = (tonumber(string.match(value, "^%a%a (%d+)")) or 0) > now
+local entries = redis.call("hgetall", KEYS[1])
+local latest, waiting = 0, false
+for i = 1, #entries, 2 do
+  local expiry = tonumber(string.match(entries[i + 1], "^%a%a (%d+)")) or 0
+  if expiry <= now then
+    redis.call("hdel", KEYS[1], entries[i])
+  else
+    if expiry > latest then latest = expiry end
+    if string.sub(entries[i], 1, 1) == "~" then waiting = true end
+  end
+end
+if latest > 0 then redis.call("pexpireat", KEYS[1], latest) end
+if latest == 0 and KEYS[2] then
+  local queued = redis.pcall("zcard", KEYS[2])
+  waiting = type(queued) == "number" and queued > 0
+end
+if waiting and ARGV[2] ~= "" then redis.pcall("publish", ARGV[2], "*") end
+if held then return 1 end
+return 0"#
+));
+
+/// What a wake-up message published by [`RELEASE_MODE`] says: every waiter may attempt.
+pub(crate) const WAKE_ALL: &str = "*";
+
+/// Every script a node runs, preloaded on each (re)connection.
+pub(crate) const SCRIPTS: [&Script; 9] = [
+    &RELEASE,
+    &RELEASE_HANDOVER,
+    &EXTEND,
+    &ACQUIRE,
+    &ACQUIRE_QUEUED,
+    &FENCE,
+    &ACQUIRE_MODE,
+    &EXTEND_MODE,
+    &RELEASE_MODE,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::options::MAX_QUEUED_WAITERS;
+
+    #[test]
+    fn the_queue_cap_is_the_one_the_script_enforces() {
+        let check = format!("< {MAX_QUEUED_WAITERS} then");
+        assert!(
+            ACQUIRE_QUEUED.source.contains(&check),
+            "{}",
+            ACQUIRE_QUEUED.source
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! Release (distlock spec, "Releasing the lock"): compare-and-delete on every node at once,
+//! decided at quorum, with the hand-over to waiters; the release of dropped guards in the
+//! background; [`Redlock::release_all`] and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::builder::FOREIGN_WINDOW_EVERY;
+use crate::keys::ResourceKeys;
+use crate::lease::Lease;
+use crate::masters::Stop;
+use crate::node::{Handover, Releasing};
+use crate::outcome::NodeVote;
+use crate::redlock::Redlock;
+use crate::token::Token;
+
+/// How many times [`Redlock::release_all`] sends a release that fewer than a quorum answered.
+pub(crate) const RELEASE_ROUNDS: usize = 3;
+
+/// The result of releasing a lock on every node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Released {
+    /// Nodes where our key was still there and was deleted.
+    pub deleted: usize,
+    /// Nodes that answered (deleted or not) before the release was decided: a release
+    /// confirmed by a quorum does not wait for the other nodes, whose commands are already
+    /// sent.
+    pub answered: usize,
+    /// Nodes in all.
+    pub nodes: usize,
+    /// Nodes needed for a majority.
+    pub quorum: usize,
+    /// `true` when the guard was a reentrant acquisition and another guard of its task still
+    /// holds the lock: nothing was sent, the lock stays held.
+    pub kept: bool,
+}
+
+impl Released {
+    /// `true` if the lock was still held on a quorum when it was released (or is still held,
+    /// when [`kept`](Self::kept)); `false` means it had expired (or been taken over) before
+    /// the release.
+    pub fn was_held(&self) -> bool {
+        self.kept || self.deleted >= self.quorum
+    }
+}
+
+impl Released {
+    /// What a kept release reports: a re-entered guard whose lock another guard still holds.
+    pub(crate) fn kept(nodes: usize, quorum: usize) -> Self {
+        Self {
+            deleted: 0,
+            answered: 0,
+            nodes,
+            quorum,
+            kept: true,
+        }
+    }
+}
+
+/// What [`Redlock::release_all`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseAllReport {
+    /// Locks whose release a quorum confirmed.
+    pub released: Vec<String>,
+    /// Locks whose release fewer than a quorum confirmed (they expire with their ttl).
+    pub unconfirmed: Vec<String>,
+}
+
+impl Redlock {
+    /// Releases `key` signed by `token` on every node at once (compare-and-delete), decided
+    /// at quorum: it returns as soon as a quorum confirmed the delete (the other nodes'
+    /// commands are already sent and land anyway), otherwise once every node answered or the
+    /// node timeout passed, so that the report is exact when the lock was not fully held.
+    ///
+    /// A holder's plain key goes, with waking on, to the longest queued waiter (a failed
+    /// attempt's key is just deleted), unless the key has been busy for
+    /// [`FOREIGN_WINDOW_EVERY`] windows by the holder's count: then a release that finds a
+    /// waiter opens a window for foreign clients instead
+    /// (`RELEASE_HANDOVER`). A mode request removes only its own entry, and wakes
+    /// the resource's waiters (`RELEASE_MODE`).
+    pub(crate) async fn release_key(
+        &self,
+        keys: &ResourceKeys,
+        token: &Token,
+        releasing: Releasing<'_>,
+        busy: Duration,
+    ) -> Released {
+        let (inner, masters) = (self.inner(), self.masters());
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let window = inner.foreign_window;
+        let handover = inner.waiters.is_some().then(|| Handover {
+            grace_ms: millis(inner.handover_grace),
+            window_ms: millis(window),
+            window_due: !window.is_zero() && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY),
+            busy_ms: millis(busy),
+        });
+        let handover = handover.as_ref();
+        let (token, limit) = (token.expose(), masters.node_timeout);
+        let tally = masters
+            .round(masters.quorum, limit, Stop::AtQuorum, |node| async move {
+                let vote = match node.release(keys, token, releasing, handover, limit).await {
+                    Ok(true) => NodeVote::Acquired,
+                    Ok(false) => NodeVote::Held,
+                    Err(e) => NodeVote::Failed(e),
+                };
+                (vote, ())
+            })
+            .await;
+        Released {
+            deleted: tally.granted,
+            answered: tally.granted + tally.refused,
+            nodes: masters.len(),
+            quorum: masters.quorum,
+            kept: false,
+        }
+    }
+
+    /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
+    /// the waiters).
+    pub(crate) async fn release_lease(&self, lease: &Lease) -> Released {
+        let releasing = Releasing::Holder {
+            mode: lease.mode.is_some(),
+            marker: &lease.marker,
+        };
+        self.release_key(&lease.keys, &lease.token, releasing, lease.busy())
+            .await
+    }
+
+    /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`
+    /// where nothing can be sent. If the release never runs (no runtime, or the runtime shut
+    /// down first), a warning says so: the lock then expires with its ttl.
+    ///
+    /// [`spawn_background`]: Self::spawn_background
+    pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
+        let redlock = self.clone();
+        let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
+        // Made before the task: a task dropped before its first poll reports too.
+        let unsent = Unsent(Some(lease.resource.clone()));
+        self.spawn_background(
+            async move {
+                let released = redlock.release_lease(&lease).await;
+                unsent.sent();
+                tracing::debug!(
+                    deleted = released.deleted,
+                    answered = released.answered,
+                    "released"
+                );
+            }
+            .instrument(span),
+        )
+    }
+
+    /// Releases, by quorum compare-and-delete, every lock still held through this handle (every
+    /// guard handed out and not yet released), and reports which
+    /// releases a quorum confirmed. Their lost signals fire (reason
+    /// [`LostReason::Released`](crate::LostReason::Released)), their auto-extension stops, and their guards become inert.
+    ///
+    /// A release that fewer than a quorum answered (a node timeout under load, a node
+    /// briefly away) is sent again, up to 3 rounds in all, each bounded by
+    /// the node timeout; a release is idempotent (a node that already deleted answers "not
+    /// held"). Safe against a late holder: a release only deletes a key still signed by our
+    /// token, so it can never delete a lock another process took after ours expired.
+    pub async fn release_all(&self) -> ReleaseAllReport {
+        let mut pending = self.inner().ledger.retire_all();
+        let mut report = ReleaseAllReport::default();
+        for _ in 0..RELEASE_ROUNDS {
+            let results = futures_util::future::join_all(
+                pending
+                    .iter()
+                    .map(|lease| async move { (lease, self.release_lease(lease).await) }),
+            )
+            .await;
+            let mut again = Vec::new();
+            for (lease, released) in results {
+                if released.answered >= self.quorum() {
+                    report.released.push(lease.resource.clone());
+                } else {
+                    again.push(Arc::clone(lease));
+                }
+            }
+            pending = again;
+            if pending.is_empty() {
+                break;
+            }
+        }
+        report.unconfirmed = pending.iter().map(|l| l.resource.clone()).collect();
+        tracing::info!(
+            released = report.released.len(),
+            unconfirmed = report.unconfirmed.len(),
+            "released all held locks"
+        );
+        report
+    }
+
+    /// Graceful shutdown: [`begin_shutdown`](Self::begin_shutdown), then
+    /// [`release_all`](Self::release_all), then waits up to `timeout` for releases started by
+    /// dropped guards to finish.
+    pub async fn shutdown(&self, timeout: Duration) -> ReleaseAllReport {
+        self.begin_shutdown();
+        let report = self.release_all().await;
+        self.inner().tracker.close();
+        if tokio::time::timeout(timeout, self.inner().tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(?timeout, "background releases still running at shutdown");
+        }
+        report
+    }
+}
+
+/// Warns, when dropped before [`sent`](Self::sent), that a dropped guard's release never ran:
+/// there was no runtime, or it shut down first. Silence would hide a lock that stays until
+/// its ttl.
+struct Unsent(Option<String>);
+
+impl Unsent {
+    fn sent(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        if let Some(resource) = self.0.take() {
+            tracing::warn!(
+                resource,
+                "the release of a dropped lock guard never ran (no tokio runtime, or it shut down first); the lock expires with its ttl"
+            );
+        }
+    }
+}
