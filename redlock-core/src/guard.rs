@@ -211,7 +211,7 @@ impl LockGuard {
             // as held.
             Finish::Kept => {
                 return match lease.check() {
-                    Ok(()) => Ok(Released::kept(
+                    Ok(()) => Ok(Released::still_held(
                         self.redlock.node_count(),
                         self.redlock.quorum(),
                     )),

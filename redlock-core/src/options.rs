@@ -88,7 +88,7 @@ impl Default for LockOptions {
 
 impl LockOptions {
     /// The lock's time to live on each node, sent as `PX` in milliseconds (default 30 s, at most
-    /// [`MAX_TTL`]). The lock is *valid* for less: see [`timing::validity`].
+    /// [`MAX_TTL`]). The lock is *valid* for less: `ttl − elapsed − drift` ([`drift`](Self::drift)).
     #[must_use]
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
@@ -194,7 +194,7 @@ impl LockOptions {
     /// Issue a fencing token with the lock ([`LockGuard::fencing_token`]): a number that
     /// strictly increases across successive holders of the resource. Costs one more round trip
     /// at acquisition, and needs a fencing quorum of nodes (4 of 5,
-    /// [`fencing_quorum`](crate::timing::fencing_quorum)) rather than a majority: with
+    /// [`Redlock::fencing_quorum`](crate::Redlock::fencing_quorum)) rather than a majority: with
     /// fewer reachable, the lock fails [`LockError::Unavailable`](crate::LockError::Unavailable).
     /// See the crate docs, "Fencing tokens", for the scheme and its fault model. Default off.
     ///

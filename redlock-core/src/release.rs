@@ -49,7 +49,7 @@ impl Released {
 
 impl Released {
     /// What a kept release reports: a re-entered guard whose lock another guard still holds.
-    pub(crate) fn kept(nodes: usize, quorum: usize) -> Self {
+    pub(crate) fn still_held(nodes: usize, quorum: usize) -> Self {
         Self {
             deleted: 0,
             answered: 0,

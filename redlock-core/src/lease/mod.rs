@@ -190,3 +190,58 @@ impl Lease {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A lease granted now for `options`, valid for `valid` from now.
+    pub(crate) fn lease(options: &LockOptions, valid: Duration) -> Lease {
+        let now = Instant::now();
+        let grant = Grant {
+            started: now,
+            valid_until: now + valid,
+            fencing_token: None,
+            marker: String::new(),
+            busy: Duration::ZERO,
+        };
+        let keys = ResourceKeys::new("lock:r".to_owned());
+        Lease::new(0, "r", keys, Token::generate().unwrap(), grant, options)
+    }
+
+    #[test]
+    fn a_lease_is_lost_at_its_validity_less_the_margin() {
+        let options = LockOptions::default().lost_margin(Duration::from_millis(40));
+        let lease = lease(&options, Duration::from_millis(50));
+        assert_eq!(lease.check(), Ok(()));
+        assert!(lease.lost_at() <= lease.valid_until() - Duration::from_millis(40));
+        std::thread::sleep(Duration::from_millis(15));
+        // 50 − 40 ms: the margin passed before the validity did.
+        assert_eq!(lease.check(), Err(LostReason::Expired));
+        assert!(lease.is_lost());
+        assert!(lease.valid_until() > Instant::now());
+    }
+
+    #[test]
+    fn the_first_reason_is_kept_and_extensions_never_move_back() {
+        let lease = lease(&LockOptions::default(), Duration::from_secs(10));
+        let until = lease.valid_until();
+        lease.extend_to(until - Duration::from_secs(5));
+        assert_eq!(lease.valid_until(), until);
+        lease.extend_to(until + Duration::from_secs(5));
+        assert_eq!(lease.valid_until(), until + Duration::from_secs(5));
+        lease.mark_lost(LostReason::Released);
+        lease.mark_lost(LostReason::Expired);
+        assert_eq!(lease.check(), Err(LostReason::Released));
+        // A lost lease stays lost, even when an extension lands after.
+        lease.extend_to(until + Duration::from_secs(60));
+        assert_eq!(lease.check(), Err(LostReason::Released));
+    }
+
+    #[test]
+    fn the_busy_streak_grows_with_the_hold() {
+        let lease = lease(&LockOptions::default(), Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(lease.busy() >= Duration::from_millis(5));
+    }
+}

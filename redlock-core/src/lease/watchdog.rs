@@ -219,3 +219,53 @@ fn next_ttl(lease: &Lease) -> Option<(Duration, bool)> {
     let worth_it = ttl > drift + lease.lost_margin && now + ttl - drift > lease.valid_until();
     worth_it.then_some((ttl, true))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::tests::lease;
+    use crate::options::LockOptions;
+
+    const TTL: Duration = Duration::from_secs(10);
+
+    fn auto(max_hold: Option<Duration>) -> LockOptions {
+        let options = LockOptions::default().ttl(TTL).auto_extend(true);
+        match max_hold {
+            Some(max) => options.max_hold(max),
+            None => options,
+        }
+    }
+
+    #[test]
+    fn without_a_cap_every_extension_is_the_ttl() {
+        assert_eq!(next_ttl(&lease(&auto(None), TTL)), Some((TTL, false)));
+        // A cap further than a ttl away does not shorten the next extension.
+        let far = auto(Some(Duration::from_secs(60)));
+        assert_eq!(next_ttl(&lease(&far, TTL)), Some((TTL, false)));
+        // Not auto-extended: nothing to extend.
+        let plain = LockOptions::default().ttl(TTL);
+        assert_eq!(next_ttl(&lease(&plain, TTL)), None);
+    }
+
+    #[test]
+    fn the_last_extension_ends_at_the_cap() {
+        // 4 s of hold left, the lock valid for 1 s more: extend to ~4 s, and stop after.
+        let capped = lease(&auto(Some(Duration::from_secs(4))), Duration::from_secs(1));
+        let (ttl, last) = next_ttl(&capped).unwrap();
+        assert!(last);
+        assert!(
+            ttl <= Duration::from_secs(4) && ttl > Duration::from_millis(3_900),
+            "{ttl:?}"
+        );
+        // What an extension to the cap adds is not more than the validity held: none.
+        let spent = lease(&auto(Some(Duration::from_secs(4))), Duration::from_secs(9));
+        assert_eq!(next_ttl(&spent), None);
+        // A cap reached leaves nothing to extend.
+        let reached = lease(
+            &auto(Some(Duration::from_millis(1))),
+            Duration::from_secs(1),
+        );
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(next_ttl(&reached), None);
+    }
+}
