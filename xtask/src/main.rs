@@ -5,14 +5,17 @@
 //! then says what it is doing before each long step.
 
 mod install;
+mod layers;
 
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak>
-  test   fmt check, clippy -D warnings, every test against real redis-server nodes, the macro's
-         UI tests, doctests (the README's snippets included) and rustdoc
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers>
+  test   fmt check, the module layering, clippy -D warnings, every test against real
+         redis-server nodes, the macro's UI tests, doctests (the README's snippets included)
+         and rustdoc
+  layers each library crate's module import graph and its cycles (none allowed)
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
   bench  W1-W6 against 5 nodes, beside a raw fred floor and rslock
          (args after --: --quick, --only W1,W3)
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "bench" => bench(),
         "soak" => soak(),
+        "layers" => layers::check(&workspace_root(), true),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
