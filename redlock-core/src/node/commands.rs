@@ -8,6 +8,7 @@ use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 use rand::Rng;
 
 use super::Node;
+use super::replies::{acquire_reply, fence_reply};
 use super::scripts::{
     ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, RELEASE, RELEASE_HANDOVER,
     RELEASE_MODE, Script,
@@ -107,7 +108,7 @@ pub(crate) struct AcquireReply {
 
 impl AcquireReply {
     /// A vote with nothing read.
-    fn vote(vote: NodeVote) -> Self {
+    pub(super) fn vote(vote: NodeVote) -> Self {
         Self {
             vote,
             counter: 0,
@@ -412,97 +413,5 @@ impl Node {
             Err(NodeError::Reply(error)) if error.details().starts_with("WRONGTYPE") => Ok(()),
             other => other.map(drop),
         }
-    }
-}
-
-/// The `{1 | 0 | -1, counter[, busy]}` reply of the acquire scripts.
-fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
-    match reply {
-        Ok(Value::Array(reply)) => {
-            let counter = reply.get(1).and_then(counter).unwrap_or(0);
-            let busy_ms = reply.get(2).and_then(self::counter).unwrap_or(0);
-            let vote = match reply.first() {
-                Some(Value::Integer(1)) => NodeVote::Acquired,
-                Some(Value::Integer(-1)) => {
-                    return AcquireReply::vote(NodeVote::Failed(NodeError::Quarantined));
-                }
-                _ => NodeVote::Held,
-            };
-            AcquireReply {
-                vote,
-                counter,
-                busy_ms,
-            }
-        }
-        Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::UnexpectedReply(format!(
-            "to an acquire script: {other:?}"
-        )))),
-        Err(e) => AcquireReply::vote(NodeVote::Failed(e)),
-    }
-}
-
-/// A fencing counter from a script reply (an integer, or its decimal string).
-/// Decimal strings above `u64::MAX` (only a foreign legacy key can hold one) saturate.
-fn counter(value: &Value) -> Option<u64> {
-    let digits = |text: &str| -> Option<u64> {
-        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-            Some(text.parse().unwrap_or(u64::MAX))
-        } else {
-            None
-        }
-    };
-    match value {
-        Value::Integer(i) => u64::try_from(*i).ok(),
-        Value::String(s) => digits(s),
-        Value::Bytes(b) => digits(std::str::from_utf8(b).ok()?),
-        _ => None,
-    }
-}
-
-/// The [`FENCE`] script's `{raised, before}`.
-fn fence_reply(reply: &Value) -> Option<(bool, u64)> {
-    match reply {
-        Value::Array(parts) => match parts.as_slice() {
-            [raised, before] => Some((raised.as_i64()? == 1, counter(before)?)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn acquire_replies_decode_votes_counters_and_streaks() {
-        let reply = |parts: Vec<Value>| acquire_reply(Ok(Value::Array(parts)));
-        let granted = reply(vec![
-            1.into(),
-            Value::from("18446744073709551616"),
-            7.into(),
-        ]);
-        assert_eq!(granted.vote, NodeVote::Acquired);
-        assert_eq!((granted.counter, granted.busy_ms), (u64::MAX, 7));
-        assert_eq!(reply(vec![0.into(), 5.into()]).vote, NodeVote::Held);
-        let quarantined = reply(vec![(-1).into(), 5.into()]);
-        assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
-        assert_eq!(quarantined.counter, 0);
-        assert!(matches!(
-            acquire_reply(Ok(Value::from("OK"))).vote,
-            NodeVote::Failed(NodeError::UnexpectedReply(_))
-        ));
-    }
-
-    #[test]
-    fn counters_are_decimal_and_never_negative() {
-        assert_eq!(counter(&Value::from("0042")), Some(42));
-        assert_eq!(counter(&Value::Integer(-1)), None);
-        assert_eq!(counter(&Value::from("-1")), None);
-        assert_eq!(counter(&Value::from("")), None);
-        assert_eq!(counter(&Value::from("12a")), None);
-        let fenced = Value::Array(vec![1.into(), Value::from("9")]);
-        assert_eq!(fence_reply(&fenced), Some((true, 9)));
-        assert_eq!(fence_reply(&Value::Array(vec![1.into()])), None);
     }
 }

@@ -3,6 +3,7 @@
 //! script in [`scripts`].
 
 mod commands;
+mod replies;
 pub(crate) mod scripts;
 
 use std::sync::OnceLock;
