@@ -14,7 +14,7 @@ use redlock_core::{LockError, LockGuard, LostReason, Scoped};
 use tower_service::Service;
 
 use super::body::LockedBody;
-use super::layer::{Config, ReleaseOn};
+use super::config::{Config, ReleaseOn};
 use super::resource::Resolved;
 use crate::rejection::LockRejection;
 

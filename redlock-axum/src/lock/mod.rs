@@ -26,6 +26,7 @@
 //! ```
 
 mod body;
+mod config;
 mod future;
 mod layer;
 mod mode;
@@ -34,7 +35,8 @@ mod service;
 
 pub use body::LockedBody;
 pub use future::ResponseFuture;
-pub use layer::{RedlockLayer, ReleaseOn};
+pub use config::ReleaseOn;
+pub use layer::RedlockLayer;
 pub use mode::by_method;
 pub use resource::{Template, TemplateError};
 pub use service::RedlockService;

@@ -8,7 +8,7 @@ use http::Request;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::Config;
+use super::config::Config;
 
 /// The service made by [`RedlockLayer`](super::RedlockLayer).
 #[derive(Debug, Clone)]
