@@ -1,5 +1,6 @@
 //! [`ResponseFuture`]: acquire, then call the inner service, then hand the guard to the body.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -82,6 +83,25 @@ where
             },
             config,
         }
+    }
+}
+
+// By hand: `pin_project!` hides the struct from `missing_debug_implementations`, and neither
+// the inner service nor its future need be `Debug` (axum's `from_fn` future does the same).
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Acquiring { .. } => "Acquiring",
+            State::Calling { guard: Some(_), .. } => "Calling (locked)",
+            State::Calling { guard: None, .. } => "Calling (unlocked)",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 

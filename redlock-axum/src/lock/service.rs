@@ -21,6 +21,21 @@ impl<S> RedlockService<S> {
     pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
     }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps this service, returning the wrapped one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
 }
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RedlockService<S>
