@@ -12,7 +12,7 @@ pin_project! {
     /// Wraps a response body and releases the request's lock when the body ends, fails, or is
     /// dropped (e.g. the client disconnected), in the shape of tower-http's in-flight
     /// request body.
-    pub struct LockedBody<B> {
+    pub(crate) struct LockedBody<B> {
         #[pin]
         inner: B,
         guard: Option<LockGuard>,

@@ -54,10 +54,7 @@ impl Config {
     /// resource share the lock).
     pub(crate) fn for_requests(&self) -> Self {
         let mut config = self.clone();
-        config.options = config
-            .options
-            .auto_extend(self.auto_extend)
-            .reentrant(true);
+        config.options = config.options.auto_extend(self.auto_extend).reentrant(true);
         config
     }
 }

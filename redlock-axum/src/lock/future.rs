@@ -16,7 +16,7 @@ use tower_service::Service;
 
 use super::body::LockedBody;
 use super::config::{Config, ReleaseOn};
-use super::resource::Resolved;
+use super::resource::{MissingParam, Resolved};
 use crate::rejection::LockRejection;
 
 /// What the acquisition step produced: the request to pass on, or an answer to send.
@@ -110,7 +110,7 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
     let resource = match config.resource.resolve(&mut parts).await {
         Resolved::Resource(resource) => resource,
         Resolved::Skip => return Ok((Request::from_parts(parts, body), None)),
-        Resolved::MissingParam(name) => {
+        Resolved::MissingParam(MissingParam(name)) => {
             tracing::error!(
                 param = %name,
                 route = ?parts.extensions.get::<axum::extract::MatchedPath>().map(|p| p.as_str()),

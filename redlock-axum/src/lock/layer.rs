@@ -13,7 +13,11 @@ use super::mode::ModeFrom;
 use super::resource::{ResourceFrom, Template, TemplateError};
 use super::service::RedlockService;
 
-/// A tower [`Layer`] that holds a Redlock for each request (see the [module docs](crate::lock)).
+/// A tower [`Layer`] that holds a Redlock for each request.
+///
+/// It computes a resource from each request (a template over the matched route's path
+/// parameters, or a closure over the request parts), takes the lock before the handler runs,
+/// and keeps it until the response body has been sent or dropped.
 ///
 /// Use it with `Router::route_layer` (or `MethodRouter::layer`): path parameters are only
 /// known once the route has matched. When the resource is busy it answers `423 Locked` with
@@ -24,6 +28,27 @@ use super::service::RedlockService;
 /// [`LockInfo`](redlock_core::LockInfo) — fencing token, lost signal — in the request
 /// extensions (`Extension<LockInfo>`). If the lock is lost before the handler has answered,
 /// the handler's future is dropped and the client gets `503`.
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_axum::TemplateError> {
+/// use axum::{Router, routing::{get, post}};
+/// use redlock_axum::RedlockLayer;
+///
+/// async fn pay() -> &'static str { "paid" }
+/// async fn show() -> &'static str { "the catalog" }
+/// async fn edit() -> &'static str { "edited" }
+///
+/// let app: Router = Router::new()
+///     .route("/orders/{id}/pay", post(pay))
+///     .route_layer(RedlockLayer::from_template(redlock.clone(), "order:{id}")?)
+///     // Reads share the catalog, writes take it alone (GET read, POST write).
+///     .merge(
+///         Router::new()
+///             .route("/catalog/{shelf}", get(show).post(edit))
+///             .route_layer(RedlockLayer::from_template(redlock, "catalog:{shelf}")?.mode_by_method()),
+///     );
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedlockLayer {
     // By value, as tower-http's layers: a setter on a clone never changes the layer it was
@@ -81,7 +106,7 @@ impl RedlockLayer {
     /// `HEAD`, `OPTIONS`, `TRACE` — and as a writer ([`Mode::Exclusive`]) for the others, so
     /// reads of a resource run together and each write runs alone ([`by_method`]).
     ///
-    /// [`by_method`]: super::by_method
+    /// [`by_method`]: crate::by_method
     #[must_use]
     pub fn mode_by_method(mut self) -> Self {
         self.config.mode = ModeFrom::Method;

@@ -8,6 +8,7 @@ use http::request::Parts;
 
 /// A resource template could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 #[error("invalid resource template `{template}`: {reason}")]
 pub struct TemplateError {
     /// The template.
@@ -22,10 +23,14 @@ enum Piece {
     Param(String),
 }
 
+/// The route lacks the path parameter a template names (a configuration error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MissingParam(pub(crate) String);
+
 /// A template over the matched route's path parameters: `"order:{id}"` on a route
 /// `/orders/{id}/pay` locks `order:42` for `/orders/42/pay`. `{{` and `}}` are literal braces.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
+pub(crate) struct Template {
     pieces: Vec<Piece>,
 }
 
@@ -34,7 +39,7 @@ impl Template {
     ///
     /// # Errors
     /// [`TemplateError`] for an empty template, an empty or unclosed `{`, or a stray `}`.
-    pub fn parse(template: &str) -> Result<Self, TemplateError> {
+    pub(crate) fn parse(template: &str) -> Result<Self, TemplateError> {
         let error = |reason| TemplateError {
             template: template.to_owned(),
             reason,
@@ -83,8 +88,8 @@ impl Template {
     /// Fills the template from `(name, value)` path parameters.
     ///
     /// # Errors
-    /// The name of the first parameter the route does not have.
-    pub fn render(&self, params: &[(&str, &str)]) -> Result<String, String> {
+    /// [`MissingParam`] names the first parameter the route does not have.
+    pub(crate) fn render(&self, params: &[(&str, &str)]) -> Result<String, MissingParam> {
         let mut out = String::new();
         for piece in &self.pieces {
             match piece {
@@ -94,7 +99,7 @@ impl Template {
                         .iter()
                         .find(|(key, _)| key == name)
                         .map(|(_, value)| *value)
-                        .ok_or_else(|| name.clone())?;
+                        .ok_or_else(|| MissingParam(name.clone()))?;
                     out.push_str(value);
                 }
             }
@@ -128,7 +133,7 @@ pub(crate) enum Resolved {
     /// The closure said this request needs no lock.
     Skip,
     /// The route lacks a parameter the template names (a configuration error).
-    MissingParam(String),
+    MissingParam(MissingParam),
 }
 
 impl ResourceFrom {
@@ -156,7 +161,10 @@ mod tests {
         let t = Template::parse("order:{id}:{{v}}:{item}").unwrap();
         let params = [("item", "a b"), ("id", "42")];
         assert_eq!(t.render(&params).unwrap(), "order:42:{v}:a b");
-        assert_eq!(t.render(&[("id", "1")]), Err("item".to_owned()));
+        assert_eq!(
+            t.render(&[("id", "1")]),
+            Err(MissingParam("item".to_owned()))
+        );
         for bad in ["", "{}", "a}b", "{open", "x{a{b}}"] {
             assert!(Template::parse(bad).is_err(), "{bad}");
         }

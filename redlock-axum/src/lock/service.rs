@@ -7,8 +7,8 @@ use axum::response::Response;
 use http::Request;
 use tower_service::Service;
 
-use super::future::ResponseFuture;
 use super::config::Config;
+use super::future::ResponseFuture;
 
 /// The service made by [`RedlockLayer`](super::RedlockLayer).
 #[derive(Debug, Clone)]
