@@ -71,8 +71,9 @@
 //! }
 //! ```
 
+mod args;
 mod expand;
-mod parse;
+mod template;
 
 use proc_macro::TokenStream;
 
