@@ -65,11 +65,8 @@ impl Args {
     pub(crate) fn parse(attr: TokenStream) -> darling::Result<Self> {
         let items = NestedMeta::parse_meta_list(attr)?;
         let args = Self::from_list(&items)?;
-        if let (Some(_), false) = (&args.max_hold, args.auto_extend) {
-            return Err(darling::Error::custom(
-                "`max_hold` caps auto-extension: add `auto_extend`",
-            )
-            .with_span(&args.resource.span()));
+        if let (Some(max_hold), false) = (&args.max_hold, args.auto_extend) {
+            return Err(max_hold.error("`max_hold` caps auto-extension: add `auto_extend`"));
         }
         if let (Some(pool), Some(_)) = (&args.pool, &args.redlock) {
             return Err(
