@@ -66,8 +66,15 @@ impl RedlockLayer {
     /// Locks the resource named by `template` over the matched route's path parameters, e.g.
     /// `"order:{id}"` for `/orders/{id}/pay`.
     ///
+    /// The grammar is `#[redlock]`'s: `{{` and `}}` are literal braces, and `{name}` is the
+    /// value of the path parameter `name` (whitespace around the name is ignored). Unlike the
+    /// macro's, a name may be any text without braces, as axum's parameter names; a name the
+    /// matched route lacks is answered `500` (and logged) per request. The full grammar and the
+    /// cases both parsers are tested against are in redlock-macros' `template_cases.rs`.
+    ///
     /// # Errors
-    /// [`TemplateError`] if the template is empty or its braces do not match.
+    /// [`TemplateError`] if the template is empty, a `{` is empty, nested or never closed, or
+    /// a `}` closes nothing.
     pub fn from_template(redlock: Redlock, template: &str) -> Result<Self, TemplateError> {
         Ok(Self::new(
             redlock,
