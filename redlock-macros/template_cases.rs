@@ -41,7 +41,11 @@ const fn both(template: &'static str, expected: Expected) -> Case {
     differ(template, expected, expected)
 }
 
-const fn differ(template: &'static str, macro_grammar: Expected, runtime_grammar: Expected) -> Case {
+const fn differ(
+    template: &'static str,
+    macro_grammar: Expected,
+    runtime_grammar: Expected,
+) -> Case {
     Case {
         template,
         macro_grammar,
