@@ -14,11 +14,15 @@
 //! - [`redlock`](macro@redlock): the `#[redlock]` attribute, re-exported from redlock-core
 //!   (its `macros` feature, on by default), so that a handler module needs one import.
 
-pub mod lock;
+//!
+//! Every public item is at the crate root (the middleware's parts, [`RedlockService`] and
+//! [`ResponseFuture`], too): there is one path to each.
+
+mod lock;
 mod rejection;
 mod shutdown;
 
-pub use lock::{RedlockLayer, ReleaseOn, TemplateError, by_method};
+pub use lock::{RedlockLayer, RedlockService, ReleaseOn, ResponseFuture, TemplateError, by_method};
 pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 pub use shutdown::ShutdownHandle;
 

@@ -56,12 +56,38 @@ impl LockRejection {
 
     /// The status this rejection answers with.
     pub fn status(&self) -> StatusCode {
-        if self.error.is_busy() {
-            self.busy_status
-        } else if self.error.is_unavailable() || matches!(self.error, LockError::Lost { .. }) {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::INTERNAL_SERVER_ERROR
+        self.kind().0
+    }
+
+    /// The text of the response body. Resource names can be internal: it says what happened,
+    /// not which key.
+    pub fn body_text(&self) -> &'static str {
+        self.kind().1
+    }
+
+    /// The status and body text, decided in one place (as axum-core's rejections).
+    fn kind(&self) -> (StatusCode, &'static str) {
+        const UNAVAILABLE: StatusCode = StatusCode::SERVICE_UNAVAILABLE;
+        match &self.error {
+            LockError::Busy { .. } => (
+                self.busy_status,
+                "the resource is locked by another request; retry later",
+            ),
+            LockError::Lost { .. } => (
+                UNAVAILABLE,
+                "the lock was lost before the request completed; its work was stopped, retry later",
+            ),
+            LockError::ShuttingDown => (
+                UNAVAILABLE,
+                "the server is shutting down; retry on another instance",
+            ),
+            error if error.is_unavailable() => {
+                (UNAVAILABLE, "the lock service is unavailable; retry later")
+            }
+            _ => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the lock could not be requested",
+            ),
         }
     }
 }
@@ -86,21 +112,11 @@ impl std::error::Error for LockRejection {
 
 impl IntoResponse for LockRejection {
     fn into_response(self) -> Response {
-        let status = self.status();
-        // Resource names can be internal: the body says what happened, not which key.
-        let message = if self.error.is_busy() {
-            "the resource is locked by another request; retry later"
-        } else if matches!(self.error, LockError::Lost { .. }) {
-            "the lock was lost before the request completed; its work was stopped, retry later"
-        } else if matches!(self.error, LockError::ShuttingDown) {
-            "the server is shutting down; retry on another instance"
-        } else if self.error.is_unavailable() {
-            "the lock service is unavailable; retry later"
-        } else {
+        let (status, text) = self.kind();
+        if status == StatusCode::INTERNAL_SERVER_ERROR && !self.error.is_busy() {
             tracing::error!(error = %self.error, "lock request rejected");
-            "the lock could not be requested"
-        };
-        let mut response = (status, message).into_response();
+        }
+        let mut response = (status, text).into_response();
         if status != StatusCode::INTERNAL_SERVER_ERROR {
             let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
             response
@@ -108,5 +124,109 @@ impl IntoResponse for LockRejection {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+    use redlock_core::{InvalidInput, LostReason, Outcomes};
+
+    use super::*;
+
+    fn every_variant() -> Vec<(LockError, StatusCode)> {
+        let resource = || "r".to_owned();
+        let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+        vec![
+            (
+                LockError::Invalid(InvalidInput::EmptyResource),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                LockError::Busy {
+                    resource: resource(),
+                    attempts: 1,
+                    quorum: 2,
+                    outcomes: Outcomes::default(),
+                },
+                StatusCode::LOCKED,
+            ),
+            (
+                LockError::Unavailable {
+                    resource: resource(),
+                    attempts: 1,
+                    quorum: 2,
+                    outcomes: Outcomes::default(),
+                },
+                unavailable,
+            ),
+            (
+                LockError::NoValidity {
+                    resource: resource(),
+                    attempts: 1,
+                    elapsed: Duration::from_secs(2),
+                    ttl: Duration::from_secs(1),
+                },
+                unavailable,
+            ),
+            (
+                LockError::ReleaseUnconfirmed {
+                    resource: resource(),
+                    answered: 1,
+                    nodes: 3,
+                    quorum: 2,
+                },
+                unavailable,
+            ),
+            (LockError::ShuttingDown, unavailable),
+            (
+                LockError::NotRegistered("default".to_owned()),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+            (
+                LockError::Lost {
+                    resource: resource(),
+                    reason: LostReason::Expired,
+                },
+                unavailable,
+            ),
+            (
+                LockError::Entropy(getrandom::Error::UNSUPPORTED),
+                StatusCode::INTERNAL_SERVER_ERROR,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_error_has_its_status_and_the_response_agrees() {
+        for (error, status) in every_variant() {
+            let rejection = LockRejection::new(error);
+            assert_eq!(rejection.status(), status, "{:?}", rejection.error());
+            let text = rejection.body_text();
+            let retry = status != StatusCode::INTERNAL_SERVER_ERROR;
+            let response = rejection.into_response();
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers().contains_key(header::RETRY_AFTER), retry);
+            assert!(!text.contains("`r`"), "the body names no resource: {text}");
+        }
+    }
+
+    #[test]
+    fn busy_status_applies_to_busy_only_and_retry_after_rounds_up() {
+        for (error, status) in every_variant() {
+            let busy = error.is_busy();
+            let rejection = LockRejection::new(error)
+                .busy_status(StatusCode::CONFLICT)
+                .retry_after(Duration::from_millis(1500));
+            let expected = if busy { StatusCode::CONFLICT } else { status };
+            assert_eq!(rejection.status(), expected, "{:?}", rejection.error());
+            let response = rejection.into_response();
+            if expected != StatusCode::INTERNAL_SERVER_ERROR {
+                assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+            }
+        }
+        let short = LockRejection::new(LockError::ShuttingDown).retry_after(Duration::ZERO);
+        assert_eq!(short.into_response().headers()[header::RETRY_AFTER], "1");
     }
 }

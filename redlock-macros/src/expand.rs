@@ -5,7 +5,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType};
 
-use crate::parse::{Args, Template, fn_span};
+use crate::args::Args;
+use crate::template::Template;
 
 /// Expands `#[redlock(attr)] item`.
 pub(crate) fn redlock(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
@@ -24,7 +25,7 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
     } = function;
     if sig.asyncness.is_none() {
         return Err(syn::Error::new(
-            fn_span(&sig),
+            sig.fn_token.span,
             "`#[redlock]` goes on an `async fn`: the lock is taken and released with `.await`",
         ));
     }

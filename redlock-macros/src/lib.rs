@@ -38,6 +38,17 @@
 //!
 //! The function must be `async` and return `Result<_, E>` with `E: From<LockError>`.
 //!
+//! # The resource template
+//!
+//! `{{` and `}}` are literal braces; a placeholder `{name}` (whitespace around the name is
+//! ignored) names an argument, or a field of one: `{job.name}`, `{pair.0}`. Its first
+//! identifier must be bound by the function's arguments, through any pattern
+//! (`Path(id): Path<u64>`). An empty template, a `}` that closes nothing, a `{` never closed or
+//! inside a placeholder, and an empty `{}` are compile errors. redlock-axum's
+//! `RedlockLayer::from_template` reads the same grammar, except that its names are path
+//! parameters (any text without braces); the full grammar and the cases both parsers are
+//! tested against are in this crate's `template_cases.rs`.
+//!
 //! ```
 //! use redlock_core::{LockError, Redlock, redlock};
 //!
@@ -71,8 +82,9 @@
 //! }
 //! ```
 
+mod args;
 mod expand;
-mod parse;
+mod template;
 
 use proc_macro::TokenStream;
 

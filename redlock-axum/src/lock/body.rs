@@ -1,5 +1,6 @@
 //! [`LockedBody`]: a response body that holds the lock until it ends.
 
+use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -11,7 +12,7 @@ pin_project! {
     /// Wraps a response body and releases the request's lock when the body ends, fails, or is
     /// dropped (e.g. the client disconnected), in the shape of tower-http's in-flight
     /// request body.
-    pub struct LockedBody<B> {
+    pub(crate) struct LockedBody<B> {
         #[pin]
         inner: B,
         guard: Option<LockGuard>,
@@ -21,6 +22,16 @@ pin_project! {
 impl<B> LockedBody<B> {
     pub(crate) fn new(inner: B, guard: Option<LockGuard>) -> Self {
         Self { inner, guard }
+    }
+}
+
+// By hand: `pin_project!` hides the struct from `missing_debug_implementations`.
+impl<B: fmt::Debug> fmt::Debug for LockedBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockedBody")
+            .field("inner", &self.inner)
+            .field("guard", &self.guard)
+            .finish()
     }
 }
 

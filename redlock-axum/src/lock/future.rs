@@ -1,5 +1,6 @@
 //! [`ResponseFuture`]: acquire, then call the inner service, then hand the guard to the body.
 
+use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,8 +15,8 @@ use redlock_core::{LockError, LockGuard, LostReason, Scoped};
 use tower_service::Service;
 
 use super::body::LockedBody;
-use super::layer::{Config, ReleaseOn};
-use super::resource::Resolved;
+use super::config::{Config, ReleaseOn};
+use super::resource::{MissingParam, Resolved};
 use crate::rejection::LockRejection;
 
 /// What the acquisition step produced: the request to pass on, or an answer to send.
@@ -85,12 +86,31 @@ where
     }
 }
 
+// By hand: `pin_project!` hides the struct from `missing_debug_implementations`, and neither
+// the inner service nor its future need be `Debug` (axum's `from_fn` future does the same).
+impl<S, ReqBody> fmt::Debug for ResponseFuture<S, ReqBody>
+where
+    S: Service<Request<ReqBody>>,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match &self.state {
+            State::Acquiring { .. } => "Acquiring",
+            State::Calling { guard: Some(_), .. } => "Calling (locked)",
+            State::Calling { guard: None, .. } => "Calling (unlocked)",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acquired<ReqBody> {
     let (mut parts, body) = request.into_parts();
     let resource = match config.resource.resolve(&mut parts).await {
         Resolved::Resource(resource) => resource,
         Resolved::Skip => return Ok((Request::from_parts(parts, body), None)),
-        Resolved::MissingParam(name) => {
+        Resolved::MissingParam(MissingParam(name)) => {
             tracing::error!(
                 param = %name,
                 route = ?parts.extensions.get::<axum::extract::MatchedPath>().map(|p| p.as_str()),

@@ -1,4 +1,4 @@
-//! [`RedlockLayer`] and its configuration.
+//! [`RedlockLayer`] and its builder methods.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,42 +8,16 @@ use http::request::Parts;
 use redlock_core::{LockOptions, Mode, Redlock};
 use tower_layer::Layer;
 
+use super::config::{Config, ReleaseOn};
 use super::mode::ModeFrom;
 use super::resource::{ResourceFrom, Template, TemplateError};
 use super::service::RedlockService;
-use crate::rejection::DEFAULT_RETRY_AFTER;
 
-/// When the lock taken for a request is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReleaseOn {
-    /// When the response body has been fully sent, has failed, or was dropped (default): a
-    /// streaming response stays under the lock.
-    #[default]
-    BodyEnd,
-    /// As soon as the handler has produced the response head.
-    Response,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) redlock: Redlock,
-    pub(crate) resource: ResourceFrom,
-    pub(crate) mode: ModeFrom,
-    pub(crate) options: LockOptions,
-    pub(crate) busy_status: StatusCode,
-    pub(crate) retry_after: Duration,
-    pub(crate) release_on: ReleaseOn,
-}
-
-impl Config {
-    /// The options each request's lock is taken with: the configured ones, reentrant (so that
-    /// `#[redlock]` functions the handler calls on the same resource share the lock).
-    pub(crate) fn lock_options(options: LockOptions, auto_extend: bool) -> LockOptions {
-        options.auto_extend(auto_extend).reentrant(true)
-    }
-}
-
-/// A tower [`Layer`] that holds a Redlock for each request (see the [module docs](crate::lock)).
+/// A tower [`Layer`] that holds a Redlock for each request.
+///
+/// It computes a resource from each request (a template over the matched route's path
+/// parameters, or a closure over the request parts), takes the lock before the handler runs,
+/// and keeps it until the response body has been sent or dropped.
 ///
 /// Use it with `Router::route_layer` (or `MethodRouter::layer`): path parameters are only
 /// known once the route has matched. When the resource is busy it answers `423 Locked` with
@@ -54,37 +28,53 @@ impl Config {
 /// [`LockInfo`](redlock_core::LockInfo) — fencing token, lost signal — in the request
 /// extensions (`Extension<LockInfo>`). If the lock is lost before the handler has answered,
 /// the handler's future is dropped and the client gets `503`.
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_axum::TemplateError> {
+/// use axum::{Router, routing::{get, post}};
+/// use redlock_axum::RedlockLayer;
+///
+/// async fn pay() -> &'static str { "paid" }
+/// async fn show() -> &'static str { "the catalog" }
+/// async fn edit() -> &'static str { "edited" }
+///
+/// let app: Router = Router::new()
+///     .route("/orders/{id}/pay", post(pay))
+///     .route_layer(RedlockLayer::from_template(redlock.clone(), "order:{id}")?)
+///     // Reads share the catalog, writes take it alone (GET read, POST write).
+///     .merge(
+///         Router::new()
+///             .route("/catalog/{shelf}", get(show).post(edit))
+///             .route_layer(RedlockLayer::from_template(redlock, "catalog:{shelf}")?.mode_by_method()),
+///     );
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct RedlockLayer {
-    config: Arc<Config>,
+    // By value, as tower-http's layers: a setter on a clone never changes the layer it was
+    // cloned from. `layer()` puts it behind an `Arc` for the service.
+    config: Config,
 }
 
 impl RedlockLayer {
     fn new(redlock: Redlock, resource: ResourceFrom) -> Self {
         Self {
-            config: Arc::new(Config {
-                options: Config::lock_options(redlock.options().clone(), true),
-                redlock,
-                resource,
-                mode: ModeFrom::Options,
-                busy_status: StatusCode::LOCKED,
-                retry_after: DEFAULT_RETRY_AFTER,
-                release_on: ReleaseOn::BodyEnd,
-            }),
+            config: Config::new(redlock, resource),
         }
-    }
-
-    /// The configuration to change: this layer's own, copied first if clones share it (a
-    /// setter on a clone never changes the layer it was cloned from).
-    fn config_mut(&mut self) -> &mut Config {
-        Arc::make_mut(&mut self.config)
     }
 
     /// Locks the resource named by `template` over the matched route's path parameters, e.g.
     /// `"order:{id}"` for `/orders/{id}/pay`.
     ///
+    /// The grammar is `#[redlock]`'s: `{{` and `}}` are literal braces, and `{name}` is the
+    /// value of the path parameter `name` (whitespace around the name is ignored). Unlike the
+    /// macro's, a name may be any text without braces, as axum's parameter names; a name the
+    /// matched route lacks is answered `500` (and logged) per request. The full grammar and the
+    /// cases both parsers are tested against are in redlock-macros' `template_cases.rs`.
+    ///
     /// # Errors
-    /// [`TemplateError`] if the template is empty or its braces do not match.
+    /// [`TemplateError`] if the template is empty, a `{` is empty, nested or never closed, or
+    /// a `}` closes nothing.
     pub fn from_template(redlock: Redlock, template: &str) -> Result<Self, TemplateError> {
         Ok(Self::new(
             redlock,
@@ -105,8 +95,7 @@ impl RedlockLayer {
     /// Auto-extension follows [`auto_extend`](Self::auto_extend), whatever `options` says.
     #[must_use]
     pub fn options(mut self, options: LockOptions) -> Self {
-        let auto_extend = self.config.options.get_auto_extend();
-        self.config_mut().options = Config::lock_options(options, auto_extend);
+        self.config.options = options;
         self
     }
 
@@ -116,7 +105,7 @@ impl RedlockLayer {
     /// [`mode_from_fn`](Self::mode_from_fn) wins.
     #[must_use]
     pub fn mode(mut self, mode: Mode) -> Self {
-        self.config_mut().mode = ModeFrom::Fixed(mode);
+        self.config.mode = ModeFrom::Fixed(mode);
         self
     }
 
@@ -124,10 +113,10 @@ impl RedlockLayer {
     /// `HEAD`, `OPTIONS`, `TRACE` — and as a writer ([`Mode::Exclusive`]) for the others, so
     /// reads of a resource run together and each write runs alone ([`by_method`]).
     ///
-    /// [`by_method`]: super::by_method
+    /// [`by_method`]: crate::by_method
     #[must_use]
     pub fn mode_by_method(mut self) -> Self {
-        self.config_mut().mode = ModeFrom::Method;
+        self.config.mode = ModeFrom::Method;
         self
     }
 
@@ -137,15 +126,14 @@ impl RedlockLayer {
     where
         F: Fn(&Parts) -> Mode + Send + Sync + 'static,
     {
-        self.config_mut().mode = ModeFrom::Fn(Arc::new(mode));
+        self.config.mode = ModeFrom::Fn(Arc::new(mode));
         self
     }
 
     /// Keep each request's lock extended while the request is in flight (default `true`).
     #[must_use]
     pub fn auto_extend(mut self, on: bool) -> Self {
-        let options = self.config.options.clone();
-        self.config_mut().options = Config::lock_options(options, on);
+        self.config.auto_extend = on;
         self
     }
 
@@ -153,21 +141,21 @@ impl RedlockLayer {
     /// or `429 Too Many Requests` are common alternatives).
     #[must_use]
     pub fn busy_status(mut self, status: StatusCode) -> Self {
-        self.config_mut().busy_status = status;
+        self.config.busy_status = status;
         self
     }
 
     /// The `Retry-After` sent with busy and unavailable answers (default 1 s).
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
-        self.config_mut().retry_after = after;
+        self.config.retry_after = after;
         self
     }
 
     /// When the lock is released (default [`ReleaseOn::BodyEnd`]).
     #[must_use]
     pub fn release_on(mut self, release_on: ReleaseOn) -> Self {
-        self.config_mut().release_on = release_on;
+        self.config.release_on = release_on;
         self
     }
 }
@@ -176,6 +164,6 @@ impl<S> Layer<S> for RedlockLayer {
     type Service = RedlockService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RedlockService::new(inner, Arc::clone(&self.config))
+        RedlockService::new(inner, Arc::new(self.config.for_requests()))
     }
 }

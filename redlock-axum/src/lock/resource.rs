@@ -8,6 +8,7 @@ use http::request::Parts;
 
 /// A resource template could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 #[error("invalid resource template `{template}`: {reason}")]
 pub struct TemplateError {
     /// The template.
@@ -16,85 +17,122 @@ pub struct TemplateError {
     pub reason: &'static str,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Piece {
-    Text(String),
-    Param(String),
+/// Why a template is malformed; the variants are the error kinds of the shared table
+/// (redlock-macros/template_cases.rs), the same as the macro's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Malformed {
+    Empty,
+    StrayClose,
+    Unclosed,
+    Nested,
+    EmptyName,
 }
 
-/// A template over the matched route's path parameters: `"order:{id}"` on a route
-/// `/orders/{id}/pay` locks `order:42` for `/orders/42/pay`. `{{` and `}}` are literal braces.
+impl Malformed {
+    fn reason(self) -> &'static str {
+        match self {
+            Self::Empty => "it is empty",
+            Self::StrayClose => "a `}` closes nothing; write `}}` for a literal brace",
+            Self::Unclosed => "a `{` is not closed",
+            Self::Nested => {
+                "a `{` inside a `{..}` placeholder; write `{{` outside placeholders for a literal brace"
+            }
+            Self::EmptyName => "a `{` must enclose a path parameter name, e.g. `{id}`",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Template {
-    pieces: Vec<Piece>,
+enum Segment {
+    /// Literal text, its `{{` and `}}` unescaped.
+    Text(String),
+    /// A path parameter's name, trimmed.
+    Placeholder(String),
+}
+
+/// The route lacks the path parameter a template names (a configuration error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MissingParam(pub(crate) String);
+
+/// A template over the matched route's path parameters: `"order:{id}"` on a route
+/// `/orders/{id}/pay` locks `order:42` for `/orders/42/pay`. The grammar is `#[redlock]`'s
+/// (see [`RedlockLayer::from_template`](crate::RedlockLayer::from_template)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Template {
+    segments: Vec<Segment>,
 }
 
 impl Template {
-    /// Parses a template.
+    /// Parses a template. Written to match redlock-macros' `template::segments` step for step;
+    /// both are tested against redlock-macros/template_cases.rs.
     ///
     /// # Errors
-    /// [`TemplateError`] for an empty template, an empty or unclosed `{`, or a stray `}`.
-    pub fn parse(template: &str) -> Result<Self, TemplateError> {
-        let error = |reason| TemplateError {
-            template: template.to_owned(),
-            reason,
-        };
+    /// [`TemplateError`] for an empty template, an empty, unclosed or nested `{`, or a `}`
+    /// that closes nothing.
+    pub(crate) fn parse(template: &str) -> Result<Self, TemplateError> {
+        Self::segments(template)
+            .map(|segments| Self { segments })
+            .map_err(|kind| TemplateError {
+                template: template.to_owned(),
+                reason: kind.reason(),
+            })
+    }
+
+    fn segments(template: &str) -> Result<Vec<Segment>, Malformed> {
         if template.is_empty() {
-            return Err(error("it is empty"));
+            return Err(Malformed::Empty);
         }
-        let mut pieces = Vec::new();
+        let mut segments = Vec::new();
         let mut text = String::new();
         let mut chars = template.chars().peekable();
         while let Some(c) = chars.next() {
             match c {
-                '{' if chars.peek() == Some(&'{') => {
-                    chars.next();
-                    text.push('{');
-                }
-                '}' if chars.peek() == Some(&'}') => {
-                    chars.next();
-                    text.push('}');
-                }
-                '}' => return Err(error("a `}` has no `{`; write `}}` for a literal brace")),
+                '{' if chars.next_if_eq(&'{').is_some() => text.push('{'),
+                '}' if chars.next_if_eq(&'}').is_some() => text.push('}'),
+                '}' => return Err(Malformed::StrayClose),
                 '{' => {
-                    let name: String = chars.by_ref().take_while(|&c| c != '}').collect();
-                    if name.is_empty() || name.contains('{') {
-                        return Err(error(
-                            "a `{` must enclose a path parameter name, e.g. `{id}`",
-                        ));
+                    let mut name = String::new();
+                    loop {
+                        match chars.next() {
+                            Some('}') => break,
+                            Some('{') => return Err(Malformed::Nested),
+                            Some(c) => name.push(c),
+                            None => return Err(Malformed::Unclosed),
+                        }
+                    }
+                    let name = name.trim();
+                    if name.is_empty() {
+                        return Err(Malformed::EmptyName);
                     }
                     if !text.is_empty() {
-                        pieces.push(Piece::Text(std::mem::take(&mut text)));
+                        segments.push(Segment::Text(std::mem::take(&mut text)));
                     }
-                    pieces.push(Piece::Param(name));
+                    segments.push(Segment::Placeholder(name.to_owned()));
                 }
                 c => text.push(c),
             }
         }
-        if template.matches('{').count() > template.matches('}').count() {
-            return Err(error("a `{` is not closed"));
-        }
         if !text.is_empty() {
-            pieces.push(Piece::Text(text));
+            segments.push(Segment::Text(text));
         }
-        Ok(Self { pieces })
+        Ok(segments)
     }
 
     /// Fills the template from `(name, value)` path parameters.
     ///
     /// # Errors
-    /// The name of the first parameter the route does not have.
-    pub fn render(&self, params: &[(&str, &str)]) -> Result<String, String> {
+    /// [`MissingParam`] names the first parameter the route does not have.
+    pub(crate) fn render(&self, params: &[(&str, &str)]) -> Result<String, MissingParam> {
         let mut out = String::new();
-        for piece in &self.pieces {
-            match piece {
-                Piece::Text(text) => out.push_str(text),
-                Piece::Param(name) => {
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => out.push_str(text),
+                Segment::Placeholder(name) => {
                     let value = params
                         .iter()
                         .find(|(key, _)| key == name)
                         .map(|(_, value)| *value)
-                        .ok_or_else(|| name.clone())?;
+                        .ok_or_else(|| MissingParam(name.clone()))?;
                     out.push_str(value);
                 }
             }
@@ -128,7 +166,7 @@ pub(crate) enum Resolved {
     /// The closure said this request needs no lock.
     Skip,
     /// The route lacks a parameter the template names (a configuration error).
-    MissingParam(String),
+    MissingParam(MissingParam),
 }
 
 impl ResourceFrom {
@@ -149,16 +187,47 @@ impl ResourceFrom {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
     use super::*;
 
+    include!("../../../redlock-macros/template_cases.rs");
+
+    /// The runtime grammar in the table's terms.
+    fn parse(template: &str) -> Result<Vec<Seg>, String> {
+        let segments = Template::segments(template).map_err(|kind| format!("{kind:?}"))?;
+        Ok(segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Text(text) => Seg::T(leak(text)),
+                Segment::Placeholder(name) => Seg::P(leak(name)),
+            })
+            .collect())
+    }
+
+    fn leak(s: &str) -> &'static str {
+        Box::leak(s.to_owned().into_boxed_str())
+    }
+
     #[test]
-    fn templates_parse_and_render() {
-        let t = Template::parse("order:{id}:{{v}}:{item}").unwrap();
+    fn the_shared_template_cases() {
+        for case in CASES {
+            let expected = case
+                .runtime_grammar
+                .map(<[Seg]>::to_vec)
+                .map_err(str::to_owned);
+            assert_eq!(parse(case.template), expected, "{:?}", case.template);
+        }
+    }
+
+    #[test]
+    fn templates_render_from_path_params() {
+        let t = Template::parse("order:{id}:{{v}}:{ item }").unwrap();
         let params = [("item", "a b"), ("id", "42")];
         assert_eq!(t.render(&params).unwrap(), "order:42:{v}:a b");
-        assert_eq!(t.render(&[("id", "1")]), Err("item".to_owned()));
-        for bad in ["", "{}", "a}b", "{open", "x{a{b}}"] {
-            assert!(Template::parse(bad).is_err(), "{bad}");
-        }
+        assert_eq!(
+            t.render(&[("id", "1")]),
+            Err(MissingParam("item".to_owned()))
+        );
     }
 }

@@ -7,8 +7,8 @@ use axum::response::Response;
 use http::Request;
 use tower_service::Service;
 
+use super::config::Config;
 use super::future::ResponseFuture;
-use super::layer::Config;
 
 /// The service made by [`RedlockLayer`](super::RedlockLayer).
 #[derive(Debug, Clone)]
@@ -20,6 +20,21 @@ pub struct RedlockService<S> {
 impl<S> RedlockService<S> {
     pub(crate) fn new(inner: S, config: Arc<Config>) -> Self {
         Self { inner, config }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps this service, returning the wrapped one.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 
