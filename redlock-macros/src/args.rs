@@ -112,10 +112,10 @@ impl Args {
     }
 }
 
-/// `redlock_core::options::MAX_TTL` in milliseconds (this crate cannot depend on redlock-core;
+/// `redlock_core::MAX_TTL` in milliseconds (this crate cannot depend on redlock-core;
 /// the test `compile_time_duration_checks_agree_with_validate` binds these copies to core's).
 const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
-/// `redlock_core::timing::DRIFT_FLOOR`.
+/// `redlock_core::DRIFT_FLOOR`.
 const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
 /// Why `LockOptions::validate` refuses a ttl of `ms` milliseconds with any drift factor at least
@@ -128,7 +128,7 @@ fn check_ttl(ms: u64, drift_factor: Option<f64>) -> Result<(), String> {
     }
     if ms > MAX_TTL_MS {
         return Err(format!(
-            "the ttl of {ms} ms is above the cap of 24h ({MAX_TTL_MS} ms, `redlock_core::options::MAX_TTL`); check the unit"
+            "the ttl of {ms} ms is above the cap of 24h ({MAX_TTL_MS} ms, `redlock_core::MAX_TTL`); check the unit"
         ));
     }
     let ttl = Duration::from_millis(ms);

@@ -309,7 +309,7 @@ fn compile_time_duration_checks_agree_with_validate() {
     use redlock_core::InvalidInput;
     use redlock_core::{DRIFT_FLOOR, MAX_TTL};
 
-    // The macro's copies (redlock-macros/src/parse.rs: MAX_TTL_MS, DRIFT_FLOOR).
+    // The macro's copies (redlock-macros/src/args.rs: MAX_TTL_MS, DRIFT_FLOOR).
     assert_eq!(MAX_TTL, Duration::from_millis(86_400_000));
     assert_eq!(DRIFT_FLOOR, Duration::from_millis(2));
     let validate = |ttl_ms: u64, factor: f64| {

@@ -206,6 +206,8 @@ fn test() -> anyhow::Result<()> {
     install::gcc()?;
     step("checking formatting");
     cargo(&["fmt", "--all", "--", "--check"])?;
+    step("the module layering (no import cycles)");
+    layers::check(&workspace_root(), false)?;
     step("clippy -D warnings (builds the workspace: several minutes on a fresh machine)");
     cargo(&[
         "clippy",

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::{BoxFuture, Either};
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
-use redlock_core::{LockError, LockGuard, LostReason, Scoped};
+use redlock_core::{LockError, LockGuard, Scoped};
 use tower_service::Service;
 
 use super::body::LockedBody;
@@ -26,14 +26,7 @@ type Acquired<ReqBody> = Result<(Request<ReqBody>, Option<LockGuard>), Response>
 type Lost = BoxFuture<'static, LockError>;
 
 fn lost(guard: &LockGuard) -> Lost {
-    let (signal, resource) = (guard.lost(), guard.resource().to_owned());
-    Box::pin(async move {
-        signal.clone().await;
-        LockError::Lost {
-            resource,
-            reason: signal.reason().unwrap_or(LostReason::Expired),
-        }
-    })
+    Box::pin(guard.lost().into_error())
 }
 
 pin_project! {

@@ -8,7 +8,7 @@ use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions, Value};
 use rand::Rng;
 
 use super::Node;
-use super::replies::{acquire_reply, fence_reply};
+use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
     ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, RELEASE, RELEASE_HANDOVER,
     RELEASE_MODE, Script,
@@ -93,28 +93,6 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) quarantine_s: u64,
     /// Windows for foreign clients may open: a plain attempt also looks at the window.
     pub(crate) windowed: bool,
-}
-
-/// One node's answer to an acquisition.
-#[derive(Debug)]
-pub(crate) struct AcquireReply {
-    pub(crate) vote: NodeVote,
-    /// The fencing counter read (0 when not asked for).
-    pub(crate) counter: u64,
-    /// When granted, how long the key has been busy without a window for foreign clients, in
-    /// ms of the node's clock (0 when no streak is running, or for a mode lock).
-    pub(crate) busy_ms: u64,
-}
-
-impl AcquireReply {
-    /// A vote with nothing read.
-    pub(super) fn vote(vote: NodeVote) -> Self {
-        Self {
-            vote,
-            counter: 0,
-            busy_ms: 0,
-        }
-    }
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).

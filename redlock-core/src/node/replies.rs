@@ -2,8 +2,29 @@
 
 use fred::types::Value;
 
-use super::commands::AcquireReply;
 use crate::outcome::{NodeError, NodeVote};
+
+/// One node's answer to an acquisition.
+#[derive(Debug)]
+pub(crate) struct AcquireReply {
+    pub(crate) vote: NodeVote,
+    /// The fencing counter read (0 when not asked for).
+    pub(crate) counter: u64,
+    /// When granted, how long the key has been busy without a window for foreign clients, in
+    /// ms of the node's clock (0 when no streak is running, or for a mode lock).
+    pub(crate) busy_ms: u64,
+}
+
+impl AcquireReply {
+    /// A vote with nothing read.
+    pub(super) fn vote(vote: NodeVote) -> Self {
+        Self {
+            vote,
+            counter: 0,
+            busy_ms: 0,
+        }
+    }
+}
 
 /// The `{1 | 0 | -1, counter[, busy]}` reply of the acquire scripts.
 pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
