@@ -121,7 +121,7 @@ async fn server_info(node: &Node, limit: Duration) -> Option<ServerInfo> {
         result => {
             if node.client.is_connected() {
                 let error = match result {
-                    Err(error) => error.to_string(),
+                    Err(error) => error.detailed(),
                     Ok(_) => "not a text reply".to_owned(),
                 };
                 tracing::warn!(

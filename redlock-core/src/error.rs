@@ -175,7 +175,7 @@ pub enum LockError {
         reason: LostReason,
     },
     /// The OS CSPRNG failed to give a token.
-    #[error("could not draw a token from the OS random source: {0}")]
+    #[error("could not draw a token from the OS random source")]
     Entropy(#[source] crate::token::EntropyError),
 }
 
@@ -375,7 +375,7 @@ pub enum BuildError {
         failures: Vec<String>,
     },
     /// The fred client could not be created for a node.
-    #[error("could not create the client for node {node}: {source}")]
+    #[error("could not create the client for node {node}")]
     Client {
         /// The node.
         node: String,

@@ -1,9 +1,6 @@
 //! What `#[redlock]` expands to: not public API (the path is `#[doc(hidden)]`), kept out of
 //! the crate root as tokio keeps its macro support.
 
-/// Support for the code `#[redlock]` expands to. Not public API.
-pub use crate::registry::get as registered;
-
 /// Reports the outcome of the release after a `#[redlock]` body.
 pub fn released(resource: &str, result: Result<crate::Released, crate::LockError>) {
     match result {

@@ -241,7 +241,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_round_stops_once_a_quorum_is_out_of_reach() {
-        // 3 refusals of 5: 3 grants are no longer possible.
+        // 3 refusals of 5: 3 grants are no longer possible; decided at once, not at the limit.
+        let started = std::time::Instant::now();
         let tally = decide(
             5,
             3,
@@ -251,6 +252,7 @@ mod tests {
         )
         .await;
         assert_eq!((tally.granted, tally.refused), (0, 3));
+        assert!(started.elapsed() < Duration::from_secs(5));
         // Two refusals are not enough to decide: it waits for the limit.
         let tally = decide(
             5,
@@ -283,6 +285,7 @@ mod tests {
     #[tokio::test]
     async fn failures_count_against_and_keep_no_datum() {
         let failed = Some(NodeVote::Failed(NodeError::Disconnected));
+        let started = std::time::Instant::now();
         let tally = decide(
             3,
             2,
@@ -293,7 +296,9 @@ mod tests {
         .await;
         assert_eq!((tally.granted, tally.refused), (0, 0));
         assert_eq!(tally.counters, vec![None, None, None]);
-        // A fencing quorum (4 of 5) is out of reach after two refusals.
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // A fencing quorum (4 of 5) is out of reach after two refusals: decided at once.
+        let started = std::time::Instant::now();
         let tally = decide(
             5,
             4,
@@ -303,5 +308,6 @@ mod tests {
         )
         .await;
         assert_eq!((tally.granted, tally.refused), (2, 2));
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

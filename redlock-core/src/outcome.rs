@@ -13,10 +13,10 @@ pub enum NodeError {
     #[error("not connected")]
     Disconnected,
     /// The node answered with an error reply (e.g. `NOPERM`, `READONLY`, `OOM`).
-    #[error("error reply: {0}")]
+    #[error("error reply")]
     Reply(#[source] ClientError),
     /// The connection failed while the command was in flight.
-    #[error("connection error: {0}")]
+    #[error("connection error")]
     Io(#[source] ClientError),
     /// The node answered something the lock's protocol does not expect (a script replaced
     /// under its SHA1, a proxy rewriting replies): what it answered, and to what.
@@ -30,6 +30,15 @@ pub enum NodeError {
 }
 
 impl NodeError {
+    /// The error followed by its client's text, for logs and messages:
+    /// `error reply: NOPERM …`.
+    pub(crate) fn detailed(&self) -> String {
+        match self {
+            Self::Reply(client) | Self::Io(client) => format!("{self}: {client}"),
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn from_fred(error: fred::error::Error) -> Self {
         use fred::error::ErrorKind;
         match error.kind() {
@@ -40,8 +49,9 @@ impl NodeError {
     }
 }
 
-/// An error from a node's Redis client, kept whole: [`details`](Self::details) gives its text,
-/// and [`source`](std::error::Error::source) the client's own error (`fred`'s), for its kind.
+/// An error from a node's Redis client (`fred`), kept whole: [`details`](Self::details) is what
+/// the node or the client said (displayed), [`kind`](Self::kind) the client's classification.
+/// A [`NodeError`]'s chain reads "error reply", then this text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientError(fred::error::Error);
 
@@ -49,6 +59,12 @@ impl ClientError {
     /// What the node or the client said, e.g. `NOPERM this user has no permissions…`.
     pub fn details(&self) -> &str {
         self.0.details()
+    }
+
+    /// The client's classification of the error, e.g. `IO Error`, `Timeout Error`, `Authentication Error`
+    /// (fred's `ErrorKind`).
+    pub fn kind(&self) -> &'static str {
+        self.0.kind().to_str()
     }
 }
 
@@ -64,11 +80,7 @@ impl fmt::Display for ClientError {
     }
 }
 
-impl std::error::Error for ClientError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
-    }
-}
+impl std::error::Error for ClientError {}
 
 /// One node's answer in an acquisition attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,10 +166,35 @@ impl fmt::Display for Outcomes {
             match &outcome.vote {
                 NodeVote::Acquired => f.write_str("acquired")?,
                 NodeVote::Held => f.write_str("held by another holder")?,
-                NodeVote::Failed(e) => write!(f, "{e}")?,
+                NodeVote::Failed(e) => f.write_str(&e.detailed())?,
                 NodeVote::Undecided => f.write_str("not awaited")?,
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_error_is_shown_once_in_a_chain_and_whole_in_outcomes() {
+        use fred::error::{Error, ErrorKind};
+        let error = NodeError::from_fred(Error::new(ErrorKind::Auth, "NOPERM no access"));
+        assert_eq!(error.to_string(), "error reply");
+        let source = std::error::Error::source(&error).expect("the client's error");
+        assert_eq!(source.to_string(), "NOPERM no access");
+        assert!(source.source().is_none());
+        let outcomes = Outcomes::new(vec![NodeOutcome {
+            node: "10.0.0.1:6379".to_owned(),
+            vote: NodeVote::Failed(error),
+        }]);
+        assert_eq!(
+            outcomes.to_string(),
+            "10.0.0.1:6379: error reply: NOPERM no access"
+        );
+        let io = NodeError::from_fred(Error::new(ErrorKind::IO, "broken pipe"));
+        assert!(matches!(&io, NodeError::Io(client) if client.kind() == "IO Error"));
     }
 }

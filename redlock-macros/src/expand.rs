@@ -62,7 +62,7 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
                 .as_ref()
                 .map_or_else(|| "default".to_owned(), syn::LitStr::value);
             quote! {
-                let __redlock_handle = match #krate::__private::registered(#pool) {
+                let __redlock_handle = match #krate::registry::get(#pool) {
                     ::core::result::Result::Ok(handle) => handle,
                     ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),
                 };

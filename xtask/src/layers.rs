@@ -3,8 +3,10 @@
 //! A module imports another when its code names it: a `crate::a::b`, `super::…` or `self::…`
 //! path, a `use` group under one (`crate::a::{b, c}`), or a name the crate root re-exports
 //! (`crate::Name` where `lib.rs` has `pub use a::{Name}`). Comments, doc links and the
-//! `#[cfg(test)] mod tests` that ends a file are left out; a folder module and its children are
-//! one room (their edges are not counted). A cycle fails `cargo xtask test`.
+//! `#[cfg(test)] mod tests` that ends a file are left out (a line is cut at its first `//`,
+//! strings included: a `crate::` path after a URL on the same line is missed); an edge between a
+//! folder module and one of its own children is not counted (the folder declares and re-exports
+//! them), siblings are separate nodes. A cycle fails `cargo xtask test`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -1,5 +1,6 @@
 //! The typed per-node commands: one acquire request (plain, queued waiter or mode), release,
-//! extension, the fencing write-back, leaving a queue, and the decoding of their replies.
+//! extension, the fencing write-back and leaving a queue (their replies are decoded in
+//! [`replies`](super::replies)).
 
 use std::time::Duration;
 

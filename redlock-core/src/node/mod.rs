@@ -147,7 +147,7 @@ impl Node {
         for script in SCRIPTS {
             let args = vec![Value::from("LOAD"), Value::from(script.source)];
             if let Err(error) = self.bounded("SCRIPT", args, limit).await {
-                tracing::debug!(node = %self.label, %error, "could not preload the lock scripts");
+                tracing::debug!(node = %self.label, error = error.detailed(), "could not preload the lock scripts");
                 return;
             }
         }
