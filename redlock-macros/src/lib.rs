@@ -45,9 +45,10 @@
 //! identifier must be bound by the function's arguments, through any pattern
 //! (`Path(id): Path<u64>`). An empty template, a `}` that closes nothing, a `{` never closed or
 //! inside a placeholder, and an empty `{}` are compile errors. redlock-axum's
-//! `RedlockLayer::from_template` reads the same grammar, except that its names are path
-//! parameters (any text without braces); the full grammar and the cases both parsers are
-//! tested against are in this crate's `template_cases.rs`.
+//! `RedlockLayer::from_template` reads the same grammar with the same parser (the
+//! redlock-template crate), except that its names are path parameters (any text without
+//! braces); the full grammar and the cases both are tested against are in redlock-template's
+//! `template_cases.rs`.
 //!
 //! ```
 //! use redlock_core::{LockError, Redlock, redlock};

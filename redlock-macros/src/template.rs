@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use redlock_template::{Malformed, Segment, segments};
 use syn::{Expr, FnArg, LitStr, Pat, Signature};
 
 /// A resource template split into a `format!` string and its argument expressions.
@@ -12,12 +13,12 @@ pub(crate) struct Template {
 }
 
 impl Template {
-    /// Parses `"order:{order_id}"` ([`segments`]), then checks each placeholder: a Rust place
+    /// Parses `"order:{order_id}"` (redlock-template's `segments`), then checks each placeholder: a Rust place
     /// ([`is_place`]) whose first identifier the function's arguments bind (through any
     /// pattern, e.g. `Path(id): Path<u64>`). Every error points at the literal.
     pub(crate) fn parse(literal: &LitStr, sig: &Signature) -> syn::Result<Self> {
         let error = |message: String| syn::Error::new(literal.span(), message);
-        let segments = segments(&literal.value()).map_err(|m| error(m.message().to_owned()))?;
+        let segments = segments(&literal.value()).map_err(|m| error(message(m).to_owned()))?;
         let bound = bindings(sig);
         let mut format = String::new();
         let mut args = Vec::new();
@@ -59,81 +60,18 @@ impl Template {
     }
 }
 
-/// Why a template is malformed; the variants are the error kinds of the shared table
-/// (`template_cases.rs`), the same as redlock-axum's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Malformed {
-    Empty,
-    StrayClose,
-    Unclosed,
-    Nested,
-    EmptyName,
-}
-
-impl Malformed {
-    fn message(self) -> &'static str {
-        match self {
-            Self::Empty => "the resource is empty",
-            Self::StrayClose => "unmatched `}` in resource; write `}}` for a literal brace",
-            Self::Unclosed => "unclosed `{` in resource",
-            Self::Nested => {
-                "`{` inside a `{..}` placeholder in resource; write `{{` outside placeholders for a literal brace"
-            }
-            Self::EmptyName => "empty `{}` in resource; name an argument, e.g. `{id}`",
+/// What the macro says about a malformed template.
+fn message(malformed: Malformed) -> &'static str {
+    match malformed {
+        Malformed::Empty => "the resource is empty",
+        Malformed::StrayClose => "unmatched `}` in resource; write `}}` for a literal brace",
+        Malformed::Unclosed => "unclosed `{` in resource",
+        Malformed::Nested => {
+            "`{` inside a `{..}` placeholder in resource; write `{{` outside placeholders for a literal brace"
         }
+        Malformed::EmptyName => "empty `{}` in resource; name an argument, e.g. `{id}`",
+        _ => "malformed resource template",
     }
-}
-
-/// A piece of a template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Segment {
-    /// Literal text, its `{{` and `}}` unescaped.
-    Text(String),
-    /// A placeholder's name, trimmed.
-    Placeholder(String),
-}
-
-/// Splits a template into text and placeholders: the grammar shared with redlock-axum's
-/// `RedlockLayer::from_template` (described in, and tested against, `template_cases.rs`).
-/// Written to match redlock-axum's `Template::parse` step for step.
-pub(crate) fn segments(template: &str) -> Result<Vec<Segment>, Malformed> {
-    if template.is_empty() {
-        return Err(Malformed::Empty);
-    }
-    let mut segments = Vec::new();
-    let mut text = String::new();
-    let mut chars = template.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '{' if chars.next_if_eq(&'{').is_some() => text.push('{'),
-            '}' if chars.next_if_eq(&'}').is_some() => text.push('}'),
-            '}' => return Err(Malformed::StrayClose),
-            '{' => {
-                let mut name = String::new();
-                loop {
-                    match chars.next() {
-                        Some('}') => break,
-                        Some('{') => return Err(Malformed::Nested),
-                        Some(c) => name.push(c),
-                        None => return Err(Malformed::Unclosed),
-                    }
-                }
-                let name = name.trim();
-                if name.is_empty() {
-                    return Err(Malformed::EmptyName);
-                }
-                if !text.is_empty() {
-                    segments.push(Segment::Text(std::mem::take(&mut text)));
-                }
-                segments.push(Segment::Placeholder(name.to_owned()));
-            }
-            c => text.push(c),
-        }
-    }
-    if !text.is_empty() {
-        segments.push(Segment::Text(text));
-    }
-    Ok(segments)
 }
 
 /// `true` for a Rust place: an identifier (raw ones too) followed by `.field`s or `.0`-style
@@ -187,33 +125,22 @@ fn collect(pat: &Pat, names: &mut HashSet<String>) {
 mod tests {
     use super::*;
 
-    include!("../template_cases.rs");
+    include!("../../redlock-template/template_cases.rs");
 
-    /// The macro's grammar in the table's terms: [`segments`], then [`is_place`] per name.
+    /// The macro's grammar in the table's terms: `segments`, then [`is_place`] per name.
     fn parse(template: &str) -> Result<Vec<Seg>, String> {
         let segments = segments(template).map_err(|kind| format!("{kind:?}"))?;
         segments
             .iter()
             .map(|segment| match segment {
-                Segment::Text(text) => Ok(Seg::T(leak(text))),
-                Segment::Placeholder(path) if is_place(path) => Ok(Seg::P(leak(path))),
-                Segment::Placeholder(_) => Err("Name".to_owned()),
+                Segment::Placeholder(path) if !is_place(path) => Err("Name".to_owned()),
+                segment => Ok(seg(segment)),
             })
             .collect()
     }
 
-    fn leak(s: &str) -> &'static str {
-        Box::leak(s.to_owned().into_boxed_str())
-    }
-
     #[test]
     fn the_shared_template_cases() {
-        for case in CASES {
-            let expected = case
-                .macro_grammar
-                .map(<[Seg]>::to_vec)
-                .map_err(str::to_owned);
-            assert_eq!(parse(case.template), expected, "{:?}", case.template);
-        }
+        check_cases(|case| case.macro_grammar, parse);
     }
 }

@@ -14,7 +14,12 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 /// The crates whose layering is checked.
-pub(crate) const CRATES: [&str; 3] = ["redlock-core", "redlock-axum", "redlock-macros"];
+pub(crate) const CRATES: [&str; 4] = [
+    "redlock-template",
+    "redlock-core",
+    "redlock-axum",
+    "redlock-macros",
+];
 
 /// Module path (`""` for the root, `a::b`) → the modules it imports.
 type Graph = BTreeMap<String, BTreeSet<String>>;

@@ -69,8 +69,8 @@ impl RedlockLayer {
     /// The grammar is `#[redlock]`'s: `{{` and `}}` are literal braces, and `{name}` is the
     /// value of the path parameter `name` (whitespace around the name is ignored). Unlike the
     /// macro's, a name may be any text without braces, as axum's parameter names; a name the
-    /// matched route lacks is answered `500` (and logged) per request. The full grammar and the
-    /// cases both parsers are tested against are in redlock-macros' `template_cases.rs`.
+    /// matched route lacks is answered `500` (and logged) per request. Both parse with the
+    /// redlock-template crate; its `template_cases.rs` holds the full grammar and the cases.
     ///
     /// # Errors
     /// [`TemplateError`] if the template is empty, a `{` is empty, nested or never closed, or

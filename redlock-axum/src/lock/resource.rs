@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, RawPathParams};
 use http::request::Parts;
+use redlock_template::{Malformed, Segment, segments};
 
 /// A resource template could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -17,37 +18,18 @@ pub struct TemplateError {
     pub reason: &'static str,
 }
 
-/// Why a template is malformed; the variants are the error kinds of the shared table
-/// (redlock-macros/template_cases.rs), the same as the macro's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Malformed {
-    Empty,
-    StrayClose,
-    Unclosed,
-    Nested,
-    EmptyName,
-}
-
-impl Malformed {
-    fn reason(self) -> &'static str {
-        match self {
-            Self::Empty => "it is empty",
-            Self::StrayClose => "a `}` closes nothing; write `}}` for a literal brace",
-            Self::Unclosed => "a `{` is not closed",
-            Self::Nested => {
-                "a `{` inside a `{..}` placeholder; write `{{` outside placeholders for a literal brace"
-            }
-            Self::EmptyName => "a `{` must enclose a path parameter name, e.g. `{id}`",
+/// What the layer says about a malformed template.
+fn reason(malformed: Malformed) -> &'static str {
+    match malformed {
+        Malformed::Empty => "it is empty",
+        Malformed::StrayClose => "a `}` closes nothing; write `}}` for a literal brace",
+        Malformed::Unclosed => "a `{` is not closed",
+        Malformed::Nested => {
+            "a `{` inside a `{..}` placeholder; write `{{` outside placeholders for a literal brace"
         }
+        Malformed::EmptyName => "a `{` must enclose a path parameter name, e.g. `{id}`",
+        _ => "it is malformed",
     }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Segment {
-    /// Literal text, its `{{` and `}}` unescaped.
-    Text(String),
-    /// A path parameter's name, trimmed.
-    Placeholder(String),
 }
 
 /// The route lacks the path parameter a template names (a configuration error).
@@ -63,59 +45,19 @@ pub(crate) struct Template {
 }
 
 impl Template {
-    /// Parses a template. Written to match redlock-macros' `template::segments` step for step;
-    /// both are tested against redlock-macros/template_cases.rs.
+    /// Parses a template with the grammar `#[redlock]` uses (redlock-template's `segments`),
+    /// tested against redlock-template/template_cases.rs.
     ///
     /// # Errors
     /// [`TemplateError`] for an empty template, an empty, unclosed or nested `{`, or a `}`
     /// that closes nothing.
     pub(crate) fn parse(template: &str) -> Result<Self, TemplateError> {
-        Self::segments(template)
+        segments(template)
             .map(|segments| Self { segments })
             .map_err(|kind| TemplateError {
                 template: template.to_owned(),
-                reason: kind.reason(),
+                reason: reason(kind),
             })
-    }
-
-    fn segments(template: &str) -> Result<Vec<Segment>, Malformed> {
-        if template.is_empty() {
-            return Err(Malformed::Empty);
-        }
-        let mut segments = Vec::new();
-        let mut text = String::new();
-        let mut chars = template.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '{' if chars.next_if_eq(&'{').is_some() => text.push('{'),
-                '}' if chars.next_if_eq(&'}').is_some() => text.push('}'),
-                '}' => return Err(Malformed::StrayClose),
-                '{' => {
-                    let mut name = String::new();
-                    loop {
-                        match chars.next() {
-                            Some('}') => break,
-                            Some('{') => return Err(Malformed::Nested),
-                            Some(c) => name.push(c),
-                            None => return Err(Malformed::Unclosed),
-                        }
-                    }
-                    let name = name.trim();
-                    if name.is_empty() {
-                        return Err(Malformed::EmptyName);
-                    }
-                    if !text.is_empty() {
-                        segments.push(Segment::Text(std::mem::take(&mut text)));
-                    }
-                    segments.push(Segment::Placeholder(name.to_owned()));
-                }
-                c => text.push(c),
-            }
-        }
-        if !text.is_empty() {
-            segments.push(Segment::Text(text));
-        }
-        Ok(segments)
     }
 
     /// Fills the template from `(name, value)` path parameters.
@@ -191,33 +133,28 @@ mod tests {
 
     use super::*;
 
-    include!("../../../redlock-macros/template_cases.rs");
+    include!("../../../redlock-template/template_cases.rs");
 
-    /// The runtime grammar in the table's terms.
+    /// The layer's parser ([`Template::parse`]) in the table's terms: its error's reason
+    /// mapped back to the kind it names.
     fn parse(template: &str) -> Result<Vec<Seg>, String> {
-        let segments = Template::segments(template).map_err(|kind| format!("{kind:?}"))?;
-        Ok(segments
-            .iter()
-            .map(|segment| match segment {
-                Segment::Text(text) => Seg::T(leak(text)),
-                Segment::Placeholder(name) => Seg::P(leak(name)),
-            })
-            .collect())
-    }
-
-    fn leak(s: &str) -> &'static str {
-        Box::leak(s.to_owned().into_boxed_str())
+        let kinds = [
+            Malformed::Empty,
+            Malformed::StrayClose,
+            Malformed::Unclosed,
+            Malformed::Nested,
+            Malformed::EmptyName,
+        ];
+        let parsed = Template::parse(template).map_err(|error| {
+            let kind = kinds.into_iter().find(|&k| reason(k) == error.reason);
+            format!("{:?}", kind.unwrap())
+        })?;
+        Ok(parsed.segments.iter().map(seg).collect())
     }
 
     #[test]
     fn the_shared_template_cases() {
-        for case in CASES {
-            let expected = case
-                .runtime_grammar
-                .map(<[Seg]>::to_vec)
-                .map_err(str::to_owned);
-            assert_eq!(parse(case.template), expected, "{:?}", case.template);
-        }
+        check_cases(|case| case.runtime_grammar, parse);
     }
 
     #[test]

@@ -1,7 +1,8 @@
-// The resource-template cases shared by the two parsers of the grammar, so that they cannot
-// drift: `include!`d by the unit tests of redlock-macros/src/template.rs (`#[redlock(resource
-// = "..")]`, checked at compile time) and redlock-axum/src/lock/resource.rs
-// (`RedlockLayer::from_template`, checked when the layer is built).
+// The resource-template cases of the grammar both `#[redlock(resource = "..")]` (checked at
+// compile time) and `RedlockLayer::from_template` (checked when the layer is built) parse with
+// redlock-template's `segments`: `include!`d by the unit tests of redlock-template (the
+// grammar), redlock-macros/src/template.rs (plus the macro's rule for names) and
+// redlock-axum/src/lock/resource.rs (the layer's parser).
 //
 // The grammar. A template is a non-empty string (else `Empty`) of literal text and
 // placeholders, read left to right; the first error wins. `{{` and `}}` are a literal `{` and
@@ -96,3 +97,23 @@ const CASES: &[Case] = &[
     differ("{a.len()}", Err("Name"), Ok(&[P("a.len()")])),
     differ("{a.b + c}", Err("Name"), Ok(&[P("a.b + c")])),
 ];
+
+/// A parsed segment in the table's terms (its text leaked: tests only).
+#[allow(dead_code)] // not every crate needs each helper
+fn seg(segment: &Segment) -> Seg {
+    let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
+    match segment {
+        Segment::Text(text) => Seg::T(leak(text)),
+        Segment::Placeholder(name) => Seg::P(leak(name)),
+    }
+}
+
+/// Checks `parse` (segments, or an error kind's name) against one column of every case.
+#[allow(dead_code)] // not every crate needs each helper
+fn check_cases(column: fn(&Case) -> Expected, parse: impl Fn(&str) -> Result<Vec<Seg>, String>) {
+    for case in CASES {
+        let expected = column(case).map(<[Seg]>::to_vec).map_err(str::to_owned);
+        assert_eq!(parse(case.template), expected, "{:?}", case.template);
+    }
+}
+
