@@ -51,7 +51,8 @@ impl NodeError {
 
 /// An error from a node's Redis client (`fred`), kept whole: [`details`](Self::details) is what
 /// the node or the client said (displayed), [`kind`](Self::kind) the client's classification.
-/// A [`NodeError`]'s chain reads "error reply", then this text.
+/// The source of [`NodeError::Reply`] and [`NodeError::Io`] (whose chains read "error reply" or
+/// "connection error", then this text) and of [`BuildError::Client`](crate::BuildError).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientError(fred::error::Error);
 
