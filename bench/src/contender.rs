@@ -1,10 +1,11 @@
-//! The three implementations measured side by side, behind one small interface.
+//! The implementations measured side by side, behind one small interface.
 
 use std::time::Duration;
 
 use redlock_core::{LockOptions, Redlock};
 
 use crate::floor::Floor;
+use crate::floor_redis::RedisFloor;
 
 /// The lock ttl of every workload: long enough never to expire during a cycle.
 pub(crate) const TTL: Duration = Duration::from_secs(10);
@@ -14,17 +15,20 @@ pub(crate) const TTL: Duration = Duration::from_secs(10);
 pub(crate) enum Kind {
     Ours,
     Floor,
+    RedisFloor,
     Rslock,
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 3] = [Kind::Ours, Kind::Floor, Kind::Rslock];
+    /// In discriminant order (`--alone` indexes it).
+    pub(crate) const ALL: [Kind; 4] = [Kind::Ours, Kind::Floor, Kind::RedisFloor, Kind::Rslock];
 
     /// The `--alone` argument naming it.
     pub(crate) fn flag(self) -> &'static str {
         match self {
             Kind::Ours => "ours",
             Kind::Floor => "floor",
+            Kind::RedisFloor => "redis-floor",
             Kind::Rslock => "rslock",
         }
     }
@@ -33,6 +37,7 @@ impl Kind {
         match self {
             Kind::Ours => "redlock-core",
             Kind::Floor => "fred floor",
+            Kind::RedisFloor => "redis-rs floor",
             Kind::Rslock => "rslock 0.10",
         }
     }
@@ -42,6 +47,7 @@ impl Kind {
 pub(crate) enum Contender {
     Ours(Redlock),
     Floor(Floor),
+    RedisFloor(RedisFloor),
     Rslock(rslock::LockManager),
 }
 
@@ -56,6 +62,7 @@ impl Contender {
                     .await?,
             ),
             Kind::Floor => Contender::Floor(Floor::connect(urls).await?),
+            Kind::RedisFloor => Contender::RedisFloor(RedisFloor::connect(urls).await?),
             Kind::Rslock => Contender::Rslock(rslock::LockManager::new(urls.to_vec())),
         })
     }
@@ -68,6 +75,13 @@ impl Contender {
                 Err(_) => false,
             },
             Contender::Floor(floor) => match floor.lock(resource, TTL).await {
+                Some(token) => {
+                    floor.unlock(resource, &token).await;
+                    true
+                }
+                None => false,
+            },
+            Contender::RedisFloor(floor) => match floor.lock(resource, TTL).await {
                 Some(token) => {
                     floor.unlock(resource, &token).await;
                     true
@@ -108,6 +122,14 @@ impl Contender {
                 guard.release().await.is_ok()
             }
             Contender::Floor(floor) => {
+                let token = floor.lock_polling(resource, TTL).await;
+                critical();
+                tokio::time::sleep(hold).await;
+                leave();
+                floor.unlock(resource, &token).await;
+                true
+            }
+            Contender::RedisFloor(floor) => {
                 let token = floor.lock_polling(resource, TTL).await;
                 critical();
                 tokio::time::sleep(hold).await;

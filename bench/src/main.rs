@@ -1,14 +1,17 @@
-//! `cargo xtask bench`: W1–W5 of issue 4 and W6 (lock modes) against 5 local `redis-server`
-//! nodes.
+//! `cargo xtask bench`: W1–W5, W6 (lock modes) and W7 (many waiters per handle) against 5 local
+//! `redis-server` nodes.
 //!
 //! Every figure of redlock-core is printed beside the same workload run in the same process
-//! against (a) the floor, the Redlock protocol hand-written on plain `fred`
-//! ([`floor`]), and (b) the `rslock` crate; W6 against redlock-core's own exclusive lock. Options: `--quick` (short runs, for a smoke
-//! test), `--cycles N` (W5's lock cycles, default 1,000,000), `--only W1,W3` (a subset),
-//! `--alone ours|floor|rslock` (one implementation, for profiling).
+//! against (a) the floor, the Redlock protocol hand-written on plain `fred` ([`floor`]), (b) the
+//! same floor on `redis-rs` ([`floor_redis`]), and (c) the `rslock` crate; W6 against
+//! redlock-core's own exclusive lock, W7 against its own 8-locker run. Options: `--quick`
+//! (short runs, for a smoke test), `--cycles N` (W5's lock cycles, default 1,000,000),
+//! `--only W1,W3` (a subset), `--alone ours|floor|redis-floor|rslock` (one implementation, for
+//! profiling).
 
 mod contender;
 mod floor;
+mod floor_redis;
 mod read_write;
 mod stats;
 mod workloads;
@@ -56,7 +59,7 @@ impl Plan {
                             .into_iter()
                             .find(|k| k.flag() == name)
                             .ok_or_else(|| {
-                                anyhow::anyhow!("--alone needs ours, floor or rslock")
+                                anyhow::anyhow!("--alone needs ours, floor, redis-floor or rslock")
                             })?,
                     );
                 }
@@ -75,7 +78,7 @@ impl Plan {
                         .collect();
                 }
                 other => anyhow::bail!(
-                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|rslock)"
+                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|redis-floor|rslock)"
                 ),
             }
         }

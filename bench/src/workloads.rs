@@ -1,4 +1,4 @@
-//! W1–W5 (W6 is in `read_write`).
+//! W1–W5 and W7 (W6 is in `read_write`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,6 +38,9 @@ pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> 
     if plan.runs("W6") && plan.alone.is_none() {
         crate::read_write::w6(plan, urls, &mut targets).await?;
     }
+    if plan.runs("W7") && plan.alone.is_none_or(|kind| kind == Kind::Ours) {
+        w7(plan, urls, &mut targets).await?;
+    }
     targets.print();
     Ok(())
 }
@@ -49,8 +52,13 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         plan.w1_iterations
     );
     println!(
-        "  {:<3} {:>22} {:>22} {:>22} {:>14}",
-        "N", "redlock-core p50/p99", "fred floor p50/p99", "rslock p50/p99", "p50 ours/floor"
+        "  {:<3} {:>22} {:>22} {:>22} {:>22} {:>14}",
+        "N",
+        "redlock-core p50/p99",
+        "fred floor p50/p99",
+        "redis-rs floor p50/p99",
+        "rslock p50/p99",
+        "p50 ours/floor"
     );
     let mut p50s: HashMap<(usize, Kind), f64> = HashMap::new();
     for n in [1, 3, 5] {
@@ -77,11 +85,12 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         let ratio = p50(Kind::Ours) / p50(Kind::Floor);
         let cell = |i: usize| cells.get(i).map_or("-", String::as_str);
         println!(
-            "  {:<3} {:>22} {:>22} {:>22} {:>13.2}×",
+            "  {:<3} {:>22} {:>22} {:>22} {:>22} {:>13.2}×",
             n,
             cell(0),
             cell(1),
             cell(2),
+            cell(3),
             ratio
         );
     }
@@ -89,10 +98,21 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         return Ok(());
     }
     targets.at_most(
+        "W1 N=1 p50, redlock-core / fred floor",
+        p50s[&(1, Kind::Ours)] / p50s[&(1, Kind::Floor)],
+        0.9,
+        "×",
+    );
+    targets.at_most(
         "W1 N=5 p50, redlock-core / fred floor",
         p50s[&(5, Kind::Ours)] / p50s[&(5, Kind::Floor)],
         0.75,
         "×",
+    );
+    println!(
+        "  (redis-rs floor / fred floor, p50: N=1 {:.2}×, N=5 {:.2}×)",
+        p50s[&(1, Kind::RedisFloor)] / p50s[&(1, Kind::Floor)],
+        p50s[&(5, Kind::RedisFloor)] / p50s[&(5, Kind::Floor)]
     );
     targets.at_most(
         "W1 p50, redlock-core N=5 / N=1",
@@ -140,6 +160,11 @@ async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         rates[&Kind::Ours] / rates[&Kind::Rslock],
         1.0,
         "×",
+    );
+    println!(
+        "  (redis-rs floor / fred floor: {:.2}×; redlock-core / redis-rs floor: {:.2}×)",
+        rates[&Kind::RedisFloor] / rates[&Kind::Floor],
+        rates[&Kind::Ours] / rates[&Kind::RedisFloor]
     );
     Ok(())
 }
@@ -246,6 +271,58 @@ async fn w3(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         ours.violations as f64,
         0.0,
         "",
+    );
+    Ok(())
+}
+
+/// W7: 64 lockers on one resource spread over 8 handles (8 lockers a handle), 1 ms hold,
+/// against the same load with 8 lockers on 8 handles: the cost of a wake-up must not grow with
+/// the number of waiters behind each handle. Ours only (the floors poll).
+async fn w7(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
+    const HANDLES: usize = 8;
+    let hold = Duration::from_millis(1);
+    let run_for = plan.run_for * 2;
+    println!(
+        "\nW7  redlock-core, one resource, {HANDLES} handles, 1 ms hold, N = 5, {run_for:?} each"
+    );
+    println!(
+        "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>8} {:>10}",
+        "lockers", "acquired/s", "hand-overs/s", "p99 wait", "max wait", "starved", "violations"
+    );
+    let mut handovers = Vec::new();
+    for lockers in [HANDLES, 8 * HANDLES] {
+        let mut handles = Vec::new();
+        for _ in 0..HANDLES {
+            handles.push(Arc::new(Contender::connect(Kind::Ours, urls).await?));
+        }
+        let contenders = (0..lockers)
+            .map(|i| Arc::clone(&handles[i % HANDLES]))
+            .collect();
+        let result = contend(contenders, hold, run_for, &format!("w7:{lockers}")).await?;
+        let secs = result.elapsed.as_secs_f64();
+        println!(
+            "  {:<14} {:>12.0} {:>12.0} {:>8.1}ms {:>8.1}ms {:>8} {:>10}",
+            lockers,
+            result.acquisitions as f64 / secs,
+            result.handovers as f64 / secs,
+            result.p99_wait_ms,
+            result.max_wait_ms,
+            result.starved,
+            result.violations
+        );
+        targets.at_most(
+            "W7 violations, redlock-core",
+            result.violations as f64,
+            0.0,
+            "",
+        );
+        handovers.push(result.handovers as f64 / secs);
+    }
+    targets.at_least(
+        "W7 hand-overs/s, 64 lockers / 8 lockers",
+        handovers[1] / handovers[0].max(f64::MIN_POSITIVE),
+        0.8,
+        "×",
     );
     Ok(())
 }

@@ -17,7 +17,7 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers>
          and rustdoc
   layers each library crate's module import graph and its cycles (none allowed)
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
-  bench  W1-W6 against 5 nodes, beside a raw fred floor and rslock
+  bench  W1-W7 against 5 nodes, beside raw fred and redis-rs floors and rslock
          (args after --: --quick, --only W1,W3)
   soak   RL-15, the randomized nemesis soak, then the validity-contract property test, each
          for about --minutes N (default 30; --seed S replays a run)";
