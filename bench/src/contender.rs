@@ -10,6 +10,21 @@ use crate::floor_redis::RedisFloor;
 /// The lock ttl of every workload: long enough never to expire during a cycle.
 pub(crate) const TTL: Duration = Duration::from_secs(10);
 
+/// How redlock-core's handles are built: `--no-windows` and `--no-handover` turn those
+/// features off, to measure what each costs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OursConfig {
+    pub(crate) windows: bool,
+    pub(crate) handover: bool,
+}
+
+static OURS: std::sync::OnceLock<OursConfig> = std::sync::OnceLock::new();
+
+/// Sets how redlock-core's handles are built (once, before any workload).
+pub(crate) fn configure(config: OursConfig) {
+    let _first = OURS.set(config);
+}
+
 /// Which implementation.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) enum Kind {
@@ -54,13 +69,22 @@ pub(crate) enum Contender {
 impl Contender {
     pub(crate) async fn connect(kind: Kind, urls: &[String]) -> anyhow::Result<Self> {
         Ok(match kind {
-            Kind::Ours => Contender::Ours(
-                Redlock::builder()
+            Kind::Ours => {
+                let config = OURS.get().copied().unwrap_or(OursConfig {
+                    windows: true,
+                    handover: true,
+                });
+                let mut builder = Redlock::builder()
                     .nodes(urls.iter().map(String::as_str))
-                    .lock_options(LockOptions::default().ttl(TTL))
-                    .build()
-                    .await?,
-            ),
+                    .lock_options(LockOptions::default().ttl(TTL));
+                if !config.windows {
+                    builder = builder.foreign_window(Duration::ZERO);
+                }
+                if !config.handover {
+                    builder = builder.handover_grace(Duration::ZERO);
+                }
+                Contender::Ours(builder.build().await?)
+            }
             Kind::Floor => Contender::Floor(Floor::connect(urls).await?),
             Kind::RedisFloor => Contender::RedisFloor(RedisFloor::connect(urls).await?),
             Kind::Rslock => Contender::Rslock(rslock::LockManager::new(urls.to_vec())),

@@ -7,7 +7,8 @@
 //! redlock-core's own exclusive lock, W7 against its own 8-locker run. Options: `--quick`
 //! (short runs, for a smoke test), `--cycles N` (W5's lock cycles, default 1,000,000),
 //! `--only W1,W3` (a subset), `--alone ours|floor|redis-floor|rslock` (one implementation, for
-//! profiling).
+//! profiling), `--no-windows` / `--no-handover` (redlock-core with that feature off, to measure
+//! its cost).
 
 mod contender;
 mod floor;
@@ -33,6 +34,8 @@ pub(crate) struct Plan {
     pub(crate) only: Vec<String>,
     /// Run one implementation alone (for profiling; ratios are then not printed).
     pub(crate) alone: Option<contender::Kind>,
+    /// How redlock-core's handles are built.
+    pub(crate) ours: contender::OursConfig,
 }
 
 impl Plan {
@@ -43,10 +46,16 @@ impl Plan {
             w5_cycles: 1_000_000,
             only: Vec::new(),
             alone: None,
+            ours: contender::OursConfig {
+                windows: true,
+                handover: true,
+            },
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
+                "--no-windows" => plan.ours.windows = false,
+                "--no-handover" => plan.ours.handover = false,
                 "--quick" => {
                     plan.w1_iterations = 300;
                     plan.run_for = Duration::from_secs(1);
@@ -78,7 +87,7 @@ impl Plan {
                         .collect();
                 }
                 other => anyhow::bail!(
-                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|redis-floor|rslock)"
+                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|redis-floor|rslock, --no-windows, --no-handover)"
                 ),
             }
         }
@@ -100,13 +109,24 @@ impl Plan {
 
 fn main() -> anyhow::Result<()> {
     let plan = Plan::from_args()?;
+    contender::configure(plan.ours);
     let nodes = RedisNodes::start(5);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     println!(
-        "redlock bench: 5 local redis-server nodes, {} cores, tokio multi-thread runtime",
-        std::thread::available_parallelism().map_or(0, usize::from)
+        "redlock bench: 5 local redis-server nodes, {} cores, tokio multi-thread runtime{}{}",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        if plan.ours.windows {
+            ""
+        } else {
+            "; redlock-core without windows for foreign clients"
+        },
+        if plan.ours.handover {
+            ""
+        } else {
+            "; redlock-core without hand-over"
+        }
     );
     runtime.block_on(workloads::run_all(&plan, &nodes.urls()))
 }

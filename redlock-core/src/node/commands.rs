@@ -156,8 +156,7 @@ impl Node {
                     int_arg(quarantine_s),
                 ];
                 let script_keys = [keys.lock.as_str(), keys.window.as_str()];
-                self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
-                    .await
+                Box::pin(self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)).await
             }
             AcquireKind::Queued(waiter) => {
                 let args = [
@@ -174,19 +173,19 @@ impl Node {
                     keys.window.as_str(),
                     keys.busy.as_str(),
                 ];
-                self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
-                    .await
+                Box::pin(self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)).await
             }
             AcquireKind::Plain if fencing || quarantine_s > 0 => {
                 let args = [Value::from(token), int_arg(ttl_ms), int_arg(quarantine_s)];
                 let script_keys = [keys.lock.as_str(), keys.window.as_str(), keys.busy.as_str()];
-                self.acquire_script(&ACQUIRE, &script_keys, fence, &args)
-                    .await
+                Box::pin(self.acquire_script(&ACQUIRE, &script_keys, fence, &args)).await
             }
             AcquireKind::Plain if windowed => {
-                self.set_nx_outside_windows(keys, token, ttl_ms).await
+                Box::pin(self.set_nx_outside_windows(keys, token, ttl_ms)).await
             }
-            AcquireKind::Plain => AcquireReply::vote(self.set_nx(&keys.lock, token, ttl_ms).await),
+            AcquireKind::Plain => {
+                AcquireReply::vote(Box::pin(self.set_nx(&keys.lock, token, ttl_ms)).await)
+            }
         }
     }
 
