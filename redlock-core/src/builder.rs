@@ -210,8 +210,8 @@ impl RedlockBuilder {
     /// key was free a moment with nobody queued and one of ours took it with its first
     /// attempt: that holder counts only its own hold). Costs: under a continuous load of ours
     /// and no foreign client, a third of the time goes to windows nobody uses; and while
-    /// windows are on, a plain attempt sends `EXISTS` of the window marker behind its `SET NX`
-    /// on each node (the same write, one round trip). Needs hand-over (no effect with
+    /// windows are on, a plain attempt's script also checks the window marker (inside the
+    /// same call). Needs hand-over (no effect with
     /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
     /// of a resource: a handle with windows off takes an open window's key like a foreign
     /// client.
@@ -319,11 +319,11 @@ impl RedlockBuilder {
                 node: label.clone(),
                 source: ClientError::new(e),
             })?;
-            nodes.push(Node { client, label });
+            nodes.push(Node::new(client, label));
         }
         for client in std::mem::take(&mut self.clients) {
             let label = server_label(nodes.len(), &client.client_config().server)?;
-            nodes.push(Node { client, label });
+            nodes.push(Node::new(client, label));
         }
         if nodes.is_empty() {
             return Err(BuildError::NoNodes);

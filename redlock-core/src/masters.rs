@@ -133,9 +133,9 @@ pub(crate) enum Stop {
 /// One timer per round, not one per command. Calls still running are dropped, but their
 /// commands were already handed to the node's client on the first poll: they land anyway,
 /// which every caller accounts for (a failed attempt releases on every node, in order after
-/// its `SET` on the same connection). A release's calls run in tasks of their own
-/// (`Node::eval_release`), so that a `NOSCRIPT` answered
-/// after the decision is still followed by its `EVAL`.
+/// its `SET` through the same node pipeline). A release's calls are finished by the node's
+/// pipeline task (`Node::eval_release`), so that a `NOSCRIPT` answered after the decision
+/// is still followed by its `EVAL`.
 pub(crate) async fn decide<T, F>(
     n: usize,
     needed: usize,

@@ -86,21 +86,30 @@ impl RedisNodes {
         self.on_each("ZCARD", &waiters_key(key)).await
     }
 
-    /// How many scripts every node has run so far (`EVALSHA` and `EVAL` calls, from `INFO
-    /// commandstats`): a way to await a client's attempts when they leave nothing in the data.
+    /// How many `EVALSHA` and `EVAL` commands every node has run so far (`INFO
+    /// commandstats`): a way to await a client's attempts when they leave nothing in the
+    /// data. One command may carry several calls of one handle issued at once (the node
+    /// pipeline's batches); [`command_calls`](Self::command_calls) counts what they ran.
     pub async fn script_calls(&self) -> Vec<u64> {
+        let (sha, source) = (
+            self.command_calls("evalsha").await,
+            self.command_calls("eval").await,
+        );
+        sha.iter().zip(source).map(|(a, b)| a + b).collect()
+    }
+
+    /// How many times every node has run `command` (lower case) so far, from clients and from
+    /// scripts (`INFO commandstats`).
+    pub async fn command_calls(&self, command: &str) -> Vec<u64> {
+        let prefix = format!("cmdstat_{command}:calls=");
         let stats: Vec<String> = self.on_each("INFO", "commandstats").await;
         stats
             .iter()
             .map(|text| {
                 text.lines()
-                    .filter_map(|line| {
-                        let calls = line
-                            .strip_prefix("cmdstat_evalsha:calls=")
-                            .or_else(|| line.strip_prefix("cmdstat_eval:calls="))?;
-                        calls.split(',').next()?.parse::<u64>().ok()
-                    })
-                    .sum()
+                    .find_map(|line| line.strip_prefix(prefix.as_str()))
+                    .and_then(|calls| calls.split(',').next()?.parse::<u64>().ok())
+                    .unwrap_or(0)
             })
             .collect()
     }

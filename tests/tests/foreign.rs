@@ -467,7 +467,7 @@ async fn until_queued(nodes: &RedisNodes, key: &str) {
 }
 
 /// A streak survives a moment free with nobody queued, taken back at once by a first attempt
-/// of ours (the typed `SET NX`, which reads the streak too): A hands over to B, B holds
+/// of ours (the plain `ACQUIRE` script, which reads the streak too): A hands over to B, B holds
 /// 450 ms and releases with nobody queued, C takes the key with its first attempt and holds
 /// 400 ms (longer than W, so the streak's key expires meanwhile) with D queued. 850 ms of
 /// streak is past T: C's release opens a window, and D gets the key only after it. Had C

@@ -1,8 +1,9 @@
 //! One Redis master: its client, the calls that send a command or a script with a hard time
 //! limit, and script preloading. The typed per-node commands are in [`commands`], every Lua
-//! script in [`scripts`].
+//! script in [`scripts`], and the script calls are batched by [`pipeline`].
 
 mod commands;
+mod pipeline;
 mod replies;
 pub(crate) mod scripts;
 
@@ -15,15 +16,18 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::outcome::NodeError;
-use scripts::{SCRIPTS, Script};
+use pipeline::Pipeline;
+use scripts::{BATCH, Script};
 
 pub(crate) use commands::{AcquireKind, AcquireRequest, Handover, ModeRequest, Releasing, Waiter};
 
-/// A client for one independent master and its display label (`host:port`, no credentials).
+/// A client for one independent master, its script pipeline, and its display label
+/// (`host:port`, no credentials).
 #[derive(Clone)]
 pub(crate) struct Node {
     pub(crate) client: Client,
     pub(crate) label: String,
+    pipeline: Pipeline,
 }
 
 /// Per-call options: one attempt (fred must not silently re-send a `SET NX` after a
@@ -41,29 +45,6 @@ fn call_options() -> &'static Options {
     })
 }
 
-/// [`Node::eval`] on `client`.
-async fn eval_on(
-    client: &Client,
-    script: &Script,
-    keys: &[&str],
-    args: &[Value],
-) -> Result<Value, NodeError> {
-    let with = |head: &str| {
-        let mut all = Vec::with_capacity(2 + keys.len() + args.len());
-        all.push(Value::from(head));
-        all.push(Value::from(keys.len() as i64));
-        all.extend(keys.iter().map(|k| Value::from(*k)));
-        all.extend(args.iter().cloned());
-        all
-    };
-    match send(client, "EVALSHA", with(script.sha1())).await {
-        Err(NodeError::Reply(error)) if error.details().starts_with("NOSCRIPT") => {
-            send(client, "EVAL", with(script.source)).await
-        }
-        other => other,
-    }
-}
-
 /// Sends one command on `client` with [`call_options`], unbounded in time by itself.
 async fn send(
     client: &Client,
@@ -79,6 +60,16 @@ async fn send(
 }
 
 impl Node {
+    /// The node `client` talks to, labelled `label`; starts its script pipeline on the current
+    /// tokio runtime.
+    pub(crate) fn new(client: Client, label: String) -> Self {
+        Self {
+            pipeline: Pipeline::start(client.clone()),
+            client,
+            label,
+        }
+    }
+
     /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
     /// [`Masters::round`](crate::masters::Masters::round), a single call with [`Node::bounded`].
     pub(crate) async fn call(
@@ -89,35 +80,25 @@ impl Node {
         send(&self.client, command, args).await
     }
 
-    /// [`call`](Self::call) bounded by `limit`.
-    async fn bounded(
-        &self,
-        command: &'static str,
-        args: Vec<Value>,
-        limit: Duration,
-    ) -> Result<Value, NodeError> {
-        tokio::time::timeout(limit, self.call(command, args))
-            .await
-            .unwrap_or(Err(NodeError::Timeout(limit)))
-    }
-
-    /// Runs `script` on `keys` and `args`: `EVALSHA`, then `EVAL` when the node answers
-    /// `NOSCRIPT` (script caches are empty after every restart or `SCRIPT FLUSH`).
+    /// Runs `script` on `keys` and `args` in the node's next batch ([`pipeline`]): sent as
+    /// `EVALSHA` of the dispatch script, then `EVAL` when the node answers `NOSCRIPT` (script
+    /// caches are empty after every restart or `SCRIPT FLUSH`). Unbounded in time by itself:
+    /// every caller bounds it. Dropped before its batch is sent, it is not sent.
     pub(crate) async fn eval(
         &self,
-        script: &Script,
+        script: &'static Script,
         keys: &[&str],
         args: &[Value],
     ) -> Result<Value, NodeError> {
-        eval_on(&self.client, script, keys, args).await
+        self.pipeline.call(script, keys, args, false).await
     }
 
-    /// [`eval`](Self::eval) for releases, run to completion in a task of its own, bounded by
-    /// `limit`. A release round returns at quorum and drops the calls still running: a
-    /// command already handed to the client lands anyway, but the `EVAL` that answers a
-    /// `NOSCRIPT` would never be sent, and that node would keep the key until its ttl. A
-    /// release may land late (it deletes only its own token), so it is always finished. An
-    /// acquisition is not detached: its clean-up must reach each node after it.
+    /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
+    /// dropped or past `limit`. A release round returns at quorum and drops the calls still
+    /// running: the `EVAL` that answers a `NOSCRIPT` must still be sent, or that node would
+    /// keep the key until its ttl. A release may land late (it deletes only its own token), so
+    /// it is always finished. An acquisition is not: its clean-up must reach each node after
+    /// it.
     pub(crate) async fn eval_release(
         &self,
         script: &'static Script,
@@ -125,45 +106,46 @@ impl Node {
         args: &[Value],
         limit: Duration,
     ) -> Result<Value, NodeError> {
-        let client = self.client.clone();
-        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
-        let args = args.to_vec();
-        let release = tokio::spawn(async move {
-            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-            tokio::time::timeout(limit, eval_on(&client, script, &keys, &args))
-                .await
-                .unwrap_or(Err(NodeError::Timeout(limit)))
-        });
-        release.await.unwrap_or(Err(NodeError::Timeout(limit)))
+        tokio::time::timeout(limit, self.pipeline.call(script, keys, args, true))
+            .await
+            .unwrap_or(Err(NodeError::Timeout(limit)))
     }
 
-    /// Loads every script into the node's script cache (`SCRIPT LOAD`).
+    /// Loads the dispatch script, which holds every script, into the node's script cache
+    /// (`SCRIPT LOAD`).
     ///
-    /// A release that timed out is still delivered when a stalled node resumes, as `EVALSHA`
-    /// with no chance of the `EVAL` fallback: the script must already be cached there, or a
-    /// `SET` that landed late would outlive the failed attempt until its ttl. Best effort: a
-    /// user without `+script|load` still gets the `EVAL` fallback on answered calls.
+    /// A release that timed out is still delivered when a stalled node resumes; its `EVAL`
+    /// fallback follows only while the handle lives: the script should already be cached
+    /// there, or a `SET` that landed late would outlive the failed attempt until its ttl. Best
+    /// effort: a user without `+script|load` still gets the `EVAL` fallback on answered calls.
     pub(crate) async fn load_scripts(&self, limit: Duration) {
-        for script in SCRIPTS {
-            let args = vec![Value::from("LOAD"), Value::from(script.source)];
-            if let Err(error) = self.bounded("SCRIPT", args, limit).await {
-                tracing::debug!(node = %self.label, error = error.detailed(), "could not preload the lock scripts");
-                return;
-            }
-        }
+        load_scripts(&self.client, &self.label, limit).await;
     }
 
     /// Keeps the scripts loaded: now if connected, and after every (re)connection,
-    /// since a restarted node has an empty script cache.
+    /// since a restarted node has an empty script cache. The listener holds the client and
+    /// the label only: the pipeline task ends with the handle.
     pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
         use fred::interfaces::EventInterface;
-        let node = self.clone();
+        let (client, label) = (self.client.clone(), self.label.clone());
         let _listener = self.client.on_reconnect(move |_server| {
-            let node = node.clone();
+            let (client, label) = (client.clone(), label.clone());
             async move {
-                node.load_scripts(limit).await;
+                load_scripts(&client, &label, limit).await;
                 Ok(())
             }
         });
+    }
+}
+
+/// [`Node::load_scripts`] on `client`, labelled `label` in the log.
+async fn load_scripts(client: &Client, label: &str, limit: Duration) {
+    let args = vec![Value::from("LOAD"), Value::from(BATCH.source.as_str())];
+    let load = send(client, "SCRIPT", args);
+    let loaded = tokio::time::timeout(limit, load)
+        .await
+        .unwrap_or(Err(NodeError::Timeout(limit)));
+    if let Err(error) = loaded {
+        tracing::debug!(node = %label, error = error.detailed(), "could not preload the lock scripts");
     }
 }

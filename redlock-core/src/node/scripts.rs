@@ -23,25 +23,19 @@
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
 //! opened; the named waiter attempts after it), or [`WAKE_ALL`].
 
-use std::sync::OnceLock;
-
-/// A Lua script and its SHA1, sent with `EVALSHA` (falling back to `EVAL` on `NOSCRIPT`).
+/// One of the lock's Lua scripts: its body, and its place in the dispatch script
+/// ([`BATCH`]), which is the only script a node is sent.
+#[derive(Debug)]
 pub(crate) struct Script {
+    /// Its index in [`SCRIPTS`] (checked by a test), which names it in a batch.
+    pub(crate) id: usize,
+    /// The body: it reads its own `KEYS` and `ARGV`, and returns as a script would.
     pub(crate) source: &'static str,
-    sha1: OnceLock<String>,
 }
 
 impl Script {
-    pub(crate) const fn new(source: &'static str) -> Self {
-        Self {
-            source,
-            sha1: OnceLock::new(),
-        }
-    }
-
-    /// The SHA1 `EVALSHA` names the script by, computed once.
-    pub(crate) fn sha1(&self) -> &str {
-        self.sha1.get_or_init(|| fred::util::sha1_hash(self.source))
+    pub(crate) const fn new(id: usize, source: &'static str) -> Self {
+        Self { id, source }
     }
 }
 
@@ -51,6 +45,7 @@ impl Script {
 /// The plain scripts read the key with `pcall`: a key taken meanwhile by holders in a
 /// [`Mode`](crate::Mode) is a hash, whose `WRONGTYPE` error then compares unequal to any token.
 pub(crate) static RELEASE: Script = Script::new(
+    0,
     r#"if redis.pcall("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end"#,
 );
 
@@ -82,6 +77,7 @@ pub(crate) static RELEASE: Script = Script::new(
 /// `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
 /// or windows).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
+    1,
     r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
 local window = tonumber(ARGV[4]) or 0
 local function started(before)
@@ -186,26 +182,29 @@ macro_rules! window_open {
 /// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy}`, `busy` the streak read from
 /// `KEYS[4]` when granted ([`busy_read`]). The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
-pub(crate) static ACQUIRE_QUEUED: Script = Script::new(concat!(
-    quarantine_check!("6"),
-    r#"local cur = redis.pcall("get", KEYS[1])
+pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
+    4,
+    concat!(
+        quarantine_check!("6"),
+        r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
 if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
 if cur == ARGV[3] or (not cur and not "#,
-    window_open!("3"),
-    r#") then
+        window_open!("3"),
+        r#") then
   redis.call("set", KEYS[1], ARGV[1], "PX", ARGV[2])
   redis.pcall("zrem", KEYS[2], ARGV[3])
 "#,
-    busy_read!("4"),
-    r#"  return {1, fence, busy}
+        busy_read!("4"),
+        r#"  return {1, fence, busy}
 end
 if (tonumber(redis.pcall("zcard", KEYS[2])) or 0) < 1024 then
   redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
 end
 redis.pcall("pexpire", KEYS[2], ARGV[5])
 return {0, fence, 0}"#
-));
+    ),
+);
 
 /// Compare-and-pexpire: give the key a new ttl only if it still holds our token (distlock
 /// spec, "Making the algorithm more reliable: Extending the lock"). A key that is gone is never
@@ -213,28 +212,34 @@ return {0, fence, 0}"#
 /// as it is, so the validity its holder already counts on stays true. Returns 1 if the key
 /// holds our token (and now lives at least `ARGV[2]` ms), 0 otherwise.
 pub(crate) static EXTEND: Script = Script::new(
+    2,
     r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then redis.call("pexpire", KEYS[1], ARGV[2]) end
 return 1"#,
 );
 
-/// `SET key token NX PX ttl` as a script, for what the typed `SET` cannot do: refuse while a
-/// window for foreign clients is open (`KEYS[2]`, [`RELEASE_HANDOVER`]), read the streak of
+/// A plain attempt: `SET key token NX PX ttl`, refused while a
+/// window for foreign clients is open (`KEYS[2]`, [`RELEASE_HANDOVER`]) when `ARGV[4]` is `"1"`
+/// (the handle has windows on; one with windows off takes the key as a foreign client
+/// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
 /// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
 /// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy}`.
-pub(crate) static ACQUIRE: Script = Script::new(concat!(
-    quarantine_check!("3"),
-    r#"local fence = 0
+pub(crate) static ACQUIRE: Script = Script::new(
+    3,
+    concat!(
+        quarantine_check!("3"),
+        r#"local fence = 0
 if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
-if "#,
-    window_open!("2"),
-    r#" then return {0, fence, 0} end
+if ARGV[4] == "1" and "#,
+        window_open!("2"),
+        r#" then return {0, fence, 0} end
 if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0} end
 "#,
-    busy_read!("3"),
-    r#"return {1, fence, busy}"#
-));
+        busy_read!("3"),
+        r#"return {1, fence, busy}"#
+    ),
+);
 
 /// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
 /// goes down), and returns `{1 | 0, before}`: 1 if it was raised (confirmed), and the counter
@@ -245,6 +250,7 @@ if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, 
 /// Anything that is not a plain decimal (a foreign key of the legacy name holding a token or
 /// a hash) reads as 0.
 pub(crate) static FENCE: Script = Script::new(
+    5,
     r#"local function counter(v)
   if type(v) ~= "string" or not string.match(v, "^%d+$") then return "0" end
   local digits = string.match(v, "^0*(%d-)$")
@@ -284,20 +290,22 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
 /// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
 /// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter}`.
-pub(crate) static ACQUIRE_MODE: Script = Script::new(concat!(
-    quarantine_check!("8"),
-    r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
+pub(crate) static ACQUIRE_MODE: Script = Script::new(
+    6,
+    concat!(
+        quarantine_check!("8"),
+        r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
 if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
 local kind = redis.call("type", key).ok
 if kind ~= "none" and kind ~= "hash" then return {0, fence} end
 if kind == "none" and "#,
-    window_open!("2"),
-    r#" then return {0, fence} end
+        window_open!("2"),
+        r#" then return {0, fence} end
 "#,
-    node_now!(),
-    r#"local entries = {}
+        node_now!(),
+        r#"local entries = {}
 if kind == "hash" then entries = redis.call("hgetall", key) end
 local latest, refused = now, false
 for i = 1, #entries, 2 do
@@ -328,18 +336,21 @@ end
 if expiry > latest then latest = expiry end
 redis.call("pexpireat", key, latest)
 return {granted, fence}"#
-));
+    ),
+);
 
 /// Gives token `ARGV[1]`'s entry a new expiry `ARGV[2]` ms from now, if it is there and has
 /// not expired; never re-creates it and never brings an expiry forward (as
 /// [`EXTEND`]). Returns 1 if the entry is held, 0 otherwise.
-pub(crate) static EXTEND_MODE: Script = Script::new(concat!(
-    r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
+pub(crate) static EXTEND_MODE: Script = Script::new(
+    7,
+    concat!(
+        r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 local value = redis.call("hget", KEYS[1], ARGV[1])
 if not value then return 0 end
 "#,
-    node_now!(),
-    r#"local mode, expiry = string.match(value, "^(%a%a) (%d+)")
+        node_now!(),
+        r#"local mode, expiry = string.match(value, "^(%a%a) (%d+)")
 if (tonumber(expiry) or 0) <= now then
   redis.call("hdel", KEYS[1], ARGV[1])
   return 0
@@ -350,7 +361,8 @@ if tonumber(expiry) < now + ttl then
 end
 if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpireat", KEYS[1], now + ttl) end
 return 1"#
-));
+    ),
+);
 
 /// Removes token `ARGV[1]`'s entry and, when `ARGV[3]` is not empty, the request's waiter
 /// entry `ARGV[3]` (only those: the other holders keep theirs), drops expired entries, brings
@@ -359,15 +371,17 @@ return 1"#
 /// if the key is gone and plain waiters are queued in `KEYS[2]`: that wakes every waiter of
 /// the resource (a holder left, or a failed attempt's grant that may have refused them is
 /// gone). Returns 1 if the entry was there and not expired, 0 otherwise.
-pub(crate) static RELEASE_MODE: Script = Script::new(concat!(
-    r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
+pub(crate) static RELEASE_MODE: Script = Script::new(
+    8,
+    concat!(
+        r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 if ARGV[3] ~= "" then redis.call("hdel", KEYS[1], ARGV[3]) end
 local value = redis.call("hget", KEYS[1], ARGV[1])
 if not value then return 0 end
 redis.call("hdel", KEYS[1], ARGV[1])
 "#,
-    node_now!(),
-    r#"local held = (tonumber(string.match(value, "^%a%a (%d+)")) or 0) > now
+        node_now!(),
+        r#"local held = (tonumber(string.match(value, "^%a%a (%d+)")) or 0) > now
 local entries = redis.call("hgetall", KEYS[1])
 local latest, waiting = 0, false
 for i = 1, #entries, 2 do
@@ -387,13 +401,28 @@ end
 if waiting and ARGV[2] ~= "" then redis.pcall("publish", ARGV[2], "*") end
 if held then return 1 end
 return 0"#
-));
+    ),
+);
+
+/// Leaves a resource's waiters: removes marker `ARGV[1]` from the queue of plain waiters at
+/// `KEYS[1]` (`ZREM`), or, when `ARGV[2]` is `"1"`, a mode request's waiter entry from the
+/// holders' hash at `KEYS[1]` (`HDEL`; a plain lock's string there never held one). Under
+/// `pcall`, ignoring what fails. A script, so that it goes through the node's pipeline after
+/// the attempts it follows (a `ZREM` sent alone could pass a queued attempt that would
+/// re-add the waiter). Returns 1.
+pub(crate) static LEAVE: Script = Script::new(
+    9,
+    r#"local command = "zrem"
+if ARGV[2] == "1" then command = "hdel" end
+redis.pcall(command, KEYS[1], ARGV[1])
+return 1"#,
+);
 
 /// What a wake-up message published by [`RELEASE_MODE`] says: every waiter may attempt.
 pub(crate) const WAKE_ALL: &str = "*";
 
-/// Every script a node runs, preloaded on each (re)connection.
-pub(crate) const SCRIPTS: [&Script; 9] = [
+/// Every script, in [`Script::id`] order.
+pub(crate) const SCRIPTS: [&Script; 10] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -403,12 +432,77 @@ pub(crate) const SCRIPTS: [&Script; 9] = [
     &ACQUIRE_MODE,
     &EXTEND_MODE,
     &RELEASE_MODE,
+    &LEAVE,
 ];
+
+/// What a batched call that raised an error answers in place of its reply:
+/// `{ERROR_MARKER, "<the error's text>"}` (no reply of ours is a table starting with a
+/// string).
+pub(crate) const ERROR_MARKER: &str = "redlock:error";
+
+/// The dispatch script, the only script sent to a node: it runs a batch of calls to the
+/// scripts above, in order, each on its own `KEYS` and `ARGV`, and answers one reply per call
+/// ([`pipeline`](super::pipeline) sends the calls that concurrent lockers issue in one tick
+/// as one `EVALSHA` of it: fred flushes the socket after every script, so one script per call
+/// would cost one write per call).
+///
+/// `ARGV[1]` is the number of calls `n`; `ARGV[2..=1+3n]` say, per call, its script's
+/// [`Script::id`], how many keys and how many arguments it has; its keys follow in `KEYS` and
+/// its arguments in `ARGV`, call after call. Each call runs under `pcall`: one that raises an
+/// error (an `OOM`, a `WRONGTYPE` outside `pcall`) answers `{ERROR_MARKER, text}`, and the
+/// others still run, as separate scripts would. A reply of `nil` or `false` answers `false`
+/// (a nil reply), so that the array keeps its length.
+pub(crate) struct Batch {
+    pub(crate) source: String,
+    pub(crate) sha1: String,
+}
+
+/// [`Batch`], built once from [`SCRIPTS`].
+pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|| {
+    let mut source = String::from("local S = {}\n");
+    for script in SCRIPTS {
+        source.push_str(&format!(
+            "S[{}] = function(KEYS, ARGV)\n{}\nend\n",
+            script.id, script.source
+        ));
+    }
+    source.push_str(&format!(
+        r#"local n = tonumber(ARGV[1])
+local out = {{}}
+local k, a = 1, 2 + 3 * n
+for i = 1, n do
+  local h = 3 * i - 1
+  local script, nk, na = S[tonumber(ARGV[h])], tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  local keys, args = {{}}, {{}}
+  for j = 1, nk do keys[j] = KEYS[k + j - 1] end
+  for j = 1, na do args[j] = ARGV[a + j - 1] end
+  k, a = k + nk, a + na
+  local ok, reply = pcall(script, keys, args)
+  if ok then
+    if reply == nil then reply = false end
+    out[i] = reply
+  else
+    if type(reply) == "table" then reply = reply.err end
+    out[i] = {{"{ERROR_MARKER}", tostring(reply)}}
+  end
+end
+return out"#
+    ));
+    let sha1 = fred::util::sha1_hash(&source);
+    Batch { source, sha1 }
+});
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::options::MAX_QUEUED_WAITERS;
+
+    #[test]
+    fn every_script_is_at_its_id() {
+        for (i, script) in SCRIPTS.iter().enumerate() {
+            assert_eq!(script.id, i);
+        }
+    }
 
     #[test]
     fn the_queue_cap_is_the_one_the_script_enforces() {

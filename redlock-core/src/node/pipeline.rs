@@ -1,0 +1,281 @@
+//! One node's script pipeline: every script call to the node goes through one task, which
+//! sends the calls issued while it was busy as one `EVALSHA` of the dispatch script
+//! ([`BATCH`]), in the order they were issued.
+//!
+//! fred flushes the socket after every `EVALSHA` (`CommandKind::should_flush`), so one script
+//! per call costs one write and one read on both sides per call: under concurrency the
+//! releases of many lockers never shared a write. Here a call waits for nothing: the task
+//! takes what is queued when it wakes (one call when the node is idle, everything issued
+//! meanwhile under load, up to [`MAX_BATCH`]) and hands it to the client at once, without
+//! waiting for the replies of the batches before it (auto-pipelining, as ioredis does it).
+//!
+//! Order: calls reach the client in the order they were queued, and a batch runs them in
+//! that order; every call taken from the queue is sent, as a command handed to the client
+//! is. A batch sent again (`NOSCRIPT`, or refused as a whole) carries only the calls whose
+//! caller still waits, and the releases: an attempt whose round is over has queued its
+//! clean-up, which must not meet a `SET` sent after it.
+//!
+//! A batch is one script: atomic, and one command for the node's limits. At `maxmemory`, a
+//! write in a batch that already freed memory (a release's `DEL`) is let through where the
+//! same write alone would get `OOM`, as inside any script.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use fred::clients::Client;
+use fred::error::{Error, ErrorKind};
+use fred::types::Value;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::scripts::{BATCH, ERROR_MARKER, Script};
+use crate::outcome::NodeError;
+
+/// The most calls one `EVALSHA` carries.
+const MAX_BATCH: usize = 64;
+
+/// A handle on one node's pipeline task; the task ends when every handle is gone and its
+/// batches in flight are answered.
+#[derive(Clone)]
+pub(crate) struct Pipeline {
+    tx: mpsc::UnboundedSender<Call>,
+}
+
+/// One script call waiting to be sent.
+struct Call {
+    script: &'static Script,
+    keys: Vec<Value>,
+    args: Vec<Value>,
+    /// Sent (and sent again on `NOSCRIPT`) even after its caller stopped waiting: a release,
+    /// which must delete its key whenever it lands.
+    finish: bool,
+    reply: oneshot::Sender<Result<Value, NodeError>>,
+}
+
+impl Call {
+    /// Still worth sending.
+    fn wanted(&self) -> bool {
+        self.finish || !self.reply.is_closed()
+    }
+}
+
+/// How a batch is sent: by the dispatch script's SHA1, or, when the node answered
+/// `NOSCRIPT` (its script cache is empty after a restart or `SCRIPT FLUSH`), by its source.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    Sha1,
+    Source,
+}
+
+type Sent = Pin<Box<dyn Future<Output = (Vec<Call>, By, Result<Value, NodeError>)> + Send>>;
+
+impl Pipeline {
+    /// Starts the pipeline task of the node `client` talks to, on the current tokio runtime.
+    pub(crate) fn start(client: Client) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(client, rx));
+        Self { tx }
+    }
+
+    /// Runs `script` on `keys` and `args` in the node's next batch, and returns its reply.
+    /// Unbounded in time by itself: every caller bounds it. Dropped before the batch is sent,
+    /// the call is not sent, unless `finish` (see [`Call::finish`]).
+    pub(crate) async fn call(
+        &self,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[Value],
+        finish: bool,
+    ) -> Result<Value, NodeError> {
+        let (reply, answer) = oneshot::channel();
+        let call = Call {
+            script,
+            keys: keys.iter().map(|k| Value::from(*k)).collect(),
+            args: args.to_vec(),
+            finish,
+            reply,
+        };
+        self.tx.send(call).map_err(|_| NodeError::Disconnected)?;
+        answer.await.unwrap_or(Err(NodeError::Disconnected))
+    }
+}
+
+/// The task: takes the queued calls as one batch whenever it wakes, hands each batch to the
+/// client before taking the next, and delivers the replies.
+async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Call>) {
+    let mut in_flight: FuturesUnordered<Sent> = FuturesUnordered::new();
+    loop {
+        tokio::select! {
+            biased;
+            Some((batch, by, result)) = in_flight.next() => {
+                settle(&client, &mut in_flight, batch, by, result);
+            }
+            call = rx.recv() => {
+                let Some(first) = call else { break };
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(call) => batch.push(call),
+                        Err(_) => break,
+                    }
+                }
+                dispatch(&client, &mut in_flight, batch, By::Sha1);
+            }
+        }
+    }
+    while let Some((batch, by, result)) = in_flight.next().await {
+        settle(&client, &mut in_flight, batch, by, result);
+    }
+}
+
+/// Sends `batch` and hands its command to the client now (the first poll queues it on the
+/// connection), so that what is queued after it goes after it.
+fn dispatch(client: &Client, in_flight: &mut FuturesUnordered<Sent>, batch: Vec<Call>, by: By) {
+    if batch.is_empty() {
+        return;
+    }
+    let send = send(client, &batch, by);
+    let mut sent: Sent = Box::pin(async move {
+        let result = send.await;
+        (batch, by, result)
+    });
+    match sent.as_mut().now_or_never() {
+        Some((batch, by, result)) => settle(client, in_flight, batch, by, result),
+        None => in_flight.push(sent),
+    }
+}
+
+/// The `EVALSHA` (or `EVAL`) of `batch`, built now.
+fn send(
+    client: &Client,
+    batch: &[Call],
+    by: By,
+) -> impl Future<Output = Result<Value, NodeError>> + Send + 'static {
+    let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
+    let args: usize = batch.iter().map(|c| c.args.len()).sum();
+    let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
+    all.push(match by {
+        By::Sha1 => Value::from(BATCH.sha1.as_str()),
+        By::Source => Value::from(BATCH.source.as_str()),
+    });
+    all.push(Value::Integer(keys as i64));
+    all.extend(batch.iter().flat_map(|c| c.keys.iter().cloned()));
+    all.push(Value::Integer(batch.len() as i64));
+    for call in batch {
+        all.push(Value::Integer(call.script.id as i64));
+        all.push(Value::Integer(call.keys.len() as i64));
+        all.push(Value::Integer(call.args.len() as i64));
+    }
+    all.extend(batch.iter().flat_map(|c| c.args.iter().cloned()));
+    let command = match by {
+        By::Sha1 => "EVALSHA",
+        By::Source => "EVAL",
+    };
+    let client = client.clone();
+    async move { super::send(&client, command, all).await }
+}
+
+/// Delivers a batch's replies, or sends it again: by source after `NOSCRIPT`, call by call
+/// when the node refused the whole batch before running it ([`refused_unrun`]: e.g. `NOPERM`
+/// for one call's key, which must not fail the others). Any other error goes to every call:
+/// some may have run, and running them twice would see their own writes.
+fn settle(
+    client: &Client,
+    in_flight: &mut FuturesUnordered<Sent>,
+    mut batch: Vec<Call>,
+    by: By,
+    result: Result<Value, NodeError>,
+) {
+    match result {
+        Ok(Value::Array(replies)) if replies.len() == batch.len() => {
+            for (call, reply) in batch.into_iter().zip(replies) {
+                let _gone = call.reply.send(call_reply(reply));
+            }
+        }
+        Ok(other) => {
+            for call in batch {
+                let unexpected = NodeError::UnexpectedReply(format!("to a batch: {other:?}"));
+                let _gone = call.reply.send(Err(unexpected));
+            }
+        }
+        Err(NodeError::Reply(error))
+            if by == By::Sha1 && error.details().starts_with("NOSCRIPT") =>
+        {
+            batch.retain(Call::wanted);
+            dispatch(client, in_flight, batch, By::Source);
+        }
+        Err(NodeError::Reply(error)) if batch.len() > 1 && refused_unrun(error.details()) => {
+            for call in batch.into_iter().filter(Call::wanted) {
+                dispatch(client, in_flight, vec![call], by);
+            }
+        }
+        Err(error) => {
+            for call in batch {
+                let _gone = call.reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Error replies with which a node refuses a script before running any of it: an ACL
+/// refusal of one of its keys, another script running, a node loading its data set or
+/// without a quorum of replicas.
+fn refused_unrun(details: &str) -> bool {
+    ["NOPERM", "BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS"]
+        .iter()
+        .any(|code| details.split(' ').next() == Some(code))
+}
+
+/// One call's reply in a batch's: `{ERROR_MARKER, text}` is the error it raised, classified
+/// as fred classifies an error reply.
+fn call_reply(reply: Value) -> Result<Value, NodeError> {
+    if let Value::Array(parts) = &reply
+        && let [Value::String(marker), text] = parts.as_slice()
+        && &**marker == ERROR_MARKER
+    {
+        let text = text.as_str().map(|t| t.into_owned()).unwrap_or_default();
+        let kind = match text.split(' ').next() {
+            Some("WRONGTYPE") => ErrorKind::InvalidArgument,
+            Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
+            _ => ErrorKind::Unknown,
+        };
+        return Err(NodeError::from_fred(Error::new(kind, text)));
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_refusals_before_running_split_a_batch() {
+        assert!(refused_unrun(
+            "NOPERM this user has no permissions to access one of the keys"
+        ));
+        assert!(refused_unrun("BUSY Redis is busy running a script."));
+        assert!(!refused_unrun(
+            "ERR Error running script: OOM command not allowed"
+        ));
+        assert!(!refused_unrun("NOSCRIPT No matching script."));
+        assert!(!refused_unrun("ERR NOPERM-like text"));
+    }
+
+    #[test]
+    fn a_call_error_keeps_its_text_and_kind() {
+        let raised = Value::Array(vec![
+            Value::from(ERROR_MARKER),
+            Value::from("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        ]);
+        match call_reply(raised) {
+            Err(NodeError::Reply(error)) => {
+                assert!(error.details().starts_with("WRONGTYPE"));
+                assert_eq!(error.kind(), ErrorKind::InvalidArgument.to_str());
+            }
+            other => panic!("{other:?}"),
+        }
+        let plain = Value::Array(vec![Value::Integer(1), Value::from("0")]);
+        assert_eq!(call_reply(plain.clone()), Ok(plain));
+    }
+}
