@@ -87,3 +87,37 @@ impl Targets {
         println!("  {met}/{} targets met", self.0.len());
     }
 }
+
+/// This process's CPU time so far, user and system, in seconds (`/proc/self/stat`, in clock
+/// ticks of 10 ms: enough over a run of a second or more).
+pub(crate) fn process_cpu_secs() -> f64 {
+    const TICKS_PER_SEC: f64 = 100.0;
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which is in parentheses and may hold spaces):
+            // utime and stime are the 12th and 13th.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let mut fields = rest.split(' ').skip(11);
+            let user: f64 = fields.next()?.parse().ok()?;
+            let system: f64 = fields.next()?.parse().ok()?;
+            Some((user + system) / TICKS_PER_SEC)
+        })
+        .unwrap_or(f64::NAN)
+}
+
+/// A `redis-server`'s CPU time so far, user and system, in seconds (`INFO cpu`).
+pub(crate) async fn server_cpu_secs(url: &str) -> anyhow::Result<f64> {
+    use fred::interfaces::ClientLike;
+    let client =
+        fred::types::Builder::from_config(fred::types::config::Config::from_url(url)?).build()?;
+    client.init().await?;
+    let info: String = client.info(Some(fred::types::InfoKind::Cpu)).await?;
+    let _ = client.quit().await;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    Ok(field("used_cpu_user:") + field("used_cpu_sys:"))
+}

@@ -16,7 +16,7 @@ use tower::ServiceExt;
 
 use crate::Plan;
 use crate::contender::{Contender, Kind, TTL};
-use crate::stats::{Latencies, Targets, rss_kib};
+use crate::stats::{Latencies, Targets, process_cpu_secs, rss_kib, server_cpu_secs};
 
 pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
     let mut targets = Targets::default();
@@ -48,7 +48,7 @@ pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> 
 /// W1: one client, sequential lock + unlock, N = 1, 3, 5.
 async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
     println!(
-        "\nW1  one client, sequential lock+unlock ({} cycles), µs",
+        "\nW1  one client, sequential lock+unlock ({} cycles), µs, median of {ROUNDS} interleaved rounds",
         plan.w1_iterations
     );
     println!(
@@ -61,23 +61,27 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         "p50 ours/floor"
     );
     let mut p50s: HashMap<(usize, Kind), f64> = HashMap::new();
+    // CPU per cycle at N = 1, of this process and of the node: where the p50 goes.
+    let mut cpu: Vec<(Kind, f64, f64)> = Vec::new();
     for n in [1, 3, 5] {
+        // Per implementation, one sample set per round; rounds interleave the
+        // implementations, so that a slow spell of the machine does not fall on one alone.
+        let mut rounds: HashMap<Kind, Vec<(f64, f64, f64, f64)>> = HashMap::new();
+        for _round in 0..ROUNDS {
+            for &kind in plan.kinds() {
+                let measured = w1_round(plan, urls, n, kind).await?;
+                rounds.entry(kind).or_default().push(measured);
+            }
+        }
         let mut cells = Vec::new();
         for &kind in plan.kinds() {
-            let contender = Contender::connect(kind, &urls[..n]).await?;
-            for i in 0..plan.w1_iterations / 10 {
-                contender.cycle(&format!("w1:warm:{i}")).await;
+            let runs = &rounds[&kind];
+            let median_of =
+                |pick: fn(&(f64, f64, f64, f64)) -> f64| median(runs.iter().map(pick).collect());
+            let (p50, p99) = (median_of(|r| r.0), median_of(|r| r.1));
+            if n == 1 {
+                cpu.push((kind, median_of(|r| r.2), median_of(|r| r.3)));
             }
-            let mut samples = Vec::with_capacity(plan.w1_iterations);
-            for i in 0..plan.w1_iterations {
-                let resource = format!("w1:{n}:{i}");
-                let started = Instant::now();
-                let ok = contender.cycle(&resource).await;
-                samples.push(started.elapsed());
-                anyhow::ensure!(ok, "{}: W1 cycle {i} was not granted", kind.name());
-            }
-            let latencies = Latencies::new(samples);
-            let (p50, p99) = (latencies.quantile_us(0.5), latencies.quantile_us(0.99));
             p50s.insert((n, kind), p50);
             cells.push(format!("{p50:.0} / {p99:.0}"));
         }
@@ -93,6 +97,10 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
             cell(3),
             ratio
         );
+    }
+    println!("  CPU per cycle at N = 1, µs (this process / the node; the rest of p50 is waiting):");
+    for (kind, process, server) in cpu {
+        println!("    {:<16} {process:>6.0} / {server:>4.0}", kind.name());
     }
     if plan.alone.is_some() {
         return Ok(());
@@ -123,21 +131,71 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     Ok(())
 }
 
+/// Rounds of W1 and W2, interleaving the implementations; the median is printed.
+const ROUNDS: usize = 3;
+
+/// The median of `values` (the upper one of an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// One W1 round of `kind` on the first `n` nodes: p50 and p99 in µs, and this process's and
+/// the first node's CPU per cycle in µs.
+async fn w1_round(
+    plan: &Plan,
+    urls: &[String],
+    n: usize,
+    kind: Kind,
+) -> anyhow::Result<(f64, f64, f64, f64)> {
+    let contender = Contender::connect(kind, &urls[..n]).await?;
+    for i in 0..plan.w1_iterations / 10 {
+        contender.cycle(&format!("w1:warm:{i}")).await;
+    }
+    let mut samples = Vec::with_capacity(plan.w1_iterations);
+    let (process_before, server_before) = (process_cpu_secs(), server_cpu_secs(&urls[0]).await?);
+    for i in 0..plan.w1_iterations {
+        let resource = format!("w1:{n}:{i}");
+        let started = Instant::now();
+        let ok = contender.cycle(&resource).await;
+        samples.push(started.elapsed());
+        anyhow::ensure!(ok, "{}: W1 cycle {i} was not granted", kind.name());
+    }
+    let cycles = plan.w1_iterations as f64 / 1e6;
+    let server = server_cpu_secs(&urls[0]).await? - server_before;
+    let process = process_cpu_secs() - process_before;
+    let latencies = Latencies::new(samples);
+    Ok((
+        latencies.quantile_us(0.5),
+        latencies.quantile_us(0.99),
+        process / cycles,
+        server / cycles,
+    ))
+}
+
 /// W2: 32 concurrent lockers on distinct resources, N = 5.
 async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Result<()> {
     const LOCKERS: usize = 32;
     println!(
-        "\nW2  {LOCKERS} concurrent lockers, distinct resources, N = 5, {:?} each",
+        "\nW2  {LOCKERS} concurrent lockers, distinct resources, N = 5, {:?} each, median of {ROUNDS} interleaved rounds",
         plan.run_for
     );
+    let mut runs: HashMap<Kind, Vec<(f64, u64)>> = HashMap::new();
+    for _round in 0..ROUNDS {
+        for &kind in plan.kinds() {
+            let contender = Arc::new(Contender::connect(kind, urls).await?);
+            let run = closed_loop(LOCKERS, plan.run_for, move |locker, i| {
+                let contender = contender.clone();
+                async move { contender.cycle(&format!("w2:{locker}:{i}")).await }
+            })
+            .await?;
+            runs.entry(kind).or_default().push(run);
+        }
+    }
     let mut rates = HashMap::new();
     for &kind in plan.kinds() {
-        let contender = Arc::new(Contender::connect(kind, urls).await?);
-        let (rate, failures) = closed_loop(LOCKERS, plan.run_for, move |locker, i| {
-            let contender = contender.clone();
-            async move { contender.cycle(&format!("w2:{locker}:{i}")).await }
-        })
-        .await?;
+        let rate = median(runs[&kind].iter().map(|r| r.0).collect());
+        let failures: u64 = runs[&kind].iter().map(|r| r.1).sum();
         rates.insert(kind, rate);
         println!(
             "  {:<14} {:>10.0} cycles/s   ({} not granted)",

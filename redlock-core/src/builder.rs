@@ -78,6 +78,8 @@ pub struct RedlockBuilder {
     handover_grace: Duration,
     foreign_window: Duration,
     quarantine: Duration,
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    tls: crate::tls::TlsSettings,
 }
 
 impl Default for RedlockBuilder {
@@ -94,6 +96,8 @@ impl Default for RedlockBuilder {
             handover_grace: DEFAULT_HANDOVER_GRACE,
             foreign_window: DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
+            #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+            tls: crate::tls::TlsSettings::default(),
         }
     }
 }
@@ -242,6 +246,59 @@ impl RedlockBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more `-----BEGIN CERTIFICATE-----`
+    /// blocks), and only those, for every `rediss://` node: a managed Redis or a server of
+    /// your own whose certificate a private CA signed. Without it, `rediss://` trusts the
+    /// system's CA certificates. `redis://` nodes and clients given with
+    /// [`client`](Self::client) are unaffected. Needs the `tls-rustls` or `tls-native`
+    /// feature (native-tls when both are compiled in, as fred's own default).
+    ///
+    /// The server's certificate must name the host of the URL (a DNS name, or an IP address
+    /// for a URL such as `rediss://10.0.0.5:6380`).
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::Tls`], before connecting, if `pem`
+    /// holds no certificate or a malformed one.
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    pub fn tls_ca_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls.ca_pem = Some(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Presents a client certificate to every `rediss://` node (mutual TLS, for servers
+    /// started with `tls-auth-clients yes`): `chain_pem` holds the certificate, then any
+    /// intermediates (`-----BEGIN CERTIFICATE-----` blocks), and `key_pem` its PKCS#8 key
+    /// (`-----BEGIN PRIVATE KEY-----`; convert an RSA or EC key with `openssl pkcs8 -topk8
+    /// -nocrypt`). Combines with [`tls_ca_pem`](Self::tls_ca_pem); the key is kept in memory
+    /// only, and never printed. Needs the `tls-rustls` or `tls-native` feature.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::Tls`], before connecting, if the chain
+    /// holds no certificate, or the key cannot be read or does not fit the certificate.
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    pub fn tls_client_pem(
+        mut self,
+        chain_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.tls.client_pem = Some((chain_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
+    /// Uses `connector` for every `rediss://` node: a rustls `ClientConfig` or a native-tls
+    /// connector built by hand (`.into()` converts either), for what
+    /// [`tls_ca_pem`](Self::tls_ca_pem) and [`tls_client_pem`](Self::tls_client_pem) do not
+    /// cover. Needs the `tls-rustls` or `tls-native` feature.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::Tls`] if the PEM settings are given
+    /// too: this replaces them.
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    pub fn tls_connector(mut self, connector: fred::types::config::TlsConnector) -> Self {
+        self.tls.connector = Some(connector);
+        self
+    }
+
     /// Default options for [`Redlock::lock`].
     pub fn lock_options(mut self, options: LockOptions) -> Self {
         self.options = options;
@@ -260,7 +317,7 @@ impl RedlockBuilder {
     /// [`BuildError::InvalidUrl`], [`BuildError::TlsNotEnabled`],
     /// [`BuildError::UnixSocketsNotEnabled`], [`BuildError::ClusterNotSupported`],
     /// [`BuildError::SentinelNotSupported`], [`BuildError::DuplicateNode`],
-    /// [`BuildError::Invalid`], [`BuildError::Option`].
+    /// [`BuildError::Invalid`], [`BuildError::Option`], [`BuildError::Tls`].
     /// After connecting (the connections are closed again): [`BuildError::TooFewReachable`]
     /// if fewer than a quorum connected within the connect timeout;
     /// [`BuildError::ClusterEnabled`], [`BuildError::Replica`] or
@@ -309,9 +366,24 @@ impl RedlockBuilder {
             node_timeout: self.node_timeout,
             require_quorum: self.require_quorum,
         };
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+        let tls = self
+            .tls
+            .connector()
+            .map_err(|reason| BuildError::Tls { reason })?;
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
-            let (label, config) = parse_url(index, url)?;
+            #[cfg_attr(
+                not(any(feature = "tls-rustls", feature = "tls-native")),
+                allow(unused_mut)
+            )]
+            let (label, mut config) = parse_url(index, url)?;
+            #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+            if config.tls.is_some()
+                && let Some(connector) = &tls
+            {
+                config.tls = Some(connector.clone().into());
+            }
             if nodes.iter().any(|n: &Node| n.label == label) {
                 return Err(BuildError::DuplicateNode { node: label });
             }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
+use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 use fred::types::{Builder, Value};
 
@@ -47,11 +47,24 @@ impl Connect {
             // Subscribed before connecting, so no (re)connection is missed.
             node.keep_scripts_loaded(timeout);
             if !node.client.is_connected() {
+                // The client retries in the background: a refusal (a TLS certificate not
+                // trusted, a wrong password) shows only there.
+                let mut errors = node.client.error_rx();
                 match tokio::time::timeout(timeout, node.client.init()).await {
                     Ok(Ok(_task)) => {}
                     Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
                     Err(_) => {
-                        return Err(format!("{}: no connection within {timeout:?}", node.label));
+                        let mut last = None;
+                        while let Ok((error, _server)) = errors.try_recv() {
+                            last = Some(error);
+                        }
+                        let last = last
+                            .map(|e| format!(" (last error: {})", e.details()))
+                            .unwrap_or_default();
+                        return Err(format!(
+                            "{}: no connection within {timeout:?}{last}",
+                            node.label
+                        ));
                     }
                 }
             }

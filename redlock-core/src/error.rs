@@ -245,6 +245,17 @@ pub enum BuildError {
         /// The node.
         node: String,
     },
+    /// A TLS setting of the builder cannot be used
+    /// ([`tls_ca_pem`](crate::RedlockBuilder::tls_ca_pem) and its siblings): PEM text without
+    /// a certificate, a malformed certificate, a key that cannot be read or does not fit the
+    /// certificate, or a connector given beside the PEM settings. Found before connecting.
+    #[error(
+        "TLS settings: {reason}; give PEM text: certificates as -----BEGIN CERTIFICATE----- blocks, the client key as PKCS#8 (-----BEGIN PRIVATE KEY-----)"
+    )]
+    Tls {
+        /// What is wrong (never the key itself).
+        reason: String,
+    },
     /// A unix socket URL was given without the `unix-sockets` feature.
     #[error(
         "node {node} is a unix socket but redlock-core was built without the `unix-sockets` feature"

@@ -24,6 +24,8 @@ mod options;
 mod outcome;
 mod server_info;
 mod timing;
+#[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+mod tls;
 mod token;
 
 pub mod registry;

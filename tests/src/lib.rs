@@ -15,6 +15,7 @@ mod nodes;
 pub mod programs;
 pub mod proxy;
 mod server;
+pub mod tls;
 pub mod workload;
 
 pub use clients::{fencing_key, foreign_set_nx, free_within, is_free, plain_client, waiters_key};

@@ -39,6 +39,11 @@ impl RedisNodes {
         self.servers.iter().map(RedisServer::url).collect()
     }
 
+    /// Their TLS URLs, in order (servers started with [`ServerOptions::tls`]).
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::tls_url).collect()
+    }
+
     /// A fresh [`Proxy`] in front of each server, in order: one client's own
     /// view of the network.
     pub fn proxies(&self) -> Vec<Proxy> {

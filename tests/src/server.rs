@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use crate::tls::Certificates;
 use crate::{clock, programs};
 
 /// A free loopback port (bound then released; the caller retries if it was taken meanwhile).
@@ -81,6 +82,9 @@ pub struct ServerOptions {
     pub clock: bool,
     /// Extra `redis-server` arguments.
     pub extra: Vec<String>,
+    /// Also serve TLS, on a port of its own ([`RedisServer::tls_url`]), with these
+    /// certificates; `true`: clients must present a certificate the CA signed.
+    pub tls: Option<(std::sync::Arc<Certificates>, bool)>,
 }
 
 /// One `redis-server` process on a loopback port, killed on drop.
@@ -90,6 +94,8 @@ pub struct RedisServer {
     port: u16,
     /// Released after the process is killed (fields drop after `Drop::drop`).
     _claim: PortClaim,
+    /// The TLS port and its claim, when serving TLS.
+    tls: Option<(u16, PortClaim)>,
     bin: PathBuf,
     options: ServerOptions,
     /// Its own working directory (AOF files), removed on drop.
@@ -116,6 +122,7 @@ impl RedisServer {
         let bin = programs::redis_server().unwrap_or_else(|e| panic!("{e}"));
         for _ in 0..10 {
             let (port, claim) = PortClaim::take();
+            let tls = options.tls.as_ref().map(|_| PortClaim::take());
             let dir = std::env::temp_dir()
                 .join("redlock-test-data")
                 .join(format!("{port}-{}", std::process::id()));
@@ -123,6 +130,7 @@ impl RedisServer {
                 child: None,
                 port,
                 _claim: claim,
+                tls,
                 bin: bin.clone(),
                 clock: options.clock.then(clock::ClockOffset::new),
                 options: options.clone(),
@@ -150,6 +158,7 @@ impl RedisServer {
             .arg(&self.dir)
             .args(["--enable-debug-command", "local", "--loglevel", "warning"])
             .args(&self.options.extra)
+            .args(self.tls_args())
             .envs(self.clock.iter().flat_map(clock::ClockOffset::env))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -173,6 +182,15 @@ impl RedisServer {
         Err("redis-server did not answer PING within 10 s".into())
     }
 
+    fn tls_args(&self) -> Vec<String> {
+        match (&self.options.tls, &self.tls) {
+            (Some((certificates, require)), Some((port, _))) => {
+                certificates.server_args(*port, *require)
+            }
+            _ => Vec::new(),
+        }
+    }
+
     fn ping(&self) -> bool {
         let Ok(mut stream) = TcpStream::connect_timeout(
             &([127, 0, 0, 1], self.port).into(),
@@ -194,6 +212,15 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>`, for a server started with [`ServerOptions::tls`].
+    pub fn tls_url(&self) -> String {
+        let (port, _) = self
+            .tls
+            .as_ref()
+            .unwrap_or_else(|| panic!("server started without ServerOptions::tls"));
+        format!("rediss://127.0.0.1:{port}")
     }
 
     fn pid(&self) -> Option<Pid> {

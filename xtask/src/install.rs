@@ -86,6 +86,18 @@ pub(crate) fn gcc() -> anyhow::Result<PathBuf> {
     on_path("gcc").context("gcc still not on PATH after the install")
 }
 
+/// Makes sure OpenSSL's headers and `pkg-config` are there (for native-tls, built by the TLS
+/// tests' second pass), installing Debian's packages first if they are missing and we are root.
+pub(crate) fn openssl_dev() -> anyhow::Result<()> {
+    if !succeeds("pkg-config", &["--version"]) {
+        apt_install_without_starting("pkg-config", "for the native-tls build of the TLS tests")?;
+    }
+    if !succeeds("pkg-config", &["--exists", "openssl"]) {
+        apt_install_without_starting("libssl-dev", "for the native-tls build of the TLS tests")?;
+    }
+    Ok(())
+}
+
 fn on_path(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)

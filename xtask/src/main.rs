@@ -13,8 +13,9 @@ use anyhow::{Context, bail};
 
 const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers>
   test   fmt check, the module layering, clippy -D warnings, every test against real
-         redis-server nodes, the macro's UI tests, doctests (the README's snippets included)
-         and rustdoc
+         redis-server nodes, the macro's UI tests, the TLS tests over native-tls too, every
+         feature combination of redlock-core checked, doctests (the README's snippets
+         included) and rustdoc
   layers each library crate's module import graph and its cycles (none allowed)
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
   bench  W1-W7 against 5 nodes, beside raw fred and redis-rs floors and rslock
@@ -187,6 +188,30 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
     Ok(targets)
 }
 
+/// `cargo check` of redlock-core with every combination of its features.
+fn feature_combinations() -> anyhow::Result<()> {
+    const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
+    for mask in 0..1u32 << FEATURES.len() {
+        let chosen: Vec<&str> = FEATURES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| mask & (1 << i) != 0)
+            .map(|(_, feature)| *feature)
+            .collect();
+        let features = chosen.join(",");
+        cargo(&[
+            "check",
+            "--quiet",
+            "-p",
+            "redlock-core",
+            "--no-default-features",
+            "--features",
+            &features,
+        ])?;
+    }
+    Ok(())
+}
+
 fn nextest_available() -> bool {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     Command::new(cargo)
@@ -269,12 +294,31 @@ fn test() -> anyhow::Result<()> {
             ])?;
         }
     }
+    install::openssl_dev()?;
+    step("the TLS tests again, over native-tls (redlock-core's other TLS feature)");
+    let native = [
+        "-p",
+        "redlock-tests",
+        "--no-default-features",
+        "--features",
+        "tls-native",
+        "--test",
+        "tls",
+    ];
+    if nextest_available() {
+        cargo(&[&["nextest", "run"][..], &native[..]].concat())?;
+    } else {
+        cargo(&[&["test"][..], &native[..]].concat())?;
+    }
+    step("every combination of redlock-core's features compiles (cargo check)");
+    feature_combinations()?;
     step("doctests");
     cargo(&["test", "--workspace", "--exclude", "readme", "--doc"])?;
     // Alone, so that its snippets build with the README's dependencies and no feature that
     // another workspace member turns on.
     step("the README's snippets and its Cargo.toml snippet (examples/readme)");
     cargo(&["test", "-p", "readme"])?;
+    cargo(&["test", "-p", "readme", "--features", "tls", "--doc"])?;
     step("rustdoc -D warnings");
     cargo_with_env(
         &[("RUSTDOCFLAGS", "-D warnings")],

@@ -1,0 +1,176 @@
+//! `rediss://` against `redis-server` serving TLS with certificates made in the set-up: a
+//! private CA, mutual TLS, and the refusals (a server the CA did not sign, a missing client
+//! certificate, bad PEM). Built with the `tls-rustls` feature (the default of this crate), and
+//! again with `--no-default-features --features tls-native` by `cargo xtask test`.
+
+#![cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redlock_core::{BuildError, LockError, LockOptions, Redlock, RedlockBuilder};
+use redlock_tests::tls::Certificates;
+use redlock_tests::{RedisNodes, ServerOptions, within};
+
+/// `n` servers serving TLS with `certificates` (and plain TCP on their own port, through which
+/// the tests look at the keys); `require`: clients must present a certificate.
+fn tls_nodes(n: usize, certificates: &Arc<Certificates>, require: bool) -> RedisNodes {
+    RedisNodes::start_opts(n, |_| ServerOptions {
+        tls: Some((Arc::clone(certificates), require)),
+        ..ServerOptions::default()
+    })
+}
+
+fn builder(nodes: &RedisNodes) -> RedlockBuilder {
+    Redlock::builder()
+        .nodes(nodes.tls_urls())
+        .connect_timeout(Duration::from_secs(2))
+}
+
+/// A build that must fail after trying to connect: every node refused, within the connect
+/// timeout and a margin, with the refusal's reason. Returns the error's text.
+async fn refused(builder: RedlockBuilder) -> String {
+    let started = Instant::now();
+    let error = within("the refused build", builder.build())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, BuildError::TooFewReachable { reachable: 0, .. }),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The TLS refusal itself is in the error (the client retried it in the background).
+    let text = error.to_string();
+    assert!(text.contains("(last error: "), "{text}");
+    text
+}
+
+#[tokio::test]
+async fn locks_over_tls_with_a_private_ca_and_wakes_waiters_over_it() {
+    let certificates = Arc::new(Certificates::generate());
+    let nodes = tls_nodes(3, &certificates, false);
+    let build = || builder(&nodes).tls_ca_pem(&certificates.ca_pem).build();
+    let (a, b) = (build().await.unwrap(), build().await.unwrap());
+
+    let held = a.lock("tls").await.unwrap();
+    let token = held.token().expose().to_owned();
+    // The keys are on the servers (read through their plain ports).
+    assert_eq!(nodes.values("tls").await, vec![Some(token); 3]);
+    let once = LockOptions::default().retry_count(0);
+    assert!(matches!(
+        b.lock_with("tls", &once).await,
+        Err(LockError::Busy { .. })
+    ));
+
+    // A waiter whose retry delay alone would make it wait 10 s is woken by the release's
+    // message, which reaches it over its TLS subscriber connections.
+    let patient = LockOptions::default()
+        .retry_delay(Duration::from_secs(10))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(30));
+    let waiting = tokio::spawn(async move { b.lock_with("tls", &patient).await });
+    within("the waiter to queue", async {
+        while nodes.queued("tls").await.iter().any(|&queued| queued < 1) {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let next = within("the waiter", waiting).await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "woken {:?} after the release",
+        released.elapsed()
+    );
+    let token = next.token().expose().to_owned();
+    assert_eq!(nodes.values("tls").await, vec![Some(token); 3]);
+    next.release().await.unwrap();
+    assert_eq!(nodes.values("tls").await, vec![None; 3]);
+}
+
+#[tokio::test]
+async fn a_server_the_trusted_ca_did_not_sign_is_refused() {
+    let certificates = Arc::new(Certificates::generate());
+    let nodes = tls_nodes(3, &certificates, false);
+    // Trusting another CA only.
+    let text = refused(builder(&nodes).tls_ca_pem(&certificates.other_ca_pem)).await;
+    if cfg!(not(feature = "tls-native")) {
+        assert!(text.contains("UnknownIssuer"), "{text}");
+    }
+    // Trusting the system's CAs (the default): the private CA is not among them.
+    refused(builder(&nodes)).await;
+}
+
+#[tokio::test]
+async fn mutual_tls_needs_the_client_certificate() {
+    let certificates = Arc::new(Certificates::generate());
+    let nodes = tls_nodes(3, &certificates, true);
+    let text = refused(builder(&nodes).tls_ca_pem(&certificates.ca_pem)).await;
+    if cfg!(not(feature = "tls-native")) {
+        assert!(text.contains("CertificateRequired"), "{text}");
+    }
+
+    let redlock = builder(&nodes)
+        .tls_ca_pem(&certificates.ca_pem)
+        .tls_client_pem(&certificates.client_pem, &certificates.client_key_pem)
+        .build()
+        .await
+        .unwrap();
+    let held = redlock.lock("mtls").await.unwrap();
+    let token = held.token().expose().to_owned();
+    assert_eq!(nodes.values("mtls").await, vec![Some(token); 3]);
+    held.release().await.unwrap();
+    assert_eq!(nodes.values("mtls").await, vec![None; 3]);
+}
+
+#[tokio::test]
+async fn bad_tls_settings_are_refused_before_connecting() {
+    let certificates = Certificates::generate();
+    // Nobody listens there: a build that tried to connect would retry for its connect timeout.
+    let unroutable = || {
+        Redlock::builder()
+            .node(format!("rediss://127.0.0.1:{}", redlock_tests::free_port()))
+            .connect_timeout(Duration::from_secs(5))
+    };
+    let cases = [
+        ("not PEM", unroutable().tls_ca_pem("not a certificate")),
+        (
+            "a key where the CA goes",
+            unroutable().tls_ca_pem(&certificates.client_key_pem),
+        ),
+        (
+            "a malformed key",
+            unroutable().tls_client_pem(
+                &certificates.client_pem,
+                "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+            ),
+        ),
+        (
+            "another certificate's key",
+            unroutable().tls_client_pem(&certificates.ca_pem, &certificates.client_key_pem),
+        ),
+    ];
+    for (case, builder) in cases {
+        let started = Instant::now();
+        let error = builder.build().await.unwrap_err();
+        assert!(matches!(error, BuildError::Tls { .. }), "{case}: {error}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{case}: {:?}",
+            started.elapsed()
+        );
+        // The key never shows in the error.
+        let text = error.to_string();
+        assert!(!text.contains("AAAA"), "{case}: {text}");
+        assert!(
+            !text.contains(certificates.client_key_pem.lines().nth(1).unwrap()),
+            "{case}: {text}"
+        );
+    }
+}
