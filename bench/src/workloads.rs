@@ -198,7 +198,7 @@ async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         let failures: u64 = runs[&kind].iter().map(|r| r.1).sum();
         rates.insert(kind, rate);
         println!(
-            "  {:<14} {:>10.0} cycles/s   ({} not granted)",
+            "  {:<14} {:>10.0} cycles/s   ({} not granted in {ROUNDS} rounds)",
             kind.name(),
             rate,
             failures

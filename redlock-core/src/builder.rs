@@ -5,7 +5,7 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 
-use crate::connect::{Connect, parse_url, server_label};
+use crate::connect::{Connect, server_label};
 use crate::error::BuildError;
 use crate::masters::Masters;
 use crate::node::Node;
@@ -373,17 +373,10 @@ impl RedlockBuilder {
             .map_err(|reason| BuildError::Tls { reason })?;
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
-            #[cfg_attr(
-                not(any(feature = "tls-rustls", feature = "tls-native")),
-                allow(unused_mut)
-            )]
-            let (label, mut config) = parse_url(index, url)?;
+            #[cfg(not(any(feature = "tls-rustls", feature = "tls-native")))]
+            let (label, config) = crate::connect::parse_url(index, url)?;
             #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
-            if config.tls.is_some()
-                && let Some(connector) = &tls
-            {
-                config.tls = Some(connector.clone().into());
-            }
+            let (label, config) = crate::tls::parse_url_with(index, url, tls.as_ref())?;
             if nodes.iter().any(|n: &Node| n.label == label) {
                 return Err(BuildError::DuplicateNode { node: label });
             }
@@ -392,6 +385,16 @@ impl RedlockBuilder {
                 source: ClientError::new(e),
             })?;
             nodes.push(Node::new(client, label));
+        }
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+        if tls.is_some()
+            && !nodes
+                .iter()
+                .any(|n: &Node| n.client.client_config().uses_tls())
+        {
+            tracing::warn!(
+                "TLS settings given, but no node URL uses rediss://: they have no effect"
+            );
         }
         for client in std::mem::take(&mut self.clients) {
             let label = server_label(nodes.len(), &client.client_config().server)?;

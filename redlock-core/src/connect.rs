@@ -55,8 +55,12 @@ impl Connect {
                     Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
                     Err(_) => {
                         let mut last = None;
-                        while let Ok((error, _server)) = errors.try_recv() {
-                            last = Some(error);
+                        loop {
+                            match errors.try_recv() {
+                                Ok((error, _server)) => last = Some(error),
+                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+                                Err(_) => break,
+                            }
                         }
                         let last = last
                             .map(|e| format!(" (last error: {})", e.details()))

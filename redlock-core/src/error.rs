@@ -249,9 +249,7 @@ pub enum BuildError {
     /// ([`tls_ca_pem`](crate::RedlockBuilder::tls_ca_pem) and its siblings): PEM text without
     /// a certificate, a malformed certificate, a key that cannot be read or does not fit the
     /// certificate, or a connector given beside the PEM settings. Found before connecting.
-    #[error(
-        "TLS settings: {reason}; give PEM text: certificates as -----BEGIN CERTIFICATE----- blocks, the client key as PKCS#8 (-----BEGIN PRIVATE KEY-----)"
-    )]
+    #[error("TLS settings: {reason}")]
     Tls {
         /// What is wrong (never the key itself).
         reason: String,

@@ -5,7 +5,7 @@
 //! With both TLS features compiled in, the PEM settings build a native-tls connector, as
 //! fred's own default for `rediss://` does.
 
-use fred::types::config::TlsConnector;
+use fred::types::config::{Config, TlsConnector};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
@@ -60,6 +60,33 @@ impl TlsSettings {
     }
 }
 
+/// [`parse_url`](crate::connect::parse_url), with `connector` for a `rediss://` (or
+/// `valkeys://`) URL when one is given: the URL is then read as plain, so that fred never
+/// builds its own default connector (which reads the system's CAs, and whose rustls set-up
+/// panics when two crypto providers are compiled in), and the connector is set after.
+pub(crate) fn parse_url_with(
+    index: usize,
+    raw: &str,
+    connector: Option<&TlsConnector>,
+) -> Result<(String, Config), crate::BuildError> {
+    let Some(connector) = connector else {
+        return crate::connect::parse_url(index, raw);
+    };
+    let plain = raw.split_once("://").and_then(|(scheme, rest)| {
+        match scheme.to_ascii_lowercase().as_str() {
+            "rediss" => Some(format!("redis://{rest}")),
+            "valkeys" => Some(format!("valkey://{rest}")),
+            _ => None,
+        }
+    });
+    let Some(plain) = plain else {
+        return crate::connect::parse_url(index, raw);
+    };
+    let (label, mut config) = crate::connect::parse_url(index, &plain)?;
+    config.tls = Some(connector.clone().into());
+    Ok((label, config))
+}
+
 /// A client certificate chain (read, and as given) and its key, PEM.
 struct ClientPem<'a> {
     #[cfg_attr(feature = "tls-native", allow(dead_code))]
@@ -71,11 +98,17 @@ struct ClientPem<'a> {
 
 /// Every certificate in `pem`; an error if there is none or one is malformed.
 fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    // Never the PEM error's text: it can quote the offending line, which may be a key pasted
+    // in the wrong place.
     let certificates = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("a certificate could not be read: {e}"))?;
+        .map_err(|_| String::from(
+            "a certificate's PEM is malformed; give -----BEGIN CERTIFICATE----- blocks as openssl writes them",
+        ))?;
     if certificates.is_empty() {
-        return Err("no certificate (-----BEGIN CERTIFICATE-----) in the PEM text".into());
+        return Err(
+            "no certificate in the PEM text; give -----BEGIN CERTIFICATE----- blocks".into(),
+        );
     }
     Ok(certificates)
 }
@@ -96,9 +129,13 @@ fn build(
         }
     }
     if let Some(client) = client {
-        let identity = native_tls::Identity::from_pkcs8(client.chain_pem, client.key_pem).map_err(|e| {
-            format!("the client certificate and key could not be used (the key must be PKCS#8, -----BEGIN PRIVATE KEY-----): {e}")
-        })?;
+        // OpenSSL's own text is a stack of decoder codes: a fixed message says more.
+        let identity = native_tls::Identity::from_pkcs8(client.chain_pem, client.key_pem)
+            .map_err(|_| {
+                String::from(
+                    "the client certificate and key could not be used together: the key must be PKCS#8 (-----BEGIN PRIVATE KEY-----) and belong to the certificate",
+                )
+            })?;
         builder.identity(identity);
     }
     TlsConnector::try_from(builder).map_err(|e| e.details().to_owned())
@@ -142,8 +179,15 @@ fn build(
         .with_root_certificates(store);
     let config = match client {
         Some(client) => {
-            let key = PrivateKeyDer::from_pem_slice(client.key_pem)
-                .map_err(|e| format!("the client key could not be read: {e}"))?;
+            // Never the PEM error's text: it can quote the key's line.
+            let key = PrivateKeyDer::from_pem_slice(client.key_pem).map_err(|e| match e {
+                rustls_pki_types::pem::Error::NoItemsFound => String::from(
+                    "no private key (-----BEGIN PRIVATE KEY-----) in the client key's PEM",
+                ),
+                _ => String::from(
+                    "the client key's PEM is malformed; give a PKCS#8 key (-----BEGIN PRIVATE KEY-----) as openssl writes it",
+                ),
+            })?;
             builder
                 .with_client_auth_cert(client.chain, key)
                 .map_err(|e| format!("the client certificate and key could not be used: {e}"))?

@@ -16,7 +16,7 @@ pub struct Certificates {
     pub dir: PathBuf,
     /// The CA's certificate.
     pub ca_pem: String,
-    /// The client certificate and its PKCS#8 key.
+    /// The client certificate.
     pub client_pem: String,
     /// The client certificate's key (PKCS#8).
     pub client_key_pem: String,
