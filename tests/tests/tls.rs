@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redlock_core::{BuildError, LockError, LockOptions, Redlock, RedlockBuilder};
+use redlock_core::{BuildError, LockError, LockGuard, LockOptions, Redlock, RedlockBuilder};
 use redlock_tests::tls::Certificates;
 use redlock_tests::{RedisNodes, ServerOptions, within};
 
@@ -50,6 +50,17 @@ async fn refused(builder: RedlockBuilder) -> String {
     text
 }
 
+/// `held`'s token is at `key` on every node; after its release, no node has the key.
+async fn holds_then_releases(nodes: &RedisNodes, key: &str, held: LockGuard) {
+    let token = held.token().expose().to_owned();
+    assert_eq!(
+        nodes.values(key).await,
+        vec![Some(token); nodes.servers.len()]
+    );
+    held.release().await.unwrap();
+    assert_eq!(nodes.values(key).await, vec![None; nodes.servers.len()]);
+}
+
 #[tokio::test]
 async fn locks_over_tls_with_a_private_ca_and_wakes_waiters_over_it() {
     let certificates = Arc::new(Certificates::generate());
@@ -88,10 +99,7 @@ async fn locks_over_tls_with_a_private_ca_and_wakes_waiters_over_it() {
         "woken {:?} after the release",
         released.elapsed()
     );
-    let token = next.token().expose().to_owned();
-    assert_eq!(nodes.values("tls").await, vec![Some(token); 3]);
-    next.release().await.unwrap();
-    assert_eq!(nodes.values("tls").await, vec![None; 3]);
+    holds_then_releases(&nodes, "tls", next).await;
 }
 
 #[tokio::test]
@@ -122,11 +130,7 @@ async fn mutual_tls_needs_the_client_certificate() {
         .build()
         .await
         .unwrap();
-    let held = redlock.lock("mtls").await.unwrap();
-    let token = held.token().expose().to_owned();
-    assert_eq!(nodes.values("mtls").await, vec![Some(token); 3]);
-    held.release().await.unwrap();
-    assert_eq!(nodes.values("mtls").await, vec![None; 3]);
+    holds_then_releases(&nodes, "mtls", redlock.lock("mtls").await.unwrap()).await;
 }
 
 #[tokio::test]
