@@ -11,6 +11,7 @@ use crate::lease::{self, Finish, Lease, LockInfo, LostSignal, Scoped};
 use crate::mode::Mode;
 use crate::redlock::Redlock;
 use crate::release::Released;
+use crate::telemetry;
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes.
@@ -231,8 +232,9 @@ impl LockGuard {
         }
         // Inline: the commands are handed to the clients on the first poll, so a caller that
         // stops waiting does not cut the release short.
-        let released = self.redlock.release_lease(&lease).await;
+        let released = self.redlock.release_lease(&lease, "explicit").await;
         if released.answered < released.quorum {
+            telemetry::release_unconfirmed(&lease.resource, released.answered, released.quorum);
             return Err(LockError::ReleaseUnconfirmed {
                 resource: lease.resource.clone(),
                 answered: released.answered,

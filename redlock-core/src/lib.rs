@@ -23,6 +23,7 @@ mod mode;
 mod options;
 mod outcome;
 mod server_info;
+mod telemetry;
 mod timing;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
 mod tls;
@@ -47,6 +48,9 @@ pub use options::{
 pub use outcome::{ClientError, NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::Redlock;
 pub use release::{ReleaseAllReport, Released};
+#[cfg(feature = "metrics")]
+pub use telemetry::describe_metrics;
+pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};
 pub use timing::DRIFT_FLOOR;
 pub use token::{EntropyError, TOKEN_BYTES, Token};
 

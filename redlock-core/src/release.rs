@@ -14,6 +14,7 @@ use crate::masters::Stop;
 use crate::node::{Handover, Releasing};
 use crate::outcome::NodeVote;
 use crate::redlock::Redlock;
+use crate::telemetry;
 use crate::token::Token;
 
 /// How many times [`Redlock::release_all`] sends a release that fewer than a quorum answered.
@@ -120,14 +121,20 @@ impl Redlock {
     }
 
     /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
-    /// the waiters).
-    pub(crate) async fn release_lease(&self, lease: &Lease) -> Released {
+    /// the waiters), in its `redlock.release` span; `via` says who asked: `explicit`
+    /// ([`LockGuard::release`](crate::LockGuard::release)), `drop` or `release_all`.
+    pub(crate) async fn release_lease(&self, lease: &Lease, via: &'static str) -> Released {
         let releasing = Releasing::Holder {
             mode: lease.mode.is_some(),
             marker: &lease.marker,
         };
-        self.release_key(&lease.keys, &lease.token, releasing, lease.busy())
-            .await
+        let span = telemetry::release_span(&lease.resource, via);
+        let released = self
+            .release_key(&lease.keys, &lease.token, releasing, lease.busy())
+            .instrument(span.clone())
+            .await;
+        telemetry::released(&span, released.deleted, released.answered, released.quorum);
+        released
     }
 
     /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`
@@ -137,21 +144,15 @@ impl Redlock {
     /// [`spawn_background`]: Self::spawn_background
     pub(crate) fn spawn_release(&self, lease: Arc<Lease>) -> bool {
         let redlock = self.clone();
-        let span = tracing::debug_span!("redlock.release", resource = %lease.resource);
         // Made before the task: a task dropped before its first poll reports too.
         let unsent = Unsent(Some(lease.resource.clone()));
-        self.spawn_background(
-            async move {
-                let released = redlock.release_lease(&lease).await;
-                unsent.sent();
-                tracing::debug!(
-                    deleted = released.deleted,
-                    answered = released.answered,
-                    "released"
-                );
+        self.spawn_background(async move {
+            let released = redlock.release_lease(&lease, "drop").await;
+            unsent.sent();
+            if released.answered < released.quorum {
+                telemetry::release_unconfirmed(&lease.resource, released.answered, released.quorum);
             }
-            .instrument(span),
-        )
+        })
     }
 
     /// Releases, by quorum compare-and-delete, every lock still held through this handle (every
@@ -167,27 +168,34 @@ impl Redlock {
     pub async fn release_all(&self) -> ReleaseAllReport {
         let mut pending = self.inner().ledger.retire_all();
         let mut report = ReleaseAllReport::default();
+        // The leases fewer than a quorum answered in the last round, with how many did.
+        let mut unconfirmed = Vec::new();
         for _ in 0..RELEASE_ROUNDS {
-            let results = futures_util::future::join_all(
-                pending
-                    .iter()
-                    .map(|lease| async move { (lease, self.release_lease(lease).await) }),
-            )
+            let results = futures_util::future::join_all(pending.iter().map(|lease| async move {
+                (lease, self.release_lease(lease, "release_all").await)
+            }))
             .await;
             let mut again = Vec::new();
             for (lease, released) in results {
                 if released.answered >= self.quorum() {
                     report.released.push(lease.resource.clone());
                 } else {
-                    again.push(Arc::clone(lease));
+                    again.push((Arc::clone(lease), released.answered));
                 }
             }
-            pending = again;
-            if pending.is_empty() {
+            unconfirmed = again;
+            if unconfirmed.is_empty() {
                 break;
             }
+            pending = unconfirmed
+                .iter()
+                .map(|(lease, _)| Arc::clone(lease))
+                .collect();
         }
-        report.unconfirmed = pending.iter().map(|l| l.resource.clone()).collect();
+        for (lease, answered) in unconfirmed {
+            telemetry::release_unconfirmed(&lease.resource, answered, self.quorum());
+            report.unconfirmed.push(lease.resource.clone());
+        }
         tracing::info!(
             released = report.released.len(),
             unconfirmed = report.unconfirmed.len(),

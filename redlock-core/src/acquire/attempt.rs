@@ -12,6 +12,7 @@ use crate::node::{AcquireKind, AcquireRequest, Releasing};
 use crate::options::LockOptions;
 use crate::outcome::{NodeVote, Outcomes};
 use crate::redlock::Redlock;
+use crate::telemetry::Acquisition;
 use crate::timing;
 use crate::token::Token;
 
@@ -42,6 +43,7 @@ impl Redlock {
         token: &Token,
         options: &LockOptions,
         kind: AcquireKind<'_>,
+        acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
         let ttl = options.sent_ttl();
@@ -87,6 +89,7 @@ impl Redlock {
             %outcomes,
             "attempt decided"
         );
+        acquisition.voted(&outcomes);
         if granted_by < masters.quorum {
             // Step 5: failed; unlock every node, even those we believe we did not lock.
             cleanup.run().await;

@@ -19,6 +19,7 @@ use crate::mode::Mode;
 use crate::options::LockOptions;
 use crate::outcome::Outcomes;
 use crate::redlock::Redlock;
+use crate::telemetry::Acquisition;
 use crate::token::Token;
 
 /// The longest local wait for a sibling re-entry (`tokio::time::timeout` takes any duration,
@@ -162,17 +163,20 @@ impl Redlock {
                 None => {}
             }
         }
-        let span = tracing::debug_span!(
-            "redlock.acquire",
+        let mut acquisition = Acquisition::start(
             resource,
-            mode = options.get_mode().map(Mode::as_str),
-            ttl_ms = options.ttl_millis(),
-            nodes = self.node_count(),
-            quorum = self.quorum(),
+            options.get_mode(),
+            options.ttl_millis(),
+            self.node_count(),
+            self.quorum(),
         );
-        self.acquire_loop(resource, ResourceKeys::new(key), options)
+        let span = acquisition.span().clone();
+        let result = self
+            .acquire_loop(resource, ResourceKeys::new(key), options, &mut acquisition)
             .instrument(span)
-            .await
+            .await;
+        acquisition.end(result.as_ref().map(|_| ()));
+        result
     }
 
     /// Turns a grant into a held lease: recorded in the ledger (and handed to the

@@ -14,6 +14,7 @@ use crate::keys::ResourceKeys;
 use crate::node::{AcquireKind, ModeRequest, Waiter};
 use crate::options::LockOptions;
 use crate::redlock::Redlock;
+use crate::telemetry::Acquisition;
 use crate::token::Token;
 use crate::waiters::{Listener, WaitTiming, Wake};
 
@@ -43,6 +44,7 @@ impl Redlock {
         resource: &str,
         keys: ResourceKeys,
         options: &LockOptions,
+        acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
         let started = Instant::now();
         // `Some(None)`: a wait too long for the clock (`Duration::MAX`), i.e. until acquired.
@@ -71,13 +73,17 @@ impl Redlock {
             if !std::mem::take(&mut free_attempt) {
                 attempts += 1;
             }
+            acquisition.attempting(attempts);
             let token = Token::generate().map_err(LockError::Entropy)?;
             let kind = match (&request, &waiting) {
                 (Some(request), _) => AcquireKind::Mode(request),
                 (None, Some(_)) => AcquireKind::Queued(&waiter),
                 (None, None) => AcquireKind::Plain,
             };
-            let failure = match self.attempt(&keys, &token, options, kind).await {
+            let failure = match self
+                .attempt(&keys, &token, options, kind, acquisition)
+                .await
+            {
                 Ok(granted) => {
                     let queued = waiting.is_some() || entered;
                     // A plain waiter leaves the queues of the nodes that did not grant it (a
@@ -146,9 +152,10 @@ impl Redlock {
                         },
                         quorum: self.quorum(),
                     };
-                    let wake = listener.wait(&waiter.marker, timing, shutdown).await;
-                    if wake == Wake::Shutdown {
-                        return Err(LockError::ShuttingDown);
+                    match listener.wait(&waiter.marker, timing, shutdown).await {
+                        Wake::Shutdown => return Err(LockError::ShuttingDown),
+                        Wake::Named => acquisition.woken(true),
+                        Wake::Timer => acquisition.woken(false),
                     }
                 }
                 _ => {

@@ -8,11 +8,23 @@ use super::Lease;
 use crate::error::{LockError, LostReason};
 use crate::masters::{Masters, Stop};
 use crate::options::LockOptions;
+use crate::telemetry;
 use crate::timing;
 
 /// Extends `lease` to `ttl` from now on `masters`. See
 /// [`LockGuard::extend`](crate::LockGuard::extend).
 pub(crate) async fn extend(
+    masters: &Masters,
+    lease: &Lease,
+    ttl: Duration,
+) -> Result<Instant, LockError> {
+    let was_lost = lease.is_lost();
+    let result = extend_once(masters, lease, ttl).await;
+    telemetry::extension(&lease.resource, was_lost, result.as_ref().map(|_| ()));
+    result
+}
+
+async fn extend_once(
     masters: &Masters,
     lease: &Lease,
     ttl: Duration,

@@ -10,6 +10,7 @@ use super::watchdog::Watchdog;
 use super::{Lease, reentrant};
 use crate::error::LostReason;
 use crate::masters::Masters;
+use crate::telemetry;
 
 /// What finishing a guard did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,7 @@ impl Ledger {
     /// (the driver extends it on `masters`, and stops when they are dropped).
     pub(crate) fn hold(&self, lease: &Arc<Lease>, masters: &Arc<Masters>) {
         self.held().insert(lease.id, Arc::clone(lease));
+        telemetry::held(&lease.resource);
         if lease.auto_extend.is_some() {
             self.watchdog
                 .get_or_init(|| Watchdog::start(Arc::downgrade(masters), self.runtime.as_ref()))
@@ -80,7 +82,10 @@ impl Ledger {
         if self.held().remove(&lease.id).is_none() {
             return false;
         }
+        // A lease past its lost deadline is reported lost by expiry, not merely released.
+        let _expired = lease.check();
         lease.mark_lost(LostReason::Released);
+        telemetry::unheld(&lease.resource, lease.mode, lease.acquired_at.elapsed());
         if let Some(watchdog) = self.watchdog.get() {
             watchdog.unwatch(lease.id);
         }

@@ -19,6 +19,7 @@ use crate::error::LostReason;
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::options::LockOptions;
+use crate::telemetry;
 use crate::token::Token;
 
 pub(crate) use extend::extend;
@@ -153,7 +154,10 @@ impl Lease {
 
     /// Fires the lost signal; the first reason given is kept.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        let _first = self.reason.set(reason);
+        let reported = reason.clone();
+        if self.reason.set(reason).is_ok() {
+            telemetry::lost(&self.resource, &reported, self.acquired_at.elapsed());
+        }
         self.lost.cancel();
     }
 

@@ -1,0 +1,452 @@
+//! What an operator sees: the spans of acquisitions and releases, the event of a lost lock,
+//! and, with the `metrics` feature, the metrics of the crate docs ("Metrics") through the
+//! `metrics` facade.
+//!
+//! Span and field names follow OpenTelemetry's conventions: dotted, lower-case, namespaced
+//! (`redlock.resource`, `redlock.outcome`, `error.type`). No token is ever recorded.
+//! Metrics are labelled by a resource *class* (see [`resource_class`]), never by the full
+//! resource, so that a client-controlled resource cannot grow a label set without bound.
+
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::error::{LockError, LostReason};
+use crate::mode::Mode;
+use crate::outcome::{NodeVote, Outcomes};
+
+#[cfg(feature = "metrics")]
+use metrics::{counter, gauge, histogram};
+#[cfg(not(feature = "metrics"))]
+use off::{counter, gauge, histogram};
+
+/// Without the `metrics` feature: the metric macros evaluate their labels and record nothing.
+#[cfg(not(feature = "metrics"))]
+mod off {
+    pub(super) struct Off;
+
+    impl Off {
+        pub(super) fn increment<T>(&self, _value: T) {}
+        pub(super) fn decrement<T>(&self, _value: T) {}
+        pub(super) fn record<T>(&self, _value: T) {}
+    }
+
+    macro_rules! off {
+        ($name:literal $(, $key:literal => $value:expr)* $(,)?) => {{
+            $(let _ = $value;)*
+            off::Off
+        }};
+    }
+    pub(super) use {off as counter, off as gauge, off as histogram};
+}
+
+/// The most resource classes labelled by name; later ones are labelled [`OTHER_CLASS`].
+pub const MAX_RESOURCE_CLASSES: usize = 64;
+
+/// The class of every resource past the first [`MAX_RESOURCE_CLASSES`] classes.
+pub const OTHER_CLASS: &str = "other";
+
+/// The label of a lock taken without a mode (the plain exclusive lock).
+const PLAIN: &str = "plain";
+
+/// The class a resource is labelled by: its text up to the first `:` (`order:42` →
+/// `order`), or all of it when it has none. The first [`MAX_RESOURCE_CLASSES`] classes seen
+/// by the process keep their name; every later one is [`OTHER_CLASS`], so a resource built
+/// from client input cannot make the label set grow without bound.
+pub fn resource_class(resource: &str) -> String {
+    static SEEN: OnceLock<Mutex<Classes>> = OnceLock::new();
+    let class = resource.split(':').next().unwrap_or(resource);
+    SEEN.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .bounded(class)
+}
+
+/// The resource classes labelled by name so far, at most [`MAX_RESOURCE_CLASSES`].
+#[derive(Default)]
+struct Classes(HashSet<String>);
+
+impl Classes {
+    /// `class` if it is one of the first [`MAX_RESOURCE_CLASSES`] seen, else [`OTHER_CLASS`].
+    fn bounded(&mut self, class: &str) -> String {
+        if self.0.contains(class) || self.0.len() < MAX_RESOURCE_CLASSES {
+            self.0.insert(class.to_owned());
+            return class.to_owned();
+        }
+        OTHER_CLASS.to_owned()
+    }
+}
+
+/// The name of an acquisition's outcome: `acquired`, or the kind of [`LockError`].
+fn outcome(result: Result<(), &LockError>) -> &'static str {
+    match result {
+        Ok(()) => "acquired",
+        Err(LockError::Busy { .. }) => "busy",
+        Err(LockError::Unavailable { .. }) => "unavailable",
+        Err(LockError::NoValidity { .. }) => "no_validity",
+        Err(LockError::ShuttingDown) => "shutting_down",
+        Err(LockError::Lost { .. }) => "lost",
+        Err(LockError::Invalid(_)) => "invalid",
+        Err(LockError::Entropy(_)) => "entropy",
+        Err(LockError::ReleaseUnconfirmed { .. }) => "release_unconfirmed",
+        Err(LockError::NotRegistered(_)) => "not_registered",
+    }
+}
+
+fn mode_label(mode: Option<Mode>) -> &'static str {
+    mode.map_or(PLAIN, Mode::as_str)
+}
+
+fn vote_label(vote: &NodeVote) -> &'static str {
+    match vote {
+        NodeVote::Acquired => "acquired",
+        NodeVote::Held => "held",
+        NodeVote::Failed(_) => "failed",
+        NodeVote::Undecided => "undecided",
+    }
+}
+
+fn lost_label(reason: &LostReason) -> &'static str {
+    match reason {
+        LostReason::Refused(_) => "refused",
+        LostReason::Expired => "expired",
+        LostReason::Released => "released",
+    }
+}
+
+/// One acquisition as operators see it: its span (`redlock.acquire`), which records the
+/// outcome, wait, attempts and last votes when it ends, and its metrics. Dropped before it
+/// ended (the acquiring future was dropped), it records the outcome `cancelled`.
+pub(crate) struct Acquisition {
+    span: tracing::Span,
+    class: String,
+    mode: Option<Mode>,
+    started: Instant,
+    attempts: u32,
+    contended: bool,
+    ended: bool,
+}
+
+impl Acquisition {
+    pub(crate) fn start(
+        resource: &str,
+        mode: Option<Mode>,
+        ttl_ms: u64,
+        nodes: usize,
+        quorum: usize,
+    ) -> Self {
+        let class = resource_class(resource);
+        let span = tracing::info_span!(
+            "redlock.acquire",
+            redlock.resource = resource,
+            redlock.resource_class = class.as_str(),
+            redlock.mode = mode_label(mode),
+            redlock.ttl_ms = ttl_ms,
+            redlock.nodes = nodes,
+            redlock.quorum = quorum,
+            redlock.outcome = tracing::field::Empty,
+            redlock.attempts = tracing::field::Empty,
+            redlock.wait_ms = tracing::field::Empty,
+            redlock.votes.granted = tracing::field::Empty,
+            redlock.votes.held = tracing::field::Empty,
+            redlock.votes.failed = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+        );
+        Self {
+            span,
+            class,
+            mode,
+            started: Instant::now(),
+            attempts: 0,
+            contended: false,
+            ended: false,
+        }
+    }
+
+    /// The span the acquisition runs in.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The acquisition is at its `attempts`-th attempt, counted as
+    /// [`LockError::Busy`]'s `attempts` are (the attempt right after joining a waiter queue
+    /// is not a retry).
+    pub(crate) fn attempting(&mut self, attempts: u32) {
+        self.attempts = attempts;
+        self.span.record("redlock.attempts", attempts);
+    }
+
+    /// An attempt's quorum round was decided with these votes.
+    pub(crate) fn voted(&mut self, outcomes: &Outcomes) {
+        self.contended |= outcomes.held() > 0;
+        self.span
+            .record("redlock.votes.granted", outcomes.acquired());
+        self.span.record("redlock.votes.held", outcomes.held());
+        self.span.record("redlock.votes.failed", outcomes.failed());
+        for outcome in outcomes.iter() {
+            counter!(
+                "redlock_node_votes_total",
+                "node" => outcome.node.clone(),
+                "vote" => vote_label(&outcome.vote),
+            )
+            .increment(1);
+        }
+    }
+
+    /// A waiter woke: by a release's message (`true`) or its fallback timer.
+    pub(crate) fn woken(&self, by_message: bool) {
+        let by = if by_message { "message" } else { "timer" };
+        tracing::trace!(redlock.wake = by, "woken");
+        counter!(
+            "redlock_wakeups_total",
+            "resource_class" => self.class.clone(),
+            "by" => by,
+        )
+        .increment(1);
+    }
+
+    /// The acquisition ended with `result`.
+    pub(crate) fn end(&mut self, result: Result<(), &LockError>) {
+        self.ended = true;
+        self.record(outcome(result));
+    }
+
+    fn record(&self, outcome: &'static str) {
+        let wait = self.started.elapsed();
+        self.span.record("redlock.outcome", outcome);
+        self.span.record("redlock.wait_ms", millis(wait));
+        if outcome != "acquired" {
+            self.span.record("error.type", outcome);
+        }
+        tracing::debug!(
+            parent: &self.span,
+            redlock.outcome = outcome,
+            redlock.attempts = self.attempts,
+            redlock.wait_ms = millis(wait),
+            "acquisition ended"
+        );
+        let (class, mode) = (&self.class, mode_label(self.mode));
+        histogram!(
+            "redlock_acquire_duration_seconds",
+            "resource_class" => class.clone(),
+            "mode" => mode,
+            "outcome" => outcome,
+        )
+        .record(wait.as_secs_f64());
+        histogram!(
+            "redlock_acquire_attempts",
+            "resource_class" => class.clone(),
+            "mode" => mode,
+        )
+        .record(f64::from(self.attempts));
+        if self.contended {
+            counter!("redlock_contended_total", "resource_class" => class.clone()).increment(1);
+        }
+    }
+}
+
+impl Drop for Acquisition {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.record("cancelled");
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The span of a holder's release (`redlock.release`); `via` is `explicit`, `drop` or
+/// `release_all`.
+pub(crate) fn release_span(resource: &str, via: &'static str) -> tracing::Span {
+    tracing::info_span!(
+        "redlock.release",
+        redlock.resource = resource,
+        redlock.resource_class = resource_class(resource).as_str(),
+        redlock.release.via = via,
+        redlock.deleted = tracing::field::Empty,
+        redlock.answered = tracing::field::Empty,
+        redlock.confirmed = tracing::field::Empty,
+    )
+}
+
+/// A holder's release round ended: recorded on its span.
+pub(crate) fn released(span: &tracing::Span, deleted: usize, answered: usize, quorum: usize) {
+    span.record("redlock.deleted", deleted);
+    span.record("redlock.answered", answered);
+    span.record("redlock.confirmed", answered >= quorum);
+}
+
+/// A holder's release stayed unconfirmed (fewer than a quorum answered, after every round
+/// the caller makes): the lock expires with its ttl.
+pub(crate) fn release_unconfirmed(resource: &str, answered: usize, quorum: usize) {
+    tracing::warn!(
+        redlock.resource = resource,
+        redlock.answered = answered,
+        redlock.quorum = quorum,
+        "release unconfirmed: the lock expires with its ttl"
+    );
+    counter!(
+        "redlock_release_unconfirmed_total",
+        "resource_class" => resource_class(resource),
+    )
+    .increment(1);
+}
+
+/// A lease was granted and is now held.
+pub(crate) fn held(resource: &str) {
+    gauge!("redlock_held", "resource_class" => resource_class(resource)).increment(1.0);
+}
+
+/// A lease stopped being held after `hold` (released, or lost and then released).
+pub(crate) fn unheld(resource: &str, mode: Option<Mode>, hold: Duration) {
+    let class = resource_class(resource);
+    gauge!("redlock_held", "resource_class" => class.clone()).decrement(1.0);
+    histogram!(
+        "redlock_hold_duration_seconds",
+        "resource_class" => class,
+        "mode" => mode_label(mode),
+    )
+    .record(hold.as_secs_f64());
+}
+
+/// A held lock can no longer be trusted for `reason` (the first reason only; a release is not
+/// a loss and is not reported here).
+pub(crate) fn lost(resource: &str, reason: &LostReason, held_for: Duration) {
+    if matches!(reason, LostReason::Released) {
+        return;
+    }
+    tracing::warn!(
+        redlock.resource = resource,
+        redlock.lost.reason = lost_label(reason),
+        redlock.held_ms = millis(held_for),
+        %reason,
+        "lock lost: its work may overlap another holder's"
+    );
+    counter!(
+        "redlock_lost_total",
+        "resource_class" => resource_class(resource),
+        "reason" => lost_label(reason),
+    )
+    .increment(1);
+}
+
+/// An extension ended with `result`; `was_lost`: the lock could no longer be trusted before
+/// it started (nothing was sent).
+pub(crate) fn extension(resource: &str, was_lost: bool, result: Result<(), &LockError>) {
+    let label = match result {
+        Ok(()) => "extended",
+        Err(LockError::Lost { .. }) if was_lost => "lost",
+        Err(LockError::Lost {
+            reason: LostReason::Refused(_),
+            ..
+        }) => "refused",
+        Err(error) => outcome(Err(error)),
+    };
+    tracing::debug!(redlock.extension = label, "extension ended");
+    counter!(
+        "redlock_extensions_total",
+        "resource_class" => resource_class(resource),
+        "result" => label,
+    )
+    .increment(1);
+}
+
+/// Describes every metric (unit and help text) to the installed recorder: call it once after
+/// installing one (a Prometheus exporter, say) so that the scrape carries `# HELP` lines.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        "redlock_acquire_duration_seconds",
+        Unit::Seconds,
+        "Time from asking for a lock to its outcome (acquired, busy, unavailable, ...), by resource class, mode and outcome."
+    );
+    describe_histogram!(
+        "redlock_acquire_attempts",
+        Unit::Count,
+        "Attempts (Redlock rounds) one acquisition made, by resource class and mode."
+    );
+    describe_counter!(
+        "redlock_contended_total",
+        Unit::Count,
+        "Acquisitions that found another holder on at least one attempt, by resource class."
+    );
+    describe_counter!(
+        "redlock_node_votes_total",
+        Unit::Count,
+        "Each node's answers to acquisition attempts (acquired, held, failed, undecided), by node: a sick node shows as failed."
+    );
+    describe_counter!(
+        "redlock_extensions_total",
+        Unit::Count,
+        "Extensions by result (extended, refused, unavailable, lost, ...), by resource class."
+    );
+    describe_counter!(
+        "redlock_lost_total",
+        Unit::Count,
+        "Held locks that could no longer be trusted, by resource class and reason (expired, refused)."
+    );
+    describe_histogram!(
+        "redlock_hold_duration_seconds",
+        Unit::Seconds,
+        "How long locks were held, from the attempt that took them to their release, by resource class and mode."
+    );
+    describe_gauge!(
+        "redlock_held",
+        Unit::Count,
+        "Locks held now through this process's handles, by resource class."
+    );
+    describe_counter!(
+        "redlock_release_unconfirmed_total",
+        Unit::Count,
+        "Releases fewer than a quorum confirmed (the lock expires with its ttl), by resource class."
+    );
+    describe_counter!(
+        "redlock_wakeups_total",
+        Unit::Count,
+        "Waiters woken, by a release's message or by their fallback timer, by resource class."
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_are_bounded_and_keep_their_first_names() {
+        let mut classes = Classes::default();
+        for i in 0..MAX_RESOURCE_CLASSES {
+            assert_eq!(classes.bounded(&format!("c{i}")), format!("c{i}"));
+        }
+        // Full: a new class is "other", a known one keeps its name.
+        assert_eq!(classes.bounded("new"), OTHER_CLASS);
+        assert_eq!(classes.bounded("c0"), "c0");
+        assert_eq!(
+            classes.bounded(&format!("c{}", MAX_RESOURCE_CLASSES - 1)),
+            format!("c{}", MAX_RESOURCE_CLASSES - 1)
+        );
+        assert_eq!(classes.0.len(), MAX_RESOURCE_CLASSES);
+    }
+
+    #[test]
+    fn the_class_is_the_resource_up_to_its_first_colon() {
+        assert_eq!(resource_class("order:42:lines"), "order");
+        assert_eq!(resource_class("nightly-report"), "nightly-report");
+        assert_eq!(resource_class(":x"), "");
+    }
+
+    #[test]
+    fn every_error_has_an_outcome_name() {
+        assert_eq!(outcome(Ok(())), "acquired");
+        assert_eq!(outcome(Err(&LockError::ShuttingDown)), "shutting_down");
+        assert_eq!(
+            outcome(Err(&LockError::Lost {
+                resource: "r".into(),
+                reason: LostReason::Expired
+            })),
+            "lost"
+        );
+    }
+}
