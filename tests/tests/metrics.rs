@@ -20,11 +20,14 @@ enum Value {
     Histogram(Vec<f64>),
 }
 
+/// A metric: its name and its sorted labels.
+type MetricKey = (String, Vec<(String, String)>);
+
 /// The process-wide debugging recorder, with the figures of every snapshot so far added up
 /// (a snapshot resets counters and gauges to zero and drains histograms).
 struct Recorded {
     snapshotter: Snapshotter,
-    totals: Mutex<HashMap<(String, Vec<(String, String)>), Value>>,
+    totals: Mutex<HashMap<MetricKey, Value>>,
 }
 
 fn recorded() -> &'static Recorded {
