@@ -185,6 +185,20 @@ impl LockError {
         matches!(self, Self::Busy { .. })
     }
 
+    /// How long until the holder's lock runs out by its ttl, for [`LockError::Busy`]: the
+    /// time until enough nodes are free for a quorum, from the remaining ttls the nodes
+    /// reported on the last attempt ([`Outcomes::free_in`]). `None` for other errors, or when
+    /// unknown (e.g. a foreign key with no expiry). The holder may release sooner or extend:
+    /// this is a hint for `Retry-After`, not a promise.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Busy {
+                quorum, outcomes, ..
+            } => outcomes.free_in(*quorum),
+            _ => None,
+        }
+    }
+
     /// `true` if Redis could not decide: too few nodes answered, the acquisition outran its
     /// validity, a release was unconfirmed, or the handle is shutting down.
     pub fn is_unavailable(&self) -> bool {

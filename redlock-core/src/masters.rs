@@ -96,6 +96,7 @@ impl Masters {
                 .map(|(node, vote)| NodeOutcome {
                     node: node.label.clone(),
                     vote,
+                    holder_ttl: None,
                 })
                 .collect(),
         )

@@ -1,6 +1,7 @@
 //! What each node answered during one acquisition or release.
 
 use std::fmt;
+use std::time::Duration;
 
 /// Why a node gave no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +107,10 @@ pub struct NodeOutcome {
     pub node: String,
     /// What it answered.
     pub vote: NodeVote,
+    /// For [`NodeVote::Held`] in an acquisition: how long the node said what refused us (the
+    /// holder's key, or a window for foreign clients) still lives, by its `PTTL`; `None` when
+    /// it has no expiry or was not read.
+    pub holder_ttl: Option<Duration>,
 }
 
 /// The answers of all nodes in one attempt, in node order.
@@ -115,6 +120,34 @@ pub struct Outcomes(Vec<NodeOutcome>);
 impl Outcomes {
     pub(crate) fn new(outcomes: Vec<NodeOutcome>) -> Self {
         Self(outcomes)
+    }
+
+    /// Records each node's [`holder_ttl`](NodeOutcome::holder_ttl), in node order.
+    pub(crate) fn set_holder_ttls(&mut self, ttls: impl IntoIterator<Item = Option<Duration>>) {
+        for (outcome, ttl) in self.0.iter_mut().zip(ttls) {
+            outcome.holder_ttl = ttl;
+        }
+    }
+
+    /// How long until, by the holders' ttls, enough nodes are free for `quorum`: the nodes
+    /// that did not report a holder count as free, and each holding node frees up when its
+    /// [`holder_ttl`](NodeOutcome::holder_ttl) runs out. `None` when that cannot be known
+    /// (too few holding nodes report a ttl, e.g. a foreign key with no expiry). A holder may
+    /// release sooner, or extend: this is the wait by the ttls now, not a promise.
+    pub fn free_in(&self, quorum: usize) -> Option<Duration> {
+        let holding = self.held();
+        let free = self.len() - holding;
+        let Some(needed) = quorum.checked_sub(free).filter(|&n| n > 0) else {
+            return Some(Duration::ZERO);
+        };
+        let mut ttls: Vec<Duration> = self
+            .0
+            .iter()
+            .filter(|o| matches!(o.vote, NodeVote::Held))
+            .filter_map(|o| o.holder_ttl)
+            .collect();
+        ttls.sort_unstable();
+        ttls.get(needed - 1).copied()
     }
 
     /// Each node's outcome, in node order.
@@ -179,6 +212,51 @@ impl fmt::Display for Outcomes {
 mod tests {
     use super::*;
 
+    fn outcomes(votes: &[(NodeVote, Option<u64>)]) -> Outcomes {
+        Outcomes::new(
+            votes
+                .iter()
+                .enumerate()
+                .map(|(i, (vote, ms))| NodeOutcome {
+                    node: format!("n{i}"),
+                    vote: vote.clone(),
+                    holder_ttl: ms.map(Duration::from_millis),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn free_in_is_when_a_quorum_of_nodes_is_free_by_the_holders_ttls() {
+        use NodeVote::{Acquired, Held, Undecided};
+        let ms = |ms| Some(Duration::from_millis(ms));
+        // 5 nodes, quorum 3, held on all: the third shortest ttl.
+        let all = outcomes(&[
+            (Held, Some(900)),
+            (Held, Some(100)),
+            (Held, Some(500)),
+            (Held, Some(300)),
+            (Held, Some(700)),
+        ]);
+        assert_eq!(all.free_in(3), ms(500));
+        // Two nodes not holding: one more must free up, the shortest.
+        let two_free = outcomes(&[
+            (Acquired, None),
+            (Undecided, None),
+            (Held, Some(800)),
+            (Held, Some(200)),
+            (Held, Some(600)),
+        ]);
+        assert_eq!(two_free.free_in(3), ms(200));
+        // Enough free already.
+        assert_eq!(two_free.free_in(2), Some(Duration::ZERO));
+        // A holding node with no expiry never frees up; too few with one: unknown.
+        let forever = outcomes(&[(Held, None), (Held, None), (Held, Some(100))]);
+        assert_eq!(forever.free_in(2), None);
+        assert_eq!(forever.free_in(1), ms(100));
+        assert_eq!(Outcomes::default().free_in(1), None);
+    }
+
     #[test]
     fn a_client_error_is_shown_once_in_a_chain_and_whole_in_outcomes() {
         use fred::error::{Error, ErrorKind};
@@ -190,6 +268,7 @@ mod tests {
         let outcomes = Outcomes::new(vec![NodeOutcome {
             node: "10.0.0.1:6379".to_owned(),
             vote: NodeVote::Failed(error),
+            holder_ttl: None,
         }]);
         assert_eq!(
             outcomes.to_string(),

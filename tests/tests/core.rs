@@ -594,3 +594,52 @@ async fn the_release_script_is_reloaded_when_a_node_restarts_empty() {
     assert!(guard.release().await.unwrap().was_held());
     nodes.gone_everywhere("res").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_error_says_when_the_holders_ttl_runs_out() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let once = LockOptions::default()
+        .retry_count(1)
+        .retry_delay(Duration::from_millis(10));
+    // A longer ttl and a shorter one: the hint follows the holder's ttl, not ours.
+    for (resource, ttl) in [("ra:long", 10_000), ("ra:short", 1_000)] {
+        let ttl = Duration::from_millis(ttl);
+        let guard = a.lock_with(resource, &once.clone().ttl(ttl)).await.unwrap();
+        let busy = b.lock_with(resource, &once).await.unwrap_err();
+        assert!(busy.is_busy(), "{busy}");
+        let after = busy.retry_after().expect("a holder with a ttl");
+        assert!(
+            after <= ttl && after > ttl - Duration::from_millis(500),
+            "{after:?} of {ttl:?}"
+        );
+        guard.release().await.unwrap();
+    }
+    // A mode holder: a writer waits for the reader's entry.
+    let ttl = Duration::from_secs(3);
+    let reader = a
+        .lock_mode("ra:modes", redlock_core::Mode::ProtectedRead, ttl)
+        .await
+        .unwrap();
+    let writer = once.clone().mode(redlock_core::Mode::Exclusive);
+    let busy = b.lock_with("ra:modes", &writer).await.unwrap_err();
+    let after = busy.retry_after().expect("a mode holder with a ttl");
+    assert!(
+        after <= ttl && after > ttl - Duration::from_millis(500),
+        "{after:?}"
+    );
+    reader.release().await.unwrap();
+    // A foreign key with no expiry never frees up by itself: no hint.
+    for url in nodes.urls() {
+        let client = plain_client(&url).await;
+        let _: () = client
+            .set(a.key_for("ra:foreign"), "someone", None, None, false)
+            .await
+            .unwrap();
+    }
+    let busy = b.lock_with("ra:foreign", &once).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert_eq!(busy.retry_after(), None);
+    // Other errors carry none.
+    assert_eq!(LockError::ShuttingDown.retry_after(), None);
+}

@@ -75,12 +75,24 @@ impl Redlock {
                 if reply.vote == NodeVote::Acquired {
                     busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
                 }
-                (reply.vote, reply.counter)
+                (reply.vote, (reply.counter, reply.left_ms))
             })
             .await;
         let granted_by = tally.granted;
-        let highest = tally.counters.iter().flatten().copied().max().unwrap_or(0);
-        let outcomes = masters.outcomes(tally.votes);
+        let highest = tally
+            .counters
+            .iter()
+            .flatten()
+            .map(|c| c.0)
+            .max()
+            .unwrap_or(0);
+        let mut outcomes = masters.outcomes(tally.votes);
+        outcomes.set_holder_ttls(
+            tally
+                .counters
+                .iter()
+                .map(|c| c.and_then(|(_, left)| left).map(Duration::from_millis)),
+        );
         tracing::debug!(
             granted = outcomes.acquired(),
             held = outcomes.held(),

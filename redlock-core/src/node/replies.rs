@@ -13,6 +13,9 @@ pub(crate) struct AcquireReply {
     /// When granted, how long the key has been busy without a window for foreign clients, in
     /// ms of the node's clock (0 when no streak is running, or for a mode lock).
     pub(crate) busy_ms: u64,
+    /// When refused, how long until what refused it (the holder's key, or a window for
+    /// foreign clients) expires, in ms; `None` when it has no expiry or was not read.
+    pub(crate) left_ms: Option<u64>,
 }
 
 impl AcquireReply {
@@ -22,16 +25,23 @@ impl AcquireReply {
             vote,
             counter: 0,
             busy_ms: 0,
+            left_ms: None,
         }
     }
 }
 
-/// The `{1 | 0 | -1, counter[, busy]}` reply of the acquire scripts.
+/// The `{1 | 0 | -1, counter[, busy[, left]]}` reply of the acquire scripts.
 pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
             let busy_ms = reply.get(2).and_then(self::counter).unwrap_or(0);
+            // PTTL's -1 (no expiry) and -2 (no key) read as unknown, as does an error.
+            let left_ms = reply
+                .get(3)
+                .and_then(Value::as_i64)
+                .and_then(|ms| u64::try_from(ms).ok())
+                .filter(|&ms| ms > 0);
             let vote = match reply.first() {
                 Some(Value::Integer(1)) => NodeVote::Acquired,
                 Some(Value::Integer(-1)) => {
@@ -39,10 +49,12 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
                 }
                 _ => NodeVote::Held,
             };
+            let left_ms = left_ms.filter(|_| vote == NodeVote::Held);
             AcquireReply {
                 vote,
                 counter,
                 busy_ms,
+                left_ms,
             }
         }
         Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::UnexpectedReply(format!(
@@ -96,6 +108,12 @@ mod tests {
         assert_eq!(granted.vote, NodeVote::Acquired);
         assert_eq!((granted.counter, granted.busy_ms), (u64::MAX, 7));
         assert_eq!(reply(vec![0.into(), 5.into()]).vote, NodeVote::Held);
+        // A refusal's remaining ttl; PTTL's -1 and -2, and a granted reply's, read as none.
+        let left = |ms: i64| reply(vec![0.into(), 0.into(), 0.into(), ms.into()]).left_ms;
+        assert_eq!(left(1500), Some(1500));
+        assert_eq!((left(-1), left(-2), left(0)), (None, None, None));
+        let granted_left = reply(vec![1.into(), 0.into(), 0.into(), 900.into()]);
+        assert_eq!(granted_left.left_ms, None);
         let quarantined = reply(vec![(-1).into(), 5.into()]);
         assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
         assert_eq!(quarantined.counter, 0);

@@ -163,6 +163,18 @@ end
     };
 }
 
+/// The ms until `KEYS[$k]` expires (`PTTL`), or -1 when it has no expiry, is gone, or cannot
+/// be read (under `pcall`): what a refused attempt reports as the holder's remaining ttl.
+macro_rules! left {
+    ($k:literal) => {
+        concat!(
+            r#"(function() local ms = redis.pcall("pttl", KEYS["#,
+            $k,
+            r#"]) if type(ms) == "number" then return ms end return -1 end)()"#
+        )
+    };
+}
+
 /// `1` if the window for foreign clients at `KEYS[$k]` is open ([`RELEASE_HANDOVER`]): every
 /// acquisition of ours refuses a free key while it is. Under `pcall` (without access to that
 /// key: no window).
@@ -179,8 +191,9 @@ macro_rules! window_open {
 /// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
 /// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
-/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy}`, `busy` the streak read from
-/// `KEYS[4]` when granted ([`busy_read`]). The queue commands run under
+/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left]}`, `busy` the streak read
+/// from `KEYS[4]` when granted ([`busy_read`]), `left` when refused the ms until the key (or
+/// the window) expires. The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
@@ -202,7 +215,13 @@ if (tonumber(redis.pcall("zcard", KEYS[2])) or 0) < 1024 then
   redis.pcall("zadd", KEYS[2], "NX", ARGV[4], ARGV[3])
 end
 redis.pcall("pexpire", KEYS[2], ARGV[5])
-return {0, fence, 0}"#
+local left = "#,
+        left!("1"),
+        r#"
+if left < 0 then left = "#,
+        left!("3"),
+        r#" end
+return {0, fence, 0, left}"#
     ),
 );
 
@@ -224,7 +243,8 @@ return 1"#,
 /// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
 /// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
-/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy}`.
+/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left]}`, `left` (when
+/// refused) the ms until the holder's key (or the window) expires.
 pub(crate) static ACQUIRE: Script = Script::new(
     3,
     concat!(
@@ -233,8 +253,12 @@ pub(crate) static ACQUIRE: Script = Script::new(
 if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
 if ARGV[4] == "1" and "#,
         window_open!("2"),
-        r#" then return {0, fence, 0} end
-if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0} end
+        r#" then return {0, fence, 0, "#,
+        left!("2"),
+        r#"} end
+if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0, "#,
+        left!("1"),
+        r#"} end
 "#,
         busy_read!("3"),
         r#"return {1, fence, busy}"#
@@ -289,7 +313,8 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
 /// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
 /// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
-/// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter}`.
+/// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter, 0, left}`, `left`
+/// when refused the ms until the last entry that refused it (or the window) expires.
 pub(crate) static ACQUIRE_MODE: Script = Script::new(
     6,
     concat!(
@@ -299,15 +324,19 @@ local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
 if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
 local kind = redis.call("type", key).ok
-if kind ~= "none" and kind ~= "hash" then return {0, fence} end
+if kind ~= "none" and kind ~= "hash" then return {0, fence, 0, "#,
+        left!("1"),
+        r#"} end
 if kind == "none" and "#,
         window_open!("2"),
-        r#" then return {0, fence} end
+        r#" then return {0, fence, 0, "#,
+        left!("2"),
+        r#"} end
 "#,
         node_now!(),
         r#"local entries = {}
 if kind == "hash" then entries = redis.call("hgetall", key) end
-local latest, refused = now, false
+local latest, refused, blocked = now, false, now
 for i = 1, #entries, 2 do
   local field = entries[i]
   local held, expiry, since = string.match(entries[i + 1], "^(%a%a) (%d+) ?(%d*)$")
@@ -317,11 +346,14 @@ for i = 1, #entries, 2 do
   else
     if expiry > latest then latest = expiry end
     if field ~= marker and not string.find(compatible, " " .. held .. " ", 1, true) then
-      if string.sub(field, 1, 1) ~= "~" then
-        refused = true
-      else
+      local blocks = string.sub(field, 1, 1) ~= "~"
+      if not blocks then
         since = tonumber(since) or 0
-        if since < score or (since == score and field < marker) then refused = true end
+        blocks = since < score or (since == score and field < marker)
+      end
+      if blocks then
+        refused = true
+        if expiry > blocked then blocked = expiry end
       end
     end
   end
@@ -335,7 +367,7 @@ else
 end
 if expiry > latest then latest = expiry end
 redis.call("pexpireat", key, latest)
-return {granted, fence}"#
+return {granted, fence, 0, blocked - now}"#
     ),
 );
 
