@@ -188,8 +188,8 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
     Ok(targets)
 }
 
-/// `cargo clippy -D warnings` of redlock-core with every combination of its features, and its
-/// unit tests with none.
+/// `cargo clippy -D warnings` of redlock-core with every combination of its connection
+/// features, `metrics` alone, and its unit tests with none.
 fn feature_combinations() -> anyhow::Result<()> {
     const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
     for mask in 0..1u32 << FEATURES.len() {
@@ -226,6 +226,20 @@ fn feature_combinations() -> anyhow::Result<()> {
             "warnings",
         ])?;
     }
+    // `metrics` touches no other feature's code: alone, beside the workspace run's all-on.
+    cargo(&[
+        "clippy",
+        "--quiet",
+        "-p",
+        "redlock-core",
+        "--no-default-features",
+        "--features",
+        "metrics",
+        "--lib",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     Ok(())
 }
 
