@@ -196,6 +196,16 @@ impl LockError {
                 | Self::ShuttingDown
         )
     }
+
+    // STUB(lead): replaced by the lead's implementation (the holder's remaining ttl, as the
+    // acquire scripts return it); always `None` until then.
+    /// How long until the holder's lock expires, for a [`Busy`](Self::Busy) error: the holder's
+    /// remaining ttl as the nodes reported it, so a caller knows when to try again (the axum
+    /// layer sends it as `Retry-After`). `None` for every other error, and when the nodes did
+    /// not report it.
+    pub fn retry_after(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Why a held lock can no longer be trusted (its [`LostSignal`](crate::LostSignal) fired).
