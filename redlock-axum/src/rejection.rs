@@ -4,20 +4,31 @@ use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use redlock_core::LockError;
+use redlock_core::{InvalidInput, LockError};
 
-/// Default `Retry-After` sent with a busy or unavailable answer: 1 s.
+/// Default `Retry-After` sent with an unavailable answer (`503`): 1 s.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A [`LockError`] rendered as a response:
 ///
-/// - busy ([`LockError::Busy`]): `423 Locked` (configurable) with `Retry-After`;
-/// - Redis unavailable, no validity left, or shutting down: `503 Service Unavailable` with
-///   `Retry-After`;
-/// - anything else (invalid resource, unregistered handle): `500 Internal Server Error`.
+/// - busy ([`LockError::Busy`]): `423 Locked` (configurable), with `Retry-After` set to the
+///   holder's remaining ttl ([`LockError::retry_after`]) when the nodes reported it, and none
+///   otherwise;
+/// - Redis unavailable, no validity left, lock lost, or shutting down: `503 Service
+///   Unavailable` with `Retry-After` ([`retry_after`](Self::retry_after), default 1 s);
+/// - a resource that cannot be locked (empty, longer than
+///   [`MAX_RESOURCE_LEN`](redlock_core::MAX_RESOURCE_LEN), or holding a NUL byte): `400 Bad
+///   Request`. The resource is rendered from the request (a path segment, an argument), so
+///   this is the client's input, as axum's own `Path` rejection answers `400`; logged at
+///   debug level only, so that a client cannot fill the logs;
+/// - anything else (invalid options, unregistered handle): `500 Internal Server Error`,
+///   logged as an error.
+///
+/// `Retry-After` is in whole seconds, rounded up, at least 1.
 ///
 /// Return it from `#[redlock]` axum handlers: `Result<impl IntoResponse, LockRejection>`, or
-/// wrap it in your own error type.
+/// wrap it in your own error type; [`RedlockLayer::on_rejection`](crate::RedlockLayer::on_rejection)
+/// renders the layer's own rejections your way.
 #[derive(Debug)]
 pub struct LockRejection {
     error: LockError,
@@ -42,7 +53,8 @@ impl LockRejection {
         self
     }
 
-    /// The `Retry-After` sent with busy and unavailable answers (whole seconds, rounded up).
+    /// The `Retry-After` sent with unavailable answers (`503`; whole seconds, rounded up, at
+    /// least 1). A busy answer sends the holder's remaining ttl instead.
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.retry_after = after;
@@ -54,6 +66,11 @@ impl LockRejection {
         &self.error
     }
 
+    /// Unwraps the lock error.
+    pub fn into_error(self) -> LockError {
+        self.error
+    }
+
     /// The status this rejection answers with.
     pub fn status(&self) -> StatusCode {
         self.kind().0
@@ -63,6 +80,21 @@ impl LockRejection {
     /// not which key.
     pub fn body_text(&self) -> &'static str {
         self.kind().1
+    }
+
+    /// The `Retry-After` this rejection sends, in seconds (rounded up, at least 1): the
+    /// holder's remaining ttl when busy and reported, the configured delay when unavailable,
+    /// `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
+    /// builds its own response.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        let after = if self.error.is_busy() {
+            self.error.retry_after()
+        } else if self.status() == StatusCode::SERVICE_UNAVAILABLE {
+            Some(self.retry_after)
+        } else {
+            None
+        };
+        after.map(whole_seconds)
     }
 
     /// The status and body text, decided in one place (as axum-core's rejections).
@@ -81,6 +113,14 @@ impl LockRejection {
                 UNAVAILABLE,
                 "the server is shutting down; retry on another instance",
             ),
+            LockError::Invalid(
+                InvalidInput::EmptyResource
+                | InvalidInput::ResourceTooLong { .. }
+                | InvalidInput::ReservedResource,
+            ) => (
+                StatusCode::BAD_REQUEST,
+                "the request names a resource that cannot be locked (empty, too long, or holding a NUL byte)",
+            ),
             error if error.is_unavailable() => {
                 (UNAVAILABLE, "the lock service is unavailable; retry later")
             }
@@ -90,6 +130,14 @@ impl LockRejection {
             ),
         }
     }
+}
+
+/// A `Retry-After` delay in whole seconds: rounded up, at least 1, saturating at `u64::MAX`.
+fn whole_seconds(after: Duration) -> u64 {
+    after
+        .as_secs()
+        .saturating_add(u64::from(after.subsec_nanos() > 0))
+        .max(1)
 }
 
 impl From<LockError> for LockRejection {
@@ -113,15 +161,23 @@ impl std::error::Error for LockRejection {
 impl IntoResponse for LockRejection {
     fn into_response(self) -> Response {
         let (status, text) = self.kind();
-        if status == StatusCode::INTERNAL_SERVER_ERROR && !self.error.is_busy() {
-            tracing::error!(error = %self.error, "lock request rejected");
+        match status {
+            StatusCode::INTERNAL_SERVER_ERROR => {
+                tracing::error!(error = %self.error, "lock request rejected");
+            }
+            // The client's input: one line per request at error level would let any client
+            // fill the logs. The message holds no part of the resource.
+            StatusCode::BAD_REQUEST => {
+                tracing::debug!(error = %self.error, "lock request refused: invalid resource");
+            }
+            _ => {}
         }
+        let retry_after = self.retry_after_secs();
         let mut response = (status, text).into_response();
-        if status != StatusCode::INTERNAL_SERVER_ERROR {
-            let secs = self.retry_after.as_secs() + u64::from(self.retry_after.subsec_nanos() > 0);
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -131,7 +187,7 @@ impl IntoResponse for LockRejection {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-    use redlock_core::{InvalidInput, LostReason, Outcomes};
+    use redlock_core::{LostReason, Outcomes};
 
     use super::*;
 
@@ -139,8 +195,25 @@ mod tests {
         let resource = || "order:secret-42".to_owned();
         let unavailable = StatusCode::SERVICE_UNAVAILABLE;
         vec![
+            // A resource rendered from the request: the client's input.
             (
                 LockError::Invalid(InvalidInput::EmptyResource),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                LockError::Invalid(InvalidInput::ResourceTooLong {
+                    len: 2000,
+                    max: redlock_core::MAX_RESOURCE_LEN,
+                }),
+                StatusCode::BAD_REQUEST,
+            ),
+            (
+                LockError::Invalid(InvalidInput::ReservedResource),
+                StatusCode::BAD_REQUEST,
+            ),
+            // The layer's own options: a server bug.
+            (
+                LockError::Invalid(InvalidInput::ZeroTtl),
                 StatusCode::INTERNAL_SERVER_ERROR,
             ),
             (
@@ -202,7 +275,14 @@ mod tests {
             let rejection = LockRejection::new(error);
             assert_eq!(rejection.status(), status, "{:?}", rejection.error());
             let text = rejection.body_text();
-            let retry = status != StatusCode::INTERNAL_SERVER_ERROR;
+            // Busy: the holder's remaining ttl when the nodes reported it; unavailable: the
+            // configured delay; never with a 400 or a 500.
+            let retry = if rejection.error().is_busy() {
+                rejection.error().retry_after().is_some()
+            } else {
+                status == StatusCode::SERVICE_UNAVAILABLE
+            };
+            assert_eq!(rejection.retry_after_secs().is_some(), retry);
             let response = rejection.into_response();
             assert_eq!(response.status(), status);
             assert_eq!(response.headers().contains_key(header::RETRY_AFTER), retry);
@@ -217,7 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn busy_status_applies_to_busy_only_and_retry_after_rounds_up() {
+    fn busy_status_applies_to_busy_only_and_retry_after_to_unavailable_answers() {
         for (error, status) in every_variant() {
             let busy = error.is_busy();
             let rejection = LockRejection::new(error)
@@ -225,12 +305,55 @@ mod tests {
                 .retry_after(Duration::from_millis(1500));
             let expected = if busy { StatusCode::CONFLICT } else { status };
             assert_eq!(rejection.status(), expected, "{:?}", rejection.error());
+            let sent = if expected == StatusCode::SERVICE_UNAVAILABLE {
+                Some(2)
+            } else {
+                // Busy: the holder's ttl, not the configured delay.
+                rejection.error().retry_after().map(whole_seconds)
+            };
+            assert_eq!(
+                rejection.retry_after_secs(),
+                sent,
+                "{:?}",
+                rejection.error()
+            );
             let response = rejection.into_response();
-            if expected != StatusCode::INTERNAL_SERVER_ERROR {
-                assert_eq!(response.headers()[header::RETRY_AFTER], "2");
-            }
+            let header = response.headers().get(header::RETRY_AFTER);
+            assert_eq!(
+                header.map(|v| v.to_str().unwrap().to_owned()),
+                sent.map(|s| s.to_string())
+            );
         }
         let short = LockRejection::new(LockError::ShuttingDown).retry_after(Duration::ZERO);
         assert_eq!(short.into_response().headers()[header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up_at_least_one() {
+        let cases = [
+            (Duration::ZERO, 1),
+            (Duration::from_nanos(1), 1),
+            (Duration::from_millis(999), 1),
+            (Duration::from_secs(1), 1),
+            (Duration::from_millis(1001), 2),
+            (Duration::from_millis(1500), 2),
+            (Duration::from_secs(30), 30),
+            (Duration::new(29, 1), 30),
+            (Duration::from_secs(u64::MAX), u64::MAX),
+            // Rounding up would overflow: saturates.
+            (Duration::MAX, u64::MAX),
+        ];
+        for (after, secs) in cases {
+            assert_eq!(whole_seconds(after), secs, "{after:?}");
+            // As sent (the busy answer formats the holder's ttl the same way).
+            let response = LockRejection::new(LockError::ShuttingDown)
+                .retry_after(after)
+                .into_response();
+            assert_eq!(
+                response.headers()[header::RETRY_AFTER].to_str().unwrap(),
+                secs.to_string(),
+                "{after:?}"
+            );
+        }
     }
 }

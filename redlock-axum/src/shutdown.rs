@@ -9,8 +9,10 @@ use tokio_util::sync::CancellationToken;
 /// Ties a [`Redlock`] to axum's graceful shutdown.
 ///
 /// 1. Pass [`signal`](Self::signal) to `axum::serve(..).with_graceful_shutdown(..)`.
-/// 2. Call [`trigger`](Self::trigger) (or [`trigger_on`](Self::trigger_on) an OS signal):
-///    new acquisitions are refused (`503` from [`RedlockLayer`](crate::RedlockLayer), a
+/// 2. Call [`trigger_on_signals`](Self::trigger_on_signals) (SIGTERM, which Kubernetes and
+///    systemd send, and Ctrl-C), or [`trigger`](Self::trigger) yourself, or
+///    [`trigger_on`](Self::trigger_on) any future: new acquisitions are refused (`503` from
+///    [`RedlockLayer`](crate::RedlockLayer), a
 ///    [`LockError::ShuttingDown`](redlock_core::LockError::ShuttingDown) from `#[redlock]`)
 ///    and axum stops accepting connections while in-flight requests finish.
 /// 3. After `serve` returns (or a grace deadline passes), await
@@ -18,18 +20,18 @@ use tokio_util::sync::CancellationToken;
 ///    compare-and-delete — never someone else's — before the process exits.
 ///
 /// ```no_run
-/// # async fn run(redlock: redlock_core::Redlock, app: axum::Router, listener: tokio::net::TcpListener) {
+/// # async fn run(redlock: redlock_core::Redlock, app: axum::Router, listener: tokio::net::TcpListener) -> std::io::Result<()> {
 /// use std::time::Duration;
 /// use redlock_axum::ShutdownHandle;
 ///
 /// let shutdown = ShutdownHandle::new(redlock);
-/// shutdown.trigger_on(async { let _ = tokio::signal::ctrl_c().await; });
+/// shutdown.trigger_on_signals()?;
 /// let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.signal());
 /// // Give in-flight requests 5 s after the signal, then release what is still held.
 /// let _ = shutdown.drain(serve.into_future(), Duration::from_secs(5)).await;
 /// let report = shutdown.release_all(Duration::from_secs(2)).await;
 /// assert!(report.unconfirmed.is_empty());
-/// # }
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
 pub struct ShutdownHandle {
@@ -64,6 +66,25 @@ impl ShutdownHandle {
             signal.await;
             this.trigger();
         });
+    }
+
+    /// Spawns a task that calls [`trigger`](Self::trigger) on the first SIGTERM (what
+    /// Kubernetes, systemd and `docker stop` send) or Ctrl-C (SIGINT). On other platforms than
+    /// unix, on Ctrl-C only. The handlers are installed before this returns, so a signal
+    /// that comes just after is not missed; from then on those signals no longer end the
+    /// process by themselves: the shutdown you run after [`signal`](Self::signal) does.
+    ///
+    /// Call it inside a Tokio runtime (it spawns a task).
+    ///
+    /// # Errors
+    /// The OS error if a signal handler cannot be installed.
+    pub fn trigger_on_signals(&self) -> std::io::Result<()> {
+        let signal = signals()?;
+        self.trigger_on(async move {
+            let name = signal.await;
+            tracing::info!(signal = name, "shutdown: signal received");
+        });
+        Ok(())
     }
 
     /// Resolves once the shutdown has been triggered; for `with_graceful_shutdown`.
@@ -101,4 +122,32 @@ impl ShutdownHandle {
         }
         self.redlock.shutdown(timeout).await
     }
+}
+
+/// The first of SIGTERM and SIGINT, by name; the handlers are installed before this returns.
+#[cfg(unix)]
+fn signals() -> std::io::Result<impl Future<Output = &'static str> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        }
+    })
+}
+
+/// Ctrl-C; a failure to listen is logged, and then nothing triggers.
+#[cfg(not(unix))]
+fn signals() -> std::io::Result<impl Future<Output = &'static str> + Send + 'static> {
+    Ok(async {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => "Ctrl-C",
+            Err(error) => {
+                tracing::warn!(%error, "shutdown: cannot listen for Ctrl-C");
+                std::future::pending().await
+            }
+        }
+    })
 }

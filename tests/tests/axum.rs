@@ -11,7 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::routing::{get, post};
 use http::StatusCode;
-use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
+use redlock_axum::{HeldLock, LockRejection, RedlockLayer, ShutdownHandle};
 use redlock_core::{LockOptions, Redlock, redlock};
 use redlock_tests::{DropFlag, RedisNodes, free_within, is_free, redlock_with, within};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -88,7 +88,7 @@ async fn busy_routes_answer_423_and_unavailable_redis_503() {
         .await
         .unwrap();
     assert_eq!(busy.status(), StatusCode::LOCKED);
-    assert_eq!(busy.headers()["retry-after"], "1");
+    // Its Retry-After: `busy_answers_carry_the_holders_remaining_ttl`.
     // Other orders are not affected.
     let other = http
         .post(format!("{base}/orders/7/pay"))
@@ -337,9 +337,6 @@ async fn a_closure_over_the_request_picks_the_resource_or_skips_locking() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_get_the_fencing_token_the_lock_is_extended_and_a_lost_lock_stops_them() {
-    use axum::Extension;
-    use redlock_core::LockInfo;
-
     let nodes = Arc::new(RedisNodes::start(5));
     let redlock = handle(&nodes).await;
     let probe = handle(&nodes).await;
@@ -352,13 +349,11 @@ async fn handlers_get_the_fencing_token_the_lock_is_extended_and_a_lost_lock_sto
         // Longer than the ttl: answers whether the lock was still held at the end.
         .route(
             "/jobs/{id}/slow",
-            post(
-                |Extension(lock): Extension<LockInfo>, State(probe): State<Redlock>| async move {
-                    tokio::time::sleep(Duration::from_millis(900)).await;
-                    let held = !is_free(&probe, lock.resource()).await;
-                    format!("{} {held}", lock.fencing_token().unwrap())
-                },
-            ),
+            post(|lock: HeldLock, State(probe): State<Redlock>| async move {
+                tokio::time::sleep(Duration::from_millis(900)).await;
+                let held = !is_free(&probe, lock.resource()).await;
+                format!("{} {held}", lock.fencing_token().unwrap())
+            }),
         )
         // Loses its lock (an operator deletes it) and then hangs.
         .route(
@@ -419,14 +414,13 @@ async fn handlers_get_the_fencing_token_the_lock_is_extended_and_a_lost_lock_sto
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
-    use axum::Extension;
-    use redlock_core::{LockInfo, Mode};
+    use redlock_core::Mode;
     let nodes = RedisNodes::start(5);
     let redlock = handle(&nodes).await;
     let (open_tx, open_rx) = tokio::sync::watch::channel(false);
     let (entered_tx, mut entered_rx) = mpsc::unbounded_channel::<Option<Mode>>();
     // GET waits inside the handler until the test opens the gate; POST answers at once.
-    let show = move |Extension(lock): Extension<LockInfo>| {
+    let show = move |lock: HeldLock| {
         let (mut open, entered) = (open_rx.clone(), entered_tx.clone());
         async move {
             let _ = entered.send(lock.mode());
@@ -434,7 +428,7 @@ async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
             "the shelf"
         }
     };
-    let edit = |Extension(lock): Extension<LockInfo>| async move { format!("{:?}", lock.mode()) };
+    let edit = |lock: HeldLock| async move { format!("{:?}", lock.mode()) };
     let app = Router::new()
         .route("/catalog/{shelf}", get(show).post(edit))
         .route_layer(
@@ -475,16 +469,13 @@ async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
 
 #[tokio::test]
 async fn a_closure_picks_each_requests_lock_mode() {
-    use axum::Extension;
-    use redlock_core::{LockInfo, Mode};
+    use redlock_core::Mode;
     let nodes = RedisNodes::start(3);
     let redlock = handle(&nodes).await;
     let app = Router::new()
         .route(
             "/ledger/{id}",
-            post(
-                |Extension(lock): Extension<LockInfo>| async move { format!("{:?}", lock.mode()) },
-            ),
+            post(|lock: HeldLock| async move { format!("{:?}", lock.mode()) }),
         )
         .route_layer(
             RedlockLayer::from_template(redlock.clone(), "ledger:{id}")
@@ -577,4 +568,272 @@ async fn a_handler_under_the_layer_re_enters_the_routes_lock() {
     let response = app.oneshot(request).await.unwrap();
     // Outside the layer's scope the nested call would be refused (423).
     assert_eq!(response.status(), StatusCode::OK);
+}
+
+/// A request through `app` in-process: its status, content type, `Retry-After` and body.
+async fn call(app: &Router, method: http::Method, uri: &str) -> Answer {
+    use tower::ServiceExt;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let header = |name| {
+        response
+            .headers()
+            .get(name)
+            .map(|v: &http::HeaderValue| v.to_str().unwrap().to_owned())
+    };
+    let (content_type, retry_after) = (
+        header(http::header::CONTENT_TYPE),
+        header(http::header::RETRY_AFTER),
+    );
+    let status = response.status();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    Answer {
+        status,
+        content_type,
+        retry_after,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    content_type: Option<String>,
+    retry_after: Option<String>,
+    body: String,
+}
+
+#[tokio::test]
+async fn handlers_take_the_held_lock_or_an_option_of_it_and_a_route_without_the_layer_is_a_500() {
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let resource = |lock: HeldLock| async move { lock.resource().to_owned() };
+    let maybe = |lock: Option<HeldLock>| async move {
+        lock.map_or("unlocked".to_owned(), |lock| lock.resource().to_owned())
+    };
+    // Locks `asked:{x}` for requests that carry `?lock={x}`, and no other.
+    let when_asked = RedlockLayer::from_fn(redlock.clone(), |parts| {
+        let query = parts.uri.query()?;
+        Some(format!("asked:{}", query.strip_prefix("lock=")?))
+    });
+    let held = RedlockLayer::from_template(redlock.clone(), "held:{id}").unwrap();
+    let app = Router::new()
+        .route("/locked/{id}", post(resource).route_layer(held.clone()))
+        .route("/locked-maybe/{id}", post(maybe).route_layer(held))
+        .route("/asked", post(maybe).route_layer(when_asked.clone()))
+        .route("/asked-strict", post(resource).route_layer(when_asked))
+        .route("/bare", post(resource))
+        .route("/bare-maybe", post(maybe));
+    let answer = call(&app, http::Method::POST, "/locked/7").await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "held:7")
+    );
+    let answer = call(&app, http::Method::POST, "/locked-maybe/8").await;
+    assert_eq!(answer.body, "held:8");
+    assert_eq!(
+        call(&app, http::Method::POST, "/asked?lock=1").await.body,
+        "asked:1"
+    );
+    assert_eq!(
+        call(&app, http::Method::POST, "/asked").await.body,
+        "unlocked"
+    );
+    assert_eq!(
+        call(&app, http::Method::POST, "/bare-maybe").await.body,
+        "unlocked"
+    );
+    // A handler that needs the lock on a route that took none: a server bug, said so.
+    let answer = call(&app, http::Method::POST, "/bare").await;
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(answer.body.contains("no RedlockLayer"), "{}", answer.body);
+    let answer = call(&app, http::Method::POST, "/asked-strict").await;
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(answer.body.contains("took none"), "{}", answer.body);
+    assert_eq!(
+        call(&app, http::Method::POST, "/asked-strict?lock=2")
+            .await
+            .body,
+        "asked:2"
+    );
+}
+
+/// An RFC 9457 problem document for a lock rejection.
+fn problem(rejection: LockRejection) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let status = rejection.status();
+    let body = format!(
+        r#"{{"type":"about:blank","status":{},"detail":"{}"}}"#,
+        status.as_u16(),
+        rejection.body_text()
+    );
+    let mut response = (
+        status,
+        [(http::header::CONTENT_TYPE, "application/problem+json")],
+        body,
+    )
+        .into_response();
+    if let Some(secs) = rejection.retry_after_secs() {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, secs.into());
+    }
+    response
+}
+
+#[tokio::test]
+async fn on_rejection_renders_every_rejection_through_every_clone_of_the_layer() {
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let holder = handle(&nodes).await;
+    let layer = RedlockLayer::from_template(redlock.clone(), "problem:{id}")
+        .unwrap()
+        .on_rejection(problem);
+    let app = Router::new()
+        .route(
+            "/a/{id}",
+            post(|| async { "ok" }).route_layer(layer.clone()),
+        )
+        // Clones keep the hook, a setter on one too.
+        .route(
+            "/b/{id}",
+            post(|| async { "ok" }).route_layer(layer.clone()),
+        )
+        .route(
+            "/c/{id}",
+            post(|| async { "ok" }).route_layer(layer.busy_status(StatusCode::CONFLICT)),
+        );
+    let held = holder.lock("problem:1").await.unwrap();
+    for (uri, status) in [
+        ("/a/1", StatusCode::LOCKED),
+        ("/b/1", StatusCode::LOCKED),
+        ("/c/1", StatusCode::CONFLICT),
+    ] {
+        let answer = call(&app, http::Method::POST, uri).await;
+        assert_eq!(answer.status, status, "{uri}");
+        assert_eq!(
+            answer.content_type.as_deref(),
+            Some("application/problem+json"),
+            "{uri}: {answer:?}"
+        );
+        let expected = format!(r#""status":{}"#, status.as_u16());
+        assert!(answer.body.contains(&expected), "{uri}: {answer:?}");
+    }
+    // Not a rejection: the handler's own answer.
+    let answer = call(&app, http::Method::POST, "/b/2").await;
+    assert_eq!(
+        (answer.status, answer.body.as_str()),
+        (StatusCode::OK, "ok")
+    );
+    // An invalid resource (400) and a shutting-down handle (503, Retry-After) too.
+    let answer = call(&app, http::Method::POST, "/b/a%00b").await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        answer.content_type.as_deref(),
+        Some("application/problem+json")
+    );
+    redlock.begin_shutdown();
+    let answer = call(&app, http::Method::POST, "/b/3").await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        answer.content_type.as_deref(),
+        Some("application/problem+json")
+    );
+    assert_eq!(answer.retry_after.as_deref(), Some("1"));
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn busy_answers_carry_the_holders_remaining_ttl() {
+    let nodes = RedisNodes::start(3);
+    let redlock = handle(&nodes).await;
+    let holder = handle(&nodes).await;
+    let app = Router::new().route(
+        "/orders/{id}/pay",
+        post(|| async { "paid" })
+            .route_layer(RedlockLayer::from_template(redlock, "order:{id}").unwrap()),
+    );
+    // A holder with 20 s left, not extended: Retry-After tells when it expires (whole
+    // seconds, rounded up), not the layer's 1 s default.
+    let ttl = LockOptions::default().ttl(Duration::from_secs(20));
+    let held = holder.lock_with("order:1", &ttl).await.unwrap();
+    let answer = call(&app, http::Method::POST, "/orders/1/pay").await;
+    assert_eq!(answer.status, StatusCode::LOCKED);
+    let secs: u64 = answer
+        .retry_after
+        .as_deref()
+        .expect("a busy answer without Retry-After")
+        .parse()
+        .unwrap();
+    assert!(
+        (15..=20).contains(&secs),
+        "Retry-After {secs} for a 20 s ttl"
+    );
+    held.release().await.unwrap();
+}
+
+/// Starts tests/src/bin/axum_server.rs on `nodes`; returns it and its address.
+async fn server_process(
+    nodes: &RedisNodes,
+) -> (
+    tokio::process::Child,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    String,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_axum_server"))
+        .args(nodes.urls())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = within("the server to listen", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let addr = line.strip_prefix("LISTENING ").unwrap().to_owned();
+    (child, lines, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_releases_the_held_locks_and_the_server_exits_0() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let nodes = RedisNodes::start(3);
+    for signal in [Signal::SIGTERM, Signal::SIGINT] {
+        let (mut child, mut lines, addr) = server_process(&nodes).await;
+        // A request that holds hold:1 (ttl 30 s) and never answers.
+        let request = tokio::spawn(
+            reqwest::Client::new()
+                .post(format!("http://{addr}/hold/1"))
+                .send(),
+        );
+        within("the lock to be taken", async {
+            while nodes.pttls("hold:1").await.iter().any(|&ttl| ttl < 0) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+        kill(pid, signal).unwrap();
+        let status = within("the server to exit", child.wait()).await.unwrap();
+        assert!(status.success(), "{signal}: {status}");
+        let report = within("the report", lines.next_line()).await.unwrap();
+        assert_eq!(
+            report.as_deref(),
+            Some(r#"RELEASED ["hold:1"] UNCONFIRMED []"#),
+            "{signal}"
+        );
+        // Released, not expired: the ttl had 30 s to run.
+        nodes.gone_everywhere("hold:1").await;
+        request.abort();
+    }
 }

@@ -25,15 +25,14 @@
 
 use std::time::{Duration, Instant};
 
-use axum::Extension;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
-use redlock_axum::{LockRejection, RedlockLayer, ShutdownHandle};
-use redlock_core::{LockError, LockInfo, LockOptions, Redlock, redlock};
+use redlock_axum::{HeldLock, LockRejection, RedlockLayer, ShutdownHandle};
+use redlock_core::{LockError, LockOptions, Redlock, redlock};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -87,10 +86,11 @@ return 0"#;
 async fn pay(
     State(state): State<AppState>,
     Path(id): Path<u64>,
-    lock: Option<Extension<LockInfo>>,
+    // `None` on the unsafe route, which has no lock layer.
+    lock: Option<HeldLock>,
 ) -> Result<Response, ShopError> {
     // The store refuses a holder older than one it has already seen.
-    let fencing_token = lock.and_then(|Extension(lock)| lock.fencing_token());
+    let fencing_token = lock.and_then(|lock| lock.fencing_token());
     if let Some(token) = fencing_token {
         let fence = vec![format!("order:{id}:fence")];
         let accepted: i64 = state.data.eval(RAISE, fence, token).await?;
@@ -288,14 +288,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     data.init().await?;
 
     let shutdown = ShutdownHandle::new(redlock.clone());
-    shutdown.trigger_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    });
+    // SIGTERM (Kubernetes, `docker stop`) or Ctrl-C.
+    shutdown.trigger_on_signals()?;
     let grace = Duration::from_millis(env_or("SHUTDOWN_GRACE_MS", "5000").parse()?);
     let listener =
         tokio::net::TcpListener::bind(("127.0.0.1", env_or("PORT", "3000").parse::<u16>()?))

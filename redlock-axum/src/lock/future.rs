@@ -7,20 +7,30 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use axum::body::Body;
+use axum::extract::MatchedPath;
 use axum::response::{IntoResponse, Response};
 use futures_util::future::{BoxFuture, Either};
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
 use redlock_core::{LockError, LockGuard, Scoped};
 use tower_service::Service;
+use tracing::{Instrument, Span};
 
 use super::body::LockedBody;
 use super::config::{Config, ReleaseOn};
+use super::observe;
 use super::resource::{MissingParam, Resolved};
-use crate::rejection::LockRejection;
+use crate::extract::NotLocked;
 
 /// What the acquisition step produced: the request to pass on, or an answer to send.
-type Acquired<ReqBody> = Result<(Request<ReqBody>, Option<LockGuard>), Response>;
+type Acquired<ReqBody> = Result<Passed<ReqBody>, Response>;
+
+/// A request let through: with its lock and the span it runs in, or unlocked.
+struct Passed<ReqBody> {
+    request: Request<ReqBody>,
+    guard: Option<LockGuard>,
+    span: Span,
+}
 
 /// Completes when the request's lock is lost.
 type Lost = BoxFuture<'static, LockError>;
@@ -38,6 +48,10 @@ pin_project! {
         #[pin]
         state: State<S, ReqBody>,
         config: Arc<Config>,
+        // The matched route's template, for the counter of rejections.
+        route: Option<MatchedPath>,
+        // `redlock.layer`, once the lock is held; entered while the handler is polled.
+        span: Span,
     }
 }
 
@@ -68,6 +82,7 @@ where
     ReqBody: Send + 'static,
 {
     pub(crate) fn new(config: Arc<Config>, request: Request<ReqBody>, inner: S) -> Self {
+        let route = request.extensions().get::<MatchedPath>().cloned();
         let acquire = Box::pin(acquire(Arc::clone(&config), request));
         Self {
             state: State::Acquiring {
@@ -75,6 +90,8 @@ where
                 inner: Some(inner),
             },
             config,
+            route,
+            span: Span::none(),
         }
     }
 }
@@ -102,11 +119,18 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
     let (mut parts, body) = request.into_parts();
     let resource = match config.resource.resolve(&mut parts).await {
         Resolved::Resource(resource) => resource,
-        Resolved::Skip => return Ok((Request::from_parts(parts, body), None)),
+        Resolved::Skip => {
+            parts.extensions.insert(NotLocked);
+            return Ok(Passed {
+                request: Request::from_parts(parts, body),
+                guard: None,
+                span: Span::none(),
+            });
+        }
         Resolved::MissingParam(MissingParam(name)) => {
             tracing::error!(
                 param = %name,
-                route = ?parts.extensions.get::<axum::extract::MatchedPath>().map(|p| p.as_str()),
+                route = ?parts.extensions.get::<MatchedPath>().map(MatchedPath::as_str),
                 "RedlockLayer template names a path parameter this route does not have"
             );
             return Err((
@@ -120,15 +144,25 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
         Some(mode) => std::borrow::Cow::Owned(config.options.clone().mode(mode)),
         None => std::borrow::Cow::Borrowed(&config.options),
     };
-    match config.redlock.lock_with(&resource, &options).await {
+    let span = observe::span(
+        parts.extensions.get::<MatchedPath>(),
+        config.resource.class(&resource),
+    );
+    let locked = config
+        .redlock
+        .lock_with(&resource, &options)
+        .instrument(span.clone())
+        .await;
+    match locked {
         Ok(guard) => {
             parts.extensions.insert(guard.info());
-            Ok((Request::from_parts(parts, body), Some(guard)))
+            Ok(Passed {
+                request: Request::from_parts(parts, body),
+                guard: Some(guard),
+                span,
+            })
         }
-        Err(error) => Err(LockRejection::new(error)
-            .busy_status(config.busy_status)
-            .retry_after(config.retry_after)
-            .into_response()),
+        Err(error) => Err(config.reject(error)),
     }
 }
 
@@ -145,10 +179,19 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Acquiring { acquire, inner } => {
-                    let (request, guard) = match ready!(acquire.as_mut().poll(cx)) {
-                        Ok(acquired) => acquired,
-                        Err(response) => return Poll::Ready(Ok(response)),
+                    let Passed {
+                        request,
+                        guard,
+                        span,
+                    } = match ready!(acquire.as_mut().poll(cx)) {
+                        Ok(passed) => passed,
+                        Err(response) => {
+                            observe::rejected(this.route.as_ref(), response.status());
+                            return Poll::Ready(Ok(response));
+                        }
                     };
+                    *this.span = span;
+                    let _entered = this.span.enter();
                     let Some(mut inner) = inner.take() else {
                         unreachable!("the inner service is taken once")
                     };
@@ -168,13 +211,14 @@ where
                     guard,
                     lost,
                 } => {
+                    let _entered = this.span.enter();
                     if let Some(Poll::Ready(error)) = lost.as_mut().map(|l| l.as_mut().poll(cx)) {
                         // The handler no longer runs under the lock: stop it (our caller drops
                         // this future, and the handler's with it) and say so.
                         tracing::warn!(%error, "lock lost while the request was in flight");
-                        return Poll::Ready(Ok(LockRejection::new(error)
-                            .retry_after(this.config.retry_after)
-                            .into_response()));
+                        let response = this.config.reject(error);
+                        observe::rejected(this.route.as_ref(), response.status());
+                        return Poll::Ready(Ok(response));
                     }
                     let response = ready!(future.poll(cx))?;
                     let guard = match this.config.release_on {

@@ -3,15 +3,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use http::StatusCode;
 use http::request::Parts;
 use redlock_core::{LockOptions, Mode, Redlock};
 use tower_layer::Layer;
 
-use super::config::{Config, ReleaseOn};
+use super::config::{Config, OnRejection, ReleaseOn};
 use super::mode::ModeFrom;
 use super::resource::{ResourceFrom, Template, TemplateError};
 use super::service::RedlockService;
+use crate::rejection::LockRejection;
 
 /// A tower [`Layer`] that holds a Redlock for each request.
 ///
@@ -20,14 +22,29 @@ use super::service::RedlockService;
 /// and keeps it until the response body has been sent or dropped.
 ///
 /// Use it with `Router::route_layer` (or `MethodRouter::layer`): path parameters are only
-/// known once the route has matched. When the resource is busy it answers `423 Locked` with
-/// `Retry-After`; when Redis is unavailable or the server is shutting down, `503`.
+/// known once the route has matched. It answers without calling the handler
+/// ([`LockRejection`], or your [`on_rejection`](Self::on_rejection) hook):
+///
+/// - busy: `423 Locked`, with `Retry-After` the holder's remaining ttl (whole seconds,
+///   rounded up) when the nodes reported it;
+/// - Redis unavailable or the server shutting down: `503` with `Retry-After`;
+/// - a path parameter that renders a resource that cannot be locked (empty, longer than
+///   [`MAX_RESOURCE_LEN`](redlock_core::MAX_RESOURCE_LEN), or holding a NUL byte, e.g.
+///   `%00`): `400 Bad Request`, logged at debug level only.
 ///
 /// While the request is in flight the lock is auto-extended (see
-/// [`auto_extend`](Self::auto_extend)), and the handler finds the lock's
-/// [`LockInfo`](redlock_core::LockInfo) — fencing token, lost signal — in the request
-/// extensions (`Extension<LockInfo>`). If the lock is lost before the handler has answered,
-/// the handler's future is dropped and the client gets `503`.
+/// [`auto_extend`](Self::auto_extend)), and the handler takes the lock — fencing token, lost
+/// signal — with the [`HeldLock`](crate::HeldLock) extractor (the layer puts its
+/// [`LockInfo`](redlock_core::LockInfo) in the request extensions). If the lock is lost before
+/// the handler has answered, the handler's future is dropped and the client gets `503`.
+///
+/// Each locked request runs in a `redlock.layer` span (level INFO) with the fields
+/// `http.route` (the matched route's template, e.g. `/orders/{id}/pay`) and
+/// `redlock.resource_class` (the resource up to its first `:` when that part is the
+/// template's own text, e.g. `order`); never the token, the raw path or a path parameter.
+/// With the `metrics` feature, every answer the layer gives in the handler's place counts in
+/// the counter `redlock_layer_rejections_total`, labelled `route` (the template) and `status`
+/// (e.g. `"423"`).
 ///
 /// ```no_run
 /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_axum::TemplateError> {
@@ -145,10 +162,65 @@ impl RedlockLayer {
         self
     }
 
-    /// The `Retry-After` sent with busy and unavailable answers (default 1 s).
+    /// The `Retry-After` sent with unavailable answers (`503`; default 1 s). A busy answer
+    /// sends the holder's remaining ttl instead ([`LockRejection`]).
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.config.retry_after = after;
+        self
+    }
+
+    /// Renders the layer's rejections with `hook` instead of [`LockRejection`]'s own response:
+    /// busy, unavailable, shutting down, lost in flight, invalid resource. The rejection
+    /// comes with this layer's [`busy_status`](Self::busy_status) and
+    /// [`retry_after`](Self::retry_after) applied: read [`LockRejection::status`],
+    /// [`body_text`](LockRejection::body_text), [`retry_after_secs`](LockRejection::retry_after_secs)
+    /// and [`error`](LockRejection::error). Clones of the layer share the hook.
+    ///
+    /// For example an RFC 9457 problem document (`application/problem+json`):
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_axum::TemplateError> {
+    /// use axum::{Json, Router, response::IntoResponse, routing::post};
+    /// use http::header::{CONTENT_TYPE, RETRY_AFTER};
+    /// use redlock_axum::{LockRejection, RedlockLayer};
+    ///
+    /// fn problem(rejection: LockRejection) -> impl IntoResponse {
+    ///     let status = rejection.status();
+    ///     let mut response = (
+    ///         status,
+    ///         [(CONTENT_TYPE, "application/problem+json")],
+    ///         Json(serde_json::json!({
+    ///             "type": "about:blank",
+    ///             "title": status.canonical_reason(),
+    ///             "status": status.as_u16(),
+    ///             "detail": rejection.body_text(),
+    ///         })),
+    ///     )
+    ///         .into_response();
+    ///     if let Some(secs) = rejection.retry_after_secs() {
+    ///         response.headers_mut().insert(RETRY_AFTER, secs.into());
+    ///     }
+    ///     response
+    /// }
+    ///
+    /// async fn pay() -> &'static str { "paid" }
+    ///
+    /// let layer = RedlockLayer::from_template(redlock, "order:{id}")?.on_rejection(problem);
+    /// let app: Router = Router::new()
+    ///     .route("/orders/{id}/pay", post(pay))
+    ///     .route_layer(layer);
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn on_rejection<F, R>(mut self, hook: F) -> Self
+    where
+        F: Fn(LockRejection) -> R + Send + Sync + 'static,
+        R: IntoResponse,
+    {
+        self.config.on_rejection = Some(OnRejection(Arc::new(move |rejection| {
+            hook(rejection).into_response()
+        })));
         self
     }
 

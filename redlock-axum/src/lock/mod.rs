@@ -8,6 +8,7 @@ mod config;
 mod future;
 mod layer;
 mod mode;
+mod observe;
 mod resource;
 mod service;
 

@@ -60,6 +60,18 @@ impl Template {
             })
     }
 
+    /// How many bytes every rendered resource starts with that come from the template's
+    /// own text, before its first placeholder.
+    fn fixed_len(&self) -> usize {
+        self.segments
+            .iter()
+            .map_while(|segment| match segment {
+                Segment::Text(text) => Some(text.len()),
+                Segment::Placeholder(_) => None,
+            })
+            .sum()
+    }
+
     /// Fills the template from `(name, value)` path parameters.
     ///
     /// # Errors
@@ -112,6 +124,18 @@ pub(crate) enum Resolved {
 }
 
 impl ResourceFrom {
+    /// The class of `resource` (rendered by this): its text up to its first `:`, when that
+    /// text is fixed (the template's own, never a path parameter's; all of a closure's
+    /// resource is the application's). `None` otherwise, so that no client input ever is one.
+    pub(crate) fn class<'a>(&self, resource: &'a str) -> Option<&'a str> {
+        let fixed = match self {
+            Self::Template(template) => template.fixed_len(),
+            Self::Fn(_) => usize::MAX,
+        };
+        let colon = resource.find(':')?;
+        (colon < fixed).then(|| &resource[..colon])
+    }
+
     pub(crate) async fn resolve(&self, parts: &mut Parts) -> Resolved {
         match self {
             Self::Fn(f) => f(parts).map_or(Resolved::Skip, Resolved::Resource),
@@ -155,6 +179,26 @@ mod tests {
     #[test]
     fn the_shared_template_cases() {
         check_cases(|case| case.runtime_grammar, parse);
+    }
+
+    #[test]
+    fn the_class_is_the_fixed_text_before_the_first_colon() {
+        let template = |t: &str| ResourceFrom::Template(Template::parse(t).unwrap());
+        let closure = ResourceFrom::Fn(Arc::new(|_: &Parts| None));
+        let cases = [
+            (template("order:{id}"), "order:42", Some("order")),
+            (template("order:{id}"), "order:a:b", Some("order")),
+            (template("{{a}}:{id}"), "{a}:42", Some("{a}")),
+            // A path parameter before the colon, or no colon: no class.
+            (template("{tenant}:order:{id}"), "acme:order:1", None),
+            (template("ord{id}"), "ord:x", None),
+            (template("order-{id}"), "order-42", None),
+            (closure.clone(), "tenant:acme", Some("tenant")),
+            (closure, "acme", None),
+        ];
+        for (from, resource, class) in cases {
+            assert_eq!(from.class(resource), class, "{from:?} {resource}");
+        }
     }
 
     #[test]
