@@ -192,15 +192,21 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
 /// unit tests with none.
 fn feature_combinations() -> anyhow::Result<()> {
     const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
-    for mask in 0..1u32 << FEATURES.len() {
+    // `serde` only adds `Deserialize` to the configuration (config.rs), independent of the
+    // others: alone and with all of them, rather than doubling the combinations. The
+    // workspace run has it on (redlock-tests turns it on), the no-feature run off.
+    let with_serde = ["serde".to_owned(), format!("serde,{}", FEATURES.join(","))];
+    let combinations = (0..1u32 << FEATURES.len()).map(|mask| {
         let chosen: Vec<&str> = FEATURES
             .iter()
             .enumerate()
             .filter(|(i, _)| mask & (1 << i) != 0)
             .map(|(_, feature)| *feature)
             .collect();
-        let features = chosen.join(",");
-        if chosen.is_empty() {
+        chosen.join(",")
+    });
+    for features in combinations.chain(with_serde) {
+        if features.is_empty() {
             // Also the unit tests with no feature at all: the workspace's own run has TLS
             // (redlock-tests turns it on), where `rediss://` without TLS cannot be tested.
             cargo(&[
