@@ -796,47 +796,52 @@ mod tests {
         assert_eq!(from_env(&[]).unwrap(), RedlockConfig::default());
     }
 
+    /// The options whose environment text is taken as it is.
+    const TAKE_ANY_TEXT: [&str; 5] = [
+        "nodes",
+        "key_prefix",
+        "tls_ca",
+        "tls_client_cert",
+        "tls_client_key",
+    ];
+
     #[test]
     fn a_malformed_env_value_names_its_variable_and_form_never_the_value() {
-        let secret = "hunter2§";
-        let mut malformed = 0;
-        for var in RedlockConfig::env_vars() {
-            match from_env(&[(&var.name, secret)]) {
-                // Text, URLs and PEM sources take any text; URLs are checked by `build`,
-                // which never shows their credentials.
-                Ok(_) => assert!(
-                    [
-                        "nodes",
-                        "key_prefix",
-                        "tls_ca",
-                        "tls_client_cert",
-                        "tls_client_key"
-                    ]
-                    .contains(&var.option),
-                    "{} took {secret}",
-                    var.name
-                ),
-                Err(error) => {
-                    malformed += 1;
-                    let BuildError::Env {
-                        var: name,
-                        expected,
-                        ..
-                    } = &error
-                    else {
-                        panic!("{error}")
-                    };
-                    assert_eq!((name, *expected), (&var.name, var.expected));
-                    let shown = error.to_string();
-                    assert!(
-                        shown.contains(&var.name) && shown.contains(var.expected),
-                        "{shown}"
-                    );
-                    assert!(!shown.contains("hunter2"), "{shown}");
+        // A secret in each way a value can be malformed: no number first, an unknown unit,
+        // a character no form takes (each a different parser error).
+        for secret in ["hunter2", "5hunter2", "5s§hunter2"] {
+            let mut malformed = 0;
+            for var in RedlockConfig::env_vars() {
+                match from_env(&[(&var.name, secret)]) {
+                    // Text, URLs and PEM sources take any text; URLs are checked by `build`,
+                    // which never shows their credentials.
+                    Ok(_) => assert!(
+                        TAKE_ANY_TEXT.contains(&var.option),
+                        "{} took {secret}",
+                        var.name
+                    ),
+                    Err(error) => {
+                        malformed += 1;
+                        let BuildError::Env {
+                            var: name,
+                            expected,
+                            ..
+                        } = &error
+                        else {
+                            panic!("{error}")
+                        };
+                        assert_eq!((name, *expected), (&var.name, var.expected));
+                        let shown = error.to_string();
+                        assert!(
+                            shown.contains(&var.name) && shown.contains(var.expected),
+                            "{shown}"
+                        );
+                        assert!(!shown.contains("hunter2"), "{shown}");
+                    }
                 }
             }
+            assert_eq!(malformed, 25 - TAKE_ANY_TEXT.len(), "{secret}");
         }
-        assert_eq!(malformed, 25 - 5);
         for (var, value, reason) in [
             ("REDLOCK_RETRY_COUNT", "-1", "invalid digit"),
             ("REDLOCK_MAX_EXTENSIONS", "4294967296", "too large"),
