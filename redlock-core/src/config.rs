@@ -836,7 +836,7 @@ mod tests {
                             shown.contains(&var.name) && shown.contains(var.expected),
                             "{shown}"
                         );
-                        assert!(!shown.contains("hunter2"), "{shown}");
+                        assert!(!shown.contains("hunter"), "{shown}");
                     }
                 }
             }
