@@ -482,7 +482,11 @@ impl Value for Vec<String> {
         "comma-separated node URLs, e.g. redis://10.0.0.1:6379,redis://10.0.0.2:6379";
 
     fn parse(text: &str) -> Result<Self, String> {
-        Ok(node_urls(text))
+        let urls = node_urls(text);
+        if urls.is_empty() {
+            return Err("no node URL between the commas".to_owned());
+        }
+        Ok(urls)
     }
 
     #[cfg(feature = "serde")]
@@ -856,6 +860,13 @@ mod tests {
             assert!(error.contains(var) && error.contains(reason), "{error}");
         }
         // The first malformed variable in the table's order.
+        let error = from_env(&[("REDLOCK_NODES", " , ,")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("REDLOCK_NODES") && error.contains("no node URL"),
+            "{error}"
+        );
         let error = from_env(&[("REDLOCK_MODE", "x"), ("REDLOCK_TTL", "x")]).unwrap_err();
         assert!(matches!(error, BuildError::Env { var, .. } if var == "REDLOCK_TTL"));
     }
