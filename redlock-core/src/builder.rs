@@ -5,6 +5,7 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 
+use crate::config::{PemSource, RedlockConfig, SetIf, node_urls};
 use crate::connect::{Connect, server_label};
 use crate::error::BuildError;
 use crate::masters::Masters;
@@ -14,7 +15,8 @@ use crate::outcome::ClientError;
 use crate::redlock::{Parts, Redlock};
 use crate::waiters::Waiters;
 
-/// The environment variable read by [`RedlockBuilder::from_env`].
+/// The environment variable of the node URLs, read by [`RedlockBuilder::from_env`] with the
+/// other options' (see [`RedlockConfig`]).
 pub const NODES_ENV: &str = "REDLOCK_NODES";
 /// Default grace of a fair hand-over: 20 ms (see [`RedlockBuilder::handover_grace`]).
 pub const DEFAULT_HANDOVER_GRACE: Duration = Duration::from_millis(20);
@@ -123,20 +125,158 @@ impl RedlockBuilder {
         self
     }
 
-    /// Adds the masters listed in `REDLOCK_NODES` (comma-separated URLs).
+    /// Sets every option given in the environment: `REDLOCK_NODES` (comma-separated URLs)
+    /// and one `REDLOCK_<OPTION>` variable per other option of the builder and of its default
+    /// [`LockOptions`] (`REDLOCK_TTL`, `REDLOCK_RETRY_COUNT`...: the table is on
+    /// [`RedlockConfig`]). An unset or empty variable keeps the builder's value; the others
+    /// replace it, as [`config`](Self::config) does (`REDLOCK_NODES` replaces the URLs given
+    /// before). Call it last for the environment to override the rest.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::Env`], naming the variable and the form
+    /// expected (never its value), for the first malformed variable; with
+    /// [`BuildError::MissingEnv`] if `REDLOCK_NODES` is unset or empty and no node was given
+    /// before; and as [`config`](Self::config) does for values out of range.
     pub fn from_env(self) -> Self {
-        self.from_env_var(NODES_ENV)
+        self.read_env(RedlockConfig::from_env())
     }
 
-    /// Adds the masters listed in the environment variable `var` (comma-separated URLs).
+    /// [`from_env`](Self::from_env), with `lookup` giving each variable's value instead of
+    /// the process environment.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use redlock_core::Redlock;
+    ///
+    /// let vars = HashMap::from([
+    ///     ("REDLOCK_NODES", "redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379"),
+    ///     ("REDLOCK_TTL", "10s"),
+    ///     ("REDLOCK_WAIT_TIMEOUT", "forever"),
+    /// ]);
+    /// let builder = Redlock::builder().from_env_with(|name| vars.get(name).map(|v| v.to_string()));
+    /// ```
+    pub fn from_env_with(self, lookup: impl FnMut(&str) -> Option<String>) -> Self {
+        self.read_env(RedlockConfig::from_env_with(lookup))
+    }
+
+    fn read_env(self, config: Result<RedlockConfig, BuildError>) -> Self {
+        match config {
+            Err(error) => self.defer(error),
+            Ok(config) => {
+                let no_nodes =
+                    config.nodes.is_none() && self.urls.is_empty() && self.clients.is_empty();
+                let builder = self.config(config);
+                if no_nodes {
+                    builder.defer(BuildError::MissingEnv {
+                        var: NODES_ENV.to_owned(),
+                    })
+                } else {
+                    builder
+                }
+            }
+        }
+    }
+
+    /// Sets every option `config` gives (those `None` keep their value): its
+    /// [`nodes`](RedlockConfig::nodes) replace the URLs given before, its
+    /// [`lock`](RedlockConfig::lock) options replace those of the default
+    /// [`LockOptions`], and TLS certificates given as paths are read now.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails as it does for the same values given to the setters
+    /// ([`BuildError::Invalid`], [`BuildError::Option`], [`BuildError::Tls`]...), and with
+    /// [`BuildError::ReadFile`] for a certificate or key file that cannot be read.
+    pub fn config(self, config: RedlockConfig) -> Self {
+        let RedlockConfig {
+            nodes,
+            key_prefix,
+            node_timeout,
+            connect_timeout,
+            require_quorum_at_start,
+            handover_grace,
+            foreign_window,
+            quarantine,
+            tls_ca,
+            tls_client_cert,
+            tls_client_key,
+            lock,
+        } = config;
+        let mut builder = self
+            .set_if(nodes, |builder, urls| Self { urls, ..builder })
+            .set_if(key_prefix, Self::key_prefix)
+            .set_if(node_timeout, Self::node_timeout)
+            .set_if(connect_timeout, Self::connect_timeout)
+            .set_if(require_quorum_at_start, Self::require_quorum_at_start)
+            .set_if(handover_grace, Self::handover_grace)
+            .set_if(foreign_window, Self::foreign_window)
+            .set_if(quarantine, Self::quarantine);
+        builder.options = lock.apply(builder.options);
+        builder.tls_config(tls_ca, tls_client_cert, tls_client_key)
+    }
+
+    /// The TLS options of a [`RedlockConfig`].
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    fn tls_config(
+        self,
+        ca: Option<PemSource>,
+        cert: Option<PemSource>,
+        key: Option<PemSource>,
+    ) -> Self {
+        let builder = match ca.map(|ca| ca.read("tls_ca")).transpose() {
+            Ok(ca) => self.set_if(ca, Self::tls_ca_pem),
+            Err(error) => return self.defer(error),
+        };
+        match (cert, key) {
+            (None, None) => builder,
+            (Some(cert), Some(key)) => {
+                match (cert.read("tls_client_cert"), key.read("tls_client_key")) {
+                    (Ok(cert), Ok(key)) => builder.tls_client_pem(cert, key),
+                    (Err(error), _) | (_, Err(error)) => builder.defer(error),
+                }
+            }
+            (Some(_), None) | (None, Some(_)) => builder.defer(BuildError::Tls {
+                reason: "tls_client_cert and tls_client_key go together: give both, or neither"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The TLS options of a [`RedlockConfig`], without a TLS feature: an error if set.
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native")))]
+    fn tls_config(
+        self,
+        ca: Option<PemSource>,
+        cert: Option<PemSource>,
+        key: Option<PemSource>,
+    ) -> Self {
+        let given = [
+            ("tls_ca", ca.is_some()),
+            ("tls_client_cert", cert.is_some()),
+            ("tls_client_key", key.is_some()),
+        ];
+        match given.into_iter().find(|(_, set)| *set) {
+            Some((name, _)) => self.defer(BuildError::Option {
+                name,
+                reason: "needs the tls-rustls or tls-native feature of redlock-core".into(),
+            }),
+            None => self,
+        }
+    }
+
+    /// Keeps `error` for [`build`](Self::build) to report, unless an earlier one is kept.
+    fn defer(mut self, error: BuildError) -> Self {
+        self.deferred.get_or_insert(error);
+        self
+    }
+
+    /// Adds the masters listed in the environment variable `var` (comma-separated URLs), and
+    /// only those: [`from_env`](Self::from_env) reads every option.
+    ///
+    /// # Errors
+    /// [`build`](Self::build) fails with [`BuildError::MissingEnv`] if `var` is unset or
+    /// holds no URL.
     pub fn from_env_var(mut self, var: &str) -> Self {
-        let value = std::env::var(var).unwrap_or_default();
-        let urls: Vec<String> = value
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_owned)
-            .collect();
+        let urls = node_urls(&std::env::var(var).unwrap_or_default());
         if urls.is_empty() {
             self.deferred.get_or_insert(BuildError::MissingEnv {
                 var: var.to_owned(),
@@ -314,6 +454,7 @@ impl RedlockBuilder {
     ///
     /// # Errors
     /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
+    /// [`BuildError::Env`], [`BuildError::ReadFile`],
     /// [`BuildError::InvalidUrl`], [`BuildError::TlsNotEnabled`],
     /// [`BuildError::UnixSocketsNotEnabled`], [`BuildError::ClusterNotSupported`],
     /// [`BuildError::SentinelNotSupported`], [`BuildError::DuplicateNode`],
@@ -433,6 +574,7 @@ impl RedlockBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::InvalidInput;
 
     #[tokio::test]
     async fn input_errors_come_before_any_connection() {
@@ -478,5 +620,236 @@ mod tests {
         }
         // 10.255.255.1 is unroutable: had any case tried to connect, it would have waited.
         assert!(started.elapsed() < Duration::from_millis(500));
+    }
+
+    fn lookup(vars: &[(&str, &str)]) -> impl FnMut(&str) -> Option<String> {
+        let vars: std::collections::HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        move |name| vars.get(name).cloned()
+    }
+
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
+
+    /// For every option, a value other than its default, as its environment text.
+    const SAMPLES: [(&str, &str); 25] = [
+        ("nodes", "redis://127.0.0.1:2"),
+        ("key_prefix", "lock:"),
+        ("node_timeout", "1s"),
+        ("connect_timeout", "1s"),
+        ("require_quorum_at_start", "false"),
+        ("handover_grace", "1s"),
+        ("foreign_window", "1s"),
+        ("quarantine", "1h"),
+        ("tls_ca", CERT),
+        ("tls_client_cert", CERT),
+        ("tls_client_key", KEY),
+        ("ttl", "1s"),
+        ("retry_count", "5"),
+        ("retry_delay", "1s"),
+        ("retry_jitter", "1s"),
+        ("wait_timeout", "forever"),
+        ("drift_factor", "0.1"),
+        ("auto_extend", "true"),
+        ("extend_fraction", "0.5"),
+        ("max_hold", "1h"),
+        ("max_extensions", "5"),
+        ("lost_margin", "1s"),
+        ("fencing", "true"),
+        ("reentrant", "true"),
+        ("mode", "read"),
+    ];
+
+    #[test]
+    fn every_config_option_reaches_the_builder() {
+        // An option read from the environment (or a file) but not applied by `config` fails
+        // this: the builder would not change.
+        let base = || RedlockBuilder::default().node("redis://127.0.0.1:1");
+        let unchanged = format!("{:?}", base());
+        let vars = RedlockConfig::env_vars();
+        assert_eq!(vars.len(), SAMPLES.len());
+        for var in vars {
+            let (_, sample) = SAMPLES
+                .iter()
+                .find(|(option, _)| *option == var.option)
+                .unwrap_or_else(|| panic!("no sample for {}", var.option));
+            let mut given = vec![(var.name.as_str(), *sample)];
+            // The client certificate and its key go together.
+            match var.option {
+                "tls_client_cert" => given.push(("REDLOCK_TLS_CLIENT_KEY", KEY)),
+                "tls_client_key" => given.push(("REDLOCK_TLS_CLIENT_CERT", CERT)),
+                _ => {}
+            }
+            let builder = base().from_env_with(lookup(&given));
+            let tls = var.option.starts_with("tls_");
+            if cfg!(any(feature = "tls-rustls", feature = "tls-native")) || !tls {
+                assert!(
+                    builder.deferred.is_none(),
+                    "{}: {:?}",
+                    var.name,
+                    builder.deferred
+                );
+                assert_ne!(
+                    format!("{builder:?}"),
+                    unchanged,
+                    "{} had no effect",
+                    var.name
+                );
+            } else {
+                assert!(
+                    matches!(builder.deferred, Some(BuildError::Option { name, .. }) if name.starts_with("tls_")),
+                    "{}: {:?}",
+                    var.name,
+                    builder.deferred
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_environment_layers_over_what_was_given_before() {
+        let builder = RedlockBuilder::default()
+            .nodes(["redis://127.0.0.1:1", "redis://127.0.0.1:2"])
+            .key_prefix("code:")
+            .lock_options(
+                LockOptions::default()
+                    .ttl(Duration::from_secs(5))
+                    .fencing(true),
+            )
+            .from_env_with(lookup(&[
+                ("REDLOCK_NODES", "redis://127.0.0.1:3"),
+                ("REDLOCK_RETRY_COUNT", "4"),
+                ("REDLOCK_KEY_PREFIX", ""), // empty: unset
+            ]));
+        assert!(builder.deferred.is_none());
+        assert_eq!(builder.urls, ["redis://127.0.0.1:3"]);
+        assert_eq!(builder.key_prefix, "code:");
+        assert_eq!(builder.options.get_ttl(), Duration::from_secs(5));
+        assert!(builder.options.get_fencing());
+        assert_eq!(builder.options.get_retry_count(), 4);
+        // REDLOCK_NODES may be left out when the nodes were given before, not otherwise.
+        let given = RedlockBuilder::default()
+            .node("redis://127.0.0.1:1")
+            .from_env_with(lookup(&[]));
+        assert!(given.deferred.is_none());
+        let missing = RedlockBuilder::default().from_env_with(lookup(&[("REDLOCK_TTL", "1s")]));
+        assert!(matches!(
+            missing.deferred,
+            Some(BuildError::MissingEnv { var }) if var == NODES_ENV
+        ));
+    }
+
+    #[tokio::test]
+    async fn out_of_range_config_values_fail_build_as_the_setters_do() {
+        let started = std::time::Instant::now();
+        type Expect = fn(&BuildError) -> bool;
+        let cases: [(&str, &str, Expect); 9] = [
+            ("REDLOCK_TTL", "0s", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::ZeroTtl))
+            }),
+            ("REDLOCK_TTL", "2d", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::TtlAboveCap { .. }))
+            }),
+            ("REDLOCK_DRIFT_FACTOR", "0.5", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::DriftFactor(_)))
+            }),
+            ("REDLOCK_LOST_MARGIN", "1h", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::LostMargin { .. }))
+            }),
+            ("REDLOCK_MAX_HOLD", "0s", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::ZeroMaxHold))
+            }),
+            ("REDLOCK_NODE_TIMEOUT", "0s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "node_timeout",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_CONNECT_TIMEOUT", "0ms", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "connect_timeout",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_HANDOVER_GRACE", "11s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "handover_grace",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_QUARANTINE", "1s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "quarantine",
+                        ..
+                    }
+                )
+            }),
+        ];
+        for (var, value, expected) in cases {
+            let error = RedlockBuilder::default()
+                .from_env_with(lookup(&[
+                    (NODES_ENV, "redis://10.255.255.1:1"),
+                    (var, value),
+                ]))
+                .build()
+                .await
+                .unwrap_err();
+            assert!(expected(&error), "{var}={value}: unexpected error: {error}");
+        }
+        let extend = RedlockBuilder::default()
+            .from_env_with(lookup(&[
+                (NODES_ENV, "redis://10.255.255.1:1"),
+                ("REDLOCK_AUTO_EXTEND", "true"),
+                ("REDLOCK_EXTEND_FRACTION", "1.5"),
+            ]))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                extend,
+                BuildError::Invalid(InvalidInput::ExtendFraction { .. })
+            ),
+            "{extend}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(500));
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+    #[test]
+    fn tls_files_are_read_and_a_lone_client_cert_is_refused() {
+        let missing = RedlockBuilder::default()
+            .node("rediss://127.0.0.1:1")
+            .from_env_with(lookup(&[("REDLOCK_TLS_CA", "/nonexistent/ca.pem")]));
+        assert!(matches!(
+            missing.deferred,
+            Some(BuildError::ReadFile { option: "tls_ca", ref source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound
+        ));
+        let lone = RedlockBuilder::default()
+            .node("rediss://127.0.0.1:1")
+            .from_env_with(lookup(&[("REDLOCK_TLS_CLIENT_CERT", CERT)]));
+        assert!(matches!(lone.deferred, Some(BuildError::Tls { .. })));
+        let file = std::env::temp_dir().join(format!("redlock-ca-{}.pem", std::process::id()));
+        std::fs::write(&file, CERT).unwrap();
+        let read = RedlockBuilder::default()
+            .node("rediss://127.0.0.1:1")
+            .from_env_with(lookup(&[("REDLOCK_TLS_CA", file.to_str().unwrap())]));
+        std::fs::remove_file(&file).unwrap();
+        assert!(read.deferred.is_none());
+        assert_eq!(read.tls.ca_pem.as_deref(), Some(CERT.as_bytes()));
     }
 }

@@ -372,6 +372,28 @@ pub enum BuildError {
         /// The variable.
         var: String,
     },
+    /// An environment variable read by [`from_env`](crate::RedlockBuilder::from_env) is
+    /// malformed. Its value is never shown: some (node URLs, TLS keys) hold credentials.
+    #[error("environment variable {var} is malformed ({reason}); expected {expected}")]
+    Env {
+        /// The variable, e.g. `REDLOCK_TTL`.
+        var: String,
+        /// The form it takes, e.g. "a duration such as 250ms, 30s or 1h 30m".
+        expected: &'static str,
+        /// What is wrong with the value (never the value itself).
+        reason: String,
+    },
+    /// A file named by the configuration could not be read (a TLS certificate or key given
+    /// as a path: [`RedlockConfig::tls_ca`](crate::RedlockConfig::tls_ca) and its siblings).
+    #[error("cannot read the {option} file `{}`", path.display())]
+    ReadFile {
+        /// The option, e.g. `tls_ca`.
+        option: &'static str,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// The default lock options are invalid.
     #[error("invalid default lock options: {0}")]
     Invalid(#[from] InvalidInput),

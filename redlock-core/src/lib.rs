@@ -18,6 +18,7 @@ mod node;
 mod waiters;
 
 // Values shared by every layer.
+mod config;
 mod error;
 mod mode;
 mod options;
@@ -35,6 +36,7 @@ pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOREIGN_WINDOW, DEFAULT_HANDOVER_GRACE, DEFAULT_NODE_TIMEOUT,
     FOREIGN_WINDOW_EVERY, MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, NODES_ENV, RedlockBuilder,
 };
+pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};

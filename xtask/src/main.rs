@@ -189,18 +189,29 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
 }
 
 /// `cargo clippy -D warnings` of redlock-core with every combination of its connection
-/// features, `metrics` alone, and its unit tests with none.
+/// features, `serde` and `metrics` alone and with all, and its unit tests with none.
 fn feature_combinations() -> anyhow::Result<()> {
     const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
-    for mask in 0..1u32 << FEATURES.len() {
+    // `serde` (config.rs's `Deserialize`) and `metrics` (telemetry.rs) touch no other
+    // feature's code: each alone and all together, rather than doubling the combinations.
+    // The workspace run has them on (redlock-tests turns them on), the no-feature run off.
+    const INDEPENDENT: [&str; 2] = ["serde", "metrics"];
+    let independent = INDEPENDENT.iter().map(|f| (*f).to_owned()).chain([format!(
+        "{},{}",
+        INDEPENDENT.join(","),
+        FEATURES.join(",")
+    )]);
+    let combinations = (0..1u32 << FEATURES.len()).map(|mask| {
         let chosen: Vec<&str> = FEATURES
             .iter()
             .enumerate()
             .filter(|(i, _)| mask & (1 << i) != 0)
             .map(|(_, feature)| *feature)
             .collect();
-        let features = chosen.join(",");
-        if chosen.is_empty() {
+        chosen.join(",")
+    });
+    for features in combinations.chain(independent) {
+        if features.is_empty() {
             // Also the unit tests with no feature at all: the workspace's own run has TLS
             // (redlock-tests turns it on), where `rediss://` without TLS cannot be tested.
             cargo(&[
@@ -226,20 +237,6 @@ fn feature_combinations() -> anyhow::Result<()> {
             "warnings",
         ])?;
     }
-    // `metrics` touches no other feature's code: alone, beside the workspace run's all-on.
-    cargo(&[
-        "clippy",
-        "--quiet",
-        "-p",
-        "redlock-core",
-        "--no-default-features",
-        "--features",
-        "metrics",
-        "--lib",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
     Ok(())
 }
 
