@@ -6,6 +6,7 @@ mod acquire;
 mod builder;
 mod connect;
 mod guard;
+mod leader;
 mod redlock;
 mod release;
 mod scoped;
@@ -37,6 +38,7 @@ pub use builder::{
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};
+pub use leader::{LeaderElection, Term};
 pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};
 pub use options::{
