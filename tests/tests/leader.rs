@@ -133,6 +133,18 @@ impl Candidate {
         Self { task, shutdown }
     }
 
+    /// [`start`](Self::start) on a handle of its own over `nodes`, as another process would.
+    async fn on(
+        nodes: &RedisNodes,
+        holder: usize,
+        options: &LockOptions,
+        terms: &Arc<Terms>,
+        term: Option<Duration>,
+    ) -> Self {
+        let redlock = redlock_with(nodes, options.clone()).await;
+        Self::start(&redlock, holder, options, terms, term)
+    }
+
     /// Cancels its shutdown signal and waits for `run` to return.
     async fn stop(self) -> Result<(), LockError> {
         self.shutdown.cancel();
@@ -185,20 +197,8 @@ async fn two_candidates_take_turns_and_never_lead_at_once() {
     let (terms, mut events) = Terms::new();
     // Each term steps down after 40 ms: the release hands the lock to the other candidate.
     let candidates = [
-        Candidate::start(
-            &redlock_with(&nodes, options.clone()).await,
-            0,
-            &options,
-            &terms,
-            Some(Duration::from_millis(40)),
-        ),
-        Candidate::start(
-            &redlock_with(&nodes, options.clone()).await,
-            1,
-            &options,
-            &terms,
-            Some(Duration::from_millis(40)),
-        ),
+        Candidate::on(&nodes, 0, &options, &terms, Some(Duration::from_millis(40))).await,
+        Candidate::on(&nodes, 1, &options, &terms, Some(Duration::from_millis(40))).await,
     ];
     let mut led = [0u32; 2];
     let mut fences = Vec::new();
@@ -256,22 +256,10 @@ async fn an_aborted_leader_task_lets_the_other_candidate_lead_within_a_ttl() {
     let nodes = RedisNodes::start(5);
     let options = options(2_000);
     let (terms, mut events) = Terms::new();
-    let first = Candidate::start(
-        &redlock_with(&nodes, options.clone()).await,
-        0,
-        &options,
-        &terms,
-        None,
-    );
+    let first = Candidate::on(&nodes, 0, &options, &terms, None).await;
     let (holder, term, _) = next_began(&mut events).await;
     assert_eq!(holder, 0);
-    let second = Candidate::start(
-        &redlock_with(&nodes, options.clone()).await,
-        1,
-        &options,
-        &terms,
-        None,
-    );
+    let second = Candidate::on(&nodes, 1, &options, &terms, None).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let aborted = Instant::now();
     first.task.abort();
@@ -306,13 +294,7 @@ async fn a_leader_cut_off_from_every_node_ends_its_term_before_the_other_leads()
     let first = Candidate::start(&cut_off, 0, &options, &terms, None);
     let (holder, term, _) = next_began(&mut events).await;
     assert_eq!(holder, 0);
-    let second = Candidate::start(
-        &redlock_with(&nodes, options.clone()).await,
-        1,
-        &options,
-        &terms,
-        None,
-    );
+    let second = Candidate::on(&nodes, 1, &options, &terms, None).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A crashed or partitioned leader: nothing it sends arrives, so its lock can only expire.
     let cut = Instant::now();
@@ -343,21 +325,9 @@ async fn shutdown_ends_the_campaign_and_the_term_and_releases() {
     let options = options(30_000);
     let probe = redlock_tests::redlock(&nodes).await;
     let (terms, mut events) = Terms::new();
-    let leader = Candidate::start(
-        &redlock_with(&nodes, options.clone()).await,
-        0,
-        &options,
-        &terms,
-        None,
-    );
+    let leader = Candidate::on(&nodes, 0, &options, &terms, None).await;
     let (_, term, _) = next_began(&mut events).await;
-    let waiting = Candidate::start(
-        &redlock_with(&nodes, options.clone()).await,
-        1,
-        &options,
-        &terms,
-        None,
-    );
+    let waiting = Candidate::on(&nodes, 1, &options, &terms, None).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     // A campaigning candidate stops waiting.
     waiting.stop().await.unwrap();
