@@ -6,6 +6,7 @@ mod acquire;
 mod builder;
 mod connect;
 mod guard;
+mod leader;
 mod redlock;
 mod release;
 mod scoped;
@@ -40,6 +41,7 @@ pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait}
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};
+pub use leader::{LeaderElection, Term};
 pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};
 pub use options::{

@@ -31,3 +31,32 @@ impl<T, E: From<crate::LockError>> LockResult for Result<T, E> {
         Err(E::from(error))
     }
 }
+
+/// Implemented by the return types `#[redlock(on_busy = "skip")]` accepts: `Result<T, E>`
+/// with `T: Default` and `E: From<LockError>`. One impl covers both shapes the attribute
+/// documents: `Result<Option<T>, E>` skips with `Ok(None)` (`Option`'s default), any other
+/// `Result<T, E>` with `Ok(T::default())`. The compiler picks the value from the type, so a
+/// type alias or the `Default` of the user's own type works as well as the spelled-out shape;
+/// a success type without `Default` is reported at the return type.
+#[diagnostic::on_unimplemented(
+    message = "`on_busy = \"skip\"` needs a return type with a value for a skipped call: `Result<Option<T>, E>` or `Result<T, E>` with `T: Default`, not `{Self}`",
+    label = "a skipped call returns `Ok(Default::default())` through this type",
+    note = "return `Result<Option<T>, E>` (a skipped call gives `Ok(None)`) or `Result<T, E>` with `T: Default`, or leave `on_busy` out to get the busy error"
+)]
+pub trait SkipResult: LockResult {
+    /// `on_busy = "skip"` with a busy resource (the expansion checks `LockError::is_busy`;
+    /// other lock errors are returned as the function's error): logs a debug event and
+    /// returns the skipped value.
+    fn skipped(resource: &str, error: &crate::LockError) -> Self;
+}
+
+impl<T: Default, E: From<crate::LockError>> SkipResult for Result<T, E> {
+    fn skipped(resource: &str, error: &crate::LockError) -> Self {
+        tracing::debug!(
+            resource,
+            %error,
+            "resource busy: #[redlock(on_busy = \"skip\")] skipped the body"
+        );
+        Ok(T::default())
+    }
+}

@@ -1,5 +1,5 @@
 //! `#[redlock(...)]`'s arguments (parsed with darling) and their value types: [`Millis`],
-//! [`ModeArg`], [`DriftFactor`].
+//! [`ModeArg`], [`DriftFactor`], [`OnBusy`].
 
 use std::time::Duration;
 
@@ -47,6 +47,10 @@ pub(crate) struct Args {
     /// Re-enter a lock the task already holds (default `true`).
     #[darling(default)]
     pub(crate) reentrant: Option<bool>,
+    /// What a busy resource does: `"error"` (return `LockError::Busy`, the default) or
+    /// `"skip"` (skip the body and return `Ok(None)` / `Ok(T::default())`).
+    #[darling(default)]
+    pub(crate) on_busy: OnBusy,
     /// A name bound in the body to the lock's `LockInfo` (fencing token, lost signal).
     #[darling(default)]
     pub(crate) guard: Option<syn::Ident>,
@@ -241,6 +245,30 @@ impl FromMeta for ModeArg {
             }
         };
         Ok(Self(syn::Ident::new(variant, Span::call_site())))
+    }
+}
+
+/// What the function does when the resource is busy (`LockError::is_busy`): other holders kept
+/// it on every attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum OnBusy {
+    /// Return the lock error converted into the function's error type.
+    #[default]
+    Error,
+    /// Skip the body and return the "nothing done" value: `Ok(None)` for
+    /// `Result<Option<T>, E>`, `Ok(T::default())` for `Result<T, E>`.
+    Skip,
+}
+
+impl FromMeta for OnBusy {
+    fn from_string(value: &str) -> darling::Result<Self> {
+        match value {
+            "error" => Ok(Self::Error),
+            "skip" => Ok(Self::Skip),
+            _ => Err(darling::Error::custom(format!(
+                "`{value}` is not an `on_busy` action; use \"skip\" (skip the body, return `Ok(None)` or `Ok(T::default())`) or \"error\" (return `LockError::Busy`, the default)"
+            ))),
+        }
     }
 }
 

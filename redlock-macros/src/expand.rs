@@ -5,7 +5,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType};
 
-use crate::args::Args;
+use crate::args::{Args, OnBusy};
 use crate::template::Template;
 
 /// Expands `#[redlock(attr)] item`.
@@ -52,6 +52,16 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
     let lock_result = quote_spanned! {ret.span()=>
         <#ret as #krate::__private::LockResult>
     };
+    // With `on_busy = "skip"`, a busy resource returns the skipped value, chosen by the type
+    // system (`Skipped`: the success type's `Default`, `None` for an `Option`); a missing
+    // `Default` is reported at the return type.
+    let skip_busy = (args.on_busy == OnBusy::Skip).then(|| {
+        quote_spanned! {ret.span()=>
+            ::core::result::Result::Err(error) if error.is_busy() => {
+                return <#ret as #krate::__private::SkipResult>::skipped(&__redlock_resource, &error);
+            }
+        }
+    });
     let handle = match &args.redlock {
         Some(expr) => quote_spanned! {expr.span()=>
             let __redlock_handle: &#krate::Redlock = &(#expr);
@@ -128,6 +138,7 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
                     #(#setters)*;
                 match __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await {
                     ::core::result::Result::Ok(guard) => guard,
+                    #skip_busy
                     ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),
                 }
             };

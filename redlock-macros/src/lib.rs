@@ -23,6 +23,7 @@
 //! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out; zero is refused at compile time | none |
 //! | `fencing` | issue a fencing token (read it through `guard`) | off |
 //! | `mode = "read"` | lock mode: `"read"` (shared with readers), `"write"` (alone), or a DLM mode `"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`, `"EX"` (see `redlock_core::Mode`) | the plain exclusive lock |
+//! | `on_busy = "skip"` | when the resource is busy (other holders kept it on every attempt: `LockError::is_busy`), skip the body and return `Ok(None)` for `Result<Option<T>, E>`, or `Ok(T::default())` for `Result<T, E>` with `T: Default` (a debug event is logged); every other lock error (unavailable, invalid, shutting down) is still returned. A success type without `Default` is a compile error at the return type; `"error"` returns `LockError::Busy` | `"error"` |
 //! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
 //! | `reentrant = false` | by default an annotated fn awaited inside the body of another that holds the resource (in the same mode, through the same handle) shares that lock (hold count) instead of waiting for itself; sibling calls of one task (`join!`) and spawned tasks are other holders. `false` treats the nested call as any other holder | `true` |
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
@@ -80,6 +81,13 @@
 //! #[redlock(resource = "report:{day}")]
 //! async fn publish(day: u32) -> Result<(), LockError> {
 //!     Ok(())
+//! }
+//!
+//! // A cron job run by every replica: the one that gets the lock runs it, the others skip
+//! // it (`Ok(None)`) instead of failing. Unavailable nodes are still an error.
+//! #[redlock(resource = "cron:cleanup", retry_count = 0, on_busy = "skip")]
+//! async fn cleanup() -> Result<Option<u64>, LockError> {
+//!     Ok(Some(42)) // rows removed
 //! }
 //! ```
 

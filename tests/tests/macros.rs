@@ -121,6 +121,72 @@ async fn a_busy_resource_skips_the_body_and_returns_the_lock_error() {
     ));
 }
 
+/// A report that runs on one replica at a time and is skipped by the others.
+#[redlock(resource = "report:{day}", redlock = fx.redlock, on_busy = "skip")]
+async fn report(fx: &Fixture, day: String, ran: &AtomicU32) -> Result<Option<usize>, AppError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(Some(day.len()))
+}
+
+/// The same with a success type whose default is the skipped value.
+#[redlock(resource = "report:{day}", redlock = fx.redlock, on_busy = "skip")]
+async fn report_rows(fx: &Fixture, day: &str, ran: &AtomicU32) -> Result<Vec<String>, LockError> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    Ok(vec![day.to_owned()])
+}
+
+#[tokio::test]
+async fn on_busy_skip_skips_the_body_of_a_busy_resource_and_returns_other_errors() {
+    let mut fx = fixture().await;
+    let ran = AtomicU32::new(0);
+    assert_eq!(report(&fx, "mon".into(), &ran).await.unwrap(), Some(3));
+    assert_eq!(report_rows(&fx, "mon", &ran).await.unwrap(), ["mon"]);
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        2,
+        "a free resource runs the body"
+    );
+
+    // Held elsewhere: the body does not run, and the call is not an error.
+    let holder = fx.probe.lock("report:mon").await.unwrap();
+    assert_eq!(report(&fx, "mon".into(), &ran).await.unwrap(), None);
+    assert_eq!(
+        report_rows(&fx, "mon", &ran).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        2,
+        "the body ran without the lock"
+    );
+    // Another resource is not affected.
+    assert_eq!(report(&fx, "tue".into(), &ran).await.unwrap(), Some(3));
+    assert_eq!(ran.load(Ordering::SeqCst), 3);
+    holder.release().await.unwrap();
+
+    // Other lock errors are still errors: invalid input (nothing sent) ...
+    let long = "x".repeat(redlock_core::MAX_RESOURCE_LEN + 1);
+    let error = report(&fx, long, &ran).await.unwrap_err();
+    assert!(
+        matches!(error, AppError::Lock(LockError::Invalid(_))),
+        "{error:?}"
+    );
+    // ... and a cluster that cannot form a quorum (3 of 5 nodes down).
+    for server in &mut fx.nodes.servers[..3] {
+        server.kill();
+    }
+    let error = within("an unavailable cluster", report(&fx, "mon".into(), &ran))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, AppError::Lock(ref e) if e.is_unavailable()),
+        "{error:?}"
+    );
+    let error = report_rows(&fx, "mon", &ran).await.unwrap_err();
+    assert!(error.is_unavailable(), "{error}");
+    assert_eq!(ran.load(Ordering::SeqCst), 3, "a body ran without the lock");
+}
+
 struct Account {
     id: u32,
 }
