@@ -6,7 +6,7 @@ use fred::clients::Client;
 use fred::interfaces::ClientLike;
 
 use crate::config::{PemSource, RedlockConfig, SetIf, node_urls};
-use crate::connect::{Connect, server_label};
+use crate::connect::{Connect, NodeUrls, server_label};
 use crate::error::BuildError;
 use crate::masters::Masters;
 use crate::node::Node;
@@ -69,7 +69,7 @@ impl Redlock {
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `build` is awaited"]
 pub struct RedlockBuilder {
-    urls: Vec<String>,
+    urls: NodeUrls,
     clients: Vec<Client>,
     deferred: Option<BuildError>,
     key_prefix: String,
@@ -87,7 +87,7 @@ pub struct RedlockBuilder {
 impl Default for RedlockBuilder {
     fn default() -> Self {
         Self {
-            urls: Vec::new(),
+            urls: NodeUrls::default(),
             clients: Vec::new(),
             deferred: None,
             key_prefix: String::new(),
@@ -202,7 +202,10 @@ impl RedlockBuilder {
             lock,
         } = config;
         let mut builder = self
-            .set_if(nodes, |builder, urls| Self { urls, ..builder })
+            .set_if(nodes, |builder, urls| Self {
+                urls: NodeUrls(urls),
+                ..builder
+            })
             .set_if(key_prefix, Self::key_prefix)
             .set_if(node_timeout, Self::node_timeout)
             .set_if(connect_timeout, Self::connect_timeout)
@@ -663,6 +666,19 @@ mod tests {
     ];
 
     #[test]
+    fn a_printed_builder_never_shows_a_password() {
+        let builder = Redlock::builder()
+            .node("redis://locker:s3cret@10.0.0.1:6379")
+            .nodes(["redis://:an0ther@10.0.0.2:6379"]);
+        let shown = format!("{builder:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("an0ther"),
+            "{shown}"
+        );
+        assert!(shown.contains("10.0.0.1:6379"), "{shown}");
+    }
+
+    #[test]
     fn every_config_option_reaches_the_builder() {
         // An option read from the environment (or a file) but not applied by `config` fails
         // this: the builder would not change.
@@ -724,7 +740,7 @@ mod tests {
                 ("REDLOCK_KEY_PREFIX", ""), // empty: unset
             ]));
         assert!(builder.deferred.is_none());
-        assert_eq!(builder.urls, ["redis://127.0.0.1:3"]);
+        assert_eq!(*builder.urls, ["redis://127.0.0.1:3"]);
         assert_eq!(builder.key_prefix, "code:");
         assert_eq!(builder.options.get_ttl(), Duration::from_secs(5));
         assert!(builder.options.get_fencing());

@@ -247,6 +247,33 @@ pub(crate) fn parse_url(index: usize, raw: &str) -> Result<(String, Config), Bui
     Ok((label, config))
 }
 
+/// Node URLs as given, which may hold credentials: their `Debug` shows each one
+/// [`redacted`], so that a builder printed with `{:?}` never shows a password.
+#[derive(Default, Clone)]
+pub(crate) struct NodeUrls(pub(crate) Vec<String>);
+
+impl std::fmt::Debug for NodeUrls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|url| redacted(url)))
+            .finish()
+    }
+}
+
+impl std::ops::Deref for NodeUrls {
+    type Target = Vec<String>;
+
+    fn deref(&self) -> &Vec<String> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for NodeUrls {
+    fn deref_mut(&mut self) -> &mut Vec<String> {
+        &mut self.0
+    }
+}
+
 /// `raw` with whatever may be a credential replaced by `***`, for error messages: everything
 /// before the last `@` (a password may hold `/`, `?` or `#` unencoded), or a `user:password`
 /// without `@` (an entry of `REDLOCK_NODES` cut at a `,` inside a password).
@@ -284,6 +311,24 @@ mod tests {
 
     fn reason(result: Result<(String, Config), BuildError>) -> String {
         result.map(|_| ()).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn node_urls_never_show_a_password_in_debug() {
+        let urls = NodeUrls(vec![
+            "redis://user:s3cret@10.0.0.1:6379".to_owned(),
+            "rediss://:p%40ss@db:6380/0".to_owned(),
+            "redis://10.0.0.2:6379".to_owned(),
+        ]);
+        let shown = format!("{urls:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("p%40ss"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("10.0.0.1:6379") && shown.contains("redis://10.0.0.2:6379"),
+            "{shown}"
+        );
     }
 
     #[test]
