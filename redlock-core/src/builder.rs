@@ -637,7 +637,7 @@ mod tests {
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 25] = [
+    const SAMPLES: [(&str, &str); 26] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -659,6 +659,7 @@ mod tests {
         ("extend_fraction", "0.5"),
         ("max_hold", "1h"),
         ("max_extensions", "5"),
+        ("lock_at_least_for", "1s"),
         ("lost_margin", "1s"),
         ("fencing", "true"),
         ("reentrant", "true"),

@@ -154,6 +154,7 @@ options! {
     /// | `REDLOCK_EXTEND_FRACTION` | [`lock.extend_fraction`](LockConfig::extend_fraction) | number |
     /// | `REDLOCK_MAX_HOLD` | [`lock.max_hold`](LockConfig::max_hold) | duration |
     /// | `REDLOCK_MAX_EXTENSIONS` | [`lock.max_extensions`](LockConfig::max_extensions) | whole number |
+    /// | `REDLOCK_LOCK_AT_LEAST_FOR` | [`lock.lock_at_least_for`](LockConfig::lock_at_least_for) | duration |
     /// | `REDLOCK_LOST_MARGIN` | [`lock.lost_margin`](LockConfig::lost_margin) | duration |
     /// | `REDLOCK_FENCING` | [`lock.fencing`](LockConfig::fencing) | `true` or `false` |
     /// | `REDLOCK_REENTRANT` | [`lock.reentrant`](LockConfig::reentrant) | `true` or `false` |
@@ -229,6 +230,8 @@ options! {
         max_hold: Duration,
         /// [`LockOptions::max_extensions`].
         max_extensions: u32,
+        /// [`LockOptions::lock_at_least_for`].
+        lock_at_least_for: Duration,
         /// [`LockOptions::lost_margin`].
         lost_margin: Duration,
         /// [`LockOptions::fencing`].
@@ -257,6 +260,7 @@ impl LockConfig {
             extend_fraction,
             max_hold,
             max_extensions,
+            lock_at_least_for,
             lost_margin,
             fencing,
             reentrant,
@@ -276,6 +280,7 @@ impl LockConfig {
             .set_if(extend_fraction, LockOptions::extend_fraction)
             .set_if(max_hold, LockOptions::max_hold)
             .set_if(max_extensions, LockOptions::max_extensions)
+            .set_if(lock_at_least_for, LockOptions::lock_at_least_for)
             .set_if(lost_margin, LockOptions::lost_margin)
             .set_if(fencing, LockOptions::fencing)
             .set_if(reentrant, LockOptions::reentrant)
@@ -683,7 +688,7 @@ mod tests {
     fn every_lock_option_is_in_the_config() {
         // A field added to LockOptions fails this until LockConfig has it too.
         let options = debug_fields(&format!("{:?}", LockOptions::default()));
-        assert_eq!(options.len(), 14, "{options:?}");
+        assert_eq!(options.len(), 15, "{options:?}");
         assert_eq!(options, set(LockConfig::FIELDS));
     }
 
@@ -844,7 +849,11 @@ mod tests {
                     }
                 }
             }
-            assert_eq!(malformed, 25 - TAKE_ANY_TEXT.len(), "{secret}");
+            assert_eq!(
+                malformed,
+                RedlockConfig::env_vars().len() - TAKE_ANY_TEXT.len(),
+                "{secret}"
+            );
         }
         for (var, value, reason) in [
             ("REDLOCK_RETRY_COUNT", "-1", "invalid digit"),

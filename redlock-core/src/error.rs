@@ -84,6 +84,21 @@ pub enum InvalidInput {
     /// `max_hold` is zero.
     #[error("max_hold is zero; give the longest time the lock may be held, e.g. 10 minutes")]
     ZeroMaxHold,
+    /// `lock_at_least_for` is longer than the ttl.
+    #[error(
+        "lock_at_least_for {at_least:?} is longer than the ttl {ttl:?}; the minimum hold must fit in the ttl (raise the ttl, or shorten the minimum hold)"
+    )]
+    AtLeastAboveTtl {
+        /// The minimum hold asked for.
+        at_least: Duration,
+        /// The ttl.
+        ttl: Duration,
+    },
+    /// `lock_at_least_for` was asked for a lock in a mode.
+    #[error(
+        "lock_at_least_for applies to the plain exclusive lock only, not to a lock taken in a mode"
+    )]
+    AtLeastWithMode,
 }
 
 /// Why a lock could not be taken or released.

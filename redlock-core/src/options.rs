@@ -58,6 +58,7 @@ pub struct LockOptions {
     auto_extend: bool,
     extend_fraction: f64,
     max_hold: Option<Duration>,
+    lock_at_least_for: Option<Duration>,
     max_extensions: Option<u32>,
     lost_margin: Option<Duration>,
     fencing: bool,
@@ -77,6 +78,7 @@ impl Default for LockOptions {
             auto_extend: false,
             extend_fraction: DEFAULT_EXTEND_FRACTION,
             max_hold: None,
+            lock_at_least_for: None,
             max_extensions: None,
             lost_margin: None,
             fencing: false,
@@ -221,6 +223,28 @@ impl LockOptions {
         self
     }
 
+    /// Keep the lock at least this long after it was acquired, even when it is released
+    /// sooner (ShedLock's `lockAtLeastFor`): a release before then does not delete the key but
+    /// sets it to expire at the end of the minimum hold (compare-and-`PEXPIRE` on every node,
+    /// decided at quorum like a release), so that a replica whose schedule fires a little
+    /// later does not run the same job again. Counted from the start of the attempt that took
+    /// the lock (monotonic clock), so the key lives at least this long. Waiters are not woken
+    /// by such a release: they take the key when it expires (their retry delay). A release
+    /// after the minimum hold deletes the key as usual. Default: none.
+    ///
+    /// Must not be longer than the ttl ([`InvalidInput::AtLeastAboveTtl`]); the plain lock
+    /// only ([`InvalidInput::AtLeastWithMode`]).
+    #[must_use]
+    pub fn lock_at_least_for(mut self, at_least: Duration) -> Self {
+        self.lock_at_least_for = Some(at_least);
+        self
+    }
+
+    /// The minimum hold, if any ([`lock_at_least_for`](Self::lock_at_least_for)).
+    pub fn get_lock_at_least_for(&self) -> Option<Duration> {
+        self.lock_at_least_for
+    }
+
     /// Take the lock in a [`Mode`] (seed 002's six DLM modes): holders in compatible modes
     /// share the resource, e.g. any number of [`Mode::ProtectedRead`] readers, or one
     /// [`Mode::Exclusive`] writer. Default: none, the plain exclusive lock (`SET NX`).
@@ -312,7 +336,8 @@ impl LockOptions {
     /// [`InvalidInput`] when the ttl is zero, above [`MAX_TTL`], or too short to leave any
     /// validity after the drift; when the drift factor is outside `[0, 0.5)`; when the lost
     /// margin is not shorter than `ttl − drift`; when the extension share is outside `(0, 1)`
-    /// or leaves no time to extend before the margin; when `max_hold` is zero.
+    /// or leaves no time to extend before the margin; when `max_hold` is zero; when
+    /// `lock_at_least_for` is longer than the ttl or given with a mode.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(InvalidInput::DriftFactor(self.drift_factor));
@@ -348,6 +373,14 @@ impl LockOptions {
         }
         if self.max_hold == Some(Duration::ZERO) {
             return Err(InvalidInput::ZeroMaxHold);
+        }
+        if let Some(at_least) = self.lock_at_least_for {
+            if self.mode.is_some() {
+                return Err(InvalidInput::AtLeastWithMode);
+            }
+            if at_least > ttl {
+                return Err(InvalidInput::AtLeastAboveTtl { at_least, ttl });
+            }
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! background; [`Redlock::release_all`] and graceful shutdown.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
@@ -121,12 +121,24 @@ impl Redlock {
     }
 
     /// Releases a holder's lease on every node ([`release_key`](Self::release_key), waking
-    /// the waiters), in its `redlock.release` span; `via` says who asked: `explicit`
+    /// the waiters; before its minimum hold, keeping the key until then), in its
+    /// `redlock.release` span; `via` says who asked: `explicit`
     /// ([`LockGuard::release`](crate::LockGuard::release)), `drop` or `release_all`.
     pub(crate) async fn release_lease(&self, lease: &Lease, via: &'static str) -> Released {
-        let releasing = Releasing::Holder {
-            mode: lease.mode.is_some(),
-            marker: &lease.marker,
+        let keep = lease
+            .keep_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        let releasing = match keep {
+            // Released before its minimum hold: the key stays until then (rounded up, so
+            // that it never ends early).
+            Some(left) => Releasing::Keep {
+                keep_ms: u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+            },
+            None => Releasing::Holder {
+                mode: lease.mode.is_some(),
+                marker: &lease.marker,
+            },
         };
         let span = telemetry::release_span(&lease.resource, via);
         let released = self

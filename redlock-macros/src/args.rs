@@ -37,6 +37,9 @@ pub(crate) struct Args {
     /// Longest hold with `auto_extend`.
     #[darling(default)]
     pub(crate) max_hold: Option<Millis>,
+    /// Keep the lock at least this long after it was taken, even when the body ends sooner.
+    #[darling(default)]
+    pub(crate) lock_at_least_for: Option<Millis>,
     /// Issue a fencing token (read it through the `guard` binding).
     #[darling(default)]
     pub(crate) fencing: bool,
@@ -71,6 +74,18 @@ impl Args {
         let args = Self::from_list(&items)?;
         if let (Some(max_hold), false) = (&args.max_hold, args.auto_extend) {
             return Err(max_hold.error("`max_hold` caps auto-extension: add `auto_extend`"));
+        }
+        if let (Some(at_least), Some(_)) = (&args.lock_at_least_for, &args.mode) {
+            return Err(at_least.error(
+                "`lock_at_least_for` applies to the plain exclusive lock only: remove `mode`, or the minimum hold",
+            ));
+        }
+        if let (Some(at_least), Some(ttl)) = (&args.lock_at_least_for, &args.ttl)
+            && at_least.ms > ttl.ms
+        {
+            return Err(at_least.error(
+                "`lock_at_least_for` is longer than the `ttl`: the minimum hold must fit in the ttl",
+            ));
         }
         if let (Some(pool), Some(_)) = (&args.pool, &args.redlock) {
             return Err(

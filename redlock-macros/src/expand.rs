@@ -92,6 +92,7 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         duration("retry_jitter", args.retry_jitter.map(|m| m.ms)),
         duration("wait_timeout", args.wait_timeout.map(|m| m.ms)),
         duration("max_hold", args.max_hold.map(|m| m.ms)),
+        duration("lock_at_least_for", args.lock_at_least_for.map(|m| m.ms)),
         args.retry_count.map(|n| quote! { .retry_count(#n) }),
         args.drift_factor.map(|f| {
             let f = f.0;

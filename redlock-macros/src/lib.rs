@@ -21,6 +21,7 @@
 //! | `drift_factor = 0.01` | clock drift share of the ttl | the handle's |
 //! | `auto_extend` | keep the lock extended while the body runs; if it is lost anyway, the body is stopped (dropped at its next `.await`) and `LockError::Lost` is returned | off |
 //! | `max_hold = "10m"` | with `auto_extend`: longest hold, after which the lock runs out; zero is refused at compile time | none |
+//! | `lock_at_least_for = "30s"` | keep the lock at least this long after it was taken, even when the body ends sooner (ShedLock's `lockAtLeastFor`; the key is set to expire then instead of being deleted), so that a replica whose schedule fires a little later skips the job; longer than the `ttl` given here, or with `mode`, is refused at compile time | none |
 //! | `fencing` | issue a fencing token (read it through `guard`) | off |
 //! | `mode = "read"` | lock mode: `"read"` (shared with readers), `"write"` (alone), or a DLM mode `"NL"`, `"CR"`, `"CW"`, `"PR"`, `"PW"`, `"EX"` (see `redlock_core::Mode`) | the plain exclusive lock |
 //! | `on_busy = "skip"` | when the resource is busy (other holders kept it on every attempt: `LockError::is_busy`), skip the body and return `Ok(None)` for `Result<Option<T>, E>`, or `Ok(T::default())` for `Result<T, E>` with `T: Default` (a debug event is logged); every other lock error (unavailable, invalid, shutting down) is still returned. A success type without `Default` is a compile error at the return type; `"error"` returns `LockError::Busy` | `"error"` |

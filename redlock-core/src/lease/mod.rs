@@ -59,6 +59,9 @@ pub(crate) struct Lease {
     pub(crate) reentrant: bool,
     /// When the attempt that took it started (monotonic clock).
     pub(crate) acquired_at: Instant,
+    /// Until when a release keeps the key instead of deleting it
+    /// ([`LockOptions::lock_at_least_for`]).
+    pub(crate) keep_until: Option<Instant>,
     /// How long the key had been busy without a window for foreign clients when it was
     /// granted (the longest streak a granting node reported; see `keys::busy`).
     pub(crate) busy_at_grant: Duration,
@@ -117,6 +120,9 @@ impl Lease {
             auto_extend,
             reentrant: options.get_reentrant(),
             acquired_at,
+            keep_until: options
+                .get_lock_at_least_for()
+                .and_then(|at_least| acquired_at.checked_add(at_least)),
             busy_at_grant: grant.busy,
             holds: AtomicUsize::new(1),
             valid_until: watch::Sender::new(grant.valid_until),

@@ -10,7 +10,7 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, LEAVE, RELEASE,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE, RELEASE,
     RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
@@ -118,6 +118,9 @@ pub(crate) enum Releasing<'a> {
     Attempt { mode: bool },
     /// A holder's lock, with its mode request's waiter marker (empty for the plain lock).
     Holder { mode: bool, marker: &'a str },
+    /// A holder's plain lock released before its minimum hold: kept for `keep_ms` more
+    /// ([`KEEP`]), nothing handed over.
+    Keep { keep_ms: u64 },
 }
 
 /// A ttl, a grace or any other count of milliseconds or seconds as a command argument.
@@ -221,10 +224,14 @@ impl Node {
     ) -> Result<bool, NodeError> {
         let key = keys.lock.as_str();
         let reply = match (releasing, handover) {
+            (Releasing::Keep { keep_ms }, _) => {
+                let args = [Value::from(token), int_arg(keep_ms)];
+                self.eval_release(&KEEP, &[key], &args, limit).await?
+            }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {
                 let marker = match releasing {
                     Releasing::Holder { marker, .. } => marker,
-                    Releasing::Attempt { .. } => "",
+                    Releasing::Attempt { .. } | Releasing::Keep { .. } => "",
                 };
                 let channel = handover.map_or("", |_| keys.waiters.as_str());
                 let args = [

@@ -450,11 +450,25 @@ redis.pcall(command, KEYS[1], ARGV[1])
 return 1"#,
 );
 
+/// The release of a lock held at least for a minimum hold ([`LockOptions::lock_at_least_for`]):
+/// compare-and-`PEXPIRE`, setting the key to expire `ARGV[2]` ms from now, shorter or longer
+/// than it had, if it still holds our token `ARGV[1]`. Nothing is handed over and nobody is
+/// woken: the key expires at the end of the minimum hold. Returns 1 if it held our token, 0
+/// otherwise.
+///
+/// [`LockOptions::lock_at_least_for`]: crate::LockOptions::lock_at_least_for
+pub(crate) static KEEP: Script = Script::new(
+    10,
+    r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call("pexpire", KEYS[1], ARGV[2])
+return 1"#,
+);
+
 /// What a wake-up message published by [`RELEASE_MODE`] says: every waiter may attempt.
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 10] = [
+pub(crate) const SCRIPTS: [&Script; 11] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -465,6 +479,7 @@ pub(crate) const SCRIPTS: [&Script; 10] = [
     &EXTEND_MODE,
     &RELEASE_MODE,
     &LEAVE,
+    &KEEP,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
