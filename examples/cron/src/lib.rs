@@ -26,6 +26,8 @@ const PERIOD: Duration = Duration::from_secs(2);
 /// keeps it held past that skew, so the replica that fires later still finds it held, and
 /// ends before the next tick.
 pub const REPORT_TIME: Duration = Duration::from_millis(50);
+/// How much later each replica's scheduler starts than the one before.
+const START_SKEW: Duration = Duration::from_millis(250);
 /// The replicas [`run`] starts.
 pub const REPLICAS: [&str; 2] = ["replica-a", "replica-b"];
 
@@ -171,8 +173,11 @@ pub async fn run(nodes: &[String], ticks: usize) -> anyhow::Result<Runs> {
     for name in REPLICAS {
         schedulers.push(replica(name, nodes, &inside, &sender).await?);
     }
+    // Replicas start at different moments: each scheduler's 500 ms checks are offset from
+    // the other's, so one tick fires on them up to 500 ms apart, longer than the report.
     for scheduler in &schedulers {
         scheduler.start().await?;
+        tokio::time::sleep(START_SKEW).await;
     }
     let mut runs = Runs::default();
     while runs.complete() < ticks {
