@@ -1,11 +1,12 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The handle and what it does: acquisition, release, scoped locking, the guard.
+// The handle and what it does: acquisition, release, scoped locking, inspection, the guard.
 mod acquire;
 mod builder;
 mod connect;
 mod guard;
+mod inspect;
 mod leader;
 mod redlock;
 mod release;
@@ -40,6 +41,7 @@ pub use builder::{
 pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
 pub use error::{BuildError, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
+pub use inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};
 pub use leader::{LeaderElection, Term};
 pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};

@@ -14,11 +14,12 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 /// The crates whose layering is checked.
-pub(crate) const CRATES: [&str; 4] = [
+pub(crate) const CRATES: [&str; 5] = [
     "redlock-template",
     "redlock-core",
     "redlock-axum",
     "redlock-macros",
+    "redlock-cli",
 ];
 
 /// Module path (`""` for the root, `a::b`) → the modules it imports.

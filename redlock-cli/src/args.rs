@@ -1,0 +1,167 @@
+//! The command line, parsed by clap: `redlock run` and `redlock status`, and the checks on
+//! each value made before anything is sent (durations, resource names, variable names).
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use redlock_core::MAX_RESOURCE_LEN;
+
+use crate::exit::EXIT_CODES_HELP;
+
+/// Run a command under a Redlock distributed lock, or show who holds one.
+///
+/// The nodes are independent Redis masters, from --nodes or the REDLOCK_NODES environment
+/// variable: comma-separated URLs such as redis://user:password@10.0.0.1:6379/0 (rediss://
+/// for TLS).
+#[derive(Debug, Parser)]
+#[command(name = "redlock", version, after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Take the lock on a resource, run a command while keeping the lock extended, and
+    /// release it when the command exits.
+    ///
+    /// If the lock is lost while the command runs (its extension refused, or no extension
+    /// confirmed in time), the command's process group gets SIGTERM, then SIGKILL after
+    /// --grace, and redlock exits with 79. SIGTERM, SIGINT and SIGHUP sent to redlock are
+    /// passed on to the command's process group; the lock is released once the command
+    /// exited. The command runs in a process group of its own (as under `timeout`), so it
+    /// does not read from a terminal.
+    #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+    Run(RunArgs),
+    /// Show whether a holder is present on each node, and the lock key's remaining ttl
+    /// there. The token is never read out of the nodes.
+    #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+    Status(StatusArgs),
+}
+
+/// `redlock run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The resource to lock, e.g. `nightly-report`.
+    #[arg(long, value_parser = resource)]
+    pub(crate) resource: String,
+    /// The lock's time to live on each node; it is extended every third of it while the
+    /// command runs (e.g. 30s, 1m, 500ms).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for a busy resource before giving up with exit code 75; `0s` makes a
+    /// single attempt (skip if busy), `forever` waits until the lock is taken.
+    #[arg(long, default_value = "10s", value_parser = wait)]
+    pub(crate) wait: Duration,
+    /// Take a fencing token with the lock (needs more nodes to confirm it: 3 of 3, 4 of 5)
+    /// and pass it to the command in this environment variable.
+    #[arg(long, value_name = "VAR", value_parser = env_var)]
+    pub(crate) fencing_env: Option<String>,
+    /// How long the command has to exit after SIGTERM when the lock is lost, before SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub(crate) grace: Duration,
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+    /// The command to run, and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `redlock status`.
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The resource to look at.
+    #[arg(value_parser = resource)]
+    pub(crate) resource: String,
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+}
+
+/// Where the nodes are.
+#[derive(Debug, Args)]
+pub(crate) struct NodeArgs {
+    /// The nodes' URLs, comma-separated (or --nodes given once per node); by default those in
+    /// the REDLOCK_NODES environment variable.
+    #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
+    pub(crate) nodes: Vec<String>,
+    /// A prefix added to the resource to form the Redis key (the same as the applications
+    /// locking it use, e.g. `lock:`).
+    #[arg(long, default_value = "")]
+    pub(crate) key_prefix: String,
+}
+
+/// A duration such as `30s`, `1m 30s`, `500ms` (humantime).
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{e}; give a duration such as 30s, 1m 30s or 500ms"))
+}
+
+/// [`duration`], or `forever` (`Duration::MAX`: wait until the lock is taken).
+fn wait(text: &str) -> Result<Duration, String> {
+    if text.eq_ignore_ascii_case("forever") {
+        return Ok(Duration::MAX);
+    }
+    duration(text)
+}
+
+/// A resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes (a NUL byte cannot be in an
+/// argument).
+fn resource(text: &str) -> Result<String, String> {
+    if text.is_empty() {
+        return Err(
+            "the resource name is empty; name what you are locking, e.g. nightly-report".into(),
+        );
+    }
+    if text.len() > MAX_RESOURCE_LEN {
+        return Err(format!(
+            "the resource name is {} bytes, more than the {MAX_RESOURCE_LEN} allowed",
+            text.len()
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+/// An environment variable name: letters, digits and `_`, not starting with a digit.
+fn env_var(text: &str) -> Result<String, String> {
+    let mut chars = text.chars();
+    let valid = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(format!(
+            "`{text}` is not an environment variable name (letters, digits and _, e.g. FENCING_TOKEN)"
+        ));
+    }
+    Ok(text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values_are_checked_before_anything_is_sent() {
+        assert_eq!(duration("1m 30s"), Ok(Duration::from_secs(90)));
+        assert!(duration("3x").is_err());
+        assert!(duration("").is_err());
+        assert_eq!(wait("forever"), Ok(Duration::MAX));
+        assert_eq!(wait("0s"), Ok(Duration::ZERO));
+        assert!(resource("").is_err());
+        assert!(resource(&"x".repeat(MAX_RESOURCE_LEN + 1)).is_err());
+        assert_eq!(resource("job:1"), Ok("job:1".to_owned()));
+        assert!(env_var("FENCING_TOKEN").is_ok());
+        assert!(env_var("_X1").is_ok());
+        for bad in ["", "1X", "A-B", "A=B"] {
+            assert!(env_var(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Exit codes, and the errors that end `redlock` with one of them.
+//!
+//! The codes are sysexits(3)'s where one fits, the shell's for a command that cannot run or
+//! was killed by a signal, and 79 (right after sysexits' range) for a lost lock.
+
+use std::io;
+
+use redlock_core::{BuildError, LockError, LostReason};
+
+/// Bad usage or configuration (sysexits `EX_USAGE`): arguments, durations, node URLs, no
+/// nodes, nodes that are not independent masters.
+pub(crate) const USAGE: u8 = 64;
+/// Redis unavailable (sysexits `EX_UNAVAILABLE`): fewer than a quorum of nodes reachable or
+/// answering.
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// Internal error (sysexits `EX_SOFTWARE`).
+pub(crate) const SOFTWARE: u8 = 70;
+/// An operating system error (sysexits `EX_OSERR`): a signal handler or the runtime could not
+/// be set up, waiting for the command failed, no entropy for a token.
+pub(crate) const OS_ERROR: u8 = 71;
+/// The resource is busy (sysexits `EX_TEMPFAIL`: try again later); the command did not run.
+pub(crate) const BUSY: u8 = 75;
+/// The lock was lost while the command ran; the command was stopped.
+pub(crate) const LOST: u8 = 79;
+/// The command was found but could not be run (as shells and `timeout(1)` answer).
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
+/// The command was not found (as shells and `timeout(1)` answer).
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// The exit codes, as `--help` shows them (the README's table says the same).
+pub(crate) const EXIT_CODES_HELP: &str = "\
+Exit codes of `redlock run`:
+  the command's own   the command ran and exited (128 + N if killed by signal N)
+  64                  bad usage or configuration (arguments, durations, node URLs, no nodes)
+  69                  Redis unavailable: fewer than a quorum of nodes reachable
+  75                  busy: another holder kept the resource for the whole --wait
+  79                  the lock was lost while the command ran; the command was stopped
+                      (SIGTERM, then SIGKILL after --grace)
+  126, 127            the command could not be run, or was not found
+  128 + N             redlock itself got signal N while waiting for the lock
+`redlock status` exits 0 once a quorum of nodes answered (held or not), 69 if fewer did,
+64 for bad usage.";
+
+/// Why `redlock` stopped without a status of the command's own.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The handle could not be built: bad node list (usage), or too few nodes reachable.
+    #[error(transparent)]
+    Build(BuildError),
+    /// The lock could not be taken.
+    #[error(transparent)]
+    Lock(LockError),
+    /// The lock was lost while the command ran; the command was stopped.
+    #[error("the lock on `{resource}` was lost: {reason}; the command was stopped")]
+    Lost {
+        /// The resource.
+        resource: String,
+        /// Why.
+        reason: LostReason,
+    },
+    /// The command could not be started.
+    #[error("could not run `{program}`")]
+    Spawn {
+        /// The program, as given.
+        program: String,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+    /// An OS facility failed: signal handlers, the runtime, waiting for the command.
+    #[error("{what}")]
+    Os {
+        /// What failed.
+        what: &'static str,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+    /// Signal `signal` arrived while waiting for the lock; nothing was run.
+    #[error("stopped by {signal} while waiting for the lock; the command did not run")]
+    Interrupted {
+        /// The signal.
+        signal: nix::sys::signal::Signal,
+    },
+    /// Fewer than a quorum of nodes answered a status read.
+    #[error("only {answered} of {nodes} nodes answered, {quorum} needed to tell")]
+    TooFewAnswered {
+        /// Nodes that answered.
+        answered: usize,
+        /// Nodes in all.
+        nodes: usize,
+        /// The quorum.
+        quorum: usize,
+    },
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub(crate) fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Build(BuildError::TooFewReachable { .. }) => UNAVAILABLE,
+            CliError::Build(_) => USAGE,
+            CliError::Lock(error) => lock_code(error),
+            CliError::Lost { .. } => LOST,
+            CliError::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound => NOT_FOUND,
+            CliError::Spawn { .. } => CANNOT_EXECUTE,
+            CliError::Os { .. } => OS_ERROR,
+            CliError::Interrupted { signal } => signal_code(*signal as i32),
+            CliError::TooFewAnswered { .. } => UNAVAILABLE,
+        }
+    }
+}
+
+/// The exit code for a lock that could not be taken.
+fn lock_code(error: &LockError) -> u8 {
+    if error.is_busy() {
+        BUSY
+    } else if error.is_unavailable() {
+        UNAVAILABLE
+    } else {
+        match error {
+            LockError::Invalid(_) => USAGE,
+            LockError::Entropy(_) => OS_ERROR,
+            _ => SOFTWARE,
+        }
+    }
+}
+
+/// A shell's code for a process killed by signal `signo`: 128 + `signo`.
+pub(crate) fn signal_code(signo: i32) -> u8 {
+    u8::try_from(128 + signo).unwrap_or(u8::MAX)
+}

@@ -1,0 +1,84 @@
+//! `redlock`: run a command under a Redlock distributed lock (`redlock run`), or show who
+//! holds a resource (`redlock status`). Exit codes: see [`exit`] and `redlock --help`.
+//!
+//! Modules, bottom up: `exit` (codes and errors), `args` (the command line), `connect` (the
+//! lock handle), `signals` and `child` (the command's process and the signals passed on to
+//! it), `run` and `status` (the two subcommands).
+
+mod args;
+mod child;
+mod connect;
+mod exit;
+mod run;
+mod signals;
+mod status;
+
+use std::error::Error as _;
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use args::{Cli, Command};
+use exit::CliError;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
+                _ => ExitCode::from(exit::USAGE),
+            };
+        }
+    };
+    // The lock's warnings (never a token) on stderr, not the Redis client's own (a connection
+    // closed at exit); RUST_LOG for more.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fred=error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .without_time()
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build();
+    let outcome = match runtime {
+        Ok(runtime) => runtime.block_on(async {
+            match cli.command {
+                Command::Run(args) => run::run(args).await,
+                Command::Status(args) => status::status(args).await,
+            }
+        }),
+        Err(source) => Err(CliError::Os {
+            what: "could not start the async runtime",
+            source,
+        }),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("redlock: {}", with_sources(&error));
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+/// `error`, then each source the text so far does not already say, `: `-separated.
+fn with_sources(error: &CliError) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        source = cause.source();
+    }
+    text
+}

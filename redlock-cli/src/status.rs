@@ -1,0 +1,92 @@
+//! `redlock status`: whether a holder is present on each node and the lock key's remaining
+//! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)); never the token.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use redlock_core::{Holder, NodeHolding, ResourceStatus};
+
+use crate::args::StatusArgs;
+use crate::connect::{builder, connect};
+use crate::exit::CliError;
+
+/// Prints the status of `args.resource` on stdout.
+///
+/// # Errors
+/// [`CliError::Build`] for a bad node list; [`CliError::TooFewAnswered`] (after printing what
+/// the nodes that answered hold) when fewer than a quorum answered.
+pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
+    // Unreachable nodes are shown as such, not a reason to stop; no waiter subscriptions.
+    let builder = builder(&args.nodes)
+        .require_quorum_at_start(false)
+        .handover_grace(Duration::ZERO);
+    let redlock = connect(builder).await?;
+    let status = redlock
+        .inspect(&args.resource)
+        .await
+        .map_err(CliError::Lock)?;
+    print!("{}", render(&status));
+    if status.answered() < status.quorum {
+        return Err(CliError::TooFewAnswered {
+            answered: status.answered(),
+            nodes: status.nodes.len(),
+            quorum: status.quorum,
+        });
+    }
+    Ok(0)
+}
+
+/// The status as text: a summary line, then one line per node.
+fn render(status: &ResourceStatus) -> String {
+    let nodes = status.nodes.len();
+    let held_on = status.held_on();
+    let summary = if status.is_held() {
+        "held"
+    } else if held_on > 0 {
+        "not held by a quorum (a lock being taken, released, or expiring)"
+    } else {
+        "free"
+    };
+    let mut out = format!(
+        "{}: {summary}; holder on {held_on} of {nodes} nodes, {} answered, quorum {}\n",
+        status.resource,
+        status.answered(),
+        status.quorum,
+    );
+    let width = status.nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
+    for node in &status.nodes {
+        let line = match &node.read {
+            Ok(holding) => describe(holding),
+            Err(error) => format!("no answer: {error}"),
+        };
+        let _ = writeln!(out, "  {:width$}  {line}", node.node);
+    }
+    out
+}
+
+/// One node's line.
+fn describe(holding: &NodeHolding) -> String {
+    let ttl = |ttl: Option<Duration>| match ttl {
+        Some(ttl) => format!("ttl {}", humantime::format_duration(ttl)),
+        None => "no ttl".to_owned(),
+    };
+    let mut line = match &holding.holder {
+        Holder::None => "free".to_owned(),
+        Holder::Plain => format!("held, {}", ttl(holding.ttl)),
+        Holder::Reserved => format!("handed over to a waiter, {}", ttl(holding.ttl)),
+        Holder::Modes(holders) if holders.is_empty() => "free (mode waiters only)".to_owned(),
+        Holder::Modes(holders) => {
+            let each: Vec<String> = holders
+                .iter()
+                .map(|h| format!("{} {}", h.mode, ttl(Some(h.ttl))))
+                .collect();
+            format!("held in modes: {}", each.join(", "))
+        }
+        Holder::Other { kind } => format!("a {kind} key (not a lock), {}", ttl(holding.ttl)),
+        _ => format!("held, {}", ttl(holding.ttl)),
+    };
+    if holding.waiters > 0 {
+        let _ = write!(line, ", {} waiting", holding.waiters);
+    }
+    line
+}

@@ -1,0 +1,381 @@
+//! `redlock run` end to end against real `redis-server` nodes: mutual exclusion between
+//! processes, busy and unavailable exit codes, a lost lock stopping the command (SIGTERM,
+//! then SIGKILL after the grace), the command's status passed through, the fencing token, and
+//! signals passed on.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use redlock_tests::{RedisNodes, foreign_set_nx, redlock as handle, within};
+use support::{Scratch, await_line, exists, finish, lines, output, redlock, tokens};
+
+/// Exit codes, as documented in `redlock --help` and the README.
+const UNAVAILABLE: i32 = 69;
+const BUSY: i32 = 75;
+const LOST: i32 = 79;
+
+/// Four `redlock run` at once on one resource, each command appending `enter N`, pausing,
+/// then `leave N` to one journal: the journal must read enter/leave pairs of one command at a
+/// time, all four (each waited for the one before).
+#[tokio::test]
+async fn concurrent_runs_on_one_resource_never_overlap() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("overlap");
+    let journal = scratch.file("journal");
+    let script = format!("echo enter $N >> {journal}; sleep 0.3; echo leave $N >> {journal}");
+    let runs: Vec<_> = (0..4)
+        .map(|n| {
+            let mut command = redlock(
+                Some(&nodes),
+                &[
+                    "run",
+                    "--resource",
+                    "nightly",
+                    "--wait",
+                    "20s",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            );
+            command.env("N", n.to_string());
+            command.spawn().unwrap()
+        })
+        .collect();
+    for run in runs {
+        finish(run).await.expect(0);
+    }
+    let journal = lines(&journal);
+    assert_eq!(journal.len(), 8, "{journal:?}");
+    let mut seen = Vec::new();
+    for pair in journal.chunks(2) {
+        let enter = pair[0].strip_prefix("enter ").unwrap();
+        assert_eq!(pair[1], format!("leave {enter}"), "overlap: {journal:?}");
+        seen.push(enter.to_owned());
+    }
+    seen.sort();
+    assert_eq!(seen, ["0", "1", "2", "3"], "{journal:?}");
+}
+
+/// `--wait 0s` on a held resource: one attempt, exit code 75, the command never runs; once
+/// the holder released it, the same command runs.
+#[tokio::test]
+async fn a_busy_resource_with_no_wait_exits_75_without_running_the_command() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("busy");
+    let marker = scratch.file("ran");
+    let script = format!("touch {marker}");
+    let args = [
+        "run",
+        "--resource",
+        "report",
+        "--wait",
+        "0s",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let holder = handle(&nodes).await;
+    let guard = holder.lock("report").await.unwrap();
+    let busy = output(redlock(Some(&nodes), &args)).await;
+    busy.expect(BUSY);
+    assert!(busy.stderr.contains("busy"), "{busy:#?}");
+    assert!(
+        !exists(&marker),
+        "the command ran while the resource was busy"
+    );
+    guard.release().await.unwrap();
+    output(redlock(Some(&nodes), &args)).await.expect(0);
+    assert!(exists(&marker));
+}
+
+/// One node of three killed: a quorum remains and the command runs. Two killed: exit code 69
+/// within the bound (the connect timeout), and the command never runs.
+#[tokio::test]
+async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
+    let mut nodes = RedisNodes::start(3);
+    let urls = nodes.urls().join(",");
+    let scratch = Scratch::new("killed");
+    let marker = scratch.file("ran");
+    let script = format!("echo ran >> {marker}");
+    let args = [
+        "run",
+        "--resource",
+        "job",
+        "--nodes",
+        &urls,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    nodes.servers[0].kill();
+    output(redlock(None, &args)).await.expect(0);
+    assert_eq!(lines(&marker), ["ran"]);
+    nodes.servers[1].kill();
+    let started = Instant::now();
+    let unavailable = output(redlock(None, &args)).await;
+    unavailable.expect(UNAVAILABLE);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(unavailable.stderr.contains("reachable"), "{unavailable:#?}");
+    assert_eq!(lines(&marker), ["ran"], "the command ran without a quorum");
+}
+
+/// A command that stops on SIGTERM, under a lock whose keys another client deletes and then
+/// takes: the next extension is refused, the command gets SIGTERM (it records it), and
+/// `redlock` exits with 79.
+#[tokio::test]
+async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("lost");
+    let journal = scratch.file("journal");
+    let script = format!(
+        "trap 'echo term >> {journal}; exit 0' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
+    );
+    let run = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "sync",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    await_line(&journal, "start").await;
+    assert_eq!(tokens(&nodes.values("sync").await).len(), 3);
+    nodes.delete("sync").await;
+    for url in nodes.urls() {
+        assert_eq!(foreign_set_nx(&url, "sync").await.as_deref(), Some("OK"));
+    }
+    let lost = finish(run).await;
+    lost.expect(LOST);
+    assert!(lost.stderr.contains("lost"), "{lost:#?}");
+    assert_eq!(lines(&journal), ["start", "term"]);
+    // The other client's keys are left alone.
+    assert_eq!(
+        nodes.values("sync").await,
+        vec![Some("theirs".to_owned()); 3]
+    );
+}
+
+/// A command that ignores SIGTERM, under a lock that is lost: it gets SIGKILL once the grace
+/// has passed, not before, and `redlock` exits with 79.
+#[tokio::test]
+async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("grace");
+    let pid_file = scratch.file("pid");
+    let script = format!("trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done");
+    let grace = Duration::from_millis(1500);
+    let run = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "sync",
+            "--ttl",
+            "2s",
+            "--grace",
+            "1500ms",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let pid = within("the command's pid", async {
+        loop {
+            if let Some(pid) = lines(&pid_file).first().and_then(|l| l.parse::<i32>().ok()) {
+                return Pid::from_raw(pid);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    nodes.delete("sync").await;
+    let deleted = Instant::now();
+    let lost = finish(run).await;
+    lost.expect(LOST);
+    assert!(
+        deleted.elapsed() >= grace,
+        "killed {:?} after the loss, before the {grace:?} grace",
+        deleted.elapsed()
+    );
+    assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
+    assert!(kill(pid, None).is_err(), "the command is still running");
+}
+
+/// The command's own exit status: its code, 128 + N when killed by signal N, 127 for a
+/// command not found and 126 for one that cannot be run.
+#[tokio::test]
+async fn the_command_exit_status_is_passed_through() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("status");
+    let not_executable = scratch.file("plain-file");
+    std::fs::write(&not_executable, "not a program").unwrap();
+    let cases: [(&[&str], i32); 5] = [
+        (&["true"], 0),
+        (&["sh", "-c", "exit 3"], 3),
+        (&["sh", "-c", "kill -USR1 $$"], 128 + Signal::SIGUSR1 as i32),
+        (&["/nonexistent/program"], 127),
+        (&[&not_executable], 126),
+    ];
+    for (command, code) in cases {
+        let mut args = vec!["run", "--resource", "exit"];
+        args.push("--");
+        args.extend_from_slice(command);
+        output(redlock(Some(&nodes), &args)).await.expect(code);
+        // Released every time, whatever the status.
+        nodes.gone_everywhere("exit").await;
+    }
+}
+
+/// `--fencing-env FENCE` hands each holder a larger fencing token than the one before; without
+/// it the variable is not set.
+#[tokio::test]
+async fn fencing_env_passes_an_increasing_token() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("fencing");
+    let journal = scratch.file("tokens");
+    let script = format!("echo \"${{FENCE-unset}}\" >> {journal}");
+    for _ in 0..3 {
+        let args = [
+            "run",
+            "--resource",
+            "ledger",
+            "--fencing-env",
+            "FENCE",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ];
+        output(redlock(Some(&nodes), &args)).await.expect(0);
+    }
+    let fenced: Vec<u64> = lines(&journal).iter().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(fenced.len(), 3);
+    assert!(fenced.windows(2).all(|w| w[0] < w[1]), "{fenced:?}");
+    let args = ["run", "--resource", "ledger", "--", "sh", "-c", &script];
+    output(redlock(Some(&nodes), &args)).await.expect(0);
+    assert_eq!(lines(&journal).last().map(String::as_str), Some("unset"));
+}
+
+/// SIGTERM to `redlock run` reaches the command; `redlock` exits with the command's status
+/// and releases the lock on every node before exiting.
+#[tokio::test]
+async fn sigterm_is_passed_on_and_the_lock_released_on_every_node() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("forward");
+    let journal = scratch.file("journal");
+    let script = format!(
+        "trap 'echo term >> {journal}; exit 5' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
+    );
+    let run = redlock(
+        Some(&nodes),
+        &["run", "--resource", "deploy", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    await_line(&journal, "start").await;
+    let pid = Pid::from_raw(i32::try_from(run.id().unwrap()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    finish(run).await.expect(5);
+    assert_eq!(lines(&journal), ["start", "term"]);
+    // Sent to every node before the exit: a command still unsent then would leave the key
+    // there for its 30 s ttl.
+    nodes.gone_everywhere("deploy").await;
+}
+
+/// SIGINT while waiting for a busy resource: the wait ends with 130 (128 + SIGINT), the
+/// command never runs, and the waiter leaves the nodes' queues before `redlock` exits.
+#[tokio::test]
+async fn sigint_while_waiting_ends_the_wait_and_leaves_the_queue() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("interrupt");
+    let marker = scratch.file("ran");
+    let holder = handle(&nodes).await;
+    let guard = holder.lock("deploy").await.unwrap();
+    let script = format!("touch {marker}");
+    let run = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "deploy",
+            "--wait",
+            "30s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    within("the run to queue as a waiter", async {
+        while nodes.queued("deploy").await.iter().all(|&n| n == 0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let pid = Pid::from_raw(i32::try_from(run.id().unwrap()).unwrap());
+    kill(pid, Signal::SIGINT).unwrap();
+    let interrupted = finish(run).await;
+    interrupted.expect(128 + Signal::SIGINT as i32);
+    assert!(!exists(&marker));
+    assert_eq!(nodes.queued("deploy").await, vec![0; 3]);
+    guard.release().await.unwrap();
+}
+
+/// Two of three nodes killed while the command runs: no extension can be confirmed, the lost
+/// signal fires before the validity runs out, and the command is stopped (79).
+#[tokio::test]
+async fn losing_the_quorum_while_running_stops_the_command() {
+    let mut nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("quorum");
+    let journal = scratch.file("journal");
+    let script = format!(
+        "trap 'echo term >> {journal}; exit 0' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
+    );
+    let run = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "sync",
+            "--ttl",
+            "2s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    await_line(&journal, "start").await;
+    nodes.servers[0].kill();
+    nodes.servers[1].kill();
+    finish(run).await.expect(LOST);
+    assert_eq!(lines(&journal), ["start", "term"]);
+}

@@ -1,0 +1,139 @@
+//! `redlock status` end to end against real `redis-server` nodes: a holder and its ttl per
+//! node, never the token; holders in lock modes; free resources; nodes that do not answer.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+mod support;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use redlock_tests::{RedisNodes, redlock as handle};
+use support::{Scratch, await_line, finish, output, redlock, tokens};
+
+/// While `redlock run` holds a resource, `status` says it is held, with each node's label
+/// and ttl, and neither its output nor its errors hold the token the nodes keep.
+#[tokio::test]
+async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("status-held");
+    let journal = scratch.file("journal");
+    let script = format!("echo start >> {journal}; exec sleep 30");
+    let run = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "nightly-report",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    await_line(&journal, "start").await;
+    let held = tokens(&nodes.values("nightly-report").await);
+    assert_eq!(held.len(), 3);
+
+    let status = output(redlock(Some(&nodes), &["status", "nightly-report"])).await;
+    status.expect(0);
+    for token in &held {
+        assert!(
+            !status.stdout.contains(token.as_str()),
+            "token printed: {status:#?}"
+        );
+        assert!(
+            !status.stderr.contains(token.as_str()),
+            "token printed: {status:#?}"
+        );
+    }
+    let lines: Vec<&str> = status.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("nightly-report: held; holder on 3 of 3 nodes"),
+        "{status:#?}"
+    );
+    for (line, url) in lines[1..].iter().zip(nodes.urls()) {
+        let label = url.trim_start_matches("redis://");
+        assert!(line.contains(label), "{status:#?}");
+        assert!(line.contains("held, ttl "), "{status:#?}");
+    }
+    assert_eq!(lines.len(), 4, "{status:#?}");
+
+    // Stopped with SIGTERM (passed on: `sleep` dies of it), released: free everywhere.
+    let pid = Pid::from_raw(i32::try_from(run.id().unwrap()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    finish(run).await.expect(128 + Signal::SIGTERM as i32);
+    let free = output(redlock(Some(&nodes), &["status", "nightly-report"])).await;
+    free.expect(0);
+    assert!(
+        free.stdout.starts_with("nightly-report: free;"),
+        "{free:#?}"
+    );
+    assert_eq!(free.stdout.matches(" free\n").count(), 3, "{free:#?}");
+}
+
+/// Readers holding a resource in a lock mode show as such, with the mode and the ttl of
+/// each holder's entry; `--key-prefix` finds a key an application locks under its prefix.
+#[tokio::test]
+async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
+    let nodes = RedisNodes::start(3);
+    let readers = redlock_core::Redlock::builder()
+        .nodes(nodes.urls())
+        .key_prefix("lock:")
+        .build()
+        .await
+        .unwrap();
+    let first = readers.read_lock("catalog").await.unwrap();
+    let second = readers.read_lock("catalog").await.unwrap();
+    let status = output(redlock(
+        Some(&nodes),
+        &["status", "catalog", "--key-prefix", "lock:"],
+    ))
+    .await;
+    status.expect(0);
+    assert!(status.stdout.starts_with("catalog: held;"), "{status:#?}");
+    assert_eq!(
+        status.stdout.matches("held in modes: PR ttl ").count(),
+        3,
+        "{status:#?}"
+    );
+    assert_eq!(status.stdout.matches(", PR ttl ").count(), 3, "{status:#?}");
+    for token in [first.token().expose(), second.token().expose()] {
+        assert!(!status.stdout.contains(token), "token printed: {status:#?}");
+    }
+    // Without the prefix it is another key: free.
+    let other = output(redlock(Some(&nodes), &["status", "catalog"])).await;
+    assert!(other.stdout.starts_with("catalog: free;"), "{other:#?}");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+/// A node that does not answer is shown as such; with a quorum answering, `status` still
+/// exits 0; with fewer, 69 after printing what it could read.
+#[tokio::test]
+async fn status_shows_nodes_that_do_not_answer() {
+    let mut nodes = RedisNodes::start(3);
+    let urls = nodes.urls().join(",");
+    let holder = handle(&nodes).await;
+    let guard = holder.lock("job").await.unwrap();
+    nodes.servers[2].kill();
+    let status = output(redlock(None, &["status", "job", "--nodes", &urls])).await;
+    status.expect(0);
+    assert!(
+        status
+            .stdout
+            .starts_with("job: held; holder on 2 of 3 nodes, 2 answered"),
+        "{status:#?}"
+    );
+    assert!(status.stdout.contains("no answer: "), "{status:#?}");
+    nodes.servers[1].kill();
+    let status = output(redlock(None, &["status", "job", "--nodes", &urls])).await;
+    status.expect(69);
+    assert!(status.stdout.contains("1 answered"), "{status:#?}");
+    assert!(
+        status.stderr.contains("only 1 of 3 nodes answered"),
+        "{status:#?}"
+    );
+    drop(guard);
+}

@@ -1,0 +1,136 @@
+//! What the `redlock` binary's tests share: starting it against real nodes, awaiting it within
+//! a bound, a scratch directory for what the commands it runs write, and a journal those
+//! commands append to.
+
+#![allow(dead_code, unreachable_pub)] // each test binary uses its own part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redlock_tests::RedisNodes;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_redlock");
+
+/// `redlock args...` with `REDLOCK_NODES` set to `nodes` (or unset, for `None`), its output
+/// piped.
+pub fn redlock(nodes: Option<&RedisNodes>, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(BIN);
+    command
+        .args(args)
+        .env_remove("REDLOCK_NODES")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(nodes) = nodes {
+        command.env("REDLOCK_NODES", nodes.urls().join(","));
+    }
+    command
+}
+
+/// Runs `command` to its end, at most 20 s.
+pub async fn output(mut command: tokio::process::Command) -> Finished {
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+    finish(child).await
+}
+
+/// Awaits a started `redlock`, at most 20 s.
+pub async fn finish(child: tokio::process::Child) -> Finished {
+    let output = tokio::time::timeout(Duration::from_secs(20), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("redlock did not exit within 20 s"))
+        .unwrap_or_else(|e| panic!("waiting for redlock: {e}"));
+    Finished::from(output)
+}
+
+/// A finished `redlock`: its exit code and its output as text.
+#[derive(Debug)]
+pub struct Finished {
+    /// The exit code (`None`: killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Finished {
+    fn from(output: Output) -> Self {
+        Self {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+}
+
+impl Finished {
+    /// Asserts the exit code, showing the output otherwise; no run may panic.
+    pub fn expect(&self, code: i32) -> &Self {
+        assert_eq!(self.code, Some(code), "{self:#?}");
+        assert!(!self.stderr.contains("panicked"), "{self:#?}");
+        self
+    }
+}
+
+/// A fresh scratch directory for one test, removed on drop.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("redlock-cli-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        Self(dir)
+    }
+
+    /// A path inside, as a string for the commands' shell scripts.
+    pub fn file(&self, name: &str) -> String {
+        self.0.join(name).to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The lines of the file at `path` (none if it does not exist).
+pub fn lines(path: &str) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|text| text.lines().map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Waits (at most 10 s) until the file at `path` has a line equal to `line`.
+pub async fn await_line(path: &str, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lines(path).iter().any(|l| l == line) {
+        assert!(
+            Instant::now() < deadline,
+            "no line {line:?} in {path} within 10 s: {:?}",
+            lines(path)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Whether `path` exists.
+pub fn exists(path: &str) -> bool {
+    Path::new(path).exists()
+}
+
+/// The 40-hex-digit tokens among `values` (what the nodes hold at a lock key).
+pub fn tokens(values: &[Option<String>]) -> Vec<String> {
+    values
+        .iter()
+        .flatten()
+        .filter(|v| v.len() == 40 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,334 @@
+//! [`Redlock::inspect`]: what every node holds for a resource, read from the outside (holder
+//! present or not, the key's remaining ttl, waiters queued), never the token. For operators
+//! (`redlock status`) and for diagnostics; it takes no lock and changes nothing.
+
+use std::time::Duration;
+
+use fred::types::Value;
+use futures_util::future::join_all;
+
+use crate::error::{InvalidInput, LockError};
+use crate::keys::{ResourceKeys, validate_resource};
+use crate::mode::Mode;
+use crate::node::Node;
+use crate::outcome::NodeError;
+use crate::redlock::Redlock;
+
+/// Reads one resource on one node, atomically, and returns what the lock layout says about it
+/// without the token (`node/scripts.rs` describes the layout): the key's type, its `PTTL`, the
+/// number of plain waiters queued, whether a string value is a hand-over reservation (a
+/// waiter's `~` marker rather than a holder's token), and for a hash (a resource held in
+/// modes) one `mode, remaining ms, is-waiter` triple per live entry, the node's clock deciding
+/// what is live. Only reads: `TYPE`, `PTTL`, `GET`, `HGETALL`, `TIME`, and `ZCARD` under
+/// `pcall`.
+const INSPECT: &str = r#"local key = KEYS[1]
+local kind = redis.call("type", key).ok
+local pttl = redis.call("pttl", key)
+local queued = redis.pcall("zcard", KEYS[2])
+if type(queued) ~= "number" then queued = 0 end
+local out = {kind, pttl, queued, 0}
+if kind == "string" then
+  if string.sub(redis.call("get", key), 1, 1) == "~" then out[4] = 1 end
+elseif kind == "hash" then
+  local clock = redis.call("time")
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local entries = redis.call("hgetall", key)
+  for i = 1, #entries, 2 do
+    local mode, expiry = string.match(entries[i + 1], "^(%a%a) (%d+)")
+    expiry = tonumber(expiry) or 0
+    if mode and expiry > now then
+      local waiter = 0
+      if string.sub(entries[i], 1, 1) == "~" then waiter = 1 end
+      table.insert(out, mode)
+      table.insert(out, expiry - now)
+      table.insert(out, waiter)
+    end
+  end
+end
+return out"#;
+
+/// What [`Redlock::inspect`] read on every node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResourceStatus {
+    /// The resource.
+    pub resource: String,
+    /// Its Redis key (the key prefix followed by the resource).
+    pub key: String,
+    /// The nodes that must agree for a lock: `N / 2 + 1`.
+    pub quorum: usize,
+    /// Each node's answer, in the handle's node order.
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl ResourceStatus {
+    /// Nodes that answered.
+    pub fn answered(&self) -> usize {
+        self.nodes.iter().filter(|n| n.read.is_ok()).count()
+    }
+
+    /// Nodes where a holder is present ([`Holder::is_present`]).
+    pub fn held_on(&self) -> usize {
+        self.nodes
+            .iter()
+            .filter(|n| n.read.as_ref().is_ok_and(|r| r.holder.is_present()))
+            .count()
+    }
+
+    /// `true` when a holder is present on a quorum of nodes: the resource is held (a lock of
+    /// ours, a foreign client's key, or a hand-over in progress).
+    pub fn is_held(&self) -> bool {
+        self.held_on() >= self.quorum
+    }
+}
+
+/// One node's answer to [`Redlock::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeStatus {
+    /// The node's label (`host:port`, never credentials).
+    pub node: String,
+    /// What it holds for the resource, or why it gave no usable answer (it did not answer
+    /// within the handle's node timeout, is not connected, or refused the read, e.g.
+    /// `NOPERM`).
+    pub read: Result<NodeHolding, NodeError>,
+}
+
+/// What one node holds for a resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeHolding {
+    /// Who holds the lock key there, if anyone.
+    pub holder: Holder,
+    /// The lock key's remaining ttl on that node (`PTTL`); `None` when there is no key or it
+    /// has no expiry (a foreign key set without one).
+    pub ttl: Option<Duration>,
+    /// Waiters for the resource on that node: plain waiters queued for a hand-over, plus the
+    /// waiter entries of mode requests that were refused.
+    pub waiters: usize,
+}
+
+/// Who holds a resource's lock key on one node. Tokens are never read out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holder {
+    /// No key: the resource is free on this node.
+    None,
+    /// A plain lock (a string at the key: a lock of ours or a foreign client's `SET NX`).
+    Plain,
+    /// A hand-over in progress: a release reserved the key for a queued waiter, for the
+    /// hand-over grace ([`RedlockBuilder::handover_grace`](crate::RedlockBuilder::handover_grace)).
+    Reserved,
+    /// Held in lock modes ([`LockOptions::mode`](crate::LockOptions::mode)): each live
+    /// holder's mode and the ttl its entry has left, on the node's clock. Empty when only
+    /// waiters' entries are left.
+    Modes(Vec<ModeHolder>),
+    /// A key of another type, which no lock of ours writes; every acquisition is refused
+    /// while it is there.
+    Other {
+        /// Its Redis type (`list`, `set`, …).
+        kind: String,
+    },
+}
+
+impl Holder {
+    /// `true` when the key excludes a plain acquisition: anything but [`Holder::None`] and a
+    /// [`Holder::Modes`] with no live holder.
+    pub fn is_present(&self) -> bool {
+        match self {
+            Holder::None => false,
+            Holder::Modes(holders) => !holders.is_empty(),
+            Holder::Plain | Holder::Reserved | Holder::Other { .. } => true,
+        }
+    }
+}
+
+/// One holder of a resource held in lock modes, on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModeHolder {
+    /// The mode it holds the resource in.
+    pub mode: Mode,
+    /// The ttl its entry has left on that node.
+    pub ttl: Duration,
+}
+
+impl Redlock {
+    /// Reads what every node holds for `resource`, at once, each within the handle's node
+    /// timeout: whether a holder is present, the key's remaining ttl, and the waiters queued
+    /// ([`ResourceStatus`]). One read-only `EVAL` per node: an ACL user needs `+eval` and the
+    /// commands it runs, `+type +pttl +get`, `+hgetall +time` for a resource held in lock
+    /// modes, and `+zcard` to count waiters (0 without it). It takes no lock, changes
+    /// nothing, and never reads the token out of the node.
+    ///
+    /// A snapshot: a holder may come or go right after. Nodes that do not answer are in the
+    /// status with their error; deciding what too few answers mean is the caller's.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// let status = redlock.inspect("report:nightly").await?;
+    /// println!("held on {} of {} nodes", status.held_on(), status.nodes.len());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LockError::Invalid`] for an empty or over-long resource, or one (or a key prefix)
+    /// holding a NUL byte; nothing is sent.
+    pub async fn inspect(&self, resource: &str) -> Result<ResourceStatus, LockError> {
+        validate_resource(resource)?;
+        let key = self.key_for(resource);
+        if key.contains('\0') {
+            return Err(InvalidInput::ReservedResource.into());
+        }
+        let keys = ResourceKeys::new(key);
+        let masters = self.masters();
+        let limit = masters.node_timeout;
+        let reads = masters.nodes.iter().map(|node| async {
+            NodeStatus {
+                node: node.label.clone(),
+                read: read_node(node, &keys, limit).await,
+            }
+        });
+        let nodes = join_all(reads).await;
+        Ok(ResourceStatus {
+            resource: resource.to_owned(),
+            key: keys.lock,
+            quorum: masters.quorum,
+            nodes,
+        })
+    }
+}
+
+/// [`INSPECT`] on one node, within `limit`.
+async fn read_node(
+    node: &Node,
+    keys: &ResourceKeys,
+    limit: Duration,
+) -> Result<NodeHolding, NodeError> {
+    let args = vec![
+        Value::from(INSPECT),
+        Value::from(2),
+        Value::from(keys.lock.as_str()),
+        Value::from(keys.waiters.as_str()),
+    ];
+    let reply = tokio::time::timeout(limit, node.call("EVAL", args))
+        .await
+        .unwrap_or(Err(NodeError::Timeout(limit)))?;
+    decode(reply).ok_or_else(|| {
+        NodeError::UnexpectedReply("to the inspect script (no lock key layout)".to_owned())
+    })
+}
+
+/// The reply of [`INSPECT`]; `None` when it is not what the script returns.
+fn decode(reply: Value) -> Option<NodeHolding> {
+    let reply = match reply {
+        Value::Array(values) => values,
+        _ => return None,
+    };
+    let (head, entries) = reply.split_at_checked(4)?;
+    let kind = head[0].as_str()?;
+    let pttl = head[1].as_i64()?;
+    let queued = head[2].as_i64()?;
+    let reserved = head[3].as_i64()? == 1;
+    let mut waiters = usize::try_from(queued).unwrap_or(0);
+    let holder = match &*kind {
+        "none" => Holder::None,
+        "string" if reserved => Holder::Reserved,
+        "string" => Holder::Plain,
+        "hash" => {
+            let mut holders = Vec::new();
+            for entry in entries.chunks(3) {
+                let [mode, ttl, waiter] = entry else {
+                    return None;
+                };
+                let mode: Mode = mode.as_str()?.parse().ok()?;
+                let ttl = Duration::from_millis(u64::try_from(ttl.as_i64()?).ok()?);
+                if waiter.as_i64()? == 1 {
+                    waiters += 1;
+                } else {
+                    holders.push(ModeHolder { mode, ttl });
+                }
+            }
+            Holder::Modes(holders)
+        }
+        other => Holder::Other {
+            kind: other.to_owned(),
+        },
+    };
+    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    Some(NodeHolding {
+        holder,
+        ttl,
+        waiters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(values: Vec<Value>) -> Value {
+        Value::Array(values)
+    }
+
+    #[test]
+    fn replies_decode_into_holders_without_tokens() {
+        let plain = decode(reply(vec![
+            "string".into(),
+            1500.into(),
+            2.into(),
+            0.into(),
+        ]))
+        .unwrap();
+        assert_eq!(plain.holder, Holder::Plain);
+        assert_eq!(plain.ttl, Some(Duration::from_millis(1500)));
+        assert_eq!(plain.waiters, 2);
+
+        let reserved = decode(reply(vec!["string".into(), 20.into(), 0.into(), 1.into()]));
+        assert_eq!(reserved.unwrap().holder, Holder::Reserved);
+
+        let free = decode(reply(vec!["none".into(), (-2).into(), 0.into(), 0.into()])).unwrap();
+        assert_eq!((free.holder.is_present(), free.ttl), (false, None));
+
+        let modes = decode(reply(vec![
+            "hash".into(),
+            900.into(),
+            0.into(),
+            0.into(),
+            "PR".into(),
+            900.into(),
+            0.into(),
+            "EX".into(),
+            100.into(),
+            1.into(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            modes.holder,
+            Holder::Modes(vec![ModeHolder {
+                mode: Mode::ProtectedRead,
+                ttl: Duration::from_millis(900)
+            }])
+        );
+        assert_eq!(modes.waiters, 1);
+
+        let waiters_only = decode(reply(vec!["hash".into(), 5.into(), 0.into(), 0.into()]));
+        assert!(!waiters_only.unwrap().holder.is_present());
+
+        let foreign = decode(reply(vec!["list".into(), (-1).into(), 0.into(), 0.into()]));
+        let foreign = foreign.unwrap();
+        assert!(foreign.holder.is_present());
+        assert_eq!(foreign.ttl, None);
+
+        assert_eq!(decode(Value::Integer(1)), None);
+        assert_eq!(decode(reply(vec!["hash".into()])), None);
+        let torn = reply(vec![
+            "hash".into(),
+            5.into(),
+            0.into(),
+            0.into(),
+            "PR".into(),
+        ]);
+        assert_eq!(decode(torn), None);
+    }
+}
