@@ -473,6 +473,14 @@ impl RedlockBuilder {
             return Err(error);
         }
         self.options.validate()?;
+        if let Some(mode) = self.options.get_mode() {
+            return Err(BuildError::Option {
+                name: "mode",
+                reason: format!(
+                    "a default mode ({mode}) would apply to every lock(), #[redlock] function and layer route of the handle, making the shared modes shared everywhere; give the mode per acquisition (lock_mode, read_lock, write_lock, LockOptions::mode, #[redlock(mode = ..)])"
+                ),
+            });
+        }
         for (name, value) in [
             ("node_timeout", self.node_timeout),
             ("connect_timeout", self.connect_timeout),
@@ -601,6 +609,13 @@ mod tests {
                     .node("redis://10.255.255.1:1")
                     .lock_options(LockOptions::default().ttl(Duration::ZERO)),
                 |e| matches!(e, BuildError::Invalid(_)),
+            ),
+            (
+                // A default mode would make every lock of the handle shared.
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().mode(crate::Mode::ProtectedRead)),
+                |e| matches!(e, BuildError::Option { name: "mode", .. }),
             ),
             (
                 RedlockBuilder::default()

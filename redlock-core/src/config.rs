@@ -158,7 +158,7 @@ options! {
     /// | `REDLOCK_LOST_MARGIN` | [`lock.lost_margin`](LockConfig::lost_margin) | duration |
     /// | `REDLOCK_FENCING` | [`lock.fencing`](LockConfig::fencing) | `true` or `false` |
     /// | `REDLOCK_REENTRANT` | [`lock.reentrant`](LockConfig::reentrant) | `true` or `false` |
-    /// | `REDLOCK_MODE` | [`lock.mode`](LockConfig::mode) | lock mode: `read`, `write`, `NL` … `EX` |
+    /// | `REDLOCK_MODE` | [`lock.mode`](LockConfig::mode) | lock mode: `read`, `write`, `NL` … `EX` (a `LockConfig` of one resource; as the handle's default, `build()` refuses it) |
     ///
     /// `Debug` shows how many node URLs there are, not the URLs (they may hold passwords),
     /// nor PEM text.
@@ -239,7 +239,10 @@ options! {
         /// [`LockOptions::reentrant`].
         reentrant: bool,
         /// [`LockOptions::mode`]: `read`, `write`, or `NL`, `CR`, `CW`, `PR`, `PW`, `EX` (or
-        /// their names: see [`Mode`]).
+        /// their names: see [`Mode`]). For the options of one resource
+        /// ([`apply`](Self::apply)): as the handle's default, in a [`RedlockConfig`], it fails
+        /// [`build`](crate::RedlockBuilder::build) with [`BuildError::Option`], since it would
+        /// make every lock of the handle shared.
         mode: Mode,
     }
     sections {}
@@ -389,7 +392,7 @@ pub enum PemSource {
 impl fmt::Debug for PemSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::File(path) => f.debug_tuple("File").field(path).finish(),
+            Self::File(path) => write!(f, "File({})", crate::error::shown_path(path)),
             Self::Pem(text) => write!(f, "Pem(<{} bytes>)", text.len()),
         }
     }
@@ -606,12 +609,17 @@ impl Value for Mode {
 impl Value for PemSource {
     const EXPECTED: &'static str = "a file path, or PEM text (-----BEGIN ...)";
 
+    /// PEM when it holds a `-----BEGIN` line anywhere or spans lines (PEM after `Bag
+    /// Attributes`, behind a quote or a byte-order mark); a path otherwise. Either way an
+    /// error never quotes it when it may be a key ([`shown_path`](crate::error::shown_path)).
     fn parse(text: &str) -> Result<Self, String> {
-        Ok(if text.trim_start().starts_with("-----BEGIN") {
-            PemSource::Pem(text.to_owned())
-        } else {
-            PemSource::File(PathBuf::from(text))
-        })
+        Ok(
+            if text.contains("-----BEGIN") || text.contains(['\n', '\r']) {
+                PemSource::Pem(text.to_owned())
+            } else {
+                PemSource::File(PathBuf::from(text))
+            },
+        )
     }
 }
 
@@ -682,6 +690,39 @@ mod tests {
 
     fn set(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_key_pasted_where_a_path_goes_is_never_shown() {
+        const SECRET: &str = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj";
+        let pem = format!("-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n");
+        let inputs = [
+            format!("Bag Attributes\n    localKeyID: 01\n{pem}"),
+            format!("\u{feff}{pem}"),
+            format!("\"{pem}\""),
+            SECRET.repeat(4),
+            format!("\u{feff}{SECRET}"),
+        ];
+        for input in inputs {
+            let source = PemSource::parse(&input).unwrap();
+            let shown = format!("{source:?}");
+            assert!(!shown.contains(&SECRET[..16]), "{shown}");
+            if let PemSource::File(path) = &source {
+                let error = BuildError::ReadFile {
+                    option: "tls_client_key",
+                    path: path.clone(),
+                    source: std::io::Error::other("no such file"),
+                };
+                assert!(!error.to_string().contains(&SECRET[..16]), "{error}");
+            }
+        }
+        // A plain path is shown as it is.
+        let error = BuildError::ReadFile {
+            option: "tls_ca",
+            path: PathBuf::from("/etc/redis/ca.crt"),
+            source: std::io::Error::other("no such file"),
+        };
+        assert!(error.to_string().contains("`/etc/redis/ca.crt`"), "{error}");
     }
 
     #[test]

@@ -94,6 +94,10 @@ pub enum InvalidInput {
         /// The ttl.
         ttl: Duration,
     },
+    /// A leader election was given a lock mode: a shared mode would let several candidates
+    /// lead at once.
+    #[error("a leader election takes the plain exclusive lock: remove the mode from its options")]
+    LeaderWithMode,
     /// `lock_at_least_for` was asked for a lock in a mode.
     #[error(
         "lock_at_least_for applies to the plain exclusive lock only, not to a lock taken in a mode"
@@ -400,7 +404,7 @@ pub enum BuildError {
     },
     /// A file named by the configuration could not be read (a TLS certificate or key given
     /// as a path: [`RedlockConfig::tls_ca`](crate::RedlockConfig::tls_ca) and its siblings).
-    #[error("cannot read the {option} file `{}`", path.display())]
+    #[error("cannot read the {option} file {}", shown_path(path))]
     ReadFile {
         /// The option, e.g. `tls_ca`.
         option: &'static str,
@@ -442,4 +446,23 @@ pub enum BuildError {
         /// The client's error.
         source: crate::outcome::ClientError,
     },
+}
+
+/// The longest path shown in an error or `Debug` output.
+const MAX_SHOWN_PATH: usize = 200;
+
+/// A configured path as errors and `Debug` show it: quoted, or, when it looks like something
+/// else pasted where a path was expected (over 200 bytes, or holding a control character: a
+/// key on one line, or with a byte-order mark), only its length, which never shows the
+/// secret it may be.
+pub(crate) fn shown_path(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    if text.len() > MAX_SHOWN_PATH
+        || text.chars().any(char::is_control)
+        || text.starts_with('\u{feff}')
+    {
+        format!("<a path of {} bytes, not shown>", text.len())
+    } else {
+        format!("`{text}`")
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::LockError;
+use crate::error::{InvalidInput, LockError};
 use crate::lease::LockInfo;
 use crate::options::LockOptions;
 use crate::redlock::Redlock;
@@ -93,8 +93,11 @@ impl LeaderElection {
     /// `run` sets three of them whatever is given: [`wait_forever`](LockOptions::wait_forever),
     /// [`auto_extend`](LockOptions::auto_extend) and `reentrant(false)` (a candidate is always
     /// a holder of its own). [`max_hold`](LockOptions::max_hold) limits the length of a term:
-    /// the lock then runs out, the term ends, and the candidate campaigns again. Leave
-    /// [`mode`](LockOptions::mode) unset: a shared mode would let several candidates lead.
+    /// the lock then runs out, the term ends, and the candidate campaigns again. A
+    /// [`mode`](LockOptions::mode) is refused by `run` ([`InvalidInput::LeaderWithMode`]): a
+    /// shared mode would let several candidates lead.
+    ///
+    /// [`InvalidInput::LeaderWithMode`]: crate::InvalidInput::LeaderWithMode
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
@@ -132,6 +135,9 @@ impl LeaderElection {
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = ()>,
     {
+        if self.options.get_mode().is_some() {
+            return Err(InvalidInput::LeaderWithMode.into());
+        }
         let resource = self.resource.as_str();
         let options = self
             .options
