@@ -54,7 +54,8 @@ impl LockRejection {
     }
 
     /// The `Retry-After` sent with unavailable answers (`503`; whole seconds, rounded up, at
-    /// least 1). A busy answer sends the holder's remaining ttl instead.
+    /// least 1), and with busy answers when the holder's remaining ttl is unknown (a busy
+    /// answer sends that ttl when the nodes reported it).
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.retry_after = after;
@@ -83,12 +84,12 @@ impl LockRejection {
     }
 
     /// The `Retry-After` this rejection sends, in seconds (rounded up, at least 1): the
-    /// holder's remaining ttl when busy and reported, the configured delay when unavailable,
-    /// `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
+    /// holder's remaining ttl when busy and reported ([`LockError::retry_after`]), the
+    /// configured delay when busy without it or unavailable, `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
     /// builds its own response.
     pub fn retry_after_secs(&self) -> Option<u64> {
         let after = if self.error.is_busy() {
-            self.error.retry_after()
+            Some(self.error.retry_after().unwrap_or(self.retry_after))
         } else if self.status() == StatusCode::SERVICE_UNAVAILABLE {
             Some(self.retry_after)
         } else {
@@ -277,11 +278,7 @@ mod tests {
             let text = rejection.body_text();
             // Busy: the holder's remaining ttl when the nodes reported it; unavailable: the
             // configured delay; never with a 400 or a 500.
-            let retry = if rejection.error().is_busy() {
-                rejection.error().retry_after().is_some()
-            } else {
-                status == StatusCode::SERVICE_UNAVAILABLE
-            };
+            let retry = rejection.error().is_busy() || status == StatusCode::SERVICE_UNAVAILABLE;
             assert_eq!(rejection.retry_after_secs().is_some(), retry);
             let response = rejection.into_response();
             assert_eq!(response.status(), status);
@@ -307,9 +304,11 @@ mod tests {
             assert_eq!(rejection.status(), expected, "{:?}", rejection.error());
             let sent = if expected == StatusCode::SERVICE_UNAVAILABLE {
                 Some(2)
+            } else if busy {
+                // Busy: the holder's ttl when known, else the configured delay.
+                Some(rejection.error().retry_after().map_or(2, whole_seconds))
             } else {
-                // Busy: the holder's ttl, not the configured delay.
-                rejection.error().retry_after().map(whole_seconds)
+                None
             };
             assert_eq!(
                 rejection.retry_after_secs(),

@@ -130,13 +130,14 @@ impl Outcomes {
     }
 
     /// How long until, by the holders' ttls, enough nodes are free for `quorum`: the nodes
-    /// that did not report a holder count as free, and each holding node frees up when its
-    /// [`holder_ttl`](NodeOutcome::holder_ttl) runs out. `None` when that cannot be known
-    /// (too few holding nodes report a ttl, e.g. a foreign key with no expiry). A holder may
-    /// release sooner, or extend: this is the wait by the ttls now, not a promise.
+    /// that granted count as free, and each holding node frees up when its
+    /// [`holder_ttl`](NodeOutcome::holder_ttl) runs out; nodes that failed or were not awaited
+    /// count as neither (they may hold it). `None` when that cannot be known (too few holding
+    /// nodes report a ttl: a foreign key with no expiry, `PTTL` refused by an ACL, nodes
+    /// down). A holder may release sooner, or extend: this is the wait by the ttls now, not
+    /// a promise.
     pub fn free_in(&self, quorum: usize) -> Option<Duration> {
-        let holding = self.held();
-        let free = self.len() - holding;
+        let free = self.acquired();
         let Some(needed) = quorum.checked_sub(free).filter(|&n| n > 0) else {
             return Some(Duration::ZERO);
         };
@@ -228,7 +229,7 @@ mod tests {
 
     #[test]
     fn free_in_is_when_a_quorum_of_nodes_is_free_by_the_holders_ttls() {
-        use NodeVote::{Acquired, Held, Undecided};
+        use NodeVote::{Acquired, Failed, Held, Undecided};
         let ms = |ms| Some(Duration::from_millis(ms));
         // 5 nodes, quorum 3, held on all: the third shortest ttl.
         let all = outcomes(&[
@@ -239,17 +240,27 @@ mod tests {
             (Held, Some(700)),
         ]);
         assert_eq!(all.free_in(3), ms(500));
-        // Two nodes not holding: one more must free up, the shortest.
-        let two_free = outcomes(&[
+        // One node granted: two more must free up. The node not awaited may hold it: it
+        // counts as neither.
+        let one_free = outcomes(&[
             (Acquired, None),
             (Undecided, None),
             (Held, Some(800)),
             (Held, Some(200)),
             (Held, Some(600)),
         ]);
-        assert_eq!(two_free.free_in(3), ms(200));
+        assert_eq!(one_free.free_in(3), ms(600));
         // Enough free already.
-        assert_eq!(two_free.free_in(2), Some(Duration::ZERO));
+        assert_eq!(one_free.free_in(1), Some(Duration::ZERO));
+        // Two nodes down, one granted, two held: both holders must free up, not none.
+        let down = outcomes(&[
+            (Acquired, None),
+            (Failed(NodeError::Timeout(Duration::from_millis(100))), None),
+            (Failed(NodeError::Timeout(Duration::from_millis(100))), None),
+            (Held, Some(4000)),
+            (Held, Some(9000)),
+        ]);
+        assert_eq!(down.free_in(3), ms(9000));
         // A holding node with no expiry never frees up; too few with one: unknown.
         let forever = outcomes(&[(Held, None), (Held, None), (Held, Some(100))]);
         assert_eq!(forever.free_in(2), None);
