@@ -234,7 +234,12 @@ impl LockGuard {
         // stops waiting does not cut the release short.
         let released = self.redlock.release_lease(&lease, "explicit").await;
         if released.answered < released.quorum {
-            telemetry::release_unconfirmed(&lease.resource, released.answered, released.quorum);
+            telemetry::release_unconfirmed(
+                &lease.resource,
+                &lease.class,
+                released.answered,
+                released.quorum,
+            );
             return Err(LockError::ReleaseUnconfirmed {
                 resource: lease.resource.clone(),
                 answered: released.answered,

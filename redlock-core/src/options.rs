@@ -1,5 +1,6 @@
 //! Per-acquisition options: ttl, retries, wait deadline and drift factor.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::InvalidInput;
@@ -59,6 +60,7 @@ pub struct LockOptions {
     extend_fraction: f64,
     max_hold: Option<Duration>,
     lock_at_least_for: Option<Duration>,
+    resource_class: Option<Arc<str>>,
     max_extensions: Option<u32>,
     lost_margin: Option<Duration>,
     fencing: bool,
@@ -79,6 +81,7 @@ impl Default for LockOptions {
             extend_fraction: DEFAULT_EXTEND_FRACTION,
             max_hold: None,
             lock_at_least_for: None,
+            resource_class: None,
             max_extensions: None,
             lost_margin: None,
             fencing: false,
@@ -243,6 +246,24 @@ impl LockOptions {
     /// The minimum hold, if any ([`lock_at_least_for`](Self::lock_at_least_for)).
     pub fn get_lock_at_least_for(&self) -> Option<Duration> {
         self.lock_at_least_for
+    }
+
+    /// The resource class this lock's metrics are labelled by (the `metrics` feature), instead
+    /// of [`resource_class`](crate::resource_class)'s: the resource up to its first `:`, which
+    /// is client data when the resource starts with it. `#[redlock]` and redlock-axum's
+    /// template layers set it from the template (`order:{id}` → `order`; `{tenant}:sync` →
+    /// the template itself), so a class always comes from the code. Classes given here are
+    /// used as they are, outside [`MAX_RESOURCE_CLASSES`](crate::MAX_RESOURCE_CLASSES): give
+    /// a fixed name, never one built from input. Default: none.
+    #[must_use]
+    pub fn resource_class(mut self, class: impl Into<Arc<str>>) -> Self {
+        self.resource_class = Some(class.into());
+        self
+    }
+
+    /// The resource class given with [`resource_class`](Self::resource_class), if any.
+    pub fn get_resource_class(&self) -> Option<&str> {
+        self.resource_class.as_deref()
     }
 
     /// Take the lock in a [`Mode`] (seed 002's six DLM modes): holders in compatible modes

@@ -140,7 +140,7 @@ impl Redlock {
                 marker: &lease.marker,
             },
         };
-        let span = telemetry::release_span(&lease.resource, via);
+        let span = telemetry::release_span(&lease.resource, &lease.class, via);
         let released = self
             .release_key(&lease.keys, &lease.token, releasing, lease.busy())
             .instrument(span.clone())
@@ -162,7 +162,12 @@ impl Redlock {
             let released = redlock.release_lease(&lease, "drop").await;
             unsent.sent();
             if released.answered < released.quorum {
-                telemetry::release_unconfirmed(&lease.resource, released.answered, released.quorum);
+                telemetry::release_unconfirmed(
+                    &lease.resource,
+                    &lease.class,
+                    released.answered,
+                    released.quorum,
+                );
             }
         })
     }
@@ -205,7 +210,7 @@ impl Redlock {
                 .collect();
         }
         for (lease, answered) in unconfirmed {
-            telemetry::release_unconfirmed(&lease.resource, answered, self.quorum());
+            telemetry::release_unconfirmed(&lease.resource, &lease.class, answered, self.quorum());
             report.unconfirmed.push(lease.resource.clone());
         }
         tracing::info!(

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{LockError, LostReason};
 use crate::mode::Mode;
+use crate::options::LockOptions;
 use crate::outcome::{NodeVote, Outcomes};
 
 #[cfg(feature = "metrics")]
@@ -77,6 +78,15 @@ impl Classes {
     }
 }
 
+/// The class of a lock on `resource` with `options`: the one the options give
+/// ([`LockOptions::resource_class`]), else [`resource_class`]'s.
+fn class_of(resource: &str, options: &LockOptions) -> String {
+    match options.get_resource_class() {
+        Some(class) => class.to_owned(),
+        None => resource_class(resource),
+    }
+}
+
 /// The name of an acquisition's outcome: `acquired`, or the kind of [`LockError`].
 fn outcome(result: Result<(), &LockError>) -> &'static str {
     match result {
@@ -130,12 +140,12 @@ pub(crate) struct Acquisition {
 impl Acquisition {
     pub(crate) fn start(
         resource: &str,
-        mode: Option<Mode>,
-        ttl_ms: u64,
+        options: &LockOptions,
         nodes: usize,
         quorum: usize,
     ) -> Self {
-        let class = resource_class(resource);
+        let class = class_of(resource, options);
+        let (mode, ttl_ms) = (options.get_mode(), options.ttl_millis());
         let span = tracing::info_span!(
             "redlock.acquire",
             redlock.resource = resource,
@@ -161,6 +171,11 @@ impl Acquisition {
             contended: false,
             ended: false,
         }
+    }
+
+    /// The class its metrics, and those of the lease it grants, are labelled by.
+    pub(crate) fn class(&self) -> &str {
+        &self.class
     }
 
     /// The span the acquisition runs in.
@@ -259,11 +274,11 @@ fn millis(duration: Duration) -> u64 {
 
 /// The span of a holder's release (`redlock.release`); `via` is `explicit`, `drop` or
 /// `release_all`.
-pub(crate) fn release_span(resource: &str, via: &'static str) -> tracing::Span {
+pub(crate) fn release_span(resource: &str, class: &str, via: &'static str) -> tracing::Span {
     tracing::info_span!(
         "redlock.release",
         redlock.resource = resource,
-        redlock.resource_class = resource_class(resource).as_str(),
+        redlock.resource_class = class,
         redlock.release.via = via,
         redlock.deleted = tracing::field::Empty,
         redlock.answered = tracing::field::Empty,
@@ -280,7 +295,7 @@ pub(crate) fn released(span: &tracing::Span, deleted: usize, answered: usize, qu
 
 /// A holder's release stayed unconfirmed (fewer than a quorum answered, after every round
 /// the caller makes): the lock expires with its ttl.
-pub(crate) fn release_unconfirmed(resource: &str, answered: usize, quorum: usize) {
+pub(crate) fn release_unconfirmed(resource: &str, class: &str, answered: usize, quorum: usize) {
     tracing::warn!(
         redlock.resource = resource,
         redlock.answered = answered,
@@ -289,23 +304,22 @@ pub(crate) fn release_unconfirmed(resource: &str, answered: usize, quorum: usize
     );
     counter!(
         "redlock_release_unconfirmed_total",
-        "resource_class" => resource_class(resource),
+        "resource_class" => class.to_owned(),
     )
     .increment(1);
 }
 
 /// A lease was granted and is now held.
-pub(crate) fn held(resource: &str) {
-    gauge!("redlock_held", "resource_class" => resource_class(resource)).increment(1.0);
+pub(crate) fn held(class: &str) {
+    gauge!("redlock_held", "resource_class" => class.to_owned()).increment(1.0);
 }
 
 /// A lease stopped being held after `hold` (released, or lost and then released).
-pub(crate) fn unheld(resource: &str, mode: Option<Mode>, hold: Duration) {
-    let class = resource_class(resource);
-    gauge!("redlock_held", "resource_class" => class.clone()).decrement(1.0);
+pub(crate) fn unheld(class: &str, mode: Option<Mode>, hold: Duration) {
+    gauge!("redlock_held", "resource_class" => class.to_owned()).decrement(1.0);
     histogram!(
         "redlock_hold_duration_seconds",
-        "resource_class" => class,
+        "resource_class" => class.to_owned(),
         "mode" => mode_label(mode),
     )
     .record(hold.as_secs_f64());
@@ -313,7 +327,7 @@ pub(crate) fn unheld(resource: &str, mode: Option<Mode>, hold: Duration) {
 
 /// A held lock can no longer be trusted for `reason` (the first reason only; a release is not
 /// a loss and is not reported here).
-pub(crate) fn lost(resource: &str, reason: &LostReason, held_for: Duration) {
+pub(crate) fn lost(resource: &str, class: &str, reason: &LostReason, held_for: Duration) {
     if matches!(reason, LostReason::Released) {
         return;
     }
@@ -326,7 +340,7 @@ pub(crate) fn lost(resource: &str, reason: &LostReason, held_for: Duration) {
     );
     counter!(
         "redlock_lost_total",
-        "resource_class" => resource_class(resource),
+        "resource_class" => class.to_owned(),
         "reason" => lost_label(reason),
     )
     .increment(1);
@@ -334,7 +348,7 @@ pub(crate) fn lost(resource: &str, reason: &LostReason, held_for: Duration) {
 
 /// An extension ended with `result`; `was_lost`: the lock could no longer be trusted before
 /// it started (nothing was sent).
-pub(crate) fn extension(resource: &str, was_lost: bool, result: Result<(), &LockError>) {
+pub(crate) fn extension(class: &str, was_lost: bool, result: Result<(), &LockError>) {
     let label = match result {
         Ok(()) => "extended",
         Err(LockError::Lost { .. }) if was_lost => "lost",
@@ -347,7 +361,7 @@ pub(crate) fn extension(resource: &str, was_lost: bool, result: Result<(), &Lock
     tracing::debug!(redlock.extension = label, "extension ended");
     counter!(
         "redlock_extensions_total",
-        "resource_class" => resource_class(resource),
+        "resource_class" => class.to_owned(),
         "result" => label,
     )
     .increment(1);

@@ -93,6 +93,10 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         duration("wait_timeout", args.wait_timeout.map(|m| m.ms)),
         duration("max_hold", args.max_hold.map(|m| m.ms)),
         duration("lock_at_least_for", args.lock_at_least_for.map(|m| m.ms)),
+        Some({
+            let class = &template.class;
+            quote! { .resource_class(#class) }
+        }),
         args.retry_count.map(|n| quote! { .retry_count(#n) }),
         args.drift_factor.map(|f| {
             let f = f.0;

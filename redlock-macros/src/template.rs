@@ -10,6 +10,8 @@ use syn::{Expr, FnArg, LitStr, Pat, Signature};
 pub(crate) struct Template {
     pub(crate) format: String,
     pub(crate) args: Vec<Expr>,
+    /// The metrics class of its resources (redlock-template's `class`).
+    pub(crate) class: String,
 }
 
 impl Template {
@@ -18,7 +20,9 @@ impl Template {
     /// pattern, e.g. `Path(id): Path<u64>`). Every error points at the literal.
     pub(crate) fn parse(literal: &LitStr, sig: &Signature) -> syn::Result<Self> {
         let error = |message: String| syn::Error::new(literal.span(), message);
-        let segments = segments(&literal.value()).map_err(|m| error(message(m).to_owned()))?;
+        let source = literal.value();
+        let segments = segments(&source).map_err(|m| error(message(m).to_owned()))?;
+        let class = redlock_template::class(&segments, &source);
         let bound = bindings(sig);
         let mut format = String::new();
         let mut args = Vec::new();
@@ -56,7 +60,11 @@ impl Template {
             format.push_str("{}");
             args.push(expr);
         }
-        Ok(Self { format, args })
+        Ok(Self {
+            format,
+            args,
+            class,
+        })
     }
 }
 

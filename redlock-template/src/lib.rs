@@ -34,6 +34,25 @@ pub enum Malformed {
     EmptyName,
 }
 
+/// The metrics class of every resource `template` renders (redlock-core's `resource_class`
+/// label): its fixed text up to the first `:` when a `:` comes before any placeholder
+/// (`order:{id}` → `order`), else the template itself (`{tenant}:sync`, `report-{day}`). Either
+/// way it comes from the code, never from a placeholder's value, so the label set stays as
+/// small as the set of templates.
+pub fn class(segments: &[Segment], template: &str) -> String {
+    let mut fixed = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Text(text) => fixed.push_str(text),
+            Segment::Placeholder(_) => break,
+        }
+    }
+    match fixed.split_once(':') {
+        Some((class, _)) => class.to_owned(),
+        None => template.to_owned(),
+    }
+}
+
 /// Splits `template` into text and placeholders.
 ///
 /// # Errors

@@ -330,10 +330,17 @@ fn each_locked_request_runs_in_a_span_naming_the_route_template_and_the_resource
             ("redlock.resource_class".to_owned(), "order".to_owned()),
         ])
     );
-    // The text before the first `:` is the client's: no class.
+    // The text before the first `:` is the client's: the class is the template, never
+    // "acme".
     assert_eq!(
         fields("/tenants/{tenant}"),
-        BTreeMap::from([("http.route".to_owned(), "/tenants/{tenant}".to_owned())])
+        BTreeMap::from([
+            ("http.route".to_owned(), "/tenants/{tenant}".to_owned()),
+            (
+                "redlock.resource_class".to_owned(),
+                "{tenant}:sync".to_owned()
+            ),
+        ])
     );
     assert!(spans.iter().all(|s| s.level == Level::INFO));
     // The acquisition and the handler run inside it.

@@ -325,3 +325,34 @@ async fn a_dropped_acquisition_is_measured_as_cancelled() {
     );
     guard.release().await.unwrap();
 }
+
+/// A job whose resource starts with client data: the macro labels it by its template.
+#[redlock_core::redlock(resource = "{tenant}:m6job", redlock = redlock, retry_count = 0)]
+async fn tenant_job(redlock: &Redlock, tenant: &str) -> Result<f64, LockError> {
+    Ok(recorded().gauge("redlock_held", &[("resource_class", "{tenant}:m6job")]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classes_come_from_the_code_never_from_client_data() {
+    let m = recorded();
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    // Held under the template's class while the body runs.
+    assert_eq!(tenant_job(&a, "acme").await.unwrap(), 1.0);
+    assert!(
+        m.find("redlock_held", &[("resource_class", "acme")])
+            .is_empty()
+    );
+    // A class given in the options wins over the resource's prefix.
+    let named = once().resource_class("m6named");
+    let guard = a.lock_with("m6x:1", &named).await.unwrap();
+    assert_eq!(
+        m.gauge("redlock_held", &[("resource_class", "m6named")]),
+        1.0
+    );
+    assert!(
+        m.find("redlock_held", &[("resource_class", "m6x")])
+            .is_empty()
+    );
+    guard.release().await.unwrap();
+}

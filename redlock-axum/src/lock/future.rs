@@ -140,14 +140,24 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
                 .into_response());
         }
     };
-    let options = match config.mode.resolve(&parts) {
-        Some(mode) => std::borrow::Cow::Owned(config.options.clone().mode(mode)),
-        None => std::borrow::Cow::Borrowed(&config.options),
+    let (mode, class) = (config.mode.resolve(&parts), config.resource.class());
+    let options = if mode.is_none() && class.is_none() {
+        std::borrow::Cow::Borrowed(&config.options)
+    } else {
+        let mut options = config.options.clone();
+        if let Some(mode) = mode {
+            options = options.mode(mode);
+        }
+        if let Some(class) = class {
+            options = options.resource_class(std::sync::Arc::clone(class));
+        }
+        std::borrow::Cow::Owned(options)
     };
-    let span = observe::span(
-        parts.extensions.get::<MatchedPath>(),
-        config.resource.class(&resource),
-    );
+    let class = match class {
+        Some(class) => class.to_string(),
+        None => redlock_core::resource_class(&resource),
+    };
+    let span = observe::span(parts.extensions.get::<MatchedPath>(), Some(&class));
     let locked = config
         .redlock
         .lock_with(&resource, &options)

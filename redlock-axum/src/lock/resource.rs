@@ -42,6 +42,8 @@ pub(crate) struct MissingParam(pub(crate) String);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Template {
     segments: Vec<Segment>,
+    /// The metrics class of the resources it renders (redlock-template's `class`).
+    class: Arc<str>,
 }
 
 impl Template {
@@ -53,23 +55,14 @@ impl Template {
     /// that closes nothing.
     pub(crate) fn parse(template: &str) -> Result<Self, TemplateError> {
         segments(template)
-            .map(|segments| Self { segments })
+            .map(|segments| Self {
+                class: redlock_template::class(&segments, template).into(),
+                segments,
+            })
             .map_err(|kind| TemplateError {
                 template: template.to_owned(),
                 reason: reason(kind),
             })
-    }
-
-    /// How many bytes every rendered resource starts with that come from the template's
-    /// own text, before its first placeholder.
-    fn fixed_len(&self) -> usize {
-        self.segments
-            .iter()
-            .map_while(|segment| match segment {
-                Segment::Text(text) => Some(text.len()),
-                Segment::Placeholder(_) => None,
-            })
-            .sum()
     }
 
     /// Fills the template from `(name, value)` path parameters.
@@ -124,16 +117,15 @@ pub(crate) enum Resolved {
 }
 
 impl ResourceFrom {
-    /// The class of `resource` (rendered by this): its text up to its first `:`, when that
-    /// text is fixed (the template's own, never a path parameter's; all of a closure's
-    /// resource is the application's). `None` otherwise, so that no client input ever is one.
-    pub(crate) fn class<'a>(&self, resource: &'a str) -> Option<&'a str> {
-        let fixed = match self {
-            Self::Template(template) => template.fixed_len(),
-            Self::Fn(_) => usize::MAX,
-        };
-        let colon = resource.find(':')?;
-        (colon < fixed).then(|| &resource[..colon])
+    /// The class a template's resources are labelled by in metrics and spans: its text up to
+    /// its first `:` when no placeholder comes before it, else the template itself
+    /// (redlock-template's `class`), so that no path parameter ever is one. `None` for a
+    /// closure: redlock-core labels its resources ([`redlock_core::resource_class`]).
+    pub(crate) fn class(&self) -> Option<&Arc<str>> {
+        match self {
+            Self::Template(template) => Some(&template.class),
+            Self::Fn(_) => None,
+        }
     }
 
     pub(crate) async fn resolve(&self, parts: &mut Parts) -> Resolved {
@@ -182,22 +174,20 @@ mod tests {
     }
 
     #[test]
-    fn the_class_is_the_fixed_text_before_the_first_colon() {
+    fn the_class_is_the_templates_fixed_text_before_a_colon_or_the_template() {
         let template = |t: &str| ResourceFrom::Template(Template::parse(t).unwrap());
-        let closure = ResourceFrom::Fn(Arc::new(|_: &Parts| None));
         let cases = [
-            (template("order:{id}"), "order:42", Some("order")),
-            (template("order:{id}"), "order:a:b", Some("order")),
-            (template("{{a}}:{id}"), "{a}:42", Some("{a}")),
-            // A path parameter before the colon, or no colon: no class.
-            (template("{tenant}:order:{id}"), "acme:order:1", None),
-            (template("ord{id}"), "ord:x", None),
-            (template("order-{id}"), "order-42", None),
-            (closure.clone(), "tenant:acme", Some("tenant")),
-            (closure, "acme", None),
+            (template("order:{id}"), Some("order")),
+            (template("order:{id}:lines"), Some("order")),
+            (template("{{a}}:{id}"), Some("{a}")),
+            // A path parameter before the colon, or no colon: the template, never a value.
+            (template("{tenant}:order:{id}"), Some("{tenant}:order:{id}")),
+            (template("ord{id}"), Some("ord{id}")),
+            (template("order-{id}"), Some("order-{id}")),
+            (ResourceFrom::Fn(Arc::new(|_: &Parts| None)), None),
         ];
-        for (from, resource, class) in cases {
-            assert_eq!(from.class(resource), class, "{from:?} {resource}");
+        for (from, class) in cases {
+            assert_eq!(from.class().map(|c| &**c), class, "{from:?}");
         }
     }
 

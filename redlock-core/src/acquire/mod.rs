@@ -163,13 +163,8 @@ impl Redlock {
                 None => {}
             }
         }
-        let mut acquisition = Acquisition::start(
-            resource,
-            options.get_mode(),
-            options.ttl_millis(),
-            self.node_count(),
-            self.quorum(),
-        );
+        let mut acquisition =
+            Acquisition::start(resource, options, self.node_count(), self.quorum());
         let span = acquisition.span().clone();
         let result = self
             .acquire_loop(resource, ResourceKeys::new(key), options, &mut acquisition)
@@ -184,13 +179,22 @@ impl Redlock {
     fn register(
         &self,
         resource: &str,
+        class: &str,
         keys: ResourceKeys,
         token: Token,
         options: &LockOptions,
         grant: Grant,
     ) -> LockGuard {
         let ledger = &self.inner().ledger;
-        let lease = Lease::new(ledger.next_id(), resource, keys, token, grant, options);
+        let lease = Lease::new(
+            ledger.next_id(),
+            resource,
+            class,
+            keys,
+            token,
+            grant,
+            options,
+        );
         let lease = Arc::new(lease);
         ledger.hold(&lease, self.masters());
         LockGuard::new(self.clone(), lease)

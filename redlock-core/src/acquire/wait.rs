@@ -92,7 +92,8 @@ impl Redlock {
                     if let Some(exit) = &mut exit {
                         exit.armed = request.is_none() && !granted.everywhere;
                     }
-                    let guard = self.register(resource, keys, token, options, granted.grant);
+                    let class = acquisition.class();
+                    let guard = self.register(resource, class, keys, token, options, granted.grant);
                     if self.is_shutting_down() {
                         // Shutdown began during the attempt: refuse, and release what was
                         // taken (the guard's drop; `shutdown` waits for it).

@@ -20,7 +20,7 @@ pub(crate) async fn extend(
 ) -> Result<Instant, LockError> {
     let was_lost = lease.is_lost();
     let result = extend_once(masters, lease, ttl).await;
-    telemetry::extension(&lease.resource, was_lost, result.as_ref().map(|_| ()));
+    telemetry::extension(&lease.class, was_lost, result.as_ref().map(|_| ()));
     result
 }
 

@@ -56,7 +56,7 @@ impl Ledger {
     /// (the driver extends it on `masters`, and stops when they are dropped).
     pub(crate) fn hold(&self, lease: &Arc<Lease>, masters: &Arc<Masters>) {
         self.held().insert(lease.id, Arc::clone(lease));
-        telemetry::held(&lease.resource);
+        telemetry::held(&lease.class);
         if lease.auto_extend.is_some() {
             self.watchdog
                 .get_or_init(|| Watchdog::start(Arc::downgrade(masters), self.runtime.as_ref()))
@@ -85,7 +85,7 @@ impl Ledger {
         // A lease past its lost deadline is reported lost by expiry, not merely released.
         let _expired = lease.check();
         lease.mark_lost(LostReason::Released);
-        telemetry::unheld(&lease.resource, lease.mode, lease.acquired_at.elapsed());
+        telemetry::unheld(&lease.class, lease.mode, lease.acquired_at.elapsed());
         if let Some(watchdog) = self.watchdog.get() {
             watchdog.unwatch(lease.id);
         }

@@ -41,6 +41,8 @@ pub(crate) struct AutoExtend {
 pub(crate) struct Lease {
     pub(crate) id: u64,
     pub(crate) resource: String,
+    /// The class its metrics are labelled by (see `telemetry`).
+    pub(crate) class: String,
     /// The lock key and its bookkeeping keys.
     pub(crate) keys: ResourceKeys,
     pub(crate) token: Token,
@@ -92,6 +94,7 @@ impl Lease {
     pub(crate) fn new(
         id: u64,
         resource: &str,
+        class: &str,
         keys: ResourceKeys,
         token: Token,
         grant: Grant,
@@ -109,6 +112,7 @@ impl Lease {
         Self {
             id,
             resource: resource.to_owned(),
+            class: class.to_owned(),
             keys,
             token,
             mode: options.get_mode(),
@@ -162,7 +166,12 @@ impl Lease {
     pub(crate) fn mark_lost(&self, reason: LostReason) {
         let reported = reason.clone();
         if self.reason.set(reason).is_ok() {
-            telemetry::lost(&self.resource, &reported, self.acquired_at.elapsed());
+            telemetry::lost(
+                &self.resource,
+                &self.class,
+                &reported,
+                self.acquired_at.elapsed(),
+            );
         }
         self.lost.cancel();
     }
@@ -216,7 +225,15 @@ pub(crate) mod tests {
             busy: Duration::ZERO,
         };
         let keys = ResourceKeys::new("lock:r".to_owned());
-        Lease::new(0, "r", keys, Token::generate().unwrap(), grant, options)
+        Lease::new(
+            0,
+            "r",
+            "r",
+            keys,
+            Token::generate().unwrap(),
+            grant,
+            options,
+        )
     }
 
     #[test]
