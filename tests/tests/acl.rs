@@ -99,8 +99,8 @@ async fn handle(servers: &[RedisServer]) -> Redlock {
 /// The retry delay of [`wake_up_wait`]'s waiter.
 const PATIENCE: Duration = Duration::from_secs(4);
 
-/// How long a waiter whose retry delay is [`PATIENCE`] waits for a lock released after
-/// 300 ms: well under a second when the release's message wakes it.
+/// How long a waiter whose retry delay is [`PATIENCE`] waits for a lock released once it is
+/// queued: well under a second when the release's message wakes it.
 async fn wake_up_wait(a: &Redlock, b: &Redlock, resource: &str) -> Duration {
     let guard = a.lock(resource).await.unwrap();
     let patient = LockOptions::default()
@@ -115,7 +115,22 @@ async fn wake_up_wait(a: &Redlock, b: &Redlock, resource: &str) -> Duration {
         guard.release().await.unwrap();
         waited
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Released once the waiter is queued (read through the ACL user, as `redlock status`
+    // does), so that it is a release that wakes it, however slow the machine.
+    within("the waiter to queue", async {
+        loop {
+            let status = a.inspect(resource).await.unwrap();
+            if status
+                .nodes
+                .iter()
+                .any(|node| matches!(&node.read, Ok(holding) if holding.waiters > 0))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     guard.release().await.unwrap();
     within("the waiter", waiter).await.unwrap()
 }
@@ -125,7 +140,9 @@ async fn every_feature_works_under_the_readme_acl() {
     let servers = servers(&readme_commands());
     // The quarantine first, while the servers are younger than it: the acquire script reads
     // their uptime (INFO) and refuses.
-    let quarantine = Duration::from_secs(2);
+    // Redis counts uptime in whole seconds: the servers are younger than 3 s for at least
+    // 2 s after they started, time enough to build a handle and attempt.
+    let quarantine = Duration::from_secs(3);
     let c = handle_with(&servers, quarantine).await;
     let short = LockOptions::default()
         .ttl(Duration::from_secs(1))

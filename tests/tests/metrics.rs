@@ -297,7 +297,14 @@ async fn a_waiter_woken_by_a_release_is_counted_by_message() {
         .retry_count(3)
         .retry_delay(Duration::from_secs(20));
     let waiter = tokio::spawn(async move { b.lock_with("m4:job", &patient).await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Released once B is queued, so that it is the release's message that wakes it.
+    let key = a.key_for("m4:job");
+    within("the waiter to queue", async {
+        while nodes.queued(&key).await.iter().all(|&n| n == 0) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     guard.release().await.unwrap();
     let got = within("the woken waiter", waiter).await.unwrap().unwrap();
     let by_message = [("resource_class", "m4"), ("by", "message")];
