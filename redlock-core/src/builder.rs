@@ -473,6 +473,12 @@ impl RedlockBuilder {
             return Err(error);
         }
         self.options.validate()?;
+        if self.key_prefix.contains('\0') {
+            return Err(BuildError::Option {
+                name: "key_prefix",
+                reason: "holds a NUL byte, which the lock's bookkeeping keys reserve".into(),
+            });
+        }
         if let Some(mode) = self.options.get_mode() {
             return Err(BuildError::Option {
                 name: "mode",
@@ -609,6 +615,20 @@ mod tests {
                     .node("redis://10.255.255.1:1")
                     .lock_options(LockOptions::default().ttl(Duration::ZERO)),
                 |e| matches!(e, BuildError::Invalid(_)),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .key_prefix("lock\0"),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "key_prefix",
+                            ..
+                        }
+                    )
+                },
             ),
             (
                 // A default mode would make every lock of the handle shared.

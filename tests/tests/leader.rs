@@ -87,9 +87,10 @@ impl Drop for Record {
     fn drop(&mut self) {
         let now = Instant::now();
         self.terms.inside.fetch_sub(1, Ordering::SeqCst);
-        self.terms
-            .history
-            .record(self.holder, self.start, self.term.info().valid_until(), now);
+        // The whole term, not clipped at its lock's validity: two terms running at once are
+        // an overlap even when one of them outlived its lock (the failure a leader election
+        // must prevent).
+        self.terms.history.record(self.holder, self.start, now, now);
         let _ = self.terms.events.send(Event::Ended {
             holder: self.holder,
             number: self.term.number(),

@@ -34,7 +34,12 @@ async fn watch() -> anyhow::Result<bool> {
         Ok(urls) if !urls.trim().is_empty() => {
             // Never printed: the URLs may carry passwords.
             println!("lock nodes: from {NODES_ENV}");
-            let urls = urls.split(',').map(|u| u.trim().to_owned()).collect();
+            let urls = urls
+                .split(',')
+                .map(str::trim)
+                .filter(|url| !url.is_empty())
+                .map(str::to_owned)
+                .collect();
             (None, urls)
         }
         _ => {
