@@ -310,6 +310,9 @@ async fn demo() -> anyhow::Result<()> {
         "  read/write route: {READS} reads and {writes} writes of one shelf, up to {most_readers} readers inside at once, {torn} torn reads"
     );
     println!("  baseline without the lock: {torn_unlocked} torn reads or writes under readers");
+    if print_metrics(&http, &replicas).await? == 0.0 {
+        broken.push("the replicas' /metrics show no acquisition".into());
+    }
 
     // 2. SIGTERM while holding a lock: the next replica gets it within milliseconds.
     println!();
@@ -370,6 +373,71 @@ async fn demo() -> anyhow::Result<()> {
         }
         bail!("{} invariant violation(s)", broken.len())
     }
+}
+
+/// One sample of a Prometheus text scrape: its name, its labels as written, its value.
+type Sample = (String, String, f64);
+
+/// Reads the `redlock_*` samples of a Prometheus text scrape (comments, and the quantiles of
+/// summaries, left out).
+fn parse_scrape(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|line| line.starts_with("redlock_") && !line.contains("quantile="))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let value: f64 = value.parse().ok()?;
+            let (name, labels) = match series.split_once('{') {
+                Some((name, labels)) => (name, labels.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            Some((name.to_owned(), labels.to_owned(), value))
+        })
+        .collect()
+}
+
+/// Scrapes GET /metrics on every replica and prints the lock's metrics, summed over them:
+/// acquisitions by class and outcome with their mean wait, then every counter and gauge.
+/// Returns how many acquisitions they counted.
+async fn print_metrics(http: &reqwest::Client, replicas: &[Replica]) -> anyhow::Result<f64> {
+    let mut summed: BTreeMap<(String, String), f64> = BTreeMap::new();
+    for replica in replicas {
+        let url = format!("{}/metrics", replica.base);
+        let text = http
+            .get(&url)
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .with_context(|| format!("scraping {url}"))?
+            .text()
+            .await?;
+        for (name, labels, value) in parse_scrape(&text) {
+            *summed.entry((name, labels)).or_default() += value;
+        }
+    }
+    println!();
+    println!(
+        "metrics: GET /metrics on the 3 replicas (Prometheus text, redlock-core and redlock-axum's `metrics` feature), summed:"
+    );
+    let count = "redlock_acquire_duration_seconds_count";
+    for ((name, labels), n) in summed.iter().filter(|((name, _), _)| name == count) {
+        let sum = summed
+            .get(&(
+                "redlock_acquire_duration_seconds_sum".to_owned(),
+                labels.clone(),
+            ))
+            .copied()
+            .unwrap_or(0.0);
+        let mean = Duration::from_secs_f64(if *n > 0.0 { sum / n } else { 0.0 });
+        println!("  acquisitions {{{labels}}}: {n} (mean wait {mean:.1?})");
+        let _ = name;
+    }
+    for ((name, labels), value) in &summed {
+        if name.ends_with("_sum") || name.ends_with("_count") {
+            continue;
+        }
+        println!("  {name}{{{labels}}} {value}");
+    }
+    Ok(())
 }
 
 async fn seed(url: &str) -> anyhow::Result<()> {

@@ -273,6 +273,19 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .unwrap_or_else(|_| "info,fred=warn".into()),
         )
         .init();
+    // The lock's metrics (redlock-core's and the layer's `metrics` feature), scraped at
+    // GET /metrics in Prometheus's text format.
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    redlock_core::describe_metrics();
+    let upkeep = prometheus.clone();
+    tokio::spawn(async move {
+        // Histograms keep their samples until the exporter's upkeep folds them.
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
     let replica = env_or("REPLICA", "shop");
     let redlock = Redlock::builder()
         .from_env()
@@ -299,7 +312,11 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         redlock,
         data,
         replica: replica.clone(),
-    })?;
+    })?
+    .route(
+        "/metrics",
+        get(move || std::future::ready(prometheus.render())),
+    );
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown.signal());
     shutdown.drain(serve.into_future(), grace).await;
     let report = shutdown.release_all(Duration::from_secs(2)).await;
