@@ -418,8 +418,9 @@ async fn print_metrics(http: &reqwest::Client, replicas: &[Replica]) -> anyhow::
     println!(
         "metrics: GET /metrics on the 3 replicas (Prometheus text, redlock-core and redlock-axum's `metrics` feature), summed:"
     );
+    let mut acquisitions = 0.0;
     let count = "redlock_acquire_duration_seconds_count";
-    for ((name, labels), n) in summed.iter().filter(|((name, _), _)| name == count) {
+    for ((_, labels), n) in summed.iter().filter(|((name, _), _)| name == count) {
         let sum = summed
             .get(&(
                 "redlock_acquire_duration_seconds_sum".to_owned(),
@@ -429,7 +430,7 @@ async fn print_metrics(http: &reqwest::Client, replicas: &[Replica]) -> anyhow::
             .unwrap_or(0.0);
         let mean = Duration::from_secs_f64(if *n > 0.0 { sum / n } else { 0.0 });
         println!("  acquisitions {{{labels}}}: {n} (mean wait {mean:.1?})");
-        let _ = name;
+        acquisitions += n;
     }
     for ((name, labels), value) in &summed {
         if name.ends_with("_sum") || name.ends_with("_count") {
@@ -437,7 +438,7 @@ async fn print_metrics(http: &reqwest::Client, replicas: &[Replica]) -> anyhow::
         }
         println!("  {name}{{{labels}}} {value}");
     }
-    Ok(())
+    Ok(acquisitions)
 }
 
 async fn seed(url: &str) -> anyhow::Result<()> {
