@@ -201,3 +201,69 @@ async fn bad_tls_settings_are_refused_before_connecting() {
         assert!(digits < 32, "{case}: {digits} digits in {text}");
     }
 }
+
+/// Set in a child run of [`the_given_ca_is_the_only_one_trusted_even_beside_the_system_store`]:
+/// the node URLs, then what the child trusts (`system`, or the PEM of a CA to give).
+const CHILD_NODES: &str = "REDLOCK_TLS_CHILD_NODES";
+const CHILD_CA: &str = "REDLOCK_TLS_CHILD_CA";
+const CHILD_NAME: &str = "the_given_ca_is_the_only_one_trusted_even_beside_the_system_store";
+
+/// Runs this test binary again as the child of [`CHILD_NAME`], with `SSL_CERT_FILE` (the
+/// system store both TLS stacks read) holding the servers' CA, and says whether its build
+/// connected.
+fn child_connects(nodes: &RedisNodes, certificates: &Certificates, ca: Option<&str>) -> bool {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args([CHILD_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env("SSL_CERT_FILE", certificates.dir.join("ca.crt"))
+        .env(CHILD_NODES, nodes.tls_urls().join(","));
+    if let Some(ca) = ca {
+        child.env(CHILD_CA, ca);
+    }
+    let output = child.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if stdout.contains("TLS-CHILD: connected") {
+        return true;
+    }
+    assert!(stdout.contains("TLS-CHILD: refused"), "{stdout}");
+    false
+}
+
+#[tokio::test]
+async fn the_given_ca_is_the_only_one_trusted_even_beside_the_system_store() {
+    if let Ok(urls) = std::env::var(CHILD_NODES) {
+        // The child: build over `urls` trusting the system store, or only the given CA.
+        let mut builder = Redlock::builder()
+            .nodes(urls.split(','))
+            .connect_timeout(Duration::from_secs(2));
+        if let Ok(ca) = std::env::var(CHILD_CA) {
+            builder = builder.tls_ca_pem(ca);
+        }
+        match builder.build().await {
+            Ok(_) => println!("TLS-CHILD: connected"),
+            Err(error) => println!("TLS-CHILD: refused: {error}"),
+        }
+        return;
+    }
+    let certificates = Arc::new(Certificates::generate());
+    let nodes = tls_nodes(3, &certificates, false);
+    // The oracle: with the servers' CA in the system store, trusting the system connects.
+    assert!(child_connects(&nodes, &certificates, None));
+    // Given another CA, only it is trusted: the system store's CA no longer counts.
+    assert!(!child_connects(
+        &nodes,
+        &certificates,
+        Some(&certificates.other_ca_pem)
+    ));
+    // Given the servers' CA, it connects.
+    assert!(child_connects(
+        &nodes,
+        &certificates,
+        Some(&certificates.ca_pem)
+    ));
+}
