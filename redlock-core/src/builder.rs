@@ -479,6 +479,14 @@ impl RedlockBuilder {
                 reason: "holds a NUL byte, which the lock's bookkeeping keys reserve".into(),
             });
         }
+        if let Some(at_least) = self.options.get_lock_at_least_for() {
+            return Err(BuildError::Option {
+                name: "lock_at_least_for",
+                reason: format!(
+                    "a default minimum hold ({at_least:?}) would keep every lock of the handle (every layer route, every read or write lock, refused with it) at least that long; give it per acquisition (LockOptions::lock_at_least_for, #[redlock(lock_at_least_for = ..)])"
+                ),
+            });
+        }
         if let Some(mode) = self.options.get_mode() {
             return Err(BuildError::Option {
                 name: "mode",
@@ -625,6 +633,20 @@ mod tests {
                         e,
                         BuildError::Option {
                             name: "key_prefix",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().lock_at_least_for(Duration::from_secs(1))),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "lock_at_least_for",
                             ..
                         }
                     )

@@ -154,7 +154,7 @@ options! {
     /// | `REDLOCK_EXTEND_FRACTION` | [`lock.extend_fraction`](LockConfig::extend_fraction) | number |
     /// | `REDLOCK_MAX_HOLD` | [`lock.max_hold`](LockConfig::max_hold) | duration |
     /// | `REDLOCK_MAX_EXTENSIONS` | [`lock.max_extensions`](LockConfig::max_extensions) | whole number |
-    /// | `REDLOCK_LOCK_AT_LEAST_FOR` | [`lock.lock_at_least_for`](LockConfig::lock_at_least_for) | duration |
+    /// | `REDLOCK_LOCK_AT_LEAST_FOR` | [`lock.lock_at_least_for`](LockConfig::lock_at_least_for) | duration (a `LockConfig` of one resource; as the handle's default, `build()` refuses it) |
     /// | `REDLOCK_LOST_MARGIN` | [`lock.lost_margin`](LockConfig::lost_margin) | duration |
     /// | `REDLOCK_FENCING` | [`lock.fencing`](LockConfig::fencing) | `true` or `false` |
     /// | `REDLOCK_REENTRANT` | [`lock.reentrant`](LockConfig::reentrant) | `true` or `false` |
@@ -230,7 +230,9 @@ options! {
         max_hold: Duration,
         /// [`LockOptions::max_extensions`].
         max_extensions: u32,
-        /// [`LockOptions::lock_at_least_for`].
+        /// [`LockOptions::lock_at_least_for`]. For the options of one resource
+        /// ([`apply`](Self::apply)): as the handle's default, it fails
+        /// [`build`](crate::RedlockBuilder::build) with [`BuildError::Option`].
         lock_at_least_for: Duration,
         /// [`LockOptions::lost_margin`].
         lost_margin: Duration,
@@ -409,7 +411,7 @@ impl PemSource {
             Self::Pem(text) => Ok(text.into_bytes()),
             Self::File(path) => std::fs::read(&path).map_err(|source| BuildError::ReadFile {
                 option,
-                path,
+                path: crate::error::ConfigPath(path),
                 source,
             }),
         }
@@ -702,6 +704,9 @@ mod tests {
             format!("\"{pem}\""),
             SECRET.repeat(4),
             format!("\u{feff}{SECRET}"),
+            // A short key on one line (an Ed25519 PKCS#8 key is 64 characters).
+            SECRET.to_owned(),
+            format!("/{SECRET}"),
         ];
         for input in inputs {
             let source = PemSource::parse(&input).unwrap();
@@ -710,19 +715,24 @@ mod tests {
             if let PemSource::File(path) = &source {
                 let error = BuildError::ReadFile {
                     option: "tls_client_key",
-                    path: path.clone(),
+                    path: crate::error::ConfigPath(path.clone()),
                     source: std::io::Error::other("no such file"),
                 };
                 assert!(!error.to_string().contains(&SECRET[..16]), "{error}");
+                assert!(!format!("{error:?}").contains(&SECRET[..16]), "{error:?}");
             }
         }
         // A plain path is shown as it is.
         let error = BuildError::ReadFile {
             option: "tls_ca",
-            path: PathBuf::from("/etc/redis/ca.crt"),
+            path: crate::error::ConfigPath(PathBuf::from("/etc/redis/ca.crt")),
             source: std::io::Error::other("no such file"),
         };
         assert!(error.to_string().contains("`/etc/redis/ca.crt`"), "{error}");
+        assert!(
+            format!("{error:?}").contains("`/etc/redis/ca.crt`"),
+            "{error:?}"
+        );
     }
 
     #[test]

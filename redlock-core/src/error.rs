@@ -404,12 +404,12 @@ pub enum BuildError {
     },
     /// A file named by the configuration could not be read (a TLS certificate or key given
     /// as a path: [`RedlockConfig::tls_ca`](crate::RedlockConfig::tls_ca) and its siblings).
-    #[error("cannot read the {option} file {}", shown_path(path))]
+    #[error("cannot read the {option} file {path}")]
     ReadFile {
         /// The option, e.g. `tls_ca`.
         option: &'static str,
-        /// The path.
-        path: std::path::PathBuf,
+        /// The path (shown only when it looks like one: see [`ConfigPath`]).
+        path: ConfigPath,
         /// The I/O error.
         source: std::io::Error,
     },
@@ -451,18 +451,36 @@ pub enum BuildError {
 /// The longest path shown in an error or `Debug` output.
 const MAX_SHOWN_PATH: usize = 200;
 
-/// A configured path as errors and `Debug` show it: quoted, or, when it looks like something
-/// else pasted where a path was expected (over 200 bytes, or holding a control character: a
-/// key on one line, or with a byte-order mark), only its length, which never shows the
-/// secret it may be.
+/// A configured path as errors and `Debug` show it: quoted when it is a file, or looks like a
+/// file name (it has a `.`, which base64 never has); otherwise only its length, since it may
+/// be a key pasted where a path goes (on one line, with a byte-order mark, without its
+/// `-----BEGIN` line), which must never be shown.
 pub(crate) fn shown_path(path: &std::path::Path) -> String {
     let text = path.to_string_lossy();
-    if text.len() > MAX_SHOWN_PATH
-        || text.chars().any(char::is_control)
-        || text.starts_with('\u{feff}')
-    {
-        format!("<a path of {} bytes, not shown>", text.len())
-    } else {
+    let plain = text.len() <= MAX_SHOWN_PATH
+        && !text.chars().any(|c| c.is_control() || c == '\u{feff}')
+        && (text.contains('.') || path.is_file());
+    if plain {
         format!("`{text}`")
+    } else {
+        format!("<a value of {} bytes, not shown: no such file>", text.len())
+    }
+}
+
+/// A path from the configuration, shown by [`shown_path`] in `Debug` and `Display`, so that
+/// an error printed with `{:?}` (a `main` returning `Result`) never shows a key pasted where a
+/// path goes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConfigPath(pub std::path::PathBuf);
+
+impl std::fmt::Debug for ConfigPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&shown_path(&self.0))
+    }
+}
+
+impl std::fmt::Display for ConfigPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&shown_path(&self.0))
     }
 }

@@ -39,7 +39,7 @@ pub use builder::{
     FOREIGN_WINDOW_EVERY, MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, NODES_ENV, RedlockBuilder,
 };
 pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
-pub use error::{BuildError, InvalidInput, LockError, LostReason};
+pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
 pub use guard::LockGuard;
 pub use inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};

@@ -24,7 +24,9 @@ pub(crate) const RELEASE_ROUNDS: usize = 3;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Released {
-    /// Nodes where our key was still there and was deleted.
+    /// Nodes where our key was still there and was deleted (or, released before its
+    /// [`lock_at_least_for`](crate::LockOptions::lock_at_least_for), set to expire at the end
+    /// of the minimum hold).
     pub deleted: usize,
     /// Nodes that answered (deleted or not) before the release was decided: a release
     /// confirmed by a quorum does not wait for the other nodes, whose commands are already
@@ -133,7 +135,7 @@ impl Redlock {
             // Released before its minimum hold: the key stays until then (rounded up, so
             // that it never ends early).
             Some(left) => Releasing::Keep {
-                keep_ms: u64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+                keep_ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
             },
             None => Releasing::Holder {
                 mode: lease.mode.is_some(),

@@ -19,21 +19,40 @@ fn single() -> LockOptions {
         .ttl(Duration::from_secs(10))
 }
 
-/// Asserts that `key` is on every node and expires within the minimum hold (not the 10 s
-/// ttl), and not much sooner than `AT_LEAST` after `taken`.
+/// Waits until `key` is kept on every node: it no longer holds the token (an extension or a
+/// release sent late cannot match it) and expires within the minimum hold, not the 10 s ttl,
+/// and not before it (`taken`: before the attempt started). A release in the background
+/// (a dropped guard) lands within the wait.
 async fn kept(nodes: &RedisNodes, key: &str, taken: Instant) {
-    let left = AT_LEAST.saturating_sub(taken.elapsed());
-    for pttl in nodes.pttls(key).await {
-        let pttl = Duration::from_millis(u64::try_from(pttl).unwrap());
-        assert!(
-            pttl <= AT_LEAST,
-            "kept for {pttl:?}, longer than the minimum hold"
-        );
-        assert!(
-            pttl + Duration::from_millis(50) >= left,
-            "kept for {pttl:?}, {left:?} left"
-        );
-    }
+    within("the key kept", async {
+        loop {
+            let pttls = nodes.pttls(key).await;
+            let values = nodes.values(key).await;
+            // Counted from before the attempt: the key's expiry is at least this far.
+            let left = AT_LEAST.saturating_sub(taken.elapsed());
+            let kept = pttls.iter().zip(&values).all(|(&pttl, value)| {
+                value.as_deref() == Some("redlock:kept")
+                    && u64::try_from(pttl).is_ok_and(|ms| Duration::from_millis(ms) <= AT_LEAST)
+            });
+            if kept {
+                for pttl in pttls {
+                    let pttl = Duration::from_millis(u64::try_from(pttl).unwrap());
+                    let early = left.saturating_sub(pttl);
+                    assert!(
+                        early <= Duration::from_millis(50),
+                        "kept {early:?} too short"
+                    );
+                }
+                return;
+            }
+            assert!(
+                taken.elapsed() < AT_LEAST,
+                "not kept within the minimum hold: {values:?} {pttls:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,6 +67,8 @@ async fn a_release_before_the_minimum_hold_keeps_the_key_until_then() {
     // Explicit release, right away.
     let taken = Instant::now();
     let guard = a.lock_with("job:explicit", &options).await.unwrap();
+    // Extended past the minimum hold first: the release still keeps it only until then.
+    guard.extend(Duration::from_secs(10)).await.unwrap();
     let released = guard.release().await.unwrap();
     assert!(released.was_held(), "{released:?}");
     kept(&nodes, &a.key_for("job:explicit"), taken).await;
@@ -65,7 +86,6 @@ async fn a_release_before_the_minimum_hold_keeps_the_key_until_then() {
     drop(a.lock_with("job:dropped", &options).await.unwrap());
     let kept_all = a.lock_with("job:all", &options).await.unwrap();
     a.release_all().await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     kept(&nodes, &a.key_for("job:dropped"), taken).await;
     kept(&nodes, &a.key_for("job:all"), taken).await;
     drop(kept_all);

@@ -10,7 +10,7 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE, RELEASE,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE, RELEASE,
     RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
@@ -225,7 +225,7 @@ impl Node {
         let key = keys.lock.as_str();
         let reply = match (releasing, handover) {
             (Releasing::Keep { keep_ms }, _) => {
-                let args = [Value::from(token), int_arg(keep_ms)];
+                let args = [Value::from(token), int_arg(keep_ms), Value::from(KEPT)];
                 self.eval_release(&KEEP, &[key], &args, limit).await?
             }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {

@@ -451,18 +451,22 @@ return 1"#,
 );
 
 /// The release of a lock held at least for a minimum hold ([`LockOptions::lock_at_least_for`]):
-/// compare-and-`PEXPIRE`, setting the key to expire `ARGV[2]` ms from now, shorter or longer
-/// than it had, if it still holds our token `ARGV[1]`. Nothing is handed over and nobody is
-/// woken: the key expires at the end of the minimum hold. Returns 1 if it held our token, 0
-/// otherwise.
+/// if the key still holds our token `ARGV[1]`, it is overwritten with [`KEPT`] to expire
+/// `ARGV[2]` ms from now, shorter or longer than it had. Nothing is handed over and nobody is
+/// woken: the key expires at the end of the minimum hold. No token is left in it, so an
+/// extension of ours still in flight, or a release sent again, no longer matches it and
+/// cannot lengthen or delete the kept key. Returns 1 if it held our token, 0 otherwise.
 ///
 /// [`LockOptions::lock_at_least_for`]: crate::LockOptions::lock_at_least_for
 pub(crate) static KEEP: Script = Script::new(
     10,
     r#"if redis.pcall("get", KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call("pexpire", KEYS[1], ARGV[2])
+redis.call("set", KEYS[1], ARGV[3], "PX", ARGV[2])
 return 1"#,
 );
+
+/// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
+pub(crate) const KEPT: &str = "redlock:kept";
 
 /// What a wake-up message published by [`RELEASE_MODE`] says: every waiter may attempt.
 pub(crate) const WAKE_ALL: &str = "*";
