@@ -1,6 +1,6 @@
 //! Every feature under the least-privilege ACL the README lists ("Pointing it at your own
-//! nodes"): plain locks, extension, fencing, the waiter queue and its wake-ups, windows, lock
-//! modes, the holder's remaining ttl and the quarantine, each shown to work, not only to
+//! nodes"): plain locks, extension, the minimum hold, fencing, the waiter queue and its
+//! wake-ups, windows, lock modes, the holder's remaining ttl and the quarantine, each shown to work, not only to
 //! fail soft (the scripts run their optional commands under `pcall` and degrade quietly
 //! without them). With one of the listed commands left out, the feature that needs it shows
 //! it: the oracle can fail.
@@ -166,6 +166,15 @@ async fn every_feature_works_under_the_readme_acl() {
     let after = busy.retry_after().expect("PTTL allowed");
     assert!(after > Duration::from_secs(15), "{after:?}");
     assert!(guard.release().await.unwrap().was_held());
+
+    // The minimum hold (KEEP: GET, then SET PX): released at once, the key stays.
+    let min_hold = LockOptions::default()
+        .ttl(Duration::from_secs(5))
+        .lock_at_least_for(Duration::from_secs(3));
+    let guard = a.lock_with("acl:min-hold", &min_hold).await.unwrap();
+    assert!(guard.release().await.unwrap().was_held());
+    let busy = b.lock_with("acl:min-hold", &once).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
 
     // Fencing: tokens go up.
     let fenced = LockOptions::default().fencing(true);
