@@ -329,8 +329,15 @@ async fn demo() -> anyhow::Result<()> {
         "SIGTERM hand-over: {} got it {:.0?} after SIGTERM, {:.0?} after {} exited (grace {GRACE_MS} ms)",
         handover.waiter, handover.after_signal, handover.after_exit, handover.holder
     );
-    if handover.after_exit >= Duration::from_millis(LOCK_TTL_MS / 2) {
-        broken.push("the waiting replica only got the lock after the ttl".into());
+    println!(
+        "  {} released its lock before exiting: its token was left on {} of {} nodes; the key had been busy for 3 s with a waiter, so the release first opened the 350 ms window for foreign clients (README, \"How it works\")",
+        handover.holder, handover.token_left_on, handover.nodes
+    );
+    if handover.token_left_on > handover.nodes / 2 {
+        broken.push(format!(
+            "{} exited with its lock still on {} of {} nodes: not released",
+            handover.holder, handover.token_left_on, handover.nodes
+        ));
     }
     // Replica-1's way out, in words; its log lines beside them, and any others as they are.
     let (expected, unexpected): (Vec<String>, Vec<String>) = replicas[0]
@@ -571,6 +578,19 @@ struct Handover {
     held_before_signal: Duration,
     after_signal: Duration,
     after_exit: Duration,
+    /// Nodes still holding replica-1's token once it had exited (a majority: not released).
+    token_left_on: usize,
+    nodes: usize,
+}
+
+/// The value of `key` on every lock node, in order.
+async fn values_on(nodes: &str, key: &str) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for url in nodes.split(',') {
+        let client = plain_client(url.trim()).await;
+        values.push(client.get::<Option<String>, _>(key).await.unwrap_or(None));
+    }
+    values
 }
 
 /// Waits until `key` exists on a majority of the lock nodes.
@@ -619,6 +639,8 @@ async fn sigterm_handover(
         bail!("replica-2 got the lock while replica-1 still held it: not extended");
     }
     let held_before_signal = held_since.elapsed();
+    // Replica-1's token on each node, to tell after it exited a release from an expiry.
+    let tokens = values_on(nodes, "lock:job:rebuild-search").await;
     let signalled = Instant::now();
     let pid = nix::unistd::Pid::from_raw(i32::try_from(replicas[0].child.id())?);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
@@ -629,6 +651,20 @@ async fn sigterm_handover(
             Instant::now()
         }
     });
+    // As soon as it exited: on how many nodes is its token still there?
+    let left = tokio::spawn({
+        let nodes = nodes.to_owned();
+        async move {
+            let exited = exited.await;
+            let now = values_on(&nodes, "lock:job:rebuild-search").await;
+            let left = tokens
+                .iter()
+                .zip(&now)
+                .filter(|(before, now)| before.is_some() && before == now)
+                .count();
+            (exited, left, now.len())
+        }
+    });
     let (acquired_at, response) = tokio::time::timeout(Duration::from_secs(20), waiter)
         .await
         .context("replica-2 never got the lock")??;
@@ -636,9 +672,10 @@ async fn sigterm_handover(
     if !response.status().is_success() {
         bail!("replica-2 answered {}", response.status());
     }
-    let exited = tokio::time::timeout(Duration::from_secs(20), exited)
+    let (exited, token_left_on, nodes) = tokio::time::timeout(Duration::from_secs(20), left)
         .await
         .context("replica-1 did not exit within 20 s of SIGTERM")??;
+    let exited = exited?;
     long.abort();
     Ok(Handover {
         holder: replicas[0].name.clone(),
@@ -646,5 +683,7 @@ async fn sigterm_handover(
         held_before_signal,
         after_signal: acquired_at.duration_since(signalled),
         after_exit: acquired_at.saturating_duration_since(exited),
+        token_left_on,
+        nodes,
     })
 }
