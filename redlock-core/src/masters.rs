@@ -87,6 +87,17 @@ impl Masters {
         decide(self.nodes.len(), needed, limit, stop, calls).await
     }
 
+    /// Waits, up to `limit`, until every node has answered every call sent to it so far
+    /// ([`Node::flush`]): the calls a round left behind at its decision, such as the
+    /// releases of the nodes a quorum did not wait for.
+    pub(crate) async fn flush(&self, limit: Duration) {
+        let flushes = self
+            .nodes
+            .iter()
+            .map(|node| tokio::time::timeout(limit, node.flush()));
+        futures_util::future::join_all(flushes).await;
+    }
+
     /// A round's votes with their nodes' labels.
     pub(crate) fn outcomes(&self, votes: Vec<NodeVote>) -> Outcomes {
         Outcomes::new(

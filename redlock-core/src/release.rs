@@ -225,8 +225,12 @@ impl Redlock {
 
     /// Graceful shutdown: [`begin_shutdown`](Self::begin_shutdown), then
     /// [`release_all`](Self::release_all), then waits up to `timeout` for releases started by
-    /// dropped guards to finish.
+    /// dropped guards to finish, and for every node to have answered every command sent to it
+    /// (a release returns once a quorum confirmed it; the other nodes' commands are still on
+    /// their way, and a process that exits at once could drop them, leaving the key there
+    /// until its ttl).
     pub async fn shutdown(&self, timeout: Duration) -> ReleaseAllReport {
+        let deadline = Instant::now() + timeout;
         self.begin_shutdown();
         let report = self.release_all().await;
         self.inner().tracker.close();
@@ -236,6 +240,9 @@ impl Redlock {
         {
             tracing::warn!(?timeout, "background releases still running at shutdown");
         }
+        self.masters()
+            .flush(deadline.saturating_duration_since(Instant::now()))
+            .await;
         report
     }
 }

@@ -541,3 +541,26 @@ async fn work_under_with_lock_re_enters_its_lock() {
         .unwrap();
     assert_eq!(inner.unwrap(), 2, "the work was outside the lock's scope");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_once_every_node_has_the_release() {
+    use redlock_tests::proxy::{Direction, Fault};
+    let nodes = RedisNodes::start(5);
+    let proxies = nodes.proxies();
+    let redlock = redlock_core::Redlock::builder()
+        .nodes(redlock_tests::proxy_urls(&proxies))
+        .build()
+        .await
+        .unwrap();
+    let guard = redlock.lock("flushed").await.unwrap();
+    // Two nodes now get every command 300 ms late: the release is confirmed by the three
+    // others, and a process that exited then would leave the key on the two slow ones.
+    for proxy in &proxies[..2] {
+        proxy.set(Direction::Request, Fault::Delay(Duration::from_millis(300)));
+    }
+    let started = Instant::now();
+    redlock.shutdown(Duration::from_secs(3)).await;
+    assert_eq!(nodes.values("flushed").await, vec![None; 5]);
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    drop(guard);
+}

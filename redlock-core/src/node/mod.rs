@@ -111,6 +111,12 @@ impl Node {
             .unwrap_or(Err(NodeError::Timeout(limit)))
     }
 
+    /// Completes once every call sent to the node before it has been answered (or failed): a
+    /// [`NOOP`](scripts::NOOP) through the pipeline, after them. Unbounded by itself.
+    pub(crate) async fn flush(&self) {
+        let _answered = self.pipeline.call(&scripts::NOOP, &[], &[], true).await;
+    }
+
     /// Loads the dispatch script, which holds every script, into the node's script cache
     /// (`SCRIPT LOAD`).
     ///

@@ -465,6 +465,11 @@ redis.call("set", KEYS[1], ARGV[3], "PX", ARGV[2])
 return 1"#,
 );
 
+/// Does nothing: a barrier. Its reply comes after those of every call the node's pipeline
+/// sent before it (one connection answers in order), so awaiting it awaits them
+/// ([`Node::flush`](super::Node::flush)).
+pub(crate) static NOOP: Script = Script::new(11, "return 1");
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -472,7 +477,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 11] = [
+pub(crate) const SCRIPTS: [&Script; 12] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -484,6 +489,7 @@ pub(crate) const SCRIPTS: [&Script; 11] = [
     &RELEASE_MODE,
     &LEAVE,
     &KEEP,
+    &NOOP,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
