@@ -80,16 +80,16 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
     })
     .await;
     let first = finish(run).await;
-    first.expect(0);
-    assert!(first.stderr.contains("left processes"), "{first:#?}");
-    assert!(first.stderr.contains("SIGKILL"), "{first:#?}");
-    assert!(!running(left), "the left process outlived redlock");
     assert!(
         !lines(&journal).iter().any(|l| l == "overlap"),
         "a second holder got the lock while the left process ran: {:?}",
         lines(&journal)
     );
+    assert!(!running(left), "the left process outlived redlock");
     assert!(busy > 0, "no second run was tried while the process ran");
+    first.expect(0);
+    assert!(first.stderr.contains("left processes"), "{first:#?}");
+    assert!(first.stderr.contains("SIGKILL"), "{first:#?}");
     // Released once it was gone.
     nodes.gone_everywhere("g1").await;
 }
@@ -127,9 +127,9 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
         assert_eq!(foreign_set_nx(&url, "g2").await.as_deref(), Some("OK"));
     }
     let lost = finish(run).await;
+    assert!(!running(left), "the group's process outlived redlock");
     lost.expect(LOST);
     assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
-    assert!(!running(left), "the group's process outlived redlock");
 }
 
 /// No extension confirmed (two of three nodes killed right after the lock was taken, before
