@@ -21,17 +21,21 @@ const USAGE: i32 = 64;
 const BUSY: i32 = 75;
 const LOST: i32 = 79;
 
-/// A command that exits at once, leaving a background process that ignores SIGTERM: that
-/// process is killed (SIGTERM, then SIGKILL after --grace) before `redlock` releases the lock
-/// and exits. Meanwhile every other `redlock run --wait 0s` on the resource is busy, and none
-/// that gets the lock finds the process running.
+/// A command that exits at once, leaving two background processes: one exits on SIGTERM, the
+/// other ignores it. They get SIGTERM, the second SIGKILL after --grace, before `redlock`
+/// releases the lock and exits. Meanwhile every other `redlock run --wait 0s` on the
+/// resource is busy, and none that gets the lock finds the second running.
 #[tokio::test]
 async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("leftover");
     let pid_file = scratch.file("pid");
     let journal = scratch.file("journal");
-    let script = format!("(trap '' TERM; exec sleep 30) & echo $! > {pid_file}");
+    let terms = scratch.file("terms");
+    let script = format!(
+        "(trap 'echo term >> {terms}; exit 0' TERM; while :; do sleep 0.05; done) & \
+         (trap '' TERM; exec sleep 30) & echo $! > {pid_file}"
+    );
     let mut run = redlock(
         Some(&nodes),
         &[
@@ -86,6 +90,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
         lines(&journal)
     );
     assert!(!running(left), "the left process outlived redlock");
+    assert_eq!(lines(&terms), ["term"], "no SIGTERM before SIGKILL");
     assert!(busy > 0, "no second run was tried while the process ran");
     first.expect(0);
     assert!(first.stderr.contains("left processes"), "{first:#?}");
