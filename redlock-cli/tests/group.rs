@@ -83,7 +83,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
         }
     })
     .await;
-    let first = finish(run).await;
+    // Before reading its output: processes left running would hold its pipes open.
     assert!(
         !lines(&journal).iter().any(|l| l == "overlap"),
         "a second holder got the lock while the left process ran: {:?}",
@@ -92,6 +92,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
     assert!(!running(left), "the left process outlived redlock");
     assert_eq!(lines(&terms), ["term"], "no SIGTERM before SIGKILL");
     assert!(busy > 0, "no second run was tried while the process ran");
+    let first = finish(run).await;
     first.expect(0);
     assert!(first.stderr.contains("left processes"), "{first:#?}");
     assert!(first.stderr.contains("SIGKILL"), "{first:#?}");
@@ -107,7 +108,7 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     let scratch = Scratch::new("lost-group");
     let pid_file = scratch.file("pid");
     let script = format!("(trap '' TERM; exec sleep 30) & echo $! > {pid_file}; wait");
-    let run = redlock(
+    let mut run = redlock(
         Some(&nodes),
         &[
             "run",
@@ -131,8 +132,15 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     for url in nodes.urls() {
         assert_eq!(foreign_set_nx(&url, "g2").await.as_deref(), Some("OK"));
     }
-    let lost = finish(run).await;
+    within("redlock to exit", async {
+        while run.try_wait().unwrap().is_none() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    // Before reading its output: processes left running would hold its pipes open.
     assert!(!running(left), "the group's process outlived redlock");
+    let lost = finish(run).await;
     lost.expect(LOST);
     assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
 }
