@@ -21,12 +21,20 @@ const USAGE: i32 = 64;
 const BUSY: i32 = 75;
 const LOST: i32 = 79;
 
+/// Makes the test process the reaper of orphans below it, and never reaps them, like the
+/// PID 1 of some containers: `redlock` must reap the processes the command leaves itself, or
+/// their zombies would keep its process group alive.
+fn stand_for_an_init_that_does_not_reap() {
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+}
+
 /// A command that exits at once, leaving two background processes: one exits on SIGTERM, the
 /// other ignores it. They get SIGTERM, the second SIGKILL after --grace, before `redlock`
 /// releases the lock and exits. Meanwhile every other `redlock run --wait 0s` on the
 /// resource is busy, and none that gets the lock finds the second running.
 #[tokio::test]
 async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released() {
+    stand_for_an_init_that_does_not_reap();
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("leftover");
     let pid_file = scratch.file("pid");
@@ -104,6 +112,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
 /// ignores it: the process gets SIGKILL after --grace, before `redlock` exits with 79.
 #[tokio::test]
 async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
+    stand_for_an_init_that_does_not_reap();
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("lost-group");
     let pid_file = scratch.file("pid");
