@@ -61,7 +61,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
     .spawn()
     .unwrap();
     let left = await_pid(&pid_file).await;
-    let _cleanup = KillOnDrop(left);
+    let _cleanup = KillOnDrop::group_of(left);
     // A second holder records whether the left process still runs while it holds the lock.
     let probe = format!(
         "case $(sed 's/.*) //' /proc/{left}/stat 2>/dev/null | cut -c1) in \
@@ -136,7 +136,7 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     .spawn()
     .unwrap();
     let left = await_pid(&pid_file).await;
-    let _cleanup = KillOnDrop(left);
+    let _cleanup = KillOnDrop::group_of(left);
     nodes.delete("g2").await;
     for url in nodes.urls() {
         assert_eq!(foreign_set_nx(&url, "g2").await.as_deref(), Some("OK"));
@@ -184,7 +184,7 @@ async fn a_command_ignoring_sigterm_is_killed_before_the_validity_ends() {
     .spawn()
     .unwrap();
     let pid = await_pid(&pid_file).await;
-    let _cleanup = KillOnDrop(pid);
+    let _cleanup = KillOnDrop::group_of(pid);
     // The lock was taken before the command started: its validity ends before this + ttl.
     let started = Instant::now();
     nodes.servers[0].kill();
@@ -258,8 +258,10 @@ async fn a_full_stderr_does_not_keep_the_command_running() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("full");
     let journal = scratch.file("journal");
+    let pid_file = scratch.file("pid");
     let script = format!(
-        "trap 'echo term >> {journal}; exit 0' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
+        "trap 'echo term >> {journal}; exit 0' TERM; echo $$ > {pid_file}; echo start >> {journal}; \
+         while :; do sleep 0.05; done"
     );
     let mut command = redlock(
         Some(&nodes),
@@ -279,6 +281,7 @@ async fn a_full_stderr_does_not_keep_the_command_running() {
     );
     command.stderr(OpenOptions::new().write(true).open("/dev/full").unwrap());
     let run = command.spawn().unwrap();
+    let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
     nodes.delete("g4").await;
     for url in nodes.urls() {

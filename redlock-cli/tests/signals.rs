@@ -32,8 +32,10 @@ async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("tstp");
     let journal = scratch.file("journal");
+    let pid_file = scratch.file("pid");
     let script = format!(
-        "trap 'echo term >> {journal}; exit 4' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
+        "trap 'echo term >> {journal}; exit 4' TERM; echo $$ > {pid_file}; echo start >> {journal}; \
+         while :; do sleep 0.05; done"
     );
     let mut command = redlock(
         Some(&nodes),
@@ -53,6 +55,7 @@ async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
     );
     command.process_group(0);
     let run = command.spawn().unwrap();
+    let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
     send(&run, Signal::SIGTSTP);
     within("two extensions after SIGTSTP", async {
@@ -80,10 +83,11 @@ async fn sigquit_sigusr1_and_sigusr2_are_passed_on() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("usr");
     let journal = scratch.file("journal");
+    let pid_file = scratch.file("pid");
     let script = format!(
         "trap 'echo usr1 >> {journal}' USR1; trap 'echo usr2 >> {journal}' USR2; \
          trap 'echo quit >> {journal}; exit 6' QUIT; \
-         echo start >> {journal}; while :; do sleep 0.05; done"
+         echo $$ > {pid_file}; echo start >> {journal}; while :; do sleep 0.05; done"
     );
     let run = redlock(
         Some(&nodes),
@@ -91,6 +95,7 @@ async fn sigquit_sigusr1_and_sigusr2_are_passed_on() {
     )
     .spawn()
     .unwrap();
+    let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
     send(&run, Signal::SIGUSR1);
     await_line(&journal, "usr1").await;
@@ -121,7 +126,7 @@ async fn a_stopped_command_is_continued_after_a_signal_passed_on() {
     .spawn()
     .unwrap();
     let pid = await_pid(&pid_file).await;
-    let _cleanup = KillOnDrop(pid);
+    let _cleanup = KillOnDrop::group_of(pid);
     await_state(pid, 'T').await;
     send(&run, Signal::SIGINT);
     finish(run).await.expect(3);

@@ -173,15 +173,28 @@ pub async fn await_state(pid: i32, wanted: char) {
     }
 }
 
-/// Kills process `pid` with SIGKILL when dropped: a process a failed test left running.
+/// Kills the process group of a command `redlock` started (each leads a group of its own)
+/// with SIGKILL when dropped: what a failed test left running.
 #[derive(Debug)]
-pub struct KillOnDrop(pub i32);
+pub struct KillOnDrop(nix::unistd::Pid);
+
+impl KillOnDrop {
+    /// For the group of process `pid` (found now, while it runs).
+    pub fn group_of(pid: i32) -> Self {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let group = nix::unistd::getpgid(Some(pid))
+            .unwrap_or_else(|e| panic!("no process group for {pid}: {e}"));
+        assert_ne!(
+            group,
+            nix::unistd::getpgrp(),
+            "{pid} is in the test's own group"
+        );
+        Self(group)
+    }
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.0),
-            nix::sys::signal::Signal::SIGKILL,
-        );
+        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGKILL);
     }
 }
