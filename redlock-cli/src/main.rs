@@ -45,6 +45,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();
+    if let Err(error) = signals::write_from_the_background() {
+        say::say(format_args!("{}", with_sources(&error)));
+        return ExitCode::from(error.exit_code());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

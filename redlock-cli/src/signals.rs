@@ -6,14 +6,16 @@
 //!
 //! SIGTSTP (Ctrl-Z) is ignored, with a line on stderr: a stopped redlock could not extend the
 //! lock while the command, in a process group of its own, went on running; stopping the
-//! command with it would keep the lock held by a command that does nothing. SIGKILL and
-//! SIGSTOP cannot be caught: a redlock killed with SIGKILL leaves the command running
-//! without the lock (see the README, "Command line").
+//! command with it would keep the lock held by a command that does nothing. For the same
+//! reason SIGTTOU is blocked: a redlock run as a background job writes its lines to a
+//! terminal set to `tostop` instead of being stopped. SIGKILL and SIGSTOP cannot be caught:
+//! a redlock killed with SIGKILL leaves the command running without the lock (see the
+//! README, "Command line").
 
 use std::future::poll_fn;
 use std::task::Poll;
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SigSet, Signal};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::CliError;
@@ -79,4 +81,20 @@ impl Signals {
             ));
         }
     }
+}
+
+/// Blocks SIGTTOU in the calling thread, and so in the threads it starts afterwards (call it
+/// before the runtime's): a background redlock then writes to a terminal set to `tostop`
+/// instead of being stopped. The command does not inherit the mask: the standard library
+/// clears it in the child before `exec`.
+///
+/// # Errors
+/// [`CliError::Os`] if the mask cannot be changed.
+pub(crate) fn write_from_the_background() -> Result<(), CliError> {
+    let mut blocked = SigSet::empty();
+    blocked.add(Signal::SIGTTOU);
+    blocked.thread_block().map_err(|errno| CliError::Os {
+        what: "could not block SIGTTOU",
+        source: errno.into(),
+    })
 }

@@ -1,7 +1,8 @@
 //! Signals and the terminal, against real `redis-server` nodes: SIGTSTP (Ctrl-Z) does not
 //! stop `redlock` (the lock stays extended while the command runs); SIGQUIT, SIGUSR1 and
 //! SIGUSR2 are passed on; a stopped command gets SIGCONT after a signal passed on; a command
-//! under a terminal gets `/dev/null` as standard input, any other standard input is its own.
+//! under a terminal gets `/dev/null` as standard input, any other standard input is its own;
+//! a `redlock` run as a background job writes to a `tostop` terminal without being stopped.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
@@ -14,7 +15,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redlock_tests::{RedisNodes, within};
 use support::{
-    KillOnDrop, Scratch, await_line, await_pid, await_state, finish, lines, output, redlock,
+    BIN, KillOnDrop, Scratch, await_line, await_pid, await_state, finish, lines, output, redlock,
 };
 use tokio::io::AsyncWriteExt as _;
 
@@ -164,4 +165,39 @@ async fn a_terminal_is_not_the_commands_standard_input() {
     drop(stdin);
     finish(run).await.expect(0);
     assert_eq!(lines(&copy), ["piped"]);
+}
+
+/// A session whose controlling terminal (a pseudo-terminal) is set to `tostop`, with job
+/// control: `redlock` runs as a background job and writes a line to the terminal (the
+/// process its command left running gets SIGTERM). It is not stopped by SIGTTOU (which would
+/// let the lock expire while the command runs): the job exits 0.
+#[tokio::test]
+async fn a_background_redlock_is_not_stopped_by_writing_to_the_terminal() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("tostop");
+    let code = scratch.file("code");
+    let job = format!(
+        "stty tostop; set -m; {BIN} run --resource tostop -- sh -c 'sleep 5 &' & \
+         wait $!; echo $? > {code}"
+    );
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let terminal = || Stdio::from(pty.slave.try_clone().unwrap());
+    let mut session = tokio::process::Command::new("setsid");
+    session
+        .args(["--ctty", "sh", "-c", &job])
+        .env("REDLOCK_NODES", nodes.urls().join(","))
+        .stdin(terminal())
+        .stdout(terminal())
+        .stderr(terminal())
+        .kill_on_drop(true);
+    let mut session = session.spawn().unwrap();
+    within("the background job's exit code", async {
+        while lines(&code).is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(lines(&code), ["0"], "128 + 22 is SIGTTOU");
+    session.wait().await.unwrap();
+    drop(pty);
 }
