@@ -36,7 +36,8 @@ pub(crate) enum Command {
     /// SIGTERM goes out --grace plus min(ttl/10, 1s) before the lock's validity ends, so that
     /// SIGKILL comes before it ends (a --grace that does not fit in the --ttl is refused).
     /// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlock are passed on to
-    /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored. Stop
+    /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored, and a
+    /// background redlock writes to a `tostop` terminal without being stopped. Stop
     /// redlock with SIGTERM or SIGINT, never SIGKILL: a killed redlock leaves the command
     /// running without the lock. The command does not inherit the REDLOCK_* variables, and
     /// gets /dev/null as standard input when redlock's is a terminal.
