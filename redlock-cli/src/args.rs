@@ -25,14 +25,22 @@ pub(crate) struct Cli {
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Take the lock on a resource, run a command while keeping the lock extended, and
-    /// release it when the command exits.
+    /// release it once nothing of the command's process group is left.
     ///
-    /// If the lock is lost while the command runs (its extension refused, or no extension
-    /// confirmed in time), the command's process group gets SIGTERM, then SIGKILL after
-    /// --grace, and redlock exits with 79. SIGTERM, SIGINT and SIGHUP sent to redlock are
-    /// passed on to the command's process group; the lock is released once the command
-    /// exited. The command runs in a process group of its own (as under `timeout`), so it
-    /// does not read from a terminal.
+    /// The command runs in a process group of its own (as under `timeout`), so that what it
+    /// starts is signalled with it; processes it leaves behind when it exits get SIGTERM, then
+    /// SIGKILL after --grace, before the lock is released (a process that calls `setsid` or
+    /// `setpgid` leaves the group and is not waited for). If the lock is lost while the
+    /// command runs (an extension refused, or none confirmed in time), the group gets SIGTERM,
+    /// then SIGKILL after --grace, and redlock exits with 79; without a confirmed extension,
+    /// SIGTERM goes out --grace plus min(ttl/10, 1s) before the lock's validity ends, so that
+    /// SIGKILL comes before it ends (a --grace that does not fit in the --ttl is refused).
+    /// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlock are passed on to
+    /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored, and a
+    /// background redlock writes to a `tostop` terminal without being stopped. Stop
+    /// redlock with SIGTERM or SIGINT, never SIGKILL: a killed redlock leaves the command
+    /// running without the lock. The command does not inherit the REDLOCK_* variables, and
+    /// gets /dev/null as standard input when redlock's is a terminal.
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show whether a holder is present on each node, and the lock key's remaining ttl
@@ -59,7 +67,9 @@ pub(crate) struct RunArgs {
     /// and pass it to the command in this environment variable.
     #[arg(long, value_name = "VAR", value_parser = env_var)]
     pub(crate) fencing_env: Option<String>,
-    /// How long the command has to exit after SIGTERM when the lock is lost, before SIGKILL.
+    /// How long the command's process group has to exit after SIGTERM (the lock lost, or
+    /// processes left behind by the command), before SIGKILL. It must fit in the ttl: the
+    /// default 30s ttl takes up to about 18s.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub(crate) grace: Duration,
     #[command(flatten)]

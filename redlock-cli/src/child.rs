@@ -1,32 +1,57 @@
 //! The command run under the lock: started in a process group of its own, signalled as a
 //! group (so that what it started stops with it), waited for while the signals redlock gets
-//! are passed on, and its exit status as a shell reports it.
+//! are passed on, its whole group ended before the lock is released, and its exit status as
+//! a shell reports it.
+//!
+//! redlock makes itself the "child subreaper" of what the command starts (Linux
+//! `PR_SET_CHILD_SUBREAPER`): processes of the group orphaned by the command's exit are
+//! reparented to redlock, which reaps them, so that the group is seen empty as soon as they
+//! are gone, even under an init that does not reap orphans (some containers' PID 1).
 
 use std::ffi::OsString;
+use std::io::IsTerminal as _;
 use std::os::unix::process::ExitStatusExt;
-use std::process::ExitStatus;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use crate::exit::{CliError, signal_code};
+use crate::say::say;
 use crate::signals::Signals;
 
-/// A running command and its process group.
+/// How often the command's process group is probed while redlock waits for it to empty.
+const PROBE_EVERY: Duration = Duration::from_millis(10);
+
+/// The prefix of the variables the command does not inherit (`REDLOCK_NODES` holds the
+/// nodes' passwords).
+const OWN_VARIABLES: &str = "REDLOCK_";
+
+/// A running command and its process group. Dropped before its group was seen empty (an
+/// error, a panic), it kills the group with SIGKILL.
 #[derive(Debug)]
 pub(crate) struct Child {
     process: tokio::process::Child,
     /// Its process group: the command's own pid (it leads a new group).
     group: Pid,
+    /// The command's exit status, once waited for.
+    status: Option<ExitStatus>,
+    /// The group was seen empty: it is never signalled again (its number may be reused).
+    group_gone: bool,
 }
 
 impl Child {
-    /// Starts `command` (program, then arguments) with `env` added to the environment, in a
-    /// new process group, with redlock's standard input, output and error.
+    /// Starts `command` (program, then arguments) in a new process group, with redlock's
+    /// environment less the `REDLOCK_*` variables, plus `env`; with redlock's standard
+    /// output and error, and its standard input unless that is a terminal (then
+    /// `/dev/null`: a background group reading a terminal would be stopped by it, SIGTTIN).
     ///
     /// # Errors
-    /// [`CliError::Spawn`] when it cannot be started (not found, not executable).
+    /// [`CliError::Spawn`] when it cannot be started (not found, not executable);
+    /// [`CliError::Os`] when redlock cannot become the reaper of its orphaned processes.
     pub(crate) fn spawn(
         command: &[OsString],
         env: Option<(&str, String)>,
@@ -41,49 +66,110 @@ impl Child {
         let [program, args @ ..] = command else {
             return Err(spawn_error(std::io::ErrorKind::InvalidInput.into()));
         };
+        become_subreaper()?;
         let mut builder = tokio::process::Command::new(program);
         builder.args(args).process_group(0);
+        for (name, _) in std::env::vars_os() {
+            if name
+                .as_encoded_bytes()
+                .starts_with(OWN_VARIABLES.as_bytes())
+            {
+                builder.env_remove(name);
+            }
+        }
         if let Some((name, value)) = env {
             builder.env(name, value);
         }
+        if std::io::stdin().is_terminal() {
+            builder.stdin(Stdio::null());
+        }
         let process = builder.spawn().map_err(spawn_error)?;
-        let pid = process
+        let group = process
             .id()
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| spawn_error(std::io::ErrorKind::Other.into()))?;
+            .map(Pid::from_raw);
+        // Without a pid the process has exited and been reaped already: nothing to signal.
+        let (group, group_gone) = match group {
+            Some(group) => (group, false),
+            None => (Pid::from_raw(0), true),
+        };
         Ok(Self {
             process,
-            group: Pid::from_raw(pid),
+            group,
+            status: None,
+            group_gone,
         })
     }
 
-    /// Sends `signal` to the command's process group. A group already gone is not an error:
-    /// the command is then exiting, and [`wait`](Self::wait) sees it.
-    pub(crate) fn signal(&self, signal: Signal) {
-        let _gone = killpg(self.group, signal);
+    /// Sends `signal` to the command's process group, unless it was seen empty. A group
+    /// gone meanwhile is not an error: [`wait`](Self::wait) and the probes see it.
+    fn signal(&self, signal: Signal) {
+        if !self.group_gone {
+            let _gone = killpg(self.group, signal);
+        }
     }
 
-    /// Waits for the command to exit, passing on to its process group every signal
-    /// `signals` receives meanwhile. Cancel-safe.
+    /// Passes `signal` on to the command's process group, then SIGCONT (as `timeout(1)`
+    /// does): a group stopped (by SIGTTIN, SIGTSTP, SIGSTOP) gets it too.
+    pub(crate) fn forward(&self, signal: Signal) {
+        self.signal(signal);
+        if !matches!(signal, Signal::SIGKILL | Signal::SIGCONT) {
+            self.signal(Signal::SIGCONT);
+        }
+    }
+
+    /// Waits for the command (the group's leader) to exit, passing on to its process group
+    /// every signal `signals` receives meanwhile. Cancel-safe.
     ///
     /// # Errors
     /// [`CliError::Os`] if waiting fails.
     pub(crate) async fn wait(&mut self, signals: &mut Signals) -> Result<ExitStatus, CliError> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
         loop {
             tokio::select! {
                 status = self.process.wait() => {
-                    return status.map_err(|source| CliError::Os {
+                    let status = status.map_err(|source| CliError::Os {
                         what: "could not wait for the command",
                         source,
-                    });
+                    })?;
+                    self.status = Some(status);
+                    return Ok(status);
                 }
-                signal = signals.recv() => self.signal(signal),
+                signal = signals.recv() => self.forward(signal),
             }
         }
     }
 
-    /// Stops the command: SIGTERM to its process group, then SIGKILL if it has not exited
-    /// within `grace`; returns its exit status. Signals received meanwhile are passed on.
+    /// Waits for the command to exit, then ends what is left of its process group (what it
+    /// started in the background) as [`stop`](Self::stop) does; returns the command's exit
+    /// status and whether anything was left.
+    ///
+    /// # Errors
+    /// [`CliError::Os`] if waiting fails.
+    pub(crate) async fn end_group(
+        &mut self,
+        grace: Duration,
+        signals: &mut Signals,
+    ) -> Result<(ExitStatus, bool), CliError> {
+        let status = self.wait(signals).await?;
+        if self.group_empty() {
+            return Ok((status, false));
+        }
+        self.stop(
+            grace,
+            signals,
+            "the command exited and left processes in its group",
+        )
+        .await?;
+        Ok((status, true))
+    }
+
+    /// Stops the command's whole process group: SIGTERM, then SIGKILL if any process of it
+    /// is left after `grace`; returns once none is left, with the command's exit status.
+    /// `why` is said on stderr, after the signal went out. Signals received meanwhile are
+    /// passed on.
     ///
     /// # Errors
     /// [`CliError::Os`] if waiting fails.
@@ -91,18 +177,86 @@ impl Child {
         &mut self,
         grace: Duration,
         signals: &mut Signals,
+        why: &str,
     ) -> Result<ExitStatus, CliError> {
-        self.signal(Signal::SIGTERM);
-        if let Ok(status) = tokio::time::timeout(grace, self.wait(signals)).await {
+        self.forward(Signal::SIGTERM);
+        say(format_args!(
+            "{why}; sent SIGTERM to the command's process group"
+        ));
+        if let Ok(status) = tokio::time::timeout(grace, self.wait_all(signals, None)).await {
             return status;
         }
-        eprintln!(
-            "redlock: the command did not exit within {} of SIGTERM; sending SIGKILL",
-            humantime::format_duration(grace)
-        );
         self.signal(Signal::SIGKILL);
-        self.wait(signals).await
+        say(format_args!(
+            "the command's process group was still running {} after SIGTERM; sent SIGKILL",
+            humantime::format_duration(grace)
+        ));
+        self.wait_all(signals, Some(Signal::SIGKILL)).await
     }
+
+    /// Waits for the command, then until no process is left in its group, sending `again`
+    /// to the group at each probe. Cancel-safe.
+    async fn wait_all(
+        &mut self,
+        signals: &mut Signals,
+        again: Option<Signal>,
+    ) -> Result<ExitStatus, CliError> {
+        let status = self.wait(signals).await?;
+        while !self.group_empty() {
+            if let Some(signal) = again {
+                self.signal(signal);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+                signal = signals.recv() => self.forward(signal),
+            }
+        }
+        Ok(status)
+    }
+
+    /// Whether no process is left in the command's group, once the command itself was
+    /// waited for: reaps the group's processes that exited (orphans reparented to redlock),
+    /// then probes the group (`killpg` with no signal).
+    fn group_empty(&mut self) -> bool {
+        if self.group_gone {
+            return true;
+        }
+        if self.status.is_none() {
+            return false;
+        }
+        // Only after the leader was waited for by tokio: this reaps any child of redlock in
+        // the group, which would take the leader's status from tokio.
+        let members = Pid::from_raw(-self.group.as_raw());
+        while let Ok(status) = waitpid(members, Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        self.group_gone = killpg(self.group, None) == Err(Errno::ESRCH);
+        self.group_gone
+    }
+}
+
+impl Drop for Child {
+    /// Kills the group when it was not seen empty: redlock is leaving early (an error, a
+    /// panic), and the lock is about to go.
+    fn drop(&mut self) {
+        self.signal(Signal::SIGKILL);
+    }
+}
+
+/// Makes redlock the reaper of its descendants' orphans (Linux), so that the command's
+/// orphaned processes can be waited for (see the module docs).
+///
+/// # Errors
+/// [`CliError::Os`] if the kernel refuses.
+fn become_subreaper() -> Result<(), CliError> {
+    #[cfg(target_os = "linux")]
+    nix::sys::prctl::set_child_subreaper(true).map_err(|errno| CliError::Os {
+        what: "could not become the reaper of the command's orphaned processes",
+        source: errno.into(),
+    })?;
+    Ok(())
 }
 
 /// The exit code a shell reports for `status`: the command's own, or 128 + the signal that
@@ -126,5 +280,41 @@ mod tests {
         assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
         assert_eq!(exit_code(ExitStatus::from_raw(Signal::SIGKILL as i32)), 137);
         assert_eq!(exit_code(ExitStatus::from_raw(Signal::SIGTERM as i32)), 143);
+    }
+
+    /// A child dropped before its group was seen empty (redlock leaving on an error or a
+    /// panic) kills the whole group: the command and what it started in the background.
+    #[test]
+    fn a_dropped_child_kills_its_group() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let group = runtime.block_on(async {
+            let command = ["sh", "-c", "sleep 30 & sleep 30"].map(OsString::from);
+            let child = Child::spawn(&command, None).expect("sh starts");
+            let group = child.group;
+            drop(child);
+            group
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            // The test process is the subreaper: reap the group's processes as they die.
+            while let Ok(status) =
+                waitpid(Pid::from_raw(-group.as_raw()), Some(WaitPidFlag::WNOHANG))
+            {
+                if status == WaitStatus::StillAlive {
+                    break;
+                }
+            }
+            if killpg(group, None) == Err(Errno::ESRCH) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the dropped child's group still runs"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }

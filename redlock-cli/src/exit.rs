@@ -1,9 +1,11 @@
 //! Exit codes, and the errors that end `redlock` with one of them.
 //!
 //! The codes are sysexits(3)'s where one fits, the shell's for a command that cannot run or
-//! was killed by a signal, and 79 (right after sysexits' range) for a lost lock.
+//! was killed by a signal, 79 (right after sysexits' range) for a lost lock, and Rust's 101
+//! for a panic (a bug: the command's process group is killed as redlock unwinds).
 
 use std::io;
+use std::time::Duration;
 
 use redlock_core::{BuildError, LockError, LostReason};
 
@@ -20,7 +22,8 @@ pub(crate) const SOFTWARE: u8 = 70;
 pub(crate) const OS_ERROR: u8 = 71;
 /// The resource is busy (sysexits `EX_TEMPFAIL`: try again later); the command did not run.
 pub(crate) const BUSY: u8 = 75;
-/// The lock was lost while the command ran; the command was stopped.
+/// The lock was lost while the command ran (the command was stopped), or found gone when it
+/// was released after the command exited.
 pub(crate) const LOST: u8 = 79;
 /// The command was found but could not be run (as shells and `timeout(1)` answer).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
@@ -31,15 +34,22 @@ pub(crate) const NOT_FOUND: u8 = 127;
 pub(crate) const EXIT_CODES_HELP: &str = "\
 Exit codes of `redlock run`:
   the command's own   the command ran and exited (128 + N if killed by signal N)
-  64                  bad usage or configuration (arguments, durations, node URLs, no nodes)
+  64                  bad usage or configuration (arguments, durations, a --grace that does
+                      not fit in the --ttl, node URLs, no nodes)
   69                  Redis unavailable: fewer than a quorum of nodes reachable
+  70                  internal error (an unexpected error from the lock)
+  71                  operating system error (signal handlers, the runtime, waiting for the
+                      command, no entropy for a token)
   75                  busy: another holder kept the resource for the whole --wait
-  79                  the lock was lost while the command ran; the command was stopped
-                      (SIGTERM, then SIGKILL after --grace)
+  79                  the lock was lost while the command ran; the command's process group was
+                      stopped (SIGTERM, then SIGKILL after --grace); or the lock was found gone
+                      when released after the command exited (it may have overlapped another
+                      holder)
+  101                 a panic in redlock (a bug); the command's process group was killed
   126, 127            the command could not be run, or was not found
   128 + N             redlock itself got signal N while waiting for the lock
 `redlock status` exits 0 once a quorum of nodes answered (held or not), 69 if fewer did,
-64 for bad usage.";
+71 if its output cannot be written, 64 for bad usage.";
 
 /// Why `redlock` stopped without a status of the command's own.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +67,37 @@ pub(crate) enum CliError {
         resource: String,
         /// Why.
         reason: LostReason,
+    },
+    /// The lock was found gone when released after the command exited: it expired or was
+    /// taken over while the command ran, which may then have overlapped another holder.
+    #[error(
+        "the lock on `{resource}` was found gone when it was released after the command exited \
+         (exit code {code}): it expired or was taken over while the command ran, which may have \
+         overlapped another holder"
+    )]
+    GoneAtRelease {
+        /// The resource.
+        resource: String,
+        /// The command's exit code.
+        code: u8,
+    },
+    /// `--grace` does not fit in `--ttl`: the command could not be killed before the lock's
+    /// validity ends while leaving time to extend the lock.
+    #[error(
+        "--grace {} does not fit in --ttl {}: without a confirmed extension the command gets SIGTERM \
+         --grace before the lock's validity ends (plus a margin), and the lock is extended every \
+         third of the ttl; {}",
+        humantime::format_duration(*grace),
+        humantime::format_duration(*ttl),
+        fits_with(*min_ttl),
+    )]
+    GraceTooLong {
+        /// `--grace`.
+        grace: Duration,
+        /// `--ttl`.
+        ttl: Duration,
+        /// The shortest ttl that fits this grace, if any does.
+        min_ttl: Option<Duration>,
     },
     /// The command could not be started.
     #[error("could not run `{program}`")]
@@ -101,13 +142,25 @@ impl CliError {
             CliError::Build(BuildError::TooFewReachable { .. }) => UNAVAILABLE,
             CliError::Build(_) => USAGE,
             CliError::Lock(error) => lock_code(error),
-            CliError::Lost { .. } => LOST,
+            CliError::Lost { .. } | CliError::GoneAtRelease { .. } => LOST,
+            CliError::GraceTooLong { .. } => USAGE,
             CliError::Spawn { source, .. } if source.kind() == io::ErrorKind::NotFound => NOT_FOUND,
             CliError::Spawn { .. } => CANNOT_EXECUTE,
             CliError::Os { .. } => OS_ERROR,
             CliError::Interrupted { signal } => signal_code(*signal as i32),
             CliError::TooFewAnswered { .. } => UNAVAILABLE,
         }
+    }
+}
+
+/// The advice of [`CliError::GraceTooLong`].
+fn fits_with(min_ttl: Option<Duration>) -> String {
+    match min_ttl {
+        Some(ttl) => format!(
+            "give a --ttl of at least {} or a shorter --grace",
+            humantime::format_duration(ttl)
+        ),
+        None => "give a shorter --grace".to_owned(),
     }
 }
 

@@ -1,15 +1,16 @@
 //! `redlock`: run a command under a Redlock distributed lock (`redlock run`), or show who
 //! holds a resource (`redlock status`). Exit codes: see [`exit`] and `redlock --help`.
 //!
-//! Modules, bottom up: `exit` (codes and errors), `args` (the command line), `connect` (the
-//! lock handle), `signals` and `child` (the command's process and the signals passed on to
-//! it), `run` and `status` (the two subcommands).
+//! Modules, bottom up: `exit` (codes and errors), `say` (lines on stderr), `args` (the
+//! command line), `connect` (the lock handle), `signals` and `child` (the command's process
+//! group and the signals passed on to it), `run` and `status` (the two subcommands).
 
 mod args;
 mod child;
 mod connect;
 mod exit;
 mod run;
+mod say;
 mod signals;
 mod status;
 
@@ -44,6 +45,10 @@ fn main() -> ExitCode {
         .with_ansi(std::io::stderr().is_terminal())
         .without_time()
         .init();
+    if let Err(error) = signals::write_from_the_background() {
+        say::say(format_args!("{}", with_sources(&error)));
+        return ExitCode::from(error.exit_code());
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -63,7 +68,7 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("redlock: {}", with_sources(&error));
+            say::say(format_args!("{}", with_sources(&error)));
             ExitCode::from(error.exit_code())
         }
     }

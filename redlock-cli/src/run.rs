@@ -1,31 +1,29 @@
-//! `redlock run`: take the lock (auto-extended, fenced if asked), run the command, stop it if
-//! the lock is lost, release the lock once it exited.
+//! `redlock run`: take the lock (auto-extended, fenced if asked), run the command, stop its
+//! process group if the lock is lost, and release the lock once nothing of the group is left.
 
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
-use redlock_core::{DEFAULT_NODE_TIMEOUT, LockError, LockGuard, LockOptions, LostReason, Redlock};
+use redlock_core::{
+    DEFAULT_NODE_TIMEOUT, InvalidInput, LockError, LockGuard, LockOptions, LostReason, MAX_TTL,
+    Redlock,
+};
 
 use crate::args::RunArgs;
 use crate::child::{Child, exit_code};
 use crate::connect::{builder, connect};
 use crate::exit::CliError;
+use crate::say::say;
 use crate::signals::Signals;
 
 /// Runs `args.command` under the lock on `args.resource`; returns the command's exit code.
 ///
 /// # Errors
-/// Every [`CliError`] but [`CliError::TooFewAnswered`]; [`CliError::Lost`] after the command
-/// was stopped.
+/// Every [`CliError`] but [`CliError::TooFewAnswered`]; [`CliError::Lost`] after the
+/// command's group was stopped; [`CliError::GoneAtRelease`] when the release found the lock
+/// gone.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
-    let options = LockOptions::default()
-        .ttl(args.ttl)
-        .wait_timeout(args.wait)
-        .auto_extend(true)
-        .fencing(args.fencing_env.is_some());
-    options
-        .validate()
-        .map_err(|e| CliError::Lock(LockError::Invalid(e)))?;
+    let options = lock_options(&args)?;
     let builder = builder(&args.nodes);
     // Caught from before connecting: a SIGTERM while waiting for the lock ends the wait.
     let mut signals = Signals::catch()?;
@@ -51,17 +49,99 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
         .as_deref()
         .zip(guard.fencing_token())
         .map(|(name, token)| (name, token.to_string()));
+    // The child is dropped (its group killed if anything of it is left) before the release.
     let outcome = match Child::spawn(&args.command, env) {
         Ok(mut child) => supervise(&mut child, &guard, &args, &mut signals).await,
         Err(error) => Err(error),
     };
     let held = !matches!(outcome, Err(CliError::Lost { .. }));
-    release(&redlock, guard, held).await;
-    outcome
+    let still_held = release(&redlock, guard, held).await;
+    match outcome {
+        Ok(code) if !still_held => Err(CliError::GoneAtRelease {
+            resource: args.resource,
+            code,
+        }),
+        outcome => outcome,
+    }
 }
 
-/// Waits for the command while the lock holds; stops it if the lock is lost first (the lost
-/// signal wins a tie: the command may have overlapped the next holder).
+/// The lock's options: the ttl, the wait, auto-extension, fencing if asked, and a lost margin
+/// of `--grace` plus the default margin, so that a command that ignores SIGTERM is killed
+/// before the lock's validity ends.
+///
+/// # Errors
+/// [`CliError::GraceTooLong`] when the grace does not fit in the ttl, with the shortest ttl
+/// that fits; [`CliError::Lock`] (usage) for a ttl that is bad on its own.
+fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
+    let plain = LockOptions::default()
+        .ttl(args.ttl)
+        .wait_timeout(args.wait)
+        .auto_extend(true)
+        .fencing(args.fencing_env.is_some());
+    plain
+        .validate()
+        .map_err(|e| CliError::Lock(LockError::Invalid(e)))?;
+    let options = with_grace(plain, args.grace);
+    match options.validate() {
+        Ok(()) => Ok(options),
+        Err(InvalidInput::LostMargin { .. } | InvalidInput::ExtendFraction { .. }) => {
+            Err(CliError::GraceTooLong {
+                grace: args.grace,
+                ttl: args.ttl,
+                min_ttl: min_ttl(args.grace).map(round_up),
+            })
+        }
+        Err(error) => Err(CliError::Lock(LockError::Invalid(error))),
+    }
+}
+
+/// `options` with a lost margin of `grace` plus their default margin (`min(ttl / 10, 1 s)`,
+/// the time between the lost signal and SIGKILL actually going out): with no extension
+/// confirmed, SIGTERM goes out `grace` + that margin before the validity ends, and SIGKILL
+/// `grace` later, still before it ends.
+fn with_grace(options: LockOptions, grace: Duration) -> LockOptions {
+    let margin = grace.saturating_add(options.get_lost_margin());
+    options.lost_margin(margin)
+}
+
+/// The shortest ttl (whole milliseconds, at most [`MAX_TTL`]) that `grace` fits in, by
+/// bisection over the lock's own validation (which only gets easier as the ttl grows).
+fn min_ttl(grace: Duration) -> Option<Duration> {
+    let fits = |millis: u64| {
+        with_grace(
+            LockOptions::default()
+                .ttl(Duration::from_millis(millis))
+                .auto_extend(true),
+            grace,
+        )
+        .validate()
+        .is_ok()
+    };
+    let mut high = u64::try_from(MAX_TTL.as_millis()).unwrap_or(u64::MAX);
+    if !fits(high) {
+        return None;
+    }
+    let mut low = 0; // does not fit
+    while high - low > 1 {
+        let middle = low + (high - low) / 2;
+        if fits(middle) {
+            high = middle;
+        } else {
+            low = middle;
+        }
+    }
+    Some(Duration::from_millis(high))
+}
+
+/// `ttl` rounded up to a tenth of a second (at most [`MAX_TTL`]), as advice reads best.
+fn round_up(ttl: Duration) -> Duration {
+    let tenths = ttl.as_millis().div_ceil(100);
+    Duration::from_millis(u64::try_from(tenths * 100).unwrap_or(u64::MAX)).min(MAX_TTL)
+}
+
+/// Waits for the command while the lock holds, then ends what is left of its process group;
+/// stops the whole group if the lock is lost first (the lost signal wins a tie: the command
+/// may have overlapped the next holder), or while what the command left is being stopped.
 async fn supervise(
     child: &mut Child,
     guard: &LockGuard,
@@ -69,40 +149,58 @@ async fn supervise(
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
     let mut lost = guard.lost().into_future();
-    tokio::select! {
+    let exited = tokio::select! {
         biased;
-        () = &mut lost => {}
-        status = child.wait(signals) => return status.map(exit_code),
+        () = &mut lost => false,
+        status = child.wait(signals) => status.map(|_| true)?,
+    };
+    if exited {
+        let (status, left_over) = child.end_group(args.grace, signals).await?;
+        if !(left_over && guard.lost().is_lost()) {
+            return Ok(exit_code(status));
+        }
+    } else {
+        let status = child.stop(args.grace, signals, "the lock was lost").await?;
+        say(format_args!(
+            "the command was stopped (exit code {})",
+            exit_code(status)
+        ));
     }
-    eprintln!("redlock: the lock was lost; sending SIGTERM to the command");
-    let status = child.stop(args.grace, signals).await?;
-    eprintln!(
-        "redlock: the command was stopped (exit code {})",
-        exit_code(status)
-    );
     Err(CliError::Lost {
         resource: args.resource.clone(),
         reason: guard.lost().reason().unwrap_or(LostReason::Expired),
     })
 }
 
-/// Releases the lock, then waits for the nodes the release did not wait for
-/// ([`settle`]); a failure is reported (the keys then expire with their ttl) when the lock
-/// was still expected to be held, not after a loss.
-async fn release(redlock: &Redlock, guard: LockGuard, held: bool) {
+/// Releases the lock, then waits for the nodes the release did not wait for ([`settle`]); a
+/// failure is reported (the keys then expire with their ttl) when the lock was still
+/// expected to be held, not after a loss. Returns `false` when the release found the lock
+/// held by fewer than a quorum (expired or taken over), `true` otherwise (an unconfirmed
+/// release tells nothing).
+async fn release(redlock: &Redlock, guard: LockGuard, held: bool) -> bool {
     let resource = guard.resource().to_owned();
     match guard.release().await {
-        Ok(released) if released.answered < released.nodes => settle(redlock, &resource).await,
-        Ok(_) | Err(LockError::Lost { .. }) => {}
-        Err(error) if held => eprintln!("redlock: warning: {error}"),
-        Err(_) => {}
+        Ok(released) => {
+            if released.answered < released.nodes {
+                settle(redlock, &resource).await;
+            }
+            released.was_held()
+        }
+        Err(LockError::Lost { .. }) => false,
+        Err(error) => {
+            if held {
+                say(format_args!("warning: {error}"));
+            }
+            true
+        }
     }
 }
 
 /// The longest wait, before exiting, for the release commands a release decided at quorum
 /// did not await (and for an interrupted attempt's clean-up). They are issued already, but by
 /// tasks of this process: exiting at once would drop any not yet written, leaving the key on
-/// that node until its ttl. Five node timeouts: a few reads of a loaded node.
+/// that node until its ttl. Five of the default node timeouts (500 ms): a few reads of a
+/// loaded node (a node timeout set in `REDLOCK_NODE_TIMEOUT` does not change it).
 const LINGER: Duration = DEFAULT_NODE_TIMEOUT.saturating_mul(5);
 
 /// Waits, at most [`LINGER`], until every node answers that it holds nothing for `resource`:
@@ -119,5 +217,38 @@ async fn settle(redlock: &Redlock, resource: &str) {
             Err(_) => return,
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortest ttl a grace fits in is the boundary of the lock's own validation.
+    #[test]
+    fn the_shortest_ttl_for_a_grace_is_exact() {
+        for grace in [
+            Duration::ZERO,
+            Duration::from_millis(500),
+            Duration::from_secs(10),
+        ] {
+            let ttl = min_ttl(grace).unwrap_or_else(|| panic!("{grace:?}"));
+            let options =
+                |ttl| with_grace(LockOptions::default().ttl(ttl).auto_extend(true), grace);
+            assert_eq!(options(ttl).validate(), Ok(()), "{grace:?}");
+            assert!(
+                options(ttl - Duration::from_millis(1)).validate().is_err(),
+                "{grace:?}"
+            );
+        }
+        assert_eq!(min_ttl(Duration::MAX), None);
+        // The defaults fit, and the README's figure for the default ttl holds.
+        assert!(min_ttl(Duration::from_secs(10)) <= Some(Duration::from_secs(30)));
+        assert!(min_ttl(Duration::from_secs(18)) <= Some(Duration::from_secs(30)));
+        assert!(min_ttl(Duration::from_secs(19)) > Some(Duration::from_secs(30)));
+        assert_eq!(
+            round_up(Duration::from_millis(16_755)),
+            Duration::from_millis(16_800)
+        );
     }
 }

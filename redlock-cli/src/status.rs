@@ -2,6 +2,7 @@
 //! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)); never the token.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 use redlock_core::{Holder, NodeHolding, ResourceStatus};
@@ -14,7 +15,8 @@ use crate::exit::CliError;
 ///
 /// # Errors
 /// [`CliError::Build`] for a bad node list; [`CliError::TooFewAnswered`] (after printing what
-/// the nodes that answered hold) when fewer than a quorum answered.
+/// the nodes that answered hold) when fewer than a quorum answered; [`CliError::Os`] when
+/// the output cannot be written.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
     // Unreachable nodes are shown as such, not a reason to stop; no waiter subscriptions.
     let builder = builder(&args.nodes)
@@ -25,7 +27,13 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
         .inspect(&args.resource)
         .await
         .map_err(CliError::Lock)?;
-    print!("{}", render(&status));
+    std::io::stdout()
+        .write_all(render(&status).as_bytes())
+        .and_then(|()| std::io::stdout().flush())
+        .map_err(|source| CliError::Os {
+            what: "could not write the status",
+            source,
+        })?;
     if status.answered() < status.quorum {
         return Err(CliError::TooFewAnswered {
             answered: status.answered(),

@@ -151,6 +151,8 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
             "sync",
             "--ttl",
             "2s",
+            "--grace",
+            "500ms",
             "--",
             "sh",
             "-c",
@@ -192,7 +194,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
             "--resource",
             "sync",
             "--ttl",
-            "2s",
+            "6s",
             "--grace",
             "1500ms",
             "--",
@@ -365,6 +367,8 @@ async fn losing_the_quorum_while_running_stops_the_command() {
             "sync",
             "--ttl",
             "2s",
+            "--grace",
+            "500ms",
             "--",
             "sh",
             "-c",
@@ -378,4 +382,61 @@ async fn losing_the_quorum_while_running_stops_the_command() {
     nodes.servers[1].kill();
     finish(run).await.expect(LOST);
     assert_eq!(lines(&journal), ["start", "term"]);
+}
+
+/// The keys deleted while the command runs (a long ttl: no extension comes before the
+/// command exits): the release finds the lock gone, `redlock` says so and exits with 79
+/// instead of the command's 0, since the command may have overlapped another holder.
+#[tokio::test]
+async fn a_lock_found_gone_at_release_exits_79() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("gone");
+    let journal = scratch.file("journal");
+    let go = scratch.file("go");
+    let script =
+        format!("echo start >> {journal}; while [ ! -e {go} ]; do sleep 0.02; done; exit 0");
+    let run = redlock(
+        Some(&nodes),
+        &["run", "--resource", "gone", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .unwrap();
+    await_line(&journal, "start").await;
+    nodes.delete("gone").await;
+    std::fs::write(&go, "").unwrap();
+    let gone = finish(run).await;
+    gone.expect(LOST);
+    assert!(gone.stderr.contains("found gone"), "{gone:#?}");
+    assert!(gone.stderr.contains("exit code 0"), "{gone:#?}");
+}
+
+/// The command does not inherit the `REDLOCK_*` variables (`REDLOCK_NODES` holds the nodes'
+/// passwords); the rest of the environment and `--fencing-env` reach it.
+#[tokio::test]
+async fn the_command_does_not_inherit_the_redlock_variables() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("env");
+    let seen = scratch.file("env");
+    let script = format!("env > {seen}");
+    let mut command = redlock(
+        Some(&nodes),
+        &[
+            "run",
+            "--resource",
+            "env",
+            "--fencing-env",
+            "FENCE",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    command.env("KEPT", "1");
+    output(command).await.expect(0);
+    let env = lines(&seen);
+    let inherited: Vec<_> = env.iter().filter(|l| l.starts_with("REDLOCK_")).collect();
+    assert!(inherited.is_empty(), "the command saw {inherited:?}");
+    assert!(env.iter().any(|l| l == "KEPT=1"), "{env:?}");
+    assert!(env.iter().any(|l| l.starts_with("FENCE=")), "{env:?}");
 }

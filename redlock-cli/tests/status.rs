@@ -137,3 +137,22 @@ async fn status_shows_nodes_that_do_not_answer() {
     );
     drop(guard);
 }
+
+/// Output that cannot be written (`>/dev/full`): exit code 71 and a message, not a panic.
+#[tokio::test]
+async fn status_output_that_cannot_be_written_exits_71() {
+    let nodes = RedisNodes::start(3);
+    let mut command = redlock(Some(&nodes), &["status", "free"]);
+    command.stdout(
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    );
+    let full = output(command).await;
+    full.expect(71);
+    assert!(
+        full.stderr.contains("could not write the status"),
+        "{full:#?}"
+    );
+}

@@ -129,7 +129,9 @@ async fn help_documents_the_exit_codes() {
     for args in [&["--help"][..], &["run", "--help"], &["status", "--help"]] {
         let help = output(redlock(None, args)).await;
         help.expect(0);
-        for code in ["64", "69", "75", "79", "126, 127", "128 + N"] {
+        for code in [
+            "64", "69", "70", "71", "75", "79", "101", "126, 127", "128 + N",
+        ] {
             assert!(
                 help.stdout.contains(code),
                 "{args:?} lacks {code}: {help:#?}"

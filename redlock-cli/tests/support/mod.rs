@@ -134,3 +134,67 @@ pub fn tokens(values: &[Option<String>]) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// The state letter of process `pid` (`/proc/PID/stat`: `R`, `S`, `T` stopped, `Z` zombie...),
+/// `None` once it is gone.
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, after_name) = stat.rsplit_once(')')?;
+    after_name.trim_start().chars().next()
+}
+
+/// Whether process `pid` is running: it exists and is not a zombie.
+pub fn running(pid: i32) -> bool {
+    state(pid).is_some_and(|state| !matches!(state, 'Z' | 'X'))
+}
+
+/// Waits (at most 10 s) until a command wrote a pid on the first line of `path`; returns it.
+pub async fn await_pid(path: &str) -> i32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(pid) = lines(path).first().and_then(|l| l.parse().ok()) {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {path} within 10 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (at most 10 s) until process `pid` is in state `wanted` (e.g. `T`: stopped).
+pub async fn await_state(pid: i32, wanted: char) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while state(pid) != Some(wanted) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} not in state {wanted} within 10 s: {:?}",
+            state(pid)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Kills the process group of a command `redlock` started (each leads a group of its own)
+/// with SIGKILL when dropped: what a failed test left running.
+#[derive(Debug)]
+pub struct KillOnDrop(nix::unistd::Pid);
+
+impl KillOnDrop {
+    /// For the group of process `pid` (found now, while it runs).
+    pub fn group_of(pid: i32) -> Self {
+        let pid = nix::unistd::Pid::from_raw(pid);
+        let group = nix::unistd::getpgid(Some(pid))
+            .unwrap_or_else(|e| panic!("no process group for {pid}: {e}"));
+        assert_ne!(
+            group,
+            nix::unistd::getpgrp(),
+            "{pid} is in the test's own group"
+        );
+        Self(group)
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGKILL);
+    }
+}
