@@ -97,9 +97,9 @@ pub(crate) struct NodeArgs {
     #[arg(long, value_name = "URL,URL,...", value_delimiter = ',')]
     pub(crate) nodes: Vec<String>,
     /// A prefix added to the resource to form the Redis key (the same as the applications
-    /// locking it use, e.g. `lock:`).
-    #[arg(long, default_value = "")]
-    pub(crate) key_prefix: String,
+    /// locking it use, e.g. `lock:`); default `REDLOCK_KEY_PREFIX`, else none.
+    #[arg(long)]
+    pub(crate) key_prefix: Option<String>,
 }
 
 /// A duration such as `30s`, `1m 30s`, `500ms` (humantime).

@@ -1,18 +1,26 @@
 //! The lock handle, from `--nodes` or `REDLOCK_NODES` and `--key-prefix`.
 
-use redlock_core::{Redlock, RedlockBuilder};
+use redlock_core::{NODES_ENV, Redlock, RedlockBuilder};
 
 use crate::args::NodeArgs;
 use crate::exit::CliError;
 
 /// A builder over the nodes of `args`: `--nodes` when given, else the URLs in
-/// `REDLOCK_NODES` (its absence is reported by `build`, before connecting).
+/// `REDLOCK_NODES` (its absence is reported by `build`, before connecting); the other
+/// `REDLOCK_*` settings, with `--key-prefix` over `REDLOCK_KEY_PREFIX`.
 pub(crate) fn builder(args: &NodeArgs) -> RedlockBuilder {
-    let builder = Redlock::builder().key_prefix(args.key_prefix.as_str());
-    if args.nodes.is_empty() {
-        builder.from_env()
-    } else {
-        builder.nodes(args.nodes.iter().map(|url| url.trim()))
+    let given = !args.nodes.is_empty();
+    // `--nodes` wins over `REDLOCK_NODES`, which then is not read at all.
+    let builder = Redlock::builder()
+        .nodes(args.nodes.iter().map(|url| url.trim()))
+        .from_env_with(|var| {
+            (!(given && var == NODES_ENV))
+                .then(|| std::env::var(var).ok())
+                .flatten()
+        });
+    match &args.key_prefix {
+        Some(prefix) => builder.key_prefix(prefix.as_str()),
+        None => builder,
     }
 }
 

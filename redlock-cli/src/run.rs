@@ -2,7 +2,7 @@
 //! process group if the lock is lost, and release the lock once nothing of the group is left.
 
 use std::future::IntoFuture;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlock_core::{
     DEFAULT_NODE_TIMEOUT, InvalidInput, LockError, LockGuard, LockOptions, LostReason, MAX_TTL,
@@ -172,18 +172,16 @@ async fn supervise(
     })
 }
 
-/// Releases the lock, then waits for the nodes the release did not wait for ([`settle`]); a
+/// Releases the lock, then waits for the nodes the release did not wait for
+/// (`Redlock::shutdown`: every node has answered every command sent to it); a
 /// failure is reported (the keys then expire with their ttl) when the lock was still
 /// expected to be held, not after a loss. Returns `false` when the release found the lock
 /// held by fewer than a quorum (expired or taken over), `true` otherwise (an unconfirmed
 /// release tells nothing).
 async fn release(redlock: &Redlock, guard: LockGuard, held: bool) -> bool {
-    let resource = guard.resource().to_owned();
     match guard.release().await {
         Ok(released) => {
-            if released.answered < released.nodes {
-                settle(redlock, &resource).await;
-            }
+            redlock.shutdown(LINGER).await;
             released.was_held()
         }
         Err(LockError::Lost { .. }) => false,
@@ -197,28 +195,12 @@ async fn release(redlock: &Redlock, guard: LockGuard, held: bool) -> bool {
 }
 
 /// The longest wait, before exiting, for the release commands a release decided at quorum
-/// did not await (and for an interrupted attempt's clean-up). They are issued already, but by
-/// tasks of this process: exiting at once would drop any not yet written, leaving the key on
-/// that node until its ttl. Five of the default node timeouts (500 ms): a few reads of a
-/// loaded node (a node timeout set in `REDLOCK_NODE_TIMEOUT` does not change it).
+/// did not await (and for an interrupted attempt's clean-up): `Redlock::shutdown` waits until
+/// every node answered what was sent to it. They are issued already, but by tasks of this
+/// process: exiting at once would drop any not yet written, leaving the key on that node
+/// until its ttl. Five of the default node timeouts (500 ms), reached only when a node does
+/// not answer.
 const LINGER: Duration = DEFAULT_NODE_TIMEOUT.saturating_mul(5);
-
-/// Waits, at most [`LINGER`], until every node answers that it holds nothing for `resource`:
-/// the release commands still in flight have landed. A new holder (a waiter the key was
-/// handed to) or a node that does not answer makes it wait the whole [`LINGER`].
-async fn settle(redlock: &Redlock, resource: &str) {
-    let deadline = Instant::now() + LINGER;
-    while Instant::now() < deadline {
-        match redlock.inspect(resource).await {
-            Ok(status) if status.held_on() == 0 && status.answered() == status.nodes.len() => {
-                return;
-            }
-            Ok(_) => {}
-            Err(_) => return,
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -105,6 +105,31 @@ async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
     // Without the prefix it is another key: free.
     let other = output(redlock(Some(&nodes), &["status", "catalog"])).await;
     assert!(other.stdout.starts_with("catalog: free;"), "{other:#?}");
+    // The prefix can come from REDLOCK_KEY_PREFIX, and the flag wins over it; `--nodes` wins
+    // over REDLOCK_NODES (here a node list that would not connect).
+    let mut from_env = redlock(Some(&nodes), &["status", "catalog"]);
+    from_env.env("REDLOCK_KEY_PREFIX", "lock:");
+    let from_env = output(from_env).await;
+    assert!(
+        from_env.stdout.starts_with("catalog: held;"),
+        "{from_env:#?}"
+    );
+    let nodes_flag = nodes.urls().join(",");
+    let mut flag = redlock(
+        None,
+        &[
+            "status",
+            "catalog",
+            "--key-prefix",
+            "",
+            "--nodes",
+            &nodes_flag,
+        ],
+    );
+    flag.env("REDLOCK_KEY_PREFIX", "lock:")
+        .env("REDLOCK_NODES", "redis://127.0.0.1:1");
+    let flag = output(flag).await;
+    assert!(flag.stdout.starts_with("catalog: free;"), "{flag:#?}");
     first.release().await.unwrap();
     second.release().await.unwrap();
 }
