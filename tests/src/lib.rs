@@ -11,6 +11,7 @@
 pub mod checker;
 mod clients;
 pub mod clock;
+mod logs;
 mod nodes;
 pub mod programs;
 pub mod proxy;
@@ -19,6 +20,7 @@ pub mod tls;
 pub mod workload;
 
 pub use clients::{fencing_key, foreign_set_nx, free_within, is_free, plain_client, waiters_key};
+pub use logs::LogCapture;
 pub use nodes::{RedisNodes, proxy_urls, redlock, redlock_with};
 pub use programs::SERVER_BIN_ENV;
 pub use server::{RedisServer, ServerOptions, free_port};

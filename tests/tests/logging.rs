@@ -4,11 +4,10 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use redlock_core::{LockOptions, Redlock};
-use redlock_tests::RedisNodes;
+use redlock_tests::{LogCapture, RedisNodes};
 
 async fn redlock(nodes: &RedisNodes) -> Redlock {
     Redlock::builder()
@@ -20,22 +19,7 @@ async fn redlock(nodes: &RedisNodes) -> Redlock {
 
 #[test]
 fn tokens_never_reach_the_logs() {
-    use std::io::Write;
-    use std::sync::Mutex;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let writer = capture.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
@@ -62,7 +46,7 @@ fn tokens_never_reach_the_logs() {
                 token
             })
     });
-    let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let logs = capture.text();
     assert!(
         logs.contains("redlock.acquire"),
         "the acquire span is missing: {logs}"

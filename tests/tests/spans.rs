@@ -5,48 +5,15 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redlock_core::LockOptions;
-use redlock_tests::{RedisNodes, redlock};
+use redlock_tests::{LogCapture, RedisNodes, redlock};
 use tracing_subscriber::fmt::format::FmtSpan;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8(self.0.lock().unwrap().clone())
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// The lines holding every one of `parts`.
-    fn with(&self, parts: &[&str]) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|line| parts.iter().all(|part| line.contains(part)))
-            .collect()
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_releases_and_losses_are_traced_without_the_token() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let writer = capture.clone();
     tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
