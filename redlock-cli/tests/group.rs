@@ -11,9 +11,10 @@ mod support;
 use std::fs::OpenOptions;
 use std::time::{Duration, Instant};
 
-use redlock_tests::{RedisNodes, foreign_set_nx, within};
+use redlock_tests::{RedisNodes, within};
 use support::{
-    KillOnDrop, Scratch, await_line, await_pid, finish, lines, output, redlock, running,
+    KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, finish, ignoring_sigterm, lines, output,
+    redlock, run_args, run_script, running, start, take_over, until_sigterm,
 };
 
 /// Exit codes, as documented in `redlock --help` and the README.
@@ -44,22 +45,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
         "(trap 'echo term >> {terms}; exit 0' TERM; while :; do sleep 0.05; done) & \
          (trap '' TERM; exec sleep 30) & echo $! > {pid_file}"
     );
-    let mut run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "g1",
-            "--grace",
-            "3s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let mut run = start(run_script(&nodes, "g1", &["--grace", "3s"], &script));
     let left = await_pid(&pid_file).await;
     let _cleanup = KillOnDrop::group_of(left);
     // A second holder records whether the left process still runs while it holds the lock.
@@ -67,17 +53,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
         "case $(sed 's/.*) //' /proc/{left}/stat 2>/dev/null | cut -c1) in \
          ''|Z|X) echo clear ;; *) echo overlap ;; esac >> {journal}"
     );
-    let probe_args = [
-        "run",
-        "--resource",
-        "g1",
-        "--wait",
-        "0s",
-        "--",
-        "sh",
-        "-c",
-        &probe,
-    ];
+    let probe_args = run_args("g1", &["--wait", "0s"], &probe);
     let mut busy = 0;
     within("the first run to exit", async {
         while run.try_wait().unwrap().is_none() {
@@ -100,10 +76,11 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
     assert!(!running(left), "the left process outlived redlock");
     assert_eq!(lines(&terms), ["term"], "no SIGTERM before SIGKILL");
     assert!(busy > 0, "no second run was tried while the process ran");
-    let first = finish(run).await;
-    first.expect(0);
-    assert!(first.stderr.contains("left processes"), "{first:#?}");
-    assert!(first.stderr.contains("SIGKILL"), "{first:#?}");
+    finish(run)
+        .await
+        .expect(0)
+        .says("left processes")
+        .says("SIGKILL");
     // Released once it was gone.
     nodes.gone_everywhere("g1").await;
 }
@@ -117,30 +94,10 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     let scratch = Scratch::new("lost-group");
     let pid_file = scratch.file("pid");
     let script = format!("(trap '' TERM; exec sleep 30) & echo $! > {pid_file}; wait");
-    let mut run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "g2",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let mut run = start(run_script(&nodes, "g2", SHORT_TTL, &script));
     let left = await_pid(&pid_file).await;
     let _cleanup = KillOnDrop::group_of(left);
-    nodes.delete("g2").await;
-    for url in nodes.urls() {
-        assert_eq!(foreign_set_nx(&url, "g2").await.as_deref(), Some("OK"));
-    }
+    take_over(&nodes, "g2").await;
     within("redlock to exit", async {
         while run.try_wait().unwrap().is_none() {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -149,9 +106,7 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     .await;
     // Before reading its output: processes left running would hold its pipes open.
     assert!(!running(left), "the group's process outlived redlock");
-    let lost = finish(run).await;
-    lost.expect(LOST);
-    assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
+    finish(run).await.expect(LOST).says("SIGKILL");
 }
 
 /// No extension confirmed (two of three nodes killed right after the lock was taken, before
@@ -163,26 +118,14 @@ async fn a_command_ignoring_sigterm_is_killed_before_the_validity_ends() {
     let mut nodes = RedisNodes::start(3);
     let scratch = Scratch::new("validity");
     let pid_file = scratch.file("pid");
-    let script = format!("trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done");
+    let script = ignoring_sigterm(&pid_file);
     let ttl = Duration::from_secs(6);
-    let run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "g3",
-            "--ttl",
-            "6s",
-            "--grace",
-            "2s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let run = start(run_script(
+        &nodes,
+        "g3",
+        &["--ttl", "6s", "--grace", "2s"],
+        &script,
+    ));
     let pid = await_pid(&pid_file).await;
     let _cleanup = KillOnDrop::group_of(pid);
     // The lock was taken before the command started: its validity ends before this + ttl.
@@ -208,9 +151,7 @@ async fn a_command_ignoring_sigterm_is_killed_before_the_validity_ends() {
         "killed {died:?} after the start, after the lock's validity ({:?})",
         ttl - drift
     );
-    let lost = finish(run).await;
-    lost.expect(LOST);
-    assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
+    finish(run).await.expect(LOST).says("SIGKILL");
 }
 
 /// A --grace that does not fit in the ttl is refused with exit code 64 and the shortest ttl
@@ -232,16 +173,10 @@ async fn a_grace_that_does_not_fit_in_the_ttl_is_refused() {
         ],
     ))
     .await;
-    refused.expect(USAGE);
-    assert!(
-        refused
-            .stderr
-            .contains("--grace 10s does not fit in --ttl 2s")
-            && refused
-                .stderr
-                .contains("give a --ttl of at least 16s 800ms"),
-        "{refused:#?}"
-    );
+    refused
+        .expect(USAGE)
+        .says("--grace 10s does not fit in --ttl 2s")
+        .says("give a --ttl of at least 16s 800ms");
     let nodes = RedisNodes::start(3);
     output(redlock(
         Some(&nodes),
@@ -259,34 +194,13 @@ async fn a_full_stderr_does_not_keep_the_command_running() {
     let scratch = Scratch::new("full");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
-    let script = format!(
-        "trap 'echo term >> {journal}; exit 0' TERM; echo $$ > {pid_file}; echo start >> {journal}; \
-         while :; do sleep 0.05; done"
-    );
-    let mut command = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "g4",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let script = until_sigterm(&journal, 0, Some(&pid_file));
+    let mut command = run_script(&nodes, "g4", SHORT_TTL, &script);
     command.stderr(OpenOptions::new().write(true).open("/dev/full").unwrap());
-    let run = command.spawn().unwrap();
+    let run = start(command);
     let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
-    nodes.delete("g4").await;
-    for url in nodes.urls() {
-        assert_eq!(foreign_set_nx(&url, "g4").await.as_deref(), Some("OK"));
-    }
+    take_over(&nodes, "g4").await;
     finish(run).await.expect(LOST);
     assert_eq!(lines(&journal), ["start", "term"]);
 }

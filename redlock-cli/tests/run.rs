@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redlock_tests::{RedisNodes, foreign_set_nx, redlock as handle, within};
-use support::{Scratch, await_line, exists, finish, lines, output, redlock, tokens};
+use redlock_tests::{RedisNodes, redlock as handle, within};
+use support::{
+    SHORT_TTL, Scratch, await_line, await_pid, exists, finish, ignoring_sigterm, lines, output,
+    redlock, run_args, run_script, send, start, take_over, tokens, until_sigterm,
+};
 
 /// Exit codes, as documented in `redlock --help` and the README.
 const UNAVAILABLE: i32 = 69;
@@ -30,22 +33,9 @@ async fn concurrent_runs_on_one_resource_never_overlap() {
     let script = format!("echo enter $N >> {journal}; sleep 0.3; echo leave $N >> {journal}");
     let runs: Vec<_> = (0..4)
         .map(|n| {
-            let mut command = redlock(
-                Some(&nodes),
-                &[
-                    "run",
-                    "--resource",
-                    "nightly",
-                    "--wait",
-                    "20s",
-                    "--",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            );
+            let mut command = run_script(&nodes, "nightly", &["--wait", "20s"], &script);
             command.env("N", n.to_string());
-            command.spawn().unwrap()
+            start(command)
         })
         .collect();
     for run in runs {
@@ -71,22 +61,11 @@ async fn a_busy_resource_with_no_wait_exits_75_without_running_the_command() {
     let scratch = Scratch::new("busy");
     let marker = scratch.file("ran");
     let script = format!("touch {marker}");
-    let args = [
-        "run",
-        "--resource",
-        "report",
-        "--wait",
-        "0s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
+    let args = run_args("report", &["--wait", "0s"], &script);
     let holder = handle(&nodes).await;
     let guard = holder.lock("report").await.unwrap();
     let busy = output(redlock(Some(&nodes), &args)).await;
-    busy.expect(BUSY);
-    assert!(busy.stderr.contains("busy"), "{busy:#?}");
+    busy.expect(BUSY).says("busy");
     assert!(
         !exists(&marker),
         "the command ran while the resource was busy"
@@ -105,17 +84,7 @@ async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
     let scratch = Scratch::new("killed");
     let marker = scratch.file("ran");
     let script = format!("echo ran >> {marker}");
-    let args = [
-        "run",
-        "--resource",
-        "job",
-        "--nodes",
-        &urls,
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
+    let args = run_args("job", &["--nodes", &urls], &script);
     nodes.servers[0].kill();
     output(redlock(None, &args)).await.expect(0);
     assert_eq!(lines(&marker), ["ran"]);
@@ -128,7 +97,7 @@ async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
         "took {:?}",
         started.elapsed()
     );
-    assert!(unavailable.stderr.contains("reachable"), "{unavailable:#?}");
+    unavailable.says("reachable");
     assert_eq!(lines(&marker), ["ran"], "the command ran without a quorum");
 }
 
@@ -140,36 +109,12 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("lost");
     let journal = scratch.file("journal");
-    let script = format!(
-        "trap 'echo term >> {journal}; exit 0' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
-    );
-    let run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "sync",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let script = until_sigterm(&journal, 0, None);
+    let run = start(run_script(&nodes, "sync", SHORT_TTL, &script));
     await_line(&journal, "start").await;
     assert_eq!(tokens(&nodes.values("sync").await).len(), 3);
-    nodes.delete("sync").await;
-    for url in nodes.urls() {
-        assert_eq!(foreign_set_nx(&url, "sync").await.as_deref(), Some("OK"));
-    }
-    let lost = finish(run).await;
-    lost.expect(LOST);
-    assert!(lost.stderr.contains("lost"), "{lost:#?}");
+    take_over(&nodes, "sync").await;
+    finish(run).await.expect(LOST).says("lost");
     assert_eq!(lines(&journal), ["start", "term"]);
     // The other client's keys are left alone.
     assert_eq!(
@@ -185,35 +130,15 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("grace");
     let pid_file = scratch.file("pid");
-    let script = format!("trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done");
+    let script = ignoring_sigterm(&pid_file);
     let grace = Duration::from_millis(1500);
-    let run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "sync",
-            "--ttl",
-            "6s",
-            "--grace",
-            "1500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
-    let pid = within("the command's pid", async {
-        loop {
-            if let Some(pid) = lines(&pid_file).first().and_then(|l| l.parse::<i32>().ok()) {
-                return Pid::from_raw(pid);
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    let run = start(run_script(
+        &nodes,
+        "sync",
+        &["--ttl", "6s", "--grace", "1500ms"],
+        &script,
+    ));
+    let pid = Pid::from_raw(await_pid(&pid_file).await);
     nodes.delete("sync").await;
     let deleted = Instant::now();
     let lost = finish(run).await;
@@ -223,7 +148,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
         "killed {:?} after the loss, before the {grace:?} grace",
         deleted.elapsed()
     );
-    assert!(lost.stderr.contains("SIGKILL"), "{lost:#?}");
+    lost.says("SIGKILL");
     assert!(kill(pid, None).is_err(), "the command is still running");
 }
 
@@ -243,8 +168,7 @@ async fn the_command_exit_status_is_passed_through() {
         (&[&not_executable], 126),
     ];
     for (command, code) in cases {
-        let mut args = vec!["run", "--resource", "exit"];
-        args.push("--");
+        let mut args = vec!["run", "--resource", "exit", "--"];
         args.extend_from_slice(command);
         output(redlock(Some(&nodes), &args)).await.expect(code);
         // Released every time, whatever the status.
@@ -261,24 +185,21 @@ async fn fencing_env_passes_an_increasing_token() {
     let journal = scratch.file("tokens");
     let script = format!("echo \"${{FENCE-unset}}\" >> {journal}");
     for _ in 0..3 {
-        let args = [
-            "run",
-            "--resource",
+        output(run_script(
+            &nodes,
             "ledger",
-            "--fencing-env",
-            "FENCE",
-            "--",
-            "sh",
-            "-c",
+            &["--fencing-env", "FENCE"],
             &script,
-        ];
-        output(redlock(Some(&nodes), &args)).await.expect(0);
+        ))
+        .await
+        .expect(0);
     }
     let fenced: Vec<u64> = lines(&journal).iter().map(|t| t.parse().unwrap()).collect();
     assert_eq!(fenced.len(), 3);
     assert!(fenced.windows(2).all(|w| w[0] < w[1]), "{fenced:?}");
-    let args = ["run", "--resource", "ledger", "--", "sh", "-c", &script];
-    output(redlock(Some(&nodes), &args)).await.expect(0);
+    output(run_script(&nodes, "ledger", &[], &script))
+        .await
+        .expect(0);
     assert_eq!(lines(&journal).last().map(String::as_str), Some("unset"));
 }
 
@@ -289,18 +210,10 @@ async fn sigterm_is_passed_on_and_the_lock_released_on_every_node() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("forward");
     let journal = scratch.file("journal");
-    let script = format!(
-        "trap 'echo term >> {journal}; exit 5' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
-    );
-    let run = redlock(
-        Some(&nodes),
-        &["run", "--resource", "deploy", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let script = until_sigterm(&journal, 5, None);
+    let run = start(run_script(&nodes, "deploy", &[], &script));
     await_line(&journal, "start").await;
-    let pid = Pid::from_raw(i32::try_from(run.id().unwrap()).unwrap());
-    kill(pid, Signal::SIGTERM).unwrap();
+    send(&run, Signal::SIGTERM);
     finish(run).await.expect(5);
     assert_eq!(lines(&journal), ["start", "term"]);
     // Sent to every node before the exit: a command still unsent then would leave the key
@@ -318,30 +231,14 @@ async fn sigint_while_waiting_ends_the_wait_and_leaves_the_queue() {
     let holder = handle(&nodes).await;
     let guard = holder.lock("deploy").await.unwrap();
     let script = format!("touch {marker}");
-    let run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "deploy",
-            "--wait",
-            "30s",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let run = start(run_script(&nodes, "deploy", &["--wait", "30s"], &script));
     within("the run to queue as a waiter", async {
         while nodes.queued("deploy").await.iter().all(|&n| n == 0) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
     .await;
-    let pid = Pid::from_raw(i32::try_from(run.id().unwrap()).unwrap());
-    kill(pid, Signal::SIGINT).unwrap();
+    send(&run, Signal::SIGINT);
     let interrupted = finish(run).await;
     interrupted.expect(128 + Signal::SIGINT as i32);
     assert!(!exists(&marker));
@@ -356,27 +253,8 @@ async fn losing_the_quorum_while_running_stops_the_command() {
     let mut nodes = RedisNodes::start(3);
     let scratch = Scratch::new("quorum");
     let journal = scratch.file("journal");
-    let script = format!(
-        "trap 'echo term >> {journal}; exit 0' TERM; echo start >> {journal}; while :; do sleep 0.05; done"
-    );
-    let run = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "sync",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    )
-    .spawn()
-    .unwrap();
+    let script = until_sigterm(&journal, 0, None);
+    let run = start(run_script(&nodes, "sync", SHORT_TTL, &script));
     await_line(&journal, "start").await;
     nodes.servers[0].kill();
     nodes.servers[1].kill();
@@ -395,19 +273,15 @@ async fn a_lock_found_gone_at_release_exits_79() {
     let go = scratch.file("go");
     let script =
         format!("echo start >> {journal}; while [ ! -e {go} ]; do sleep 0.02; done; exit 0");
-    let run = redlock(
-        Some(&nodes),
-        &["run", "--resource", "gone", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let run = start(run_script(&nodes, "gone", &[], &script));
     await_line(&journal, "start").await;
     nodes.delete("gone").await;
     std::fs::write(&go, "").unwrap();
-    let gone = finish(run).await;
-    gone.expect(LOST);
-    assert!(gone.stderr.contains("found gone"), "{gone:#?}");
-    assert!(gone.stderr.contains("exit code 0"), "{gone:#?}");
+    finish(run)
+        .await
+        .expect(LOST)
+        .says("found gone")
+        .says("exit code 0");
 }
 
 /// The command does not inherit the `REDLOCK_*` variables (`REDLOCK_NODES` holds the nodes'
@@ -418,20 +292,7 @@ async fn the_command_does_not_inherit_the_redlock_variables() {
     let scratch = Scratch::new("env");
     let seen = scratch.file("env");
     let script = format!("env > {seen}");
-    let mut command = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "env",
-            "--fencing-env",
-            "FENCE",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let mut command = run_script(&nodes, "env", &["--fencing-env", "FENCE"], &script);
     command.env("KEPT", "1");
     output(command).await.expect(0);
     let env = lines(&seen);

@@ -11,19 +11,13 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use redlock_tests::{RedisNodes, within};
 use support::{
-    BIN, KillOnDrop, Scratch, await_line, await_pid, await_state, finish, lines, output, redlock,
+    BIN, KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, await_state, finish, lines, output,
+    run_script, send, start, until_sigterm,
 };
 use tokio::io::AsyncWriteExt as _;
-
-/// Sends `signal` to the process `child`.
-fn send(child: &tokio::process::Child, signal: Signal) {
-    let pid = Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
-    kill(pid, signal).unwrap();
-}
 
 /// SIGTSTP to `redlock` (in a process group of its own, as a shell's job): it is not stopped,
 /// and the lock is extended twice more (a stopped redlock would let it expire while the
@@ -34,28 +28,10 @@ async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
     let scratch = Scratch::new("tstp");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
-    let script = format!(
-        "trap 'echo term >> {journal}; exit 4' TERM; echo $$ > {pid_file}; echo start >> {journal}; \
-         while :; do sleep 0.05; done"
-    );
-    let mut command = redlock(
-        Some(&nodes),
-        &[
-            "run",
-            "--resource",
-            "tstp",
-            "--ttl",
-            "2s",
-            "--grace",
-            "500ms",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
+    let script = until_sigterm(&journal, 4, Some(&pid_file));
+    let mut command = run_script(&nodes, "tstp", SHORT_TTL, &script);
     command.process_group(0);
-    let run = command.spawn().unwrap();
+    let run = start(command);
     let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
     send(&run, Signal::SIGTSTP);
@@ -71,9 +47,7 @@ async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
     })
     .await;
     send(&run, Signal::SIGTERM);
-    let ended = finish(run).await;
-    ended.expect(4);
-    assert!(ended.stderr.contains("SIGTSTP ignored"), "{ended:#?}");
+    finish(run).await.expect(4).says("SIGTSTP ignored");
     assert_eq!(lines(&journal), ["start", "term"]);
 }
 
@@ -90,12 +64,7 @@ async fn sigquit_sigusr1_and_sigusr2_are_passed_on() {
          trap 'echo quit >> {journal}; exit 6' QUIT; \
          echo $$ > {pid_file}; echo start >> {journal}; while :; do sleep 0.05; done"
     );
-    let run = redlock(
-        Some(&nodes),
-        &["run", "--resource", "usr", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let run = start(run_script(&nodes, "usr", &[], &script));
     let _cleanup = KillOnDrop::group_of(await_pid(&pid_file).await);
     await_line(&journal, "start").await;
     send(&run, Signal::SIGUSR1);
@@ -120,12 +89,7 @@ async fn a_stopped_command_is_continued_after_a_signal_passed_on() {
         "trap 'echo int >> {journal}; exit 3' INT; echo $$ > {pid_file}; kill -STOP $$; \
          while :; do sleep 0.05; done"
     );
-    let run = redlock(
-        Some(&nodes),
-        &["run", "--resource", "stopped", "--", "sh", "-c", &script],
-    )
-    .spawn()
-    .unwrap();
+    let run = start(run_script(&nodes, "stopped", &[], &script));
     let pid = await_pid(&pid_file).await;
     let _cleanup = KillOnDrop::group_of(pid);
     await_state(pid, 'T').await;
@@ -143,10 +107,7 @@ async fn a_terminal_is_not_the_commands_standard_input() {
     let journal = scratch.file("journal");
     let script = format!("if [ -t 0 ]; then echo tty; else echo not a tty; fi >> {journal}");
     let pty = nix::pty::openpty(None, None).unwrap();
-    let mut command = redlock(
-        Some(&nodes),
-        &["run", "--resource", "tty", "--", "sh", "-c", &script],
-    );
+    let mut command = run_script(&nodes, "tty", &[], &script);
     command.stdin(Stdio::from(pty.slave));
     output(command).await.expect(0);
     assert_eq!(lines(&journal), ["not a tty"]);
@@ -154,12 +115,9 @@ async fn a_terminal_is_not_the_commands_standard_input() {
 
     let copy = scratch.file("copy");
     let cat = format!("cat > {copy}");
-    let mut command = redlock(
-        Some(&nodes),
-        &["run", "--resource", "tty", "--", "sh", "-c", &cat],
-    );
+    let mut command = run_script(&nodes, "tty", &[], &cat);
     command.stdin(Stdio::piped());
-    let mut run = command.spawn().unwrap();
+    let mut run = start(command);
     let mut stdin = run.stdin.take().unwrap();
     stdin.write_all(b"piped\n").await.unwrap();
     drop(stdin);

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use redlock_tests::RedisNodes;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use redlock_tests::{RedisNodes, foreign_set_nx};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_redlock");
@@ -31,12 +33,49 @@ pub fn redlock(nodes: Option<&RedisNodes>, args: &[&str]) -> tokio::process::Com
     command
 }
 
-/// Runs `command` to its end, at most 20 s.
-pub async fn output(mut command: tokio::process::Command) -> Finished {
-    let child = command
+/// `run` options for a lock that a loss ends soon: a 2 s ttl, and a 500 ms grace that fits
+/// in it.
+pub const SHORT_TTL: &[&str] = &["--ttl", "2s", "--grace", "500ms"];
+
+/// The arguments of `redlock run --resource RESOURCE OPTIONS... -- sh -c SCRIPT`.
+pub fn run_args<'a>(resource: &'a str, options: &[&'a str], script: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["run", "--resource", resource];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    args
+}
+
+/// `redlock run --resource RESOURCE OPTIONS... -- sh -c SCRIPT` with `REDLOCK_NODES` set to
+/// `nodes`, as [`redlock`] makes it.
+pub fn run_script(
+    nodes: &RedisNodes,
+    resource: &str,
+    options: &[&str],
+    script: &str,
+) -> tokio::process::Command {
+    redlock(Some(nodes), &run_args(resource, options, script))
+}
+
+/// Starts `command` (a `redlock`).
+pub fn start(mut command: tokio::process::Command) -> tokio::process::Child {
+    command
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
-    finish(child).await
+        .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"))
+}
+
+/// Runs `command` to its end, at most 20 s.
+pub async fn output(command: tokio::process::Command) -> Finished {
+    finish(start(command)).await
+}
+
+/// Sends `signal` to the started `redlock` `child`.
+#[track_caller]
+pub fn send(child: &tokio::process::Child, signal: Signal) {
+    let pid = Pid::from_raw(
+        i32::try_from(child.id().unwrap_or_else(|| panic!("{BIN} exited")))
+            .unwrap_or_else(|e| panic!("pid: {e}")),
+    );
+    kill(pid, signal).unwrap_or_else(|e| panic!("{signal} to {pid}: {e}"));
 }
 
 /// Awaits a started `redlock`, at most 20 s.
@@ -69,10 +108,44 @@ impl From<Output> for Finished {
 
 impl Finished {
     /// Asserts the exit code, showing the output otherwise; no run may panic.
+    #[track_caller]
     pub fn expect(&self, code: i32) -> &Self {
         assert_eq!(self.code, Some(code), "{self:#?}");
         assert!(!self.stderr.contains("panicked"), "{self:#?}");
         self
+    }
+
+    /// Asserts that stderr says `text`, showing the output otherwise.
+    #[track_caller]
+    pub fn says(&self, text: &str) -> &Self {
+        assert!(self.stderr.contains(text), "{self:#?}");
+        self
+    }
+}
+
+/// A command for `sh -c` that appends `term` to `journal` and exits with `code` on SIGTERM,
+/// after writing its pid to `pid_file` (if any) and appending `start` to `journal`; until
+/// then it runs.
+pub fn until_sigterm(journal: &str, code: i32, pid_file: Option<&str>) -> String {
+    let pid = pid_file.map_or_else(String::new, |pid_file| format!("echo $$ > {pid_file}; "));
+    format!(
+        "trap 'echo term >> {journal}; exit {code}' TERM; {pid}echo start >> {journal}; \
+         while :; do sleep 0.05; done"
+    )
+}
+
+/// A command for `sh -c` that ignores SIGTERM, writes its pid to `pid_file` and runs until
+/// killed.
+pub fn ignoring_sigterm(pid_file: &str) -> String {
+    format!("trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done")
+}
+
+/// Another client takes `resource` from its holder: deletes its keys, then sets its own
+/// (`theirs`) on every node.
+pub async fn take_over(nodes: &RedisNodes, resource: &str) {
+    nodes.delete(resource).await;
+    for url in nodes.urls() {
+        assert_eq!(foreign_set_nx(&url, resource).await.as_deref(), Some("OK"));
     }
 }
 
