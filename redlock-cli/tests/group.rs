@@ -41,9 +41,14 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
     let pid_file = scratch.file("pid");
     let journal = scratch.file("journal");
     let terms = scratch.file("terms");
+    let ready = scratch.file("ready");
+    // Each leftover says it is ready once its trap is set (the first by a file, the second by
+    // writing its own pid), and the command exits only then: a SIGTERM from redlock can never
+    // come before a trap.
     let script = format!(
-        "(trap 'echo term >> {terms}; exit 0' TERM; while :; do sleep 0.05; done) & \
-         (trap '' TERM; exec sleep 30) & echo $! > {pid_file}"
+        "(trap 'echo term >> {terms}; exit 0' TERM; touch {ready}; while :; do sleep 0.05; done) & \
+         sh -c 'trap \"\" TERM; echo $$ > {pid_file}; exec sleep 30' & \
+         while [ ! -e {ready} ] || [ ! -s {pid_file} ]; do sleep 0.01; done"
     );
     let mut run = start(run_script(&nodes, "g1", &["--grace", "3s"], &script));
     let left = await_pid(&pid_file).await;
