@@ -53,7 +53,9 @@ async fn extension_succeeds_with_two_of_five_down_and_not_with_three() {
     let asked = Instant::now();
     let error = guard.extend(ms(1_500)).await.unwrap_err();
     assert!(matches!(error, LockError::Unavailable { .. }), "{error}");
-    assert!(asked.elapsed() < ms(150), "took {:?}", asked.elapsed());
+    // Bounded by the round, not the lock: a round waiting for the lost deadline would take
+    // ~900 ms; the slack covers a loaded 2-core machine (266 ms was seen with 3 nodes dead).
+    assert!(asked.elapsed() < ms(450), "took {:?}", asked.elapsed());
     let lost = guard.lost();
     assert!(!lost.is_lost());
     within("the lost signal", lost.cancelled()).await;
