@@ -467,9 +467,10 @@ pub(crate) fn shown_path(path: &std::path::Path) -> String {
     }
 }
 
-/// A path from the configuration, shown by [`shown_path`] in `Debug` and `Display`, so that
-/// an error printed with `{:?}` (a `main` returning `Result`) never shows a key pasted where a
-/// path goes.
+/// A path from the configuration. `Debug` and `Display` quote it only when it is a file or
+/// looks like a file name (it has a `.`, which base64 never has), and otherwise give only its
+/// length, so that an error printed with `{:?}` (a `main` returning `Result`) never shows a
+/// key pasted where a path goes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConfigPath(pub std::path::PathBuf);
 

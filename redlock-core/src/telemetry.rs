@@ -1,5 +1,5 @@
 //! What an operator sees: the spans of acquisitions and releases, the event of a lost lock,
-//! and, with the `metrics` feature, the metrics of the crate docs ("Metrics") through the
+//! and, with the `metrics` feature, the metrics of the crate docs ("Metrics and tracing") through the
 //! `metrics` facade.
 //!
 //! Span and field names follow OpenTelemetry's conventions: dotted, lower-case, namespaced
