@@ -10,8 +10,8 @@ use crate::error::{LockError, LostReason};
 use crate::lease::{self, Finish, Lease, LockInfo, LostSignal, Scoped};
 use crate::mode::Mode;
 use crate::redlock::Redlock;
-use crate::release::Released;
-use crate::telemetry;
+use crate::release::{Released, report_unconfirmed};
+
 use crate::token::Token;
 
 /// A lock held on a quorum of nodes.
@@ -234,12 +234,7 @@ impl LockGuard {
         // stops waiting does not cut the release short.
         let released = self.redlock.release_lease(&lease, "explicit").await;
         if released.answered < released.quorum {
-            telemetry::release_unconfirmed(
-                &lease.resource,
-                &lease.class,
-                released.answered,
-                released.quorum,
-            );
+            report_unconfirmed(&lease, released.answered, released.quorum);
             return Err(LockError::ReleaseUnconfirmed {
                 resource: lease.resource.clone(),
                 answered: released.answered,

@@ -164,12 +164,7 @@ impl Redlock {
             let released = redlock.release_lease(&lease, "drop").await;
             unsent.sent();
             if released.answered < released.quorum {
-                telemetry::release_unconfirmed(
-                    &lease.resource,
-                    &lease.class,
-                    released.answered,
-                    released.quorum,
-                );
+                report_unconfirmed(&lease, released.answered, released.quorum);
             }
         })
     }
@@ -212,7 +207,7 @@ impl Redlock {
                 .collect();
         }
         for (lease, answered) in unconfirmed {
-            telemetry::release_unconfirmed(&lease.resource, &lease.class, answered, self.quorum());
+            report_unconfirmed(&lease, answered, self.quorum());
             report.unconfirmed.push(lease.resource.clone());
         }
         tracing::info!(
@@ -245,6 +240,12 @@ impl Redlock {
             .await;
         report
     }
+}
+
+/// Reports a holder's release that fewer than a quorum confirmed (after every round its
+/// caller makes): a warning and, with the `metrics` feature, a count.
+pub(crate) fn report_unconfirmed(lease: &Lease, answered: usize, quorum: usize) {
+    telemetry::release_unconfirmed(&lease.resource, &lease.class, answered, quorum);
 }
 
 /// Warns, when dropped before [`sent`](Self::sent), that a dropped guard's release never ran:
