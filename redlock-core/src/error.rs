@@ -81,6 +81,16 @@ pub enum InvalidInput {
         /// The quarantine ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
         quarantine: Duration,
     },
+    /// A reentrant acquisition inside the scope of a lock that cannot give what it asks for:
+    /// the outer lock was taken without fencing, auto-extension or a minimum hold this one
+    /// asks for. Re-entry shares the outer lock, so it could only give less in silence.
+    #[error(
+        "a reentrant acquisition asks for {option}, which the lock it re-enters was taken without; take the outer lock with {option} too"
+    )]
+    ReentryAsksMore {
+        /// The option: `fencing`, `auto_extend` or `lock_at_least_for`.
+        option: &'static str,
+    },
     /// `max_hold` is zero.
     #[error("max_hold is zero; give the longest time the lock may be held, e.g. 10 minutes")]
     ZeroMaxHold,
@@ -107,7 +117,8 @@ pub enum InvalidInput {
 
 /// Why a lock could not be taken or released.
 ///
-/// [`Busy`](Self::Busy) means another holder has the resource; [`Unavailable`](Self::Unavailable)
+/// [`Busy`](Self::Busy) means another holder has the resource; [`SplitVote`](Self::SplitVote)
+/// that nobody has it but contenders kept splitting the vote; [`Unavailable`](Self::Unavailable)
 /// means too few nodes answered to decide; [`Invalid`](Self::Invalid) means nothing was sent.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -122,6 +133,26 @@ pub enum LockError {
         outcomes.acquired(), outcomes.len()
     )]
     Busy {
+        /// The resource.
+        resource: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Nodes needed.
+        quorum: usize,
+        /// The last attempt's per-node answers.
+        outcomes: Outcomes,
+    },
+    /// A split vote: nobody holds the resource, but contenders attempting at the same time
+    /// (this one among them) each got too few nodes for a quorum, on every attempt, including
+    /// the extra attempts made after a split vote (distlock spec, "Retry on failure"). The
+    /// nodes that refused named different holders, none of which can have a quorum even
+    /// counting the nodes that did not answer. Unlike [`Busy`](Self::Busy), no other holder is
+    /// doing the work: attempt again.
+    #[error(
+        "resource `{resource}`: split vote, no holder has a quorum but {} of {} nodes granted it on the last of {attempts} attempt(s), {quorum} needed ({outcomes}); attempt again",
+        outcomes.acquired(), outcomes.len()
+    )]
+    SplitVote {
         /// The resource.
         resource: String,
         /// Attempts made.

@@ -1,10 +1,12 @@
 //! [`LockGuard`]: a held lock, extended and released explicitly, or released when dropped.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use std::future::Future;
+
+use tokio::sync::Semaphore;
 
 use crate::error::{LockError, LostReason};
 use crate::lease::{self, Finish, Lease, LockInfo, LostSignal, Scoped};
@@ -32,6 +34,8 @@ pub struct LockGuard {
     lease: Option<Arc<Lease>>,
     /// A re-entry's turn in its scope, held until the guard goes.
     _turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The turn the re-entries of this guard's scopes take, made by the first scope.
+    scope_turn: OnceLock<Arc<Semaphore>>,
 }
 
 impl LockGuard {
@@ -40,6 +44,7 @@ impl LockGuard {
             redlock,
             lease: Some(lease),
             _turn: None,
+            scope_turn: OnceLock::new(),
         }
     }
 
@@ -53,6 +58,7 @@ impl LockGuard {
             redlock,
             lease: Some(lease),
             _turn: Some(turn),
+            scope_turn: OnceLock::new(),
         }
     }
 
@@ -90,17 +96,21 @@ impl LockGuard {
     }
 
     /// The monotonic instant the lock stops being valid: the acquisition's (or the last
-    /// confirmed extension's) start + ttl − drift (distlock spec, step 4).
+    /// confirmed extension's) start + ttl − drift (distlock spec, step 4). Once the lock is
+    /// lost — an extension refused by a majority, its lost deadline passed, or
+    /// [`Redlock::release_all`] released it — it is the instant that was seen, never later
+    /// than now.
     pub fn valid_until(&self) -> Instant {
         self.lease().valid_until()
     }
 
-    /// Validity left now; zero once expired.
+    /// Validity left now: zero once the lock is lost or expired.
     pub fn remaining_validity(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.lease().remaining_validity()
     }
 
-    /// `true` while the validity has not run out.
+    /// `true` while the lock is trusted: validity left, and its lost signal has not fired
+    /// ([`lost`](Self::lost)).
     pub fn is_valid(&self) -> bool {
         !self.remaining_validity().is_zero()
     }
@@ -153,7 +163,8 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, work: F) -> Scoped<F> {
-        lease::scope(self.lease(), self.redlock.id(), work)
+        let turn = self.scope_turn.get_or_init(lease::new_turn);
+        lease::scope(self.lease(), self.redlock.id(), turn, work)
     }
 
     /// Runs `work` until it completes or this lock's lost signal fires, whichever is first
@@ -191,8 +202,9 @@ impl LockGuard {
     }
 
     /// Releases the lock on every node with the compare-and-delete script and reports whether
-    /// it was still held on a quorum ([`Released::was_held`]). A reentrant guard whose lock
-    /// is still held by another guard of its task sends nothing ([`Released::kept`]).
+    /// it was still held on a quorum ([`Released::was_held`]). A guard whose lock another
+    /// guard sharing it still holds (a re-entry, or the guard whose scope it re-entered) sends
+    /// nothing ([`Released::kept`]).
     ///
     /// Decided at quorum: it returns once a quorum confirmed the delete, without waiting for
     /// the slowest node. Every node's command is sent on the first poll, so dropping this

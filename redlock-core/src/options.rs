@@ -421,7 +421,8 @@ impl LockOptions {
     /// The clock drift allowance of a lock taken with these options: `ttl × drift_factor`
     /// plus [`DRIFT_FLOOR`](crate::DRIFT_FLOOR) (2 ms), from the ttl sent to the nodes. A lock's
     /// validity is `ttl − elapsed − drift` (distlock spec, steps 3–4, "Safety arguments":
-    /// `CLOCK_DRIFT`).
+    /// `CLOCK_DRIFT`). A drift factor that is not a number, negative or too large (which
+    /// [`validate`](Self::validate) refuses) gives `Duration::MAX`: no validity.
     pub fn drift(&self) -> Duration {
         timing::drift(self.sent_ttl(), self.drift_factor)
     }

@@ -36,8 +36,9 @@ pub struct Released {
     pub nodes: usize,
     /// Nodes needed for a majority.
     pub quorum: usize,
-    /// `true` when the guard was a reentrant acquisition and another guard of its task still
-    /// holds the lock: nothing was sent, the lock stays held.
+    /// `true` when another guard sharing the lock still holds it (the guard whose scope was
+    /// re-entered, or another re-entry; [`LockGuard::scope`](crate::LockGuard::scope)): nothing
+    /// was sent, the lock stays held.
     pub kept: bool,
 }
 
@@ -93,7 +94,9 @@ impl Redlock {
         busy: Duration,
     ) -> Released {
         let (inner, masters) = (self.inner(), self.masters());
-        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        // Rounded up: a grace under 1 ms is still a reservation (`PX 0` is an error).
+        let millis =
+            |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         let window = inner.foreign_window;
         let handover = inner.waiters.is_some().then(|| Handover {
             grace_ms: millis(inner.handover_grace),
@@ -223,9 +226,10 @@ impl Redlock {
     /// dropped guards to finish, and for every node to have answered every command sent to it
     /// (a release returns once a quorum confirmed it; the other nodes' commands are still on
     /// their way, and a process that exits at once could drop them, leaving the key there
-    /// until its ttl).
+    /// until its ttl). A `timeout` too long for the clock (`Duration::MAX`) is no limit.
     pub async fn shutdown(&self, timeout: Duration) -> ReleaseAllReport {
-        let deadline = Instant::now() + timeout;
+        // `None`: no limit (tokio's timeout takes any duration, a far deadline as none).
+        let deadline = Instant::now().checked_add(timeout);
         self.begin_shutdown();
         let report = self.release_all().await;
         self.inner().tracker.close();
@@ -235,9 +239,10 @@ impl Redlock {
         {
             tracing::warn!(?timeout, "background releases still running at shutdown");
         }
-        self.masters()
-            .flush(deadline.saturating_duration_since(Instant::now()))
-            .await;
+        let left = deadline.map_or(Duration::MAX, |deadline| {
+            deadline.saturating_duration_since(Instant::now())
+        });
+        self.masters().flush(left).await;
         report
     }
 }

@@ -92,6 +92,7 @@ fn outcome(result: Result<(), &LockError>) -> &'static str {
     match result {
         Ok(()) => "acquired",
         Err(LockError::Busy { .. }) => "busy",
+        Err(LockError::SplitVote { .. }) => "split_vote",
         Err(LockError::Unavailable { .. }) => "unavailable",
         Err(LockError::NoValidity { .. }) => "no_validity",
         Err(LockError::ShuttingDown) => "shutting_down",

@@ -28,7 +28,10 @@ pub(crate) fn fencing_quorum(nodes: usize) -> usize {
 /// It covers the rate difference between the client's clock and the nodes' clocks over the
 /// lifetime of the lock (distlock spec, "Safety arguments": `CLOCK_DRIFT`).
 pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    ttl.mul_f64(drift_factor) + DRIFT_FLOOR
+    // As `Duration::mul_f64`, without its panic: a factor that is not a number, negative or
+    // too large (which `LockOptions::validate` refuses) leaves no validity at all.
+    Duration::try_from_secs_f64(drift_factor * ttl.as_secs_f64())
+        .map_or(Duration::MAX, |drift| drift.saturating_add(DRIFT_FLOOR))
 }
 
 /// The validity left to a lock whose acquisition took `elapsed`: `ttl − elapsed − drift`, or

@@ -138,13 +138,36 @@ impl Waiters {
                 }
             }
         };
+        // The listener first: if this future is dropped while the subscription is awaited,
+        // its drop leaves the channel, which is then unsubscribed after the linger.
+        let listener = Listener {
+            waiters: Arc::clone(self),
+            channel: channel.to_owned(),
+            rx,
+        };
         if unconfirmed {
             // Each subscription runs in its own task: one still connecting when the node
             // timeout ends completes in the background, instead of leaving this waiter to its
             // fallback timer.
             let tasks = self.subscribers.iter().map(|subscriber| {
-                let (subscriber, channel) = (subscriber.clone(), channel.to_owned());
-                tokio::spawn(async move { subscribe(&subscriber, &channel, SUBSCRIBE_LIMIT).await })
+                let (waiters, subscriber) = (Arc::downgrade(self), subscriber.clone());
+                let channel = channel.to_owned();
+                tokio::spawn(async move {
+                    let subscribed = subscribe(&subscriber, &channel, SUBSCRIBE_LIMIT).await;
+                    // Confirmed after every waiter left and the channel was unsubscribed: no
+                    // one will unsubscribe it again, so this task does.
+                    let wanted = waiters
+                        .upgrade()
+                        .is_some_and(|waiters| waiters.channels().contains_key(&channel));
+                    if subscribed && !wanted {
+                        let _ = tokio::time::timeout(
+                            SUBSCRIBE_LIMIT,
+                            subscriber.unsubscribe(channel.as_str()),
+                        )
+                        .await;
+                    }
+                    subscribed
+                })
             });
             let confirmed =
                 tokio::time::timeout(self.node_timeout, futures_util::future::join_all(tasks))
@@ -155,11 +178,7 @@ impl Waiters {
                 state.subscribed = true;
             }
         }
-        Listener {
-            waiters: Arc::clone(self),
-            channel: channel.to_owned(),
-            rx,
-        }
+        listener
     }
 
     fn leave(self: &Arc<Self>, channel: &str) {
@@ -329,7 +348,7 @@ impl Listener {
                         let now = tokio::time::Instant::now();
                         if first == Some(marker) || first == Some(WAKE_ALL) {
                             if let Some(window) = window {
-                                let at = (now + window + timing.after_window).min(longest);
+                                let at = later(now, window + timing.after_window).min(longest);
                                 if after_window.is_none_or(|before| at > before) {
                                     after_window = Some(at);
                                     timer.as_mut().reset(at);
@@ -349,7 +368,7 @@ impl Listener {
                             }
                         } else if named == 0 && after_window.is_none() && next == Some(marker) {
                             let at = match window {
-                                Some(window) => (now + window + timing.after_other).min(longest),
+                                Some(window) => later(now, window + timing.after_other).min(longest),
                                 None => (now + timing.after_other).min(hard_deadline),
                             };
                             timer.as_mut().reset(at);
@@ -371,6 +390,13 @@ impl Listener {
             }
         }
     }
+}
+
+/// `now + after`; a span too long for the clock (a window in a message that
+/// no node of ours sent) gives a deadline a year away, which every caller caps further.
+fn later(now: tokio::time::Instant, after: Duration) -> tokio::time::Instant {
+    now.checked_add(after)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 60 * 60))
 }
 
 /// The timers of one [`Listener::wait`].

@@ -18,12 +18,55 @@ use crate::token::Token;
 
 /// Why one attempt failed.
 pub(super) enum AttemptFailure {
-    /// Too few nodes granted it: refused, failed or timed out.
-    Votes(Outcomes),
+    /// Too few nodes granted it: refused, failed or timed out; `split` says whether the nodes
+    /// that refused it named one holder.
+    Votes { outcomes: Outcomes, split: Split },
     /// A quorum granted the lock, but fewer than a fencing quorum confirmed its token.
     Fence(Outcomes),
     /// A quorum granted it, but too late: no validity was left after this long.
     NoValidity(Duration),
+}
+
+/// Whether a refused plain attempt was a split vote: no holder of the resource has a quorum,
+/// only several contenders' attempts (or ours) at once, each on too few nodes. Told apart by
+/// who refused it on each node (`AcquireReply::holder`): nodes naming the same holder hold one
+/// lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Split {
+    /// One holder was named by a quorum of nodes, or the request is in a mode (whose holders
+    /// share the resource by design): the resource is busy.
+    No,
+    /// No holder was named by a quorum of the nodes that answered, but the nodes that did not
+    /// answer could make one up.
+    Possible,
+    /// No holder can have a quorum, even counting every node that did not answer as theirs:
+    /// nobody holds the resource.
+    Certain,
+}
+
+impl Split {
+    /// The split of `votes`, where `holders` names who refused on each node.
+    fn of(votes: &[NodeVote], holders: &[Option<&str>], quorum: usize) -> Self {
+        let mut named: Vec<(&str, usize)> = Vec::new();
+        for holder in holders.iter().flatten() {
+            match named.iter_mut().find(|(name, _)| name == holder) {
+                Some((_, count)) => *count += 1,
+                None => named.push((holder, 1)),
+            }
+        }
+        let largest = named.iter().map(|(_, count)| *count).max().unwrap_or(0);
+        let unknown = votes
+            .iter()
+            .filter(|vote| matches!(vote, NodeVote::Failed(_) | NodeVote::Undecided))
+            .count();
+        if largest == 0 || largest >= quorum {
+            Self::No
+        } else if largest + unknown < quorum {
+            Self::Certain
+        } else {
+            Self::Possible
+        }
+    }
 }
 
 /// What a successful attempt produced.
@@ -75,7 +118,7 @@ impl Redlock {
                 if reply.vote == NodeVote::Acquired {
                     busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
                 }
-                (reply.vote, (reply.counter, reply.left_ms))
+                (reply.vote, (reply.counter, reply.left_ms, reply.holder))
             })
             .await;
         let granted_by = tally.granted;
@@ -86,13 +129,23 @@ impl Redlock {
             .map(|c| c.0)
             .max()
             .unwrap_or(0);
+        let holders: Vec<Option<&str>> = tally
+            .counters
+            .iter()
+            .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
+            .collect();
+        let split = match kind {
+            AcquireKind::Mode(_) => Split::No,
+            AcquireKind::Plain | AcquireKind::Queued(_) => {
+                Split::of(&tally.votes, &holders, masters.quorum)
+            }
+        };
         let mut outcomes = masters.outcomes(tally.votes);
-        outcomes.set_holder_ttls(
-            tally
-                .counters
-                .iter()
-                .map(|c| c.and_then(|(_, left)| left).map(Duration::from_millis)),
-        );
+        outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
+            c.as_ref()
+                .and_then(|(_, left, _)| *left)
+                .map(Duration::from_millis)
+        }));
         tracing::debug!(
             granted = outcomes.acquired(),
             held = outcomes.held(),
@@ -105,7 +158,7 @@ impl Redlock {
         if granted_by < masters.quorum {
             // Step 5: failed; unlock every node, even those we believe we did not lock.
             cleanup.run().await;
-            return Err(AttemptFailure::Votes(outcomes));
+            return Err(AttemptFailure::Votes { outcomes, split });
         }
         let fencing_token = if options.get_fencing() {
             match fence(masters, keys, highest, limit).await {

@@ -7,14 +7,15 @@ mod fence;
 mod wait;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::error::LostReason;
 use crate::error::{InvalidInput, LockError};
 use crate::guard::LockGuard;
 use crate::keys::{ResourceKeys, validate_resource};
-use crate::lease::{Grant, Lease, find_reentry};
+use crate::lease::{Grant, Lease, Reentry, find_reentry};
 use crate::mode::Mode;
 use crate::options::LockOptions;
 use crate::outcome::Outcomes;
@@ -42,7 +43,7 @@ impl Redlock {
     ///
     /// ```no_run
     /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
-    /// use std::time::Duration;
+    /// use std::time::{Duration, Instant};
     /// use redlock_core::Mode;
     ///
     /// // Many readers may hold "catalog" together; a writer (EX) waits for them.
@@ -130,38 +131,9 @@ impl Redlock {
         }
         if options.get_reentrant()
             && let Some(reentry) = find_reentry(self.id(), &key, options.get_mode())
+            && let Some(guard) = self.reenter(resource, reentry, options).await?
         {
-            // Another re-entry of this scope (a sibling future of the body) holds the turn:
-            // wait for it as for any holder, within the request's own budget.
-            let turn = match reentry.try_turn() {
-                Some(turn) => Some(turn),
-                None => match local_wait(options) {
-                    Some(budget) => tokio::time::timeout(budget, reentry.turn())
-                        .await
-                        .ok()
-                        .flatten(),
-                    None => None,
-                },
-            };
-            let Some(turn) = turn else {
-                return Err(LockError::Busy {
-                    resource: resource.to_owned(),
-                    attempts: 1,
-                    quorum: self.quorum(),
-                    outcomes: Outcomes::default(),
-                });
-            };
-            match reentry.enter() {
-                Some(Ok(lease)) => return Ok(LockGuard::reentered(self.clone(), lease, turn)),
-                Some(Err(reason)) => {
-                    return Err(LockError::Lost {
-                        resource: resource.to_owned(),
-                        reason,
-                    });
-                }
-                // Released meanwhile: acquire afresh.
-                None => {}
-            }
+            return Ok(guard);
         }
         let mut acquisition =
             Acquisition::start(resource, options, self.node_count(), self.quorum());
@@ -172,6 +144,84 @@ impl Redlock {
             .await;
         acquisition.end(result.as_ref().map(|_| ()));
         result
+    }
+
+    /// Re-enters the lease of the scope the caller runs in: waits for the scope's turn (a
+    /// sibling re-entry may hold it) within the request's own budget, adds a hold, and gives
+    /// the request what it asks for or an error, never less: a longer ttl than the validity
+    /// left is an extension round; fencing, auto-extension or a minimum hold the lease was
+    /// taken without is [`InvalidInput::ReentryAsksMore`]. `Ok(None)`: the lease was released
+    /// meanwhile, so the caller acquires afresh.
+    async fn reenter(
+        &self,
+        resource: &str,
+        reentry: Reentry,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let lease = reentry.lease();
+        let missing = if options.get_fencing() && lease.fencing_token.is_none() {
+            Some("fencing")
+        } else if options.get_auto_extend() && lease.auto_extend.is_none() {
+            Some("auto_extend")
+        } else if let Some(at_least) = options.get_lock_at_least_for()
+            && Instant::now()
+                .checked_add(at_least)
+                .is_none_or(|until| lease.keep_until.is_none_or(|kept| kept < until))
+        {
+            Some("lock_at_least_for")
+        } else {
+            None
+        };
+        if let Some(option) = missing {
+            return Err(InvalidInput::ReentryAsksMore { option }.into());
+        }
+        // Another re-entry of this scope (a sibling future of the body) holds the turn:
+        // wait for it as for any holder, within the request's own budget.
+        let turn = match reentry.try_turn() {
+            Some(turn) => Some(turn),
+            None => match local_wait(options) {
+                Some(budget) => tokio::time::timeout(budget, reentry.turn())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => None,
+            },
+        };
+        let Some(turn) = turn else {
+            return Err(LockError::Busy {
+                resource: resource.to_owned(),
+                attempts: 1,
+                quorum: self.quorum(),
+                outcomes: Outcomes::default(),
+            });
+        };
+        let Some(lease) = reentry.enter() else {
+            // Released meanwhile: acquire afresh.
+            return Ok(None);
+        };
+        // The hold is the guard's from here: dropping it on any way out below gives the hold
+        // back, and releases the lock if it was the last (a lost lock the outer guard left
+        // meanwhile is not stranded in the ledger).
+        let guard = LockGuard::reentered(self.clone(), Arc::clone(&lease), turn);
+        if let Err(reason) = lease.check() {
+            drop(guard);
+            return match reason {
+                LostReason::Released => Ok(None),
+                reason => Err(LockError::Lost {
+                    resource: resource.to_owned(),
+                    reason,
+                }),
+            };
+        }
+        // A longer ttl than the validity left (an auto-extended lease keeps itself valid):
+        // extend it to the ttl asked for, as the nodes would have given a new lock.
+        let drift = crate::timing::drift(options.sent_ttl(), options.get_drift_factor());
+        if lease.auto_extend.is_none()
+            && lease.remaining_validity() < options.sent_ttl().saturating_sub(drift)
+        {
+            guard.extend(options.get_ttl()).await?;
+        }
+        Ok(Some(guard))
     }
 
     /// Turns a grant into a held lease: recorded in the ledger (and handed to the

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
-use super::attempt::AttemptFailure;
+use super::attempt::{AttemptFailure, Split};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::ResourceKeys;
@@ -34,6 +34,18 @@ const AFTER_WINDOW_SLACK: Duration = Duration::from_millis(2);
 /// request's waiter entry, which must outlive the wait, holds up incompatible requests, and
 /// keeps the node's expiry arithmetic exact.
 const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
+/// Attempts after a split vote beyond the retries and the wait deadline: enough for one of
+/// several contenders that split the vote to take the resource alone (each backs off for a
+/// random delay, see [`SPLIT_BACKOFF`]), few enough that a resource that stays split is
+/// reported soon.
+const SPLIT_RETRIES: u32 = 6;
+
+/// The longest random delay before the first attempt after a split vote; it doubles at each
+/// one after (20, 40, …, 640 ms: at most 1.26 s in all). Longer than a round and its
+/// clean-up on a local network, so that the first contender to attempt again finds every
+/// node free, and the others then find it held.
+const SPLIT_BACKOFF: Duration = Duration::from_millis(20);
 
 impl Redlock {
     /// Attempts until a grant, the retries or the wait deadline run out, or shutdown: a busy
@@ -69,6 +81,8 @@ impl Redlock {
         // The attempt that follows joining the queue is not a retry: it only closes the gap
         // between the first attempt and the subscription.
         let mut free_attempt = false;
+        // Attempts made after a split vote once the retries or the wait had run out.
+        let mut split_retries = 0u32;
         loop {
             if !std::mem::take(&mut free_attempt) {
                 attempts += 1;
@@ -115,8 +129,30 @@ impl Redlock {
                 Some(None) => true,
                 None => attempts <= options.get_retry_count(),
             };
-            if let AttemptFailure::Votes(votes) = &failure {
-                entered |= request.is_some() && votes.held() > 0;
+            if let AttemptFailure::Votes { outcomes, .. } = &failure {
+                entered |= request.is_some() && outcomes.held() > 0;
+            }
+            let split = match &failure {
+                AttemptFailure::Votes { split, .. } => *split,
+                _ => Split::No,
+            };
+            if !retry && split != Split::No && split_retries < SPLIT_RETRIES {
+                // Nobody may hold it: only contenders split the vote (each released what it
+                // took). Skipping now could leave the resource untaken by all of them, so
+                // attempt again after a random delay, the first one back taking it alone.
+                let spread = SPLIT_BACKOFF.saturating_mul(1 << split_retries);
+                split_retries += 1;
+                let delay = rand::rng().random_range(Duration::ZERO..=spread);
+                tracing::debug!(
+                    attempts,
+                    delay_ms = delay.as_millis() as u64,
+                    "split vote; attempting again"
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = self.inner().shutdown.cancelled() => return Err(LockError::ShuttingDown),
+                }
+                continue;
             }
             if !retry {
                 let error = self.failure_error(resource, attempts, options, failure);
@@ -129,8 +165,8 @@ impl Redlock {
                 // quorum, and some refused. Too few answers is unavailability, which a queue
                 // (and subscribing to nodes that do not answer) cannot help.
                 (None, Some(waiters))
-                    if matches!(&failure, AttemptFailure::Votes(votes)
-                        if votes.held() > 0 && votes.acquired() + votes.held() >= self.quorum()) =>
+                    if matches!(&failure, AttemptFailure::Votes { outcomes, .. }
+                        if outcomes.held() > 0 && outcomes.acquired() + outcomes.held() >= self.quorum()) =>
                 {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
                     exit.get_or_insert_with(|| QueueExit::new(self, &keys, &waiter.marker, false));
@@ -233,9 +269,21 @@ impl Redlock {
                 quorum: self.fencing_quorum(),
                 outcomes,
             },
-            AttemptFailure::Votes(outcomes) => {
-                let answered = outcomes.acquired() + outcomes.held();
-                if answered >= quorum || outcomes.held() > self.node_count() - quorum {
+            AttemptFailure::Votes {
+                outcomes,
+                split: Split::Certain,
+            } => LockError::SplitVote {
+                resource,
+                attempts,
+                quorum,
+                outcomes,
+            },
+            AttemptFailure::Votes { outcomes, .. } => {
+                // Busy when the nodes that did not fail could have made a quorum (those left
+                // unawaited once the attempt was decided did not fail), or when refusals alone
+                // rule one out; otherwise too few answered to decide.
+                let usable = self.node_count() - outcomes.failed();
+                if usable >= quorum || outcomes.held() > self.node_count() - quorum {
                     LockError::Busy {
                         resource,
                         attempts,

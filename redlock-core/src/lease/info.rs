@@ -141,14 +141,23 @@ impl LockInfo {
         self.lease.mode
     }
 
-    /// The monotonic instant the lock stops being valid (moved forward by extensions).
+    /// The monotonic instant the lock stops being valid: the acquisition's (or the last
+    /// confirmed extension's) start + ttl − drift (distlock spec, step 4). Once the lock is
+    /// lost — released, an extension refused by a majority, or its lost deadline passed (see
+    /// [`LostSignal`]) — it is the instant that was seen, so it is never later than now.
     pub fn valid_until(&self) -> Instant {
         self.lease.valid_until()
     }
 
-    /// Validity left now; zero once expired.
+    /// Validity left now: zero once the lock is lost, released or expired.
     pub fn remaining_validity(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
+        self.lease.remaining_validity()
+    }
+
+    /// `true` while the lock is held and trusted: not released, not lost, validity left.
+    /// The same answer as [`LockGuard::is_valid`](crate::LockGuard::is_valid).
+    pub fn is_valid(&self) -> bool {
+        !self.remaining_validity().is_zero()
     }
 
     /// The lost signal.

@@ -26,7 +26,7 @@ pub(crate) use extend::extend;
 pub use info::{LockInfo, LostFuture, LostSignal};
 pub(crate) use ledger::{Finish, Ledger};
 pub use reentrant::Scoped;
-pub(crate) use reentrant::{find as find_reentry, scope};
+pub(crate) use reentrant::{Reentry, find as find_reentry, new_turn, scope};
 
 /// Auto-extension settings of one lease.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +73,8 @@ pub(crate) struct Lease {
     valid_until: watch::Sender<Instant>,
     lost: CancellationToken,
     reason: OnceLock<LostReason>,
+    /// When it was seen lost (released, refused, expired): the views' validity ends there.
+    ended: OnceLock<Instant>,
 }
 
 /// What a successful attempt establishes (Redlock steps 3–4, and the fencing round).
@@ -132,11 +134,34 @@ impl Lease {
             valid_until: watch::Sender::new(grant.valid_until),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
+            ended: OnceLock::new(),
         }
     }
 
-    pub(crate) fn valid_until(&self) -> Instant {
+    /// The validity deadline the nodes were last confirmed to give (start + ttl − drift of
+    /// the acquisition or the last confirmed extension), lost or not.
+    pub(crate) fn deadline(&self) -> Instant {
         *self.valid_until.borrow()
+    }
+
+    /// The instant the lock stops being valid, as every public view reports it: the
+    /// [`deadline`](Self::deadline) while the lock is trusted; once it is lost (released,
+    /// an extension refused, the lost deadline passed), the instant it was seen lost, so that
+    /// no view claims validity left on a lock that is gone.
+    pub(crate) fn valid_until(&self) -> Instant {
+        let deadline = self.deadline();
+        match self.check() {
+            Ok(()) => deadline,
+            Err(_) => self
+                .ended
+                .get()
+                .map_or(deadline, |ended| deadline.min(*ended)),
+        }
+    }
+
+    /// Validity left now: zero once lost or expired.
+    pub(crate) fn remaining_validity(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
     }
 
     /// How long the key has been busy without a window for foreign clients, by this
@@ -148,7 +173,9 @@ impl Lease {
 
     /// When the lost signal fires unless an extension is confirmed first.
     pub(crate) fn lost_at(&self) -> Instant {
-        self.valid_until() - self.lost_margin
+        self.deadline()
+            .checked_sub(self.lost_margin)
+            .unwrap_or(self.acquired_at)
     }
 
     /// Moves the validity forward (never back) after a confirmed extension.
@@ -164,6 +191,7 @@ impl Lease {
 
     /// Fires the lost signal; the first reason given is kept.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let _first = self.ended.set(Instant::now().min(self.lost_at()));
         let reported = reason.clone();
         if self.reason.set(reason).is_ok() {
             telemetry::lost(

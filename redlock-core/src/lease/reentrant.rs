@@ -11,7 +11,9 @@
 //!   its own lock's scope, never the scopes around the place it was created);
 //! - inside one scope, re-entries take turns: two sibling futures of a locked body that both
 //!   re-enter its lock (`join!(debit(), debit())` inside `batch()`) run one after the other,
-//!   each alone under the lock, while a re-entry nested inside another gets in at once.
+//!   each alone under the lock, while a re-entry nested inside another gets in at once. The
+//!   turn belongs to the guard that opened the scope, so two scopes of one guard polled
+//!   together (`join!(guard.scope(a), guard.scope(b))`) take turns too.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -23,7 +25,6 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::futures::TaskLocalFuture;
 
 use super::Lease;
-use crate::error::LostReason;
 use crate::mode::Mode;
 
 tokio::task_local! {
@@ -72,7 +73,7 @@ pin_project_lite::pin_project! {
     #[project_replace = StateReplace]
     enum State<F> {
         /// Not polled yet: the scopes around it are read at the first poll, where it runs.
-        Start { lease: Arc<Lease>, handle: usize, work: F },
+        Start { lease: Arc<Lease>, handle: usize, turn: Arc<Semaphore>, work: F },
         Running { #[pin] inner: TaskLocalFuture<Chain, F> },
         Taken,
     }
@@ -87,6 +88,7 @@ impl<F: Future> Future for Scoped<F> {
             let StateReplace::Start {
                 lease,
                 handle,
+                turn,
                 work,
             } = state.as_mut().project_replace(State::Taken)
             else {
@@ -97,7 +99,7 @@ impl<F: Future> Future for Scoped<F> {
                 Chain(Some(Arc::new(Link {
                     lease,
                     handle,
-                    turn: Arc::new(Semaphore::new(1)),
+                    turn,
                     parent,
                 })))
             } else {
@@ -120,16 +122,30 @@ impl<F> std::fmt::Debug for Scoped<F> {
     }
 }
 
-/// `work` inside `lease`'s scope (see the module docs). A lease that is not reentrant adds
-/// nothing: `work` runs in the scopes of wherever it is polled.
-pub(crate) fn scope<F: Future>(lease: &Arc<Lease>, handle: usize, work: F) -> Scoped<F> {
+/// `work` inside `lease`'s scope (see the module docs), whose re-entries take `turn`: the
+/// turn of the guard that opened the scope, shared by every scope it opens, so that
+/// `join!(guard.scope(a), guard.scope(b))` re-enter one at a time as the siblings inside one
+/// scope do. A lease that is not reentrant adds nothing: `work` runs in the scopes of wherever
+/// it is polled.
+pub(crate) fn scope<F: Future>(
+    lease: &Arc<Lease>,
+    handle: usize,
+    turn: &Arc<Semaphore>,
+    work: F,
+) -> Scoped<F> {
     Scoped {
         state: State::Start {
             lease: Arc::clone(lease),
             handle,
+            turn: Arc::clone(turn),
             work,
         },
     }
+}
+
+/// A guard's turn for the re-entries of the scopes it opens (one permit).
+pub(crate) fn new_turn() -> Arc<Semaphore> {
+    Arc::new(Semaphore::new(1))
 }
 
 /// Where a reentrant acquisition may re-enter: the innermost scope the caller runs in of a
@@ -166,27 +182,22 @@ impl Reentry {
         Arc::clone(&self.turn).acquire_owned().await.ok()
     }
 
-    /// One more hold on the lease. `None` if it was released meanwhile (the caller then
-    /// acquires afresh); `Err` if it can no longer be trusted (nothing is added then).
-    pub(crate) fn enter(self) -> Option<Result<Arc<Lease>, LostReason>> {
-        // The hold first, then the check: a release or `release_all` between the two would
-        // otherwise hand out a lock already released.
+    /// The lease this scope re-enters.
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
+        &self.lease
+    }
+
+    /// One more hold on the lease, which the caller owns from then on (a re-entered guard
+    /// gives it back when dropped, releasing the lock if it was the last). `None` if the last
+    /// hold was already given back (the lock is released, or being released).
+    pub(crate) fn enter(self) -> Option<Arc<Lease>> {
         self.lease
             .holds
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| {
                 (holds > 0).then_some(holds + 1)
             })
             .ok()?;
-        match self.lease.check() {
-            Ok(()) => Some(Ok(self.lease)),
-            Err(reason) => {
-                self.lease.holds.fetch_sub(1, Ordering::AcqRel);
-                match reason {
-                    LostReason::Released => None,
-                    reason => Some(Err(reason)),
-                }
-            }
-        }
+        Some(self.lease)
     }
 }
 

@@ -147,7 +147,7 @@ impl Driver {
         }
         // Extend once `fraction` of the ttl has passed since the current validity started.
         let drift = timing::drift(lease.ttl, lease.drift_factor);
-        let started = lease.valid_until() - (lease.ttl - drift);
+        let started = lease.deadline() - (lease.ttl - drift);
         let at = (started + lease.ttl.mul_f64(auto.fraction)).max(Instant::now());
         watched.queued = Some(self.queue.insert_at(lease.id, at.into()));
         true
@@ -216,7 +216,7 @@ fn next_ttl(lease: &Lease) -> Option<(Duration, bool)> {
     }
     let ttl = Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
     let drift = timing::drift(ttl, lease.drift_factor);
-    let worth_it = ttl > drift + lease.lost_margin && now + ttl - drift > lease.valid_until();
+    let worth_it = ttl > drift + lease.lost_margin && now + ttl - drift > lease.deadline();
     worth_it.then_some((ttl, true))
 }
 

@@ -16,6 +16,10 @@ pub(crate) struct AcquireReply {
     /// When refused, how long until what refused it (the holder's key, or a window for
     /// foreign clients) expires, in ms; `None` when it has no expiry or was not read.
     pub(crate) left_ms: Option<u64>,
+    /// When refused by a plain acquire script, who refused it: a digest of the holder's
+    /// token (or of the waiter a key is reserved for), `"?"` for holders in modes, `"window"`
+    /// for a window for foreign clients. Nodes naming the same holder hold one lock.
+    pub(crate) holder: Option<String>,
 }
 
 impl AcquireReply {
@@ -26,11 +30,12 @@ impl AcquireReply {
             counter: 0,
             busy_ms: 0,
             left_ms: None,
+            holder: None,
         }
     }
 }
 
-/// The `{1 | 0 | -1, counter[, busy[, left]]}` reply of the acquire scripts.
+/// The `{1 | 0 | -1, counter[, busy[, left[, holder]]]}` reply of the acquire scripts.
 pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
     match reply {
         Ok(Value::Array(reply)) => {
@@ -50,11 +55,16 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
                 _ => NodeVote::Held,
             };
             let left_ms = left_ms.filter(|_| vote == NodeVote::Held);
+            let holder = reply
+                .get(4)
+                .and_then(Value::as_string)
+                .filter(|_| vote == NodeVote::Held);
             AcquireReply {
                 vote,
                 counter,
                 busy_ms,
                 left_ms,
+                holder,
             }
         }
         Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::UnexpectedReply(format!(

@@ -175,6 +175,22 @@ macro_rules! left {
     };
 }
 
+/// Who refused an attempt, so that the client can tell a split vote from a holder
+/// ([`AcquireReply::holder`](super::replies::AcquireReply::holder)): the first 16 hex digits
+/// of the SHA-1 of the value at `KEYS[$k]` (a holder's token, or the marker of the waiter it is
+/// reserved for), or `"?"` when it is not a string (a resource held in modes). A refusal by a
+/// window for foreign clients reports `"window"`. A digest, never the token: it cannot be
+/// used to release or extend the lock.
+macro_rules! holder {
+    ($k:literal) => {
+        concat!(
+            r#"(function() local v = redis.pcall("get", KEYS["#,
+            $k,
+            r#"]) if type(v) == "string" then return string.sub(redis.sha1hex(v), 1, 16) end return "?" end)()"#
+        )
+    };
+}
+
 /// `1` if the window for foreign clients at `KEYS[$k]` is open ([`RELEASE_HANDOVER`]): every
 /// acquisition of ours refuses a free key while it is. Under `pcall` (without access to that
 /// key: no window).
@@ -191,9 +207,9 @@ macro_rules! window_open {
 /// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
 /// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
-/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left]}`, `busy` the streak read
-/// from `KEYS[4]` when granted ([`busy_read`]), `left` when refused the ms until the key (or
-/// the window) expires. The queue commands run under
+/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left, holder]}`, `busy` the
+/// streak read from `KEYS[4]` when granted ([`busy_read`]), `left` when refused the ms until
+/// the key (or the window) expires, `holder` who refused it ([`holder`]). The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
@@ -218,10 +234,14 @@ redis.pcall("pexpire", KEYS[2], ARGV[5])
 local left = "#,
         left!("1"),
         r#"
+local holder = "window"
 if left < 0 then left = "#,
         left!("3"),
         r#" end
-return {0, fence, 0, left}"#
+if cur then holder = "#,
+        holder!("1"),
+        r#" end
+return {0, fence, 0, left, holder}"#
     ),
 );
 
@@ -243,8 +263,9 @@ return 1"#,
 /// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
 /// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
-/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left]}`, `left` (when
-/// refused) the ms until the holder's key (or the window) expires.
+/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left, holder]}`,
+/// `left` (when refused) the ms until the holder's key (or the window) expires, `holder` who
+/// refused it ([`holder`]).
 pub(crate) static ACQUIRE: Script = Script::new(
     3,
     concat!(
@@ -255,9 +276,11 @@ if ARGV[4] == "1" and "#,
         window_open!("2"),
         r#" then return {0, fence, 0, "#,
         left!("2"),
-        r#"} end
+        r#", "window"} end
 if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, fence, 0, "#,
         left!("1"),
+        r#", "#,
+        holder!("1"),
         r#"} end
 "#,
         busy_read!("3"),

@@ -1,0 +1,169 @@
+//! Liveness of a job that skips when busy: K replicas fire the README's skip job
+//! (`retry_count = 0`, a minimum hold, skip on `LockError::Busy`) at the same tick, and it must
+//! run on exactly one of them, every tick. The replicas split the vote when each is nearer some
+//! nodes than the others; a split vote is not `Busy` (nobody holds the resource), so they
+//! attempt again after random delays until one has it. Against 5 real redis-server processes,
+//! each replica seeing them through its own proxies.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use redlock_core::{LockOptions, Redlock};
+use redlock_tests::proxy::{Direction, Fault, Proxy};
+use redlock_tests::{RedisNodes, proxy_urls, within};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One replica: its handle, over its own proxies (its view of the network).
+struct Replica {
+    redlock: Redlock,
+    proxies: Vec<Proxy>,
+}
+
+async fn replicas(nodes: &RedisNodes, k: usize) -> Vec<Replica> {
+    let mut replicas = Vec::new();
+    for _ in 0..k {
+        let proxies = nodes.proxies();
+        let redlock = Redlock::builder()
+            .nodes(proxy_urls(&proxies))
+            .build()
+            .await
+            .unwrap();
+        replicas.push(Replica { redlock, proxies });
+    }
+    replicas
+}
+
+/// What one tick gave: replicas that ran the job, skipped it, or failed.
+#[derive(Debug, Default)]
+struct Tick {
+    ran: usize,
+    skipped: usize,
+    errors: Vec<String>,
+}
+
+/// Every replica fires the skip job on `resource` at once.
+async fn tick(replicas: &[Replica], resource: &str) -> Tick {
+    let job = LockOptions::default()
+        .ttl(Duration::from_secs(5))
+        .retry_count(0)
+        .lock_at_least_for(Duration::from_secs(2));
+    let start = Arc::new(tokio::sync::Barrier::new(replicas.len()));
+    let fired = replicas.iter().map(|replica| {
+        let (redlock, job, start) = (replica.redlock.clone(), job.clone(), Arc::clone(&start));
+        let resource = resource.to_owned();
+        tokio::spawn(async move {
+            start.wait().await;
+            match redlock.lock_with(&resource, &job).await {
+                Ok(guard) => {
+                    // The job's work, then the release (the key stays for the minimum hold).
+                    tokio::time::sleep(ms(20)).await;
+                    guard.release().await.map(|_| true)
+                }
+                Err(error) if error.is_busy() => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+    });
+    let mut tick = Tick::default();
+    for result in within(
+        "every replica's tick",
+        futures_util::future::join_all(fired),
+    )
+    .await
+    {
+        match result.unwrap() {
+            Ok(true) => tick.ran += 1,
+            Ok(false) => tick.skipped += 1,
+            Err(error) => tick.errors.push(error.to_string()),
+        }
+    }
+    tick
+}
+
+/// Replica `r` is `far` farther from every node outside its group (node `i` is in group
+/// `i % k`), plus up to `jitter` more, drawn per node and replica.
+fn skew(replicas: &[Replica], far: Duration, jitter: Duration, rng: &mut impl Rng) {
+    let k = replicas.len();
+    for (r, replica) in replicas.iter().enumerate() {
+        for (i, proxy) in replica.proxies.iter().enumerate() {
+            let extra = if jitter.is_zero() {
+                Duration::ZERO
+            } else {
+                rng.random_range(Duration::ZERO..=jitter)
+            };
+            let delay = if i % k == r { extra } else { far + extra };
+            let fault = if delay.is_zero() {
+                Fault::Pass
+            } else {
+                Fault::Delay(delay)
+            };
+            proxy.set(Direction::Request, fault);
+        }
+    }
+}
+
+/// Runs `ticks` ticks and checks that each ran exactly once, with no error.
+async fn every_tick_runs_once(replicas: &[Replica], name: &str, ticks: usize) {
+    for t in 0..ticks {
+        let tick = tick(replicas, &format!("{name}:{t}")).await;
+        assert!(
+            tick.ran == 1 && tick.errors.is_empty(),
+            "{name}, tick {t}: ran on {} replica(s), skipped on {}, errors {:?}",
+            tick.ran,
+            tick.skipped,
+            tick.errors
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_skip_job_fired_by_three_replicas_runs_once_per_tick() {
+    let nodes = RedisNodes::start(5);
+    let replicas = replicas(&nodes, 3).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    // Each replica 5 ms farther from the nodes outside its group: without the attempts after
+    // a split vote, most ticks run nowhere.
+    skew(&replicas, ms(5), Duration::ZERO, &mut rng);
+    every_tick_runs_once(&replicas, "skewed", 12).await;
+    // Random skews.
+    for round in 0..4 {
+        skew(&replicas, ms(rng.random_range(0..=8)), ms(3), &mut rng);
+        every_tick_runs_once(&replicas, &format!("random{round}"), 3).await;
+    }
+}
+
+#[tokio::test]
+async fn a_skip_job_runs_once_per_tick_with_a_node_down() {
+    let mut nodes = RedisNodes::start(5);
+    let replicas = replicas(&nodes, 3).await;
+    nodes.servers[4].kill();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    // Four nodes for a quorum of three: two replicas can split them two and two.
+    skew(&replicas, ms(5), Duration::ZERO, &mut rng);
+    every_tick_runs_once(&replicas, "down", 12).await;
+}
+
+/// The oracle of this file fails a tick that ran nowhere: a busy error on every replica,
+/// with nobody holding the resource, is what it must reject.
+#[tokio::test]
+async fn the_check_rejects_a_tick_that_ran_nowhere() {
+    let nodes = RedisNodes::start(3);
+    let replicas = replicas(&nodes, 2).await;
+    // A foreign holder keeps the resource: every replica skips; the tick ran nowhere.
+    for url in nodes.urls() {
+        redlock_tests::foreign_set_nx(&url, "nowhere:0").await;
+    }
+    let tick = tick(&replicas, "nowhere:0").await;
+    assert_eq!((tick.ran, tick.skipped), (0, 2), "{tick:?}");
+    let checked = tokio::spawn(async move {
+        every_tick_runs_once(&replicas, "nowhere", 1).await;
+    })
+    .await;
+    assert!(checked.is_err(), "the check passed a tick that ran nowhere");
+}
