@@ -433,6 +433,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_drift_factor_that_validate_refuses_never_panics_the_drift() {
+        for factor in [f64::NAN, -0.5, f64::INFINITY, f64::MAX] {
+            let options = LockOptions::default().drift_factor(factor);
+            assert!(options.validate().is_err(), "{factor}");
+            assert_eq!(options.drift(), Duration::MAX, "{factor}");
+        }
+    }
+
+    #[test]
     fn waiting_forever_is_a_wait_of_duration_max_and_valid() {
         let forever = LockOptions::default().wait_forever();
         assert_eq!(forever.get_wait_timeout(), Some(Duration::MAX));

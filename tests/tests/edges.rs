@@ -309,3 +309,68 @@ async fn a_node_timeout_of_duration_max_does_not_panic_a_mode_lock() {
     let guard = a.lock_mode("m", Mode::Exclusive, ms(1_000)).await.unwrap();
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn waits_dropped_while_subscribing_leave_no_channel_behind() {
+    use fred::interfaces::PubsubInterface;
+    let mut nodes = RedisNodes::start(3);
+    let holder = redlock_tests::redlock(&nodes).await;
+    let waiter = Redlock::builder()
+        .nodes(nodes.urls())
+        .node_timeout(ms(1_000))
+        .build()
+        .await
+        .unwrap();
+    // A node down: a failed attempt's clean-up waits the node timeout for its release there,
+    // then the join waits as long for its subscription there.
+    nodes.servers[2].kill();
+    let wait = LockOptions::default().wait_timeout(Duration::from_secs(10));
+    let mut guards = Vec::new();
+    for i in 0..4 {
+        let resource = format!("leak:{i}");
+        guards.push(holder.lock(&resource).await.unwrap());
+        // Dropped (a request timeout) while its join awaits the subscriptions.
+        let dropped = tokio::time::timeout(ms(1_500), waiter.lock_with(&resource, &wait)).await;
+        assert!(dropped.is_err(), "{i}: the wait ended on its own");
+    }
+    // Past the linger, the live nodes hold no channel of ours.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    for url in &nodes.urls()[..2] {
+        let channels: Vec<String> = redlock_tests::plain_client(url)
+            .await
+            .pubsub_channels("*")
+            .await
+            .unwrap();
+        assert!(channels.is_empty(), "{url} still subscribed: {channels:?}");
+    }
+    drop(guards);
+}
+
+#[tokio::test]
+async fn a_hand_over_grace_under_a_millisecond_still_hands_over() {
+    let nodes = RedisNodes::start(3);
+    let builder = || {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .handover_grace(Duration::from_micros(300))
+    };
+    let (a, b) = (
+        builder().build().await.unwrap(),
+        builder().build().await.unwrap(),
+    );
+    let long = LockOptions::default().ttl(Duration::from_secs(20));
+    let holder = a.lock_with("grace", &long).await.unwrap();
+    let waiting = tokio::spawn({
+        let (b, long) = (b.clone(), long.clone());
+        async move {
+            let wait = long.wait_timeout(Duration::from_secs(10));
+            b.lock_with("grace", &wait).await
+        }
+    });
+    until_queued(&nodes, "grace", 1).await;
+    let released = holder.release().await.unwrap();
+    assert!(released.was_held(), "{released:?}");
+    // Handed over well before the 20 s key would have expired.
+    let next = within("the waiter", waiting).await.unwrap().unwrap();
+    next.release().await.unwrap();
+}
