@@ -29,7 +29,9 @@ mod rejection;
 mod shutdown;
 
 pub use extract::{HeldLock, HeldLockRejection};
-pub use lock::{RedlockLayer, RedlockService, ReleaseOn, ResponseFuture, TemplateError, by_method};
+pub use lock::{
+    BodyError, RedlockLayer, RedlockService, ReleaseOn, ResponseFuture, TemplateError, by_method,
+};
 pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 pub use shutdown::ShutdownHandle;
 

@@ -12,6 +12,7 @@ mod observe;
 mod resource;
 mod service;
 
+pub use body::BodyError;
 pub use config::ReleaseOn;
 pub use future::ResponseFuture;
 pub use layer::RedlockLayer;
