@@ -13,7 +13,7 @@ mod resource;
 mod service;
 
 pub use body::BodyError;
-pub use config::ReleaseOn;
+pub use config::{DEFAULT_MAX_HOLD, ReleaseOn};
 pub use future::ResponseFuture;
 pub use layer::RedlockLayer;
 pub use mode::by_method;
