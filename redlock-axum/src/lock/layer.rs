@@ -207,6 +207,8 @@ impl RedlockLayer {
     /// auto-extension stops there ([`LockOptions::max_hold`]). Default: the cap of the
     /// [`options`](Self::options) when they set one, else [`DEFAULT_MAX_HOLD`] (60 s);
     /// `Duration::MAX` for no cap. A zero cap is refused by every acquisition (`500`, logged).
+    /// The lock always lives its first ttl: a cap shorter than the ttl means no extension, and
+    /// a hold of one ttl.
     ///
     /// When the cap comes, the lock's lost signal fires a margin before its validity ends
     /// ([`LockOptions::lost_margin`]), as for any loss: a handler still running is dropped and
