@@ -6,7 +6,8 @@
 //!   "order:{id}")?)` locks `order:42` for `/orders/42/...`, answers `423 Locked` with
 //!   `Retry-After` when busy and `503` when Redis is unavailable (or your own response:
 //!   [`on_rejection`](RedlockLayer::on_rejection)), and holds the lock until the response
-//!   body has been sent.
+//!   body has been sent, for at most [`max_hold`](RedlockLayer::max_hold) (default
+//!   [`DEFAULT_MAX_HOLD`], 60 s); a body whose lock is lost ends with a [`BodyError`].
 //! - [`HeldLock`]: the extractor for the lock the layer holds (fencing token, lost signal);
 //!   `Option<HeldLock>` where the layer may not lock.
 //! - [`LockRejection`]: return `Result<_, LockRejection>` from a handler annotated with
@@ -29,7 +30,10 @@ mod rejection;
 mod shutdown;
 
 pub use extract::{HeldLock, HeldLockRejection};
-pub use lock::{RedlockLayer, RedlockService, ReleaseOn, ResponseFuture, TemplateError, by_method};
+pub use lock::{
+    BodyError, DEFAULT_MAX_HOLD, RedlockLayer, RedlockService, ReleaseOn, ResponseFuture,
+    TemplateError, by_method,
+};
 pub use rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 pub use shutdown::ShutdownHandle;
 

@@ -12,11 +12,24 @@ use super::mode::ModeFrom;
 use super::resource::ResourceFrom;
 use crate::rejection::{DEFAULT_RETRY_AFTER, LockRejection};
 
+/// Default [`RedlockLayer::max_hold`](super::RedlockLayer::max_hold): 60 s, the longest a
+/// request holds its lock when neither the layer nor its lock options set a cap.
+///
+/// Two of the handle's default ttl ([`DEFAULT_TTL`](redlock_core::DEFAULT_TTL), 30 s), and
+/// the time common proxies in front of a server give a request before they give up on it
+/// (nginx's `proxy_read_timeout`, an AWS load balancer's idle timeout): a request that runs
+/// longer has usually lost its client already. Without a cap, a client that trickles its
+/// request body or stops reading the response would keep the route's lock, auto-extended,
+/// for as long as its connection lives.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(60);
+
 /// When the lock taken for a request is released.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReleaseOn {
-    /// When the response body has been fully sent, has failed, or was dropped (default): a
-    /// streaming response stays under the lock.
+    /// When the response body has been fully sent, has failed, or was dropped (default). The
+    /// body is sent while the lock is held: once the lock is lost, the body ends with an error
+    /// ([`BodyError::LockLost`](crate::BodyError::LockLost)) instead of its next frame, and
+    /// the connection is aborted.
     #[default]
     BodyEnd,
     /// As soon as the handler has produced the response head.
@@ -33,6 +46,9 @@ pub(crate) struct Config {
     /// The options as given; [`for_requests`](Self::for_requests) applies `auto_extend`.
     pub(crate) options: LockOptions,
     pub(crate) auto_extend: bool,
+    /// [`RedlockLayer::max_hold`](super::RedlockLayer::max_hold); `None` keeps the options'
+    /// own cap, or [`DEFAULT_MAX_HOLD`] when they have none.
+    pub(crate) max_hold: Option<Duration>,
     pub(crate) busy_status: StatusCode,
     pub(crate) retry_after: Duration,
     pub(crate) release_on: ReleaseOn,
@@ -61,6 +77,7 @@ impl Config {
             resource,
             mode: ModeFrom::Options,
             auto_extend: true,
+            max_hold: None,
             busy_status: StatusCode::LOCKED,
             retry_after: DEFAULT_RETRY_AFTER,
             release_on: ReleaseOn::BodyEnd,
@@ -80,12 +97,59 @@ impl Config {
         }
     }
 
-    /// The configuration the services run with: `auto_extend` applied to the options, which
-    /// are made reentrant (so that `#[redlock]` functions the handler calls on the same
-    /// resource share the lock).
+    /// The configuration the services run with: the options of [`request_options`].
     pub(crate) fn for_requests(&self) -> Self {
         let mut config = self.clone();
-        config.options = config.options.auto_extend(self.auto_extend).reentrant(true);
+        config.options = request_options(&self.options, self.auto_extend, self.max_hold);
         config
+    }
+}
+
+/// The options each request's lock is taken with: `options` with `auto_extend` applied, the
+/// hold capped (the layer's `max_hold`, else the options' own cap, else
+/// [`DEFAULT_MAX_HOLD`]), and made reentrant (so that `#[redlock]` functions the handler
+/// calls on the same resource share the lock).
+fn request_options(
+    options: &LockOptions,
+    auto_extend: bool,
+    max_hold: Option<Duration>,
+) -> LockOptions {
+    let max_hold = max_hold
+        .or(options.get_max_hold())
+        .unwrap_or(DEFAULT_MAX_HOLD);
+    options
+        .clone()
+        .auto_extend(auto_extend)
+        .max_hold(max_hold)
+        .reentrant(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hold_is_capped_by_the_layer_else_the_options_else_the_default() {
+        let minute = Duration::from_secs(60);
+        let ten = Duration::from_secs(600);
+        let cases = [
+            (LockOptions::default(), None, DEFAULT_MAX_HOLD),
+            (LockOptions::default().max_hold(ten), None, ten),
+            (LockOptions::default().max_hold(ten), Some(minute), minute),
+            (LockOptions::default(), Some(Duration::MAX), Duration::MAX),
+        ];
+        for (options, layer, expected) in cases {
+            for auto_extend in [true, false] {
+                let applied = request_options(&options, auto_extend, layer);
+                assert_eq!(
+                    applied.get_max_hold(),
+                    Some(expected),
+                    "{options:?} {layer:?}"
+                );
+                assert_eq!(applied.get_auto_extend(), auto_extend);
+                assert!(applied.get_reentrant());
+            }
+        }
+        assert_eq!(DEFAULT_MAX_HOLD, 2 * redlock_core::DEFAULT_TTL);
     }
 }

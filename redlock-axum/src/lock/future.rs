@@ -12,11 +12,11 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::{BoxFuture, Either};
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
-use redlock_core::{LockError, LockGuard, Scoped};
+use redlock_core::{LockGuard, Scoped};
 use tower_service::Service;
 use tracing::{Instrument, Span};
 
-use super::body::LockedBody;
+use super::body::{LockedBody, Lost, lost};
 use super::config::{Config, ReleaseOn};
 use super::observe;
 use super::resource::{MissingParam, Resolved};
@@ -30,13 +30,6 @@ struct Passed<ReqBody> {
     request: Request<ReqBody>,
     guard: Option<LockGuard>,
     span: Span,
-}
-
-/// Completes when the request's lock is lost.
-type Lost = BoxFuture<'static, LockError>;
-
-fn lost(guard: &LockGuard) -> Lost {
-    Box::pin(guard.lost().into_error())
 }
 
 pin_project! {
@@ -231,13 +224,14 @@ where
                         return Poll::Ready(Ok(response));
                     }
                     let response = ready!(future.poll(cx))?;
-                    let guard = match this.config.release_on {
-                        ReleaseOn::BodyEnd => guard.take(),
+                    let (guard, lost) = match this.config.release_on {
+                        // The body keeps the guard and watches its lost signal.
+                        ReleaseOn::BodyEnd => (guard.take(), lost.take()),
                         // Dropping the guard releases the lock in the background.
-                        ReleaseOn::Response => None,
+                        ReleaseOn::Response => (None, None),
                     };
                     return Poll::Ready(Ok(
-                        response.map(|body| Body::new(LockedBody::new(body, guard)))
+                        response.map(|body| Body::new(LockedBody::new(body, guard, lost)))
                     ));
                 }
             }

@@ -33,10 +33,15 @@ use crate::rejection::LockRejection;
 ///   `%00`): `400 Bad Request`, logged at debug level only.
 ///
 /// While the request is in flight the lock is auto-extended (see
-/// [`auto_extend`](Self::auto_extend)), and the handler takes the lock — fencing token, lost
-/// signal — with the [`HeldLock`](crate::HeldLock) extractor (the layer puts its
+/// [`auto_extend`](Self::auto_extend)), up to [`max_hold`](Self::max_hold) (default 60 s), and
+/// the handler takes the lock — fencing token, lost signal — with the
+/// [`HeldLock`](crate::HeldLock) extractor (the layer puts its
 /// [`LockInfo`](redlock_core::LockInfo) in the request extensions). If the lock is lost before
-/// the handler has answered, the handler's future is dropped and the client gets `503`.
+/// the handler has answered, the handler's future is dropped and the client gets `503`. If it
+/// is lost while the response body is being sent, the body ends with
+/// [`BodyError::LockLost`](crate::BodyError::LockLost) in place of its next frame and the
+/// server aborts the response: the client gets a body cut short. Frames the server had
+/// already written to the socket before the loss still reach the client.
 ///
 /// Each locked request runs in a `redlock.layer` span (level INFO) with the fields
 /// `http.route` (the matched route's template, e.g. `/orders/{id}/pay`) and
@@ -66,6 +71,48 @@ use crate::rejection::LockRejection;
 ///     );
 /// # Ok(()) }
 /// ```
+///
+/// # Slow clients: timeouts
+///
+/// The lock is held from before the handler runs until the response body has been sent, so a
+/// slow client holds it too: one that trickles its request body, or stops reading the
+/// response. [`max_hold`](Self::max_hold) bounds that; shorter timeouts in front of the layer
+/// end such a request sooner and release its lock with it:
+///
+/// - a request timeout (tower-http's `TimeoutLayer`): the whole request — the lock wait, the
+///   handler and its reading of the request body — answered `408` when it runs out; the
+///   handler is dropped and the lock released;
+/// - a request body timeout (tower-http's `RequestBodyTimeoutLayer`): the longest pause
+///   between two frames of the request body; reading the body then fails (axum's body
+///   extractors answer `400`) and the lock is released with the response;
+/// - a write timeout for a client that stops reading the response: axum's server has none,
+///   and a response body timeout times the production of the next frame, not its writing, so
+///   it belongs to the proxy in front (nginx's `send_timeout`, say); until then `max_hold`
+///   bounds the lock, which runs out on the nodes.
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_axum::TemplateError> {
+/// use std::time::Duration;
+/// use axum::{Router, body::Bytes, routing::post};
+/// use http::StatusCode;
+/// use redlock_axum::RedlockLayer;
+/// use tower_http::timeout::{RequestBodyTimeoutLayer, TimeoutLayer};
+///
+/// async fn pay(body: Bytes) -> String { format!("paid with {} bytes", body.len()) }
+///
+/// let app: Router = Router::new()
+///     .route("/orders/{id}/pay", post(pay))
+///     .route_layer(RedlockLayer::from_template(redlock, "order:{id}")?)
+///     // Outside the lock: these end a slow request, and its lock with it.
+///     .layer((
+///         TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(10)),
+///         RequestBodyTimeoutLayer::new(Duration::from_secs(5)),
+///     ));
+/// # Ok(()) }
+/// ```
+///
+/// tests/tests/axum_body.rs runs this stack (with shorter durations) against a client that
+/// pauses its body and one that trickles it.
 #[derive(Debug, Clone)]
 pub struct RedlockLayer {
     // By value, as tower-http's layers: a setter on a clone never changes the layer it was
@@ -147,10 +194,37 @@ impl RedlockLayer {
         self
     }
 
-    /// Keep each request's lock extended while the request is in flight (default `true`).
+    /// Keep each request's lock extended while the request is in flight (default `true`),
+    /// for at most [`max_hold`](Self::max_hold). Off, a request holds its lock for one ttl at
+    /// most.
     #[must_use]
     pub fn auto_extend(mut self, on: bool) -> Self {
         self.config.auto_extend = on;
+        self
+    }
+
+    /// The longest time a request holds its lock, counted from the acquisition: the
+    /// auto-extension stops there ([`LockOptions::max_hold`]). Default: the cap of the
+    /// [`options`](Self::options) when they set one, else [`DEFAULT_MAX_HOLD`] (60 s);
+    /// `Duration::MAX` for no cap. A zero cap is refused by every acquisition (`500`, logged).
+    /// The lock always lives its first ttl: a cap shorter than the ttl means no extension, and
+    /// a hold of one ttl.
+    ///
+    /// When the cap comes, the lock's lost signal fires a margin before its validity ends
+    /// ([`LockOptions::lost_margin`]), as for any loss: a handler still running is dropped and
+    /// the client gets `503`; a response body still being sent ends with an error
+    /// ([`BodyError::LockLost`](crate::BodyError::LockLost)) the next time the server polls
+    /// it. A client that does not read the response leaves the body unpolled: the lock then
+    /// runs out on the nodes at the cap, and the next request gets it.
+    ///
+    /// It bounds what one slow client costs the others: without it, a client that trickles
+    /// its request body, or stops reading the response, keeps the route's lock for as long as
+    /// its connection lives. Set it above the slowest request the route serves.
+    ///
+    /// [`DEFAULT_MAX_HOLD`]: crate::DEFAULT_MAX_HOLD
+    #[must_use]
+    pub fn max_hold(mut self, max: Duration) -> Self {
+        self.config.max_hold = Some(max);
         self
     }
 

@@ -12,7 +12,8 @@ mod observe;
 mod resource;
 mod service;
 
-pub use config::ReleaseOn;
+pub use body::BodyError;
+pub use config::{DEFAULT_MAX_HOLD, ReleaseOn};
 pub use future::ResponseFuture;
 pub use layer::RedlockLayer;
 pub use mode::by_method;
