@@ -13,7 +13,10 @@ use crate::exit::EXIT_CODES_HELP;
 ///
 /// The nodes are independent Redis masters, from --nodes or the REDLOCK_NODES environment
 /// variable: comma-separated URLs such as redis://user:password@10.0.0.1:6379/0 (rediss://
-/// for TLS).
+/// for TLS). The handle's other REDLOCK_* variables are read too (REDLOCK_KEY_PREFIX,
+/// REDLOCK_NODE_TIMEOUT, REDLOCK_CONNECT_TIMEOUT, REDLOCK_TLS_CA...); the lock options'
+/// variables (REDLOCK_TTL, REDLOCK_MODE, REDLOCK_LOCK_AT_LEAST_FOR...) are not: they belong
+/// to the applications sharing the environment, and the lock is set by the flags.
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
 pub(crate) struct Cli {
