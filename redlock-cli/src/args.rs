@@ -38,6 +38,9 @@ pub(crate) enum Command {
     /// then SIGKILL after --grace, and redlock exits with 79; without a confirmed extension,
     /// SIGTERM goes out --grace plus min(ttl/10, 1s) before the lock's validity ends, so that
     /// SIGKILL comes before it ends (a --grace that does not fit in the --ttl is refused).
+    /// SIGKILL never waits past the validity's end less min(ttl/10, 1s): a loss seen late
+    /// (redlock frozen or starved of CPU) cuts the grace short, to nothing once the validity
+    /// is over.
     /// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlock are passed on to
     /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored, and a
     /// background redlock writes to a `tostop` terminal without being stopped. Stop
@@ -71,8 +74,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "VAR", value_parser = env_var)]
     pub(crate) fencing_env: Option<String>,
     /// How long the command's process group has to exit after SIGTERM (the lock lost, or
-    /// processes left behind by the command), before SIGKILL. It must fit in the ttl: the
-    /// default 30s ttl takes up to about 18s.
+    /// processes left behind by the command), before SIGKILL; less when the lock's validity
+    /// ends sooner. It must fit in the ttl: the default 30s ttl takes up to about 18s.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub(crate) grace: Duration,
     #[command(flatten)]
