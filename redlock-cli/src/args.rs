@@ -13,7 +13,10 @@ use crate::exit::EXIT_CODES_HELP;
 ///
 /// The nodes are independent Redis masters, from --nodes or the REDLOCK_NODES environment
 /// variable: comma-separated URLs such as redis://user:password@10.0.0.1:6379/0 (rediss://
-/// for TLS).
+/// for TLS). The handle's other REDLOCK_* variables are read too (REDLOCK_KEY_PREFIX,
+/// REDLOCK_NODE_TIMEOUT, REDLOCK_CONNECT_TIMEOUT, REDLOCK_TLS_CA...); the lock options'
+/// variables (REDLOCK_TTL, REDLOCK_MODE, REDLOCK_LOCK_AT_LEAST_FOR...) are not: they belong
+/// to the applications sharing the environment, and the lock is set by the flags.
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
 pub(crate) struct Cli {
@@ -35,6 +38,9 @@ pub(crate) enum Command {
     /// then SIGKILL after --grace, and redlock exits with 79; without a confirmed extension,
     /// SIGTERM goes out --grace plus min(ttl/10, 1s) before the lock's validity ends, so that
     /// SIGKILL comes before it ends (a --grace that does not fit in the --ttl is refused).
+    /// SIGKILL never waits past the validity's end less min(ttl/10, 1s): a loss seen late
+    /// (redlock frozen or starved of CPU) cuts the grace short, to nothing once the validity
+    /// is over.
     /// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlock are passed on to
     /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored, and a
     /// background redlock writes to a `tostop` terminal without being stopped. Stop
@@ -68,8 +74,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "VAR", value_parser = env_var)]
     pub(crate) fencing_env: Option<String>,
     /// How long the command's process group has to exit after SIGTERM (the lock lost, or
-    /// processes left behind by the command), before SIGKILL. It must fit in the ttl: the
-    /// default 30s ttl takes up to about 18s.
+    /// processes left behind by the command), before SIGKILL; less when the lock's validity
+    /// ends sooner. It must fit in the ttl: the default 30s ttl takes up to about 18s.
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub(crate) grace: Duration,
     #[command(flatten)]

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::io::IsTerminal as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -25,6 +25,10 @@ use crate::signals::Signals;
 
 /// How often the command's process group is probed while redlock waits for it to empty.
 const PROBE_EVERY: Duration = Duration::from_millis(10);
+
+/// How often the deadline of a process group being stopped is read again (it moves with the
+/// lock's validity).
+const RECHECK: Duration = Duration::from_millis(100);
 
 /// The prefix of the variables the command does not inherit (`REDLOCK_NODES` holds the
 /// nodes' passwords).
@@ -151,6 +155,7 @@ impl Child {
     pub(crate) async fn end_group(
         &mut self,
         grace: Duration,
+        kill_by: impl Fn() -> Instant,
         signals: &mut Signals,
     ) -> Result<(ExitStatus, bool), CliError> {
         let status = self.wait(signals).await?;
@@ -159,6 +164,7 @@ impl Child {
         }
         self.stop(
             grace,
+            kill_by,
             signals,
             "the command exited and left processes in its group",
         )
@@ -167,30 +173,59 @@ impl Child {
     }
 
     /// Stops the command's whole process group: SIGTERM, then SIGKILL if any process of it
-    /// is left after `grace`; returns once none is left, with the command's exit status.
-    /// `why` is said on stderr, after the signal went out. Signals received meanwhile are
-    /// passed on.
+    /// is left after `grace`, or at `kill_by()` if that comes first (at once when it has
+    /// passed); returns once none is left, with the command's exit status. `kill_by` is read
+    /// again at every wake-up, and checked before anything else then: after a freeze (redlock
+    /// stopped, or starved of CPU) the deadline may have passed while the group's end, or a
+    /// signal, is also due. `why` is said on stderr, after the signal went out. Signals
+    /// received meanwhile are passed on.
     ///
     /// # Errors
     /// [`CliError::Os`] if waiting fails.
     pub(crate) async fn stop(
         &mut self,
         grace: Duration,
+        kill_by: impl Fn() -> Instant,
         signals: &mut Signals,
         why: &str,
     ) -> Result<ExitStatus, CliError> {
         self.forward(Signal::SIGTERM);
+        let sent = Instant::now();
         say(format_args!(
             "{why}; sent SIGTERM to the command's process group"
         ));
-        if let Ok(status) = tokio::time::timeout(grace, self.wait_all(signals, None)).await {
-            return status;
-        }
+        // `None`: a grace too long to count ends only with `kill_by`.
+        let grace_end = sent.checked_add(grace);
+        let cut_short = loop {
+            let limit = kill_by();
+            let kill_at = grace_end.map_or(limit, |end| end.min(limit));
+            let now = Instant::now();
+            if now >= kill_at {
+                break grace_end.is_none_or(|end| limit < end);
+            }
+            let wake = now
+                .checked_add(RECHECK)
+                .map_or(kill_at, |at| at.min(kill_at));
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep_until(wake.into()) => {}
+                status = self.wait_all(signals, None) => return status,
+            }
+        };
         self.signal(Signal::SIGKILL);
-        say(format_args!(
-            "the command's process group was still running {} after SIGTERM; sent SIGKILL",
-            humantime::format_duration(grace)
-        ));
+        if cut_short {
+            say(format_args!(
+                "the lock's validity is ending; sent SIGKILL to the command's process group {} \
+                 after SIGTERM, before the end of the {} grace",
+                humantime::format_duration(millis(sent.elapsed())),
+                humantime::format_duration(grace)
+            ));
+        } else {
+            say(format_args!(
+                "the command's process group was still running {} after SIGTERM; sent SIGKILL",
+                humantime::format_duration(grace)
+            ));
+        }
         self.wait_all(signals, Some(Signal::SIGKILL)).await
     }
 
@@ -243,6 +278,11 @@ impl Drop for Child {
     fn drop(&mut self) {
         self.signal(Signal::SIGKILL);
     }
+}
+
+/// `duration` in whole milliseconds, as said on stderr.
+fn millis(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Makes redlock the reaper of its descendants' orphans (Linux), so that the command's

@@ -2,7 +2,7 @@
 //! process group if the lock is lost, and release the lock once nothing of the group is left.
 
 use std::future::IntoFuture;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_core::{
     DEFAULT_NODE_TIMEOUT, InvalidInput, LockError, LockGuard, LockOptions, LostReason, MAX_TTL,
@@ -73,11 +73,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
 /// [`CliError::GraceTooLong`] when the grace does not fit in the ttl, with the shortest ttl
 /// that fits; [`CliError::Lock`] (usage) for a ttl that is bad on its own.
 fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
-    let plain = LockOptions::default()
-        .ttl(args.ttl)
-        .wait_timeout(args.wait)
-        .auto_extend(true)
-        .fencing(args.fencing_env.is_some());
+    let plain = plain_options(args);
     plain
         .validate()
         .map_err(|e| CliError::Lock(LockError::Invalid(e)))?;
@@ -93,6 +89,22 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
         }
         Err(error) => Err(CliError::Lock(LockError::Invalid(error))),
     }
+}
+
+/// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing
+/// if asked.
+fn plain_options(args: &RunArgs) -> LockOptions {
+    LockOptions::default()
+        .ttl(args.ttl)
+        .wait_timeout(args.wait)
+        .auto_extend(true)
+        .fencing(args.fencing_env.is_some())
+}
+
+/// The default lost margin of the lock (`min(ttl / 10, 1 s)`): the time left, between SIGKILL
+/// going out and the lock's validity ending, for the group to die.
+fn default_margin(args: &RunArgs) -> Duration {
+    plain_options(args).get_lost_margin()
 }
 
 /// `options` with a lost margin of `grace` plus their default margin (`min(ttl / 10, 1 s)`,
@@ -142,12 +154,20 @@ fn round_up(ttl: Duration) -> Duration {
 /// Waits for the command while the lock holds, then ends what is left of its process group;
 /// stops the whole group if the lock is lost first (the lost signal wins a tie: the command
 /// may have overlapped the next holder), or while what the command left is being stopped.
+///
+/// A group being stopped gets SIGKILL `--grace` after SIGTERM, or when the lock's validity
+/// less the default margin ends ([`kill_by`]) if that comes first: a loss seen late (redlock
+/// frozen, or starved of CPU, past its lost deadline) leaves less than the grace before the
+/// next holder may get in, or none.
 async fn supervise(
     child: &mut Child,
     guard: &LockGuard,
     args: &RunArgs,
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
+    let info = guard.info();
+    let margin = default_margin(args);
+    let deadline = || kill_by(info.valid_until(), margin);
     let mut lost = guard.lost().into_future();
     let exited = tokio::select! {
         biased;
@@ -155,12 +175,14 @@ async fn supervise(
         status = child.wait(signals) => status.map(|_| true)?,
     };
     if exited {
-        let (status, left_over) = child.end_group(args.grace, signals).await?;
+        let (status, left_over) = child.end_group(args.grace, deadline, signals).await?;
         if !(left_over && guard.lost().is_lost()) {
             return Ok(exit_code(status));
         }
     } else {
-        let status = child.stop(args.grace, signals, "the lock was lost").await?;
+        let status = child
+            .stop(args.grace, deadline, signals, "the lock was lost")
+            .await?;
         say(format_args!(
             "the command was stopped (exit code {})",
             exit_code(status)
@@ -170,6 +192,14 @@ async fn supervise(
         resource: args.resource.clone(),
         reason: guard.lost().reason().unwrap_or(LostReason::Expired),
     })
+}
+
+/// The latest instant the command's process group may run, for a lock valid until
+/// `valid_until` (the lease's monotonic deadline, which keeps counting while redlock is
+/// stopped): `margin` before it, the time SIGKILL takes to go out and the group to die. Now,
+/// for a deadline too close to the clock's origin to count back from.
+fn kill_by(valid_until: Instant, margin: Duration) -> Instant {
+    valid_until.checked_sub(margin).unwrap_or_else(Instant::now)
 }
 
 /// Releases the lock, then waits for the nodes the release did not wait for

@@ -301,3 +301,47 @@ async fn the_command_does_not_inherit_the_redlock_variables() {
     assert!(env.iter().any(|l| l == "KEPT=1"), "{env:?}");
     assert!(env.iter().any(|l| l.starts_with("FENCE=")), "{env:?}");
 }
+
+/// The applications' lock options in the environment (`REDLOCK_MODE` and
+/// `REDLOCK_LOCK_AT_LEAST_FOR`, which a handle refuses as its default; a `REDLOCK_TTL` that
+/// is not a duration, or a short one) are not `redlock`'s: each alone, `run` and `status`
+/// ignore them. `run` takes its plain exclusive lock with its own `--ttl`. The handle's own
+/// variables are still read: a bad `REDLOCK_NODE_TIMEOUT` is refused (64), naming it.
+#[tokio::test]
+async fn the_applications_lock_variables_are_ignored() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("app-env");
+    let journal = scratch.file("journal");
+    let go = scratch.file("go");
+    let app_vars = [
+        ("REDLOCK_MODE", "read"),
+        ("REDLOCK_LOCK_AT_LEAST_FOR", "1m"),
+        ("REDLOCK_TTL", "soon"),
+        ("REDLOCK_AUTO_EXTEND", "maybe"),
+    ];
+    for (var, value) in app_vars {
+        let mut run = run_script(&nodes, "app-env", &[], "true");
+        run.env(var, value);
+        let ran = output(run).await;
+        assert_eq!(ran.code, Some(0), "{var}={value}: {ran:#?}");
+        let mut status = redlock(Some(&nodes), &["status", "app-env"]);
+        status.env(var, value);
+        let shown = output(status).await;
+        assert_eq!(shown.code, Some(0), "{var}={value}: {shown:#?}");
+    }
+    // All at once, and a 1 s REDLOCK_TTL: the lock is plain, with the 20 s of --ttl.
+    let script = format!("echo start >> {journal}; while [ ! -e {go} ]; do sleep 0.02; done");
+    let mut command = run_script(&nodes, "app-env", &["--ttl", "20s"], &script);
+    command.envs(app_vars).env("REDLOCK_TTL", "1s");
+    let run = start(command);
+    await_line(&journal, "start").await;
+    assert_eq!(tokens(&nodes.values("app-env").await).len(), 3);
+    let pttls = nodes.pttls("app-env").await;
+    assert!(pttls.iter().all(|&ms| ms > 10_000), "{pttls:?}");
+    std::fs::write(&go, "").unwrap();
+    finish(run).await.expect(0);
+    nodes.gone_everywhere("app-env").await;
+    let mut bad = run_script(&nodes, "app-env", &[], "true");
+    bad.env("REDLOCK_NODE_TIMEOUT", "soon");
+    output(bad).await.expect(64).says("REDLOCK_NODE_TIMEOUT");
+}
