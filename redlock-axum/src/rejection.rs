@@ -84,11 +84,14 @@ impl LockRejection {
     }
 
     /// The `Retry-After` this rejection sends, in seconds (rounded up, at least 1): the
-    /// holder's remaining ttl when busy and reported ([`LockError::retry_after`]), the
-    /// configured delay when busy without it or unavailable, `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
+    /// holder's remaining ttl when busy and reported ([`LockError::retry_after`]), 1 after a
+    /// split vote (nobody holds the resource), the configured delay when busy without it or
+    /// unavailable, `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
     /// builds its own response.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        let after = if self.error.is_busy() {
+        let after = if let LockError::SplitVote { .. } = self.error {
+            Some(Duration::ZERO)
+        } else if self.error.is_busy() {
             Some(self.error.retry_after().unwrap_or(self.retry_after))
         } else if self.status() == StatusCode::SERVICE_UNAVAILABLE {
             Some(self.retry_after)
@@ -105,6 +108,10 @@ impl LockRejection {
             LockError::Busy { .. } => (
                 self.busy_status,
                 "the resource is locked by another request; retry later",
+            ),
+            LockError::SplitVote { .. } => (
+                self.busy_status,
+                "other requests asked for the resource at the same moment; retry",
             ),
             LockError::Lost { .. } => (
                 UNAVAILABLE,
@@ -227,6 +234,15 @@ mod tests {
                 StatusCode::LOCKED,
             ),
             (
+                LockError::SplitVote {
+                    resource: resource(),
+                    attempts: 7,
+                    quorum: 2,
+                    outcomes: Outcomes::default(),
+                },
+                StatusCode::LOCKED,
+            ),
+            (
                 LockError::Unavailable {
                     resource: resource(),
                     attempts: 1,
@@ -276,9 +292,11 @@ mod tests {
             let rejection = LockRejection::new(error);
             assert_eq!(rejection.status(), status, "{:?}", rejection.error());
             let text = rejection.body_text();
-            // Busy: the holder's remaining ttl when the nodes reported it; unavailable: the
-            // configured delay; never with a 400 or a 500.
-            let retry = rejection.error().is_busy() || status == StatusCode::SERVICE_UNAVAILABLE;
+            // Busy: the holder's remaining ttl when the nodes reported it; a split vote: 1 s;
+            // unavailable: the configured delay; never with a 400 or a 500.
+            let retry = rejection.error().is_busy()
+                || matches!(rejection.error(), LockError::SplitVote { .. })
+                || status == StatusCode::SERVICE_UNAVAILABLE;
             assert_eq!(rejection.retry_after_secs().is_some(), retry);
             let response = rejection.into_response();
             assert_eq!(response.status(), status);
@@ -296,7 +314,8 @@ mod tests {
     #[test]
     fn busy_status_applies_to_busy_only_and_retry_after_to_unavailable_answers() {
         for (error, status) in every_variant() {
-            let busy = error.is_busy();
+            let split = matches!(error, LockError::SplitVote { .. });
+            let busy = error.is_busy() || split;
             let rejection = LockRejection::new(error)
                 .busy_status(StatusCode::CONFLICT)
                 .retry_after(Duration::from_millis(1500));
@@ -304,6 +323,9 @@ mod tests {
             assert_eq!(rejection.status(), expected, "{:?}", rejection.error());
             let sent = if expected == StatusCode::SERVICE_UNAVAILABLE {
                 Some(2)
+            } else if split {
+                // Nobody holds it: attempt again soon.
+                Some(1)
             } else if busy {
                 // Busy: the holder's ttl when known, else the configured delay.
                 Some(rejection.error().retry_after().map_or(2, whole_seconds))

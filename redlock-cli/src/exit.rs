@@ -13,7 +13,7 @@ use redlock_core::{BuildError, LockError, LostReason};
 /// nodes, nodes that are not independent masters.
 pub(crate) const USAGE: u8 = 64;
 /// Redis unavailable (sysexits `EX_UNAVAILABLE`): fewer than a quorum of nodes reachable or
-/// answering.
+/// answering, or a split vote that nobody won (unlike busy, nobody runs the command).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// Internal error (sysexits `EX_SOFTWARE`).
 pub(crate) const SOFTWARE: u8 = 70;
@@ -36,7 +36,9 @@ Exit codes of `redlock run`:
   the command's own   the command ran and exited (128 + N if killed by signal N)
   64                  bad usage or configuration (arguments, durations, a --grace that does
                       not fit in the --ttl, node URLs, no nodes)
-  69                  Redis unavailable: fewer than a quorum of nodes reachable
+  69                  Redis unavailable: fewer than a quorum of nodes reachable; or a split
+                      vote nobody won (contenders at the same moment, none with a quorum,
+                      after the attempts made after a split): nobody ran the command
   70                  internal error (an unexpected error from the lock)
   71                  operating system error (signal handlers, the runtime, waiting for the
                       command, no entropy for a token)
@@ -168,7 +170,7 @@ fn fits_with(min_ttl: Option<Duration>) -> String {
 fn lock_code(error: &LockError) -> u8 {
     if error.is_busy() {
         BUSY
-    } else if error.is_unavailable() {
+    } else if error.is_unavailable() || matches!(error, LockError::SplitVote { .. }) {
         UNAVAILABLE
     } else {
         match error {

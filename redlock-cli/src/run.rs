@@ -165,9 +165,21 @@ async fn supervise(
     args: &RunArgs,
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
-    let info = guard.info();
+    let (info, signal) = (guard.info(), guard.lost());
     let margin = default_margin(args);
-    let deadline = || kill_by(info.valid_until(), margin);
+    let lost_margin = with_grace(plain_options(args), args.grace).get_lost_margin();
+    // Until when the nodes keep the key. A lock lost by its lost deadline (or not lost) is
+    // kept until the validity they gave, which the views stop reporting once the signal
+    // fired: the lost deadline plus the margin. A refused or released one ends where the
+    // views say (when it was seen): another holder may have it now.
+    let validity = move || match signal.reason() {
+        None | Some(LostReason::Expired) => signal
+            .deadline()
+            .checked_add(lost_margin)
+            .unwrap_or_else(|| info.valid_until()),
+        Some(_) => info.valid_until(),
+    };
+    let deadline = || kill_by(validity(), margin);
     let mut lost = guard.lost().into_future();
     let exited = tokio::select! {
         biased;

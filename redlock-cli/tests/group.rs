@@ -207,5 +207,10 @@ async fn a_full_stderr_does_not_keep_the_command_running() {
     await_line(&journal, "start").await;
     take_over(&nodes, "g4").await;
     finish(run).await.expect(LOST);
-    assert_eq!(lines(&journal), ["start", "term"]);
+    // Stopped at once (another holder has the keys): its trap may not get to run.
+    let journal = lines(&journal);
+    assert!(
+        journal == ["start"] || journal == ["start", "term"],
+        "{journal:?}"
+    );
 }

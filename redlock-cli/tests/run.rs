@@ -102,8 +102,9 @@ async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
 }
 
 /// A command that stops on SIGTERM, under a lock whose keys another client deletes and then
-/// takes: the next extension is refused, the command gets SIGTERM (it records it), and
-/// `redlock` exits with 79.
+/// takes: the next extension is refused, the command is stopped at once (SIGTERM, then
+/// SIGKILL without waiting for the grace: the keys are another holder's already, so its trap
+/// may not get to run), and `redlock` exits with 79.
 #[tokio::test]
 async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     let nodes = RedisNodes::start(3);
@@ -115,7 +116,11 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     assert_eq!(tokens(&nodes.values("sync").await).len(), 3);
     take_over(&nodes, "sync").await;
     finish(run).await.expect(LOST).says("lost");
-    assert_eq!(lines(&journal), ["start", "term"]);
+    let journal = lines(&journal);
+    assert!(
+        journal == ["start"] || journal == ["start", "term"],
+        "{journal:?}"
+    );
     // The other client's keys are left alone.
     assert_eq!(
         nodes.values("sync").await,
