@@ -1,5 +1,6 @@
 //! [`RedlockBuilder`]: nodes, timeouts, key prefix and default options.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -10,6 +11,7 @@ use crate::connect::{Connect, NodeUrls, server_label};
 use crate::error::BuildError;
 use crate::masters::Masters;
 use crate::node::Node;
+use crate::nodeset::NodeSet;
 use crate::options::{LockOptions, MAX_TTL};
 use crate::outcome::ClientError;
 use crate::redlock::{Parts, Redlock};
@@ -80,6 +82,7 @@ pub struct RedlockBuilder {
     handover_grace: Duration,
     foreign_window: Duration,
     quarantine: Duration,
+    node_set_check: bool,
     #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
     tls: crate::tls::TlsSettings,
 }
@@ -98,6 +101,7 @@ impl Default for RedlockBuilder {
             handover_grace: DEFAULT_HANDOVER_GRACE,
             foreign_window: DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
+            node_set_check: true,
             #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
             tls: crate::tls::TlsSettings::default(),
         }
@@ -196,6 +200,7 @@ impl RedlockBuilder {
             handover_grace,
             foreign_window,
             quarantine,
+            node_set_check,
             tls_ca,
             tls_client_cert,
             tls_client_key,
@@ -212,7 +217,8 @@ impl RedlockBuilder {
             .set_if(require_quorum_at_start, Self::require_quorum_at_start)
             .set_if(handover_grace, Self::handover_grace)
             .set_if(foreign_window, Self::foreign_window)
-            .set_if(quarantine, Self::quarantine);
+            .set_if(quarantine, Self::quarantine)
+            .set_if(node_set_check, Self::node_set_check);
         builder.options = lock.apply(builder.options);
         builder.tls_config(tls_ca, tls_client_cert, tls_client_key)
     }
@@ -442,6 +448,21 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether [`build`](Self::build) checks that every handle locking these keys uses as
+    /// many nodes (default `true`): it refuses a list of another number of nodes than the
+    /// handles of the same key prefix already use ([`BuildError::NodeSetMismatch`]: a
+    /// command-line job given 3 of the applications' 5 nodes), since two such lists'
+    /// majorities need not overlap; the handle then re-checks every 200 s and logs an error
+    /// when it finds another number in use. Two lists of the same length over different
+    /// servers are not detected. Costs one script per node at build time and one every 200 s;
+    /// nothing per lock; one small key per node and key prefix
+    /// (`<key prefix>\0redlock:nodes`, 10 minutes unless refreshed). Turn it off only for a
+    /// change of nodes you have ordered by hand.
+    pub fn node_set_check(mut self, check: bool) -> Self {
+        self.node_set_check = check;
+        self
+    }
+
     /// Default options for [`Redlock::lock`].
     pub fn lock_options(mut self, options: LockOptions) -> Self {
         self.options = options;
@@ -582,8 +603,13 @@ impl RedlockBuilder {
         };
         let (connected, ()) = tokio::join!(connect.connect_all(&nodes), subscribers);
         connected?;
-        Ok(Redlock::from_parts(Parts {
-            masters: Masters::new(nodes, self.node_timeout, self.quarantine),
+        let masters = Masters::new(nodes, self.node_timeout, self.quarantine);
+        let node_set = self.node_set_check.then(|| NodeSet::new(&self.key_prefix));
+        if let Some(node_set) = &node_set {
+            node_set.check(&masters, self.connect_timeout).await?;
+        }
+        let redlock = Redlock::from_parts(Parts {
+            masters,
             defaults: self.options,
             key_prefix: self.key_prefix,
             handover_grace: self.handover_grace,
@@ -592,7 +618,11 @@ impl RedlockBuilder {
                 None => Duration::ZERO,
             },
             waiters,
-        }))
+        });
+        if let Some(node_set) = node_set {
+            node_set.refresh(Arc::downgrade(redlock.masters()), self.node_timeout);
+        }
+        Ok(redlock)
     }
 }
 
@@ -694,7 +724,7 @@ mod tests {
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 26] = [
+    const SAMPLES: [(&str, &str); 27] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -703,6 +733,7 @@ mod tests {
         ("handover_grace", "1s"),
         ("foreign_window", "1s"),
         ("quarantine", "1h"),
+        ("node_set_check", "false"),
         ("tls_ca", CERT),
         ("tls_client_cert", CERT),
         ("tls_client_key", KEY),

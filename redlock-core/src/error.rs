@@ -416,6 +416,24 @@ pub enum BuildError {
         /// The node.
         node: String,
     },
+    /// A node holds the marker of handles that lock the same keys (the same key prefix)
+    /// through a list of another number of nodes: their majorities need not overlap, so both
+    /// could hold one resource at once. Give every application the same nodes; when changing
+    /// the number of nodes, stop every handle of the old list first (its marker then expires
+    /// within 10 minutes, or delete the key `<key prefix>\0redlock:nodes` on the nodes), or
+    /// turn the check off with
+    /// [`RedlockBuilder::node_set_check`](crate::RedlockBuilder::node_set_check).
+    #[error(
+        "node {node} is used by handles with {theirs} nodes for the same keys, and this one has {ours}: their majorities need not overlap, so two holders could lock one resource at once; give every application the same nodes (when changing the nodes, stop every handle of the old list first)"
+    )]
+    NodeSetMismatch {
+        /// The first node found holding the other list's marker.
+        node: String,
+        /// The number of nodes of this handle.
+        ours: usize,
+        /// The number of nodes the other handles use.
+        theirs: usize,
+    },
     /// The environment variable holding the node list is missing or empty.
     #[error("environment variable {var} is not set or empty; set it to comma-separated node URLs")]
     MissingEnv {

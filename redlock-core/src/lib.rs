@@ -17,6 +17,7 @@ mod keys;
 mod lease;
 mod masters;
 mod node;
+mod nodeset;
 mod waiters;
 
 // Values shared by every layer.
