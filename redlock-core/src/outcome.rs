@@ -28,6 +28,16 @@ pub enum NodeError {
     /// a key that another holder still counts on.
     #[error("restarted less than the quarantine ago; not voting yet")]
     Quarantined,
+    // Keys that hold data the lock did not write.
+    /// The lock key holds data this library did not write: a hash with a field that is not
+    /// one of a mode lock's entries, or a list, set, sorted set or stream. The node refused
+    /// to vote and left the key untouched
+    /// ([`LockError::ForeignKey`](crate::LockError::ForeignKey)).
+    #[error("the key `{key}` holds data not written by this library; left untouched")]
+    ForeignKey {
+        /// The key.
+        key: String,
+    },
 }
 
 impl NodeError {
@@ -184,6 +194,12 @@ impl Outcomes {
     /// Nodes that did not answer usably.
     pub fn failed(&self) -> usize {
         self.count(|v| matches!(v, NodeVote::Failed(_)))
+    }
+
+    /// Nodes where the lock key holds data this library did not write
+    /// ([`NodeError::ForeignKey`]).
+    pub fn foreign(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Failed(NodeError::ForeignKey { .. })))
     }
 
     fn count(&self, pred: impl Fn(&NodeVote) -> bool) -> usize {

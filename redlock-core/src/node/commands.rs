@@ -205,7 +205,8 @@ impl Node {
     ) -> AcquireReply {
         let mut all = keys.to_vec();
         all.extend(fence_key);
-        acquire_reply(self.eval(script, &all, args).await)
+        let key = keys.first().copied().unwrap_or_default();
+        acquire_reply(self.eval(script, &all, args).await, key)
     }
 
     /// Releases `token`'s lock on one node, run to completion within `limit`
