@@ -128,21 +128,64 @@ end
 return 1"#,
 );
 
-/// The quarantine check that opens every acquire script: when `ARGV[q]` (a minimum uptime in
-/// seconds) is above zero and the node's `uptime_in_seconds` is below it, the node grants
-/// nothing and the script returns `{-1, 0}`. This is the distlock spec's "delayed restart"
-/// enforced by the node itself, atomically with the `SET`: a node restarted empty less than a
-/// max-ttl ago cannot give a second holder a vote that the first holder's key would have
-/// refused. `uptime_in_seconds` is a difference of whole-second timestamps, so the caller
-/// asks for one second more than the quarantine, and it never ends early.
+/// The quarantine check that opens every acquire script, when `ARGV[$q]` (the quarantine, in
+/// ms) is above zero: the node grants nothing, and the script returns `{-1, 0}`, while it may
+/// have lost a key that a holder still counts on. This is the distlock spec's "delayed
+/// restart" ("Performance, crash recovery and fsync") enforced by the node itself, atomically
+/// with the `SET`, and widened from restarts to every loss of data.
+///
+/// The node's data witness `KEYS[$w]` ([`keys::witness`](crate::keys)) holds the `run_id` of
+/// the server that wrote it. When it is missing or holds another id, the node's data is not
+/// the data it had when it last voted: it was flushed (`FLUSHALL`, `FLUSHDB`), the server
+/// restarted (a new `run_id`, whatever it reloaded from disk), or it was re-synced from or
+/// loaded with another server's data (`REPLICAOF`: the witness copied from there holds that
+/// server's id). The check then writes the witness with this server's id and the quarantine
+/// marker `KEYS[$m]` with a ttl of the quarantine (`PX`), and refuses. While the marker
+/// exists, it refuses. The argument: every key this node lost was written before the loss,
+/// with a ttl of at most the quarantine (the builder requires the quarantine to cover every
+/// ttl, and an extension renews a key to at most its ttl), so it would have expired by the
+/// loss plus the quarantine; the marker is written at the first acquisition after the loss,
+/// so it outlives all of them, and until then the node voted for nobody. No clock is read:
+/// the marker's ttl is counted by the node like every lock key's.
+///
+/// A handle with a longer quarantine than the marker was written with (its value) lengthens
+/// what is left of it by the difference, so that the longest quarantine of the handles
+/// counts. Costs, with the quarantine on: an `INFO server` and two `GET`s per acquisition
+/// (ACL: `+info`, and the prefix's keys), and the witness key, one per key prefix per node.
 macro_rules! quarantine_check {
-    ($q:literal) => {
+    ($q:literal, $w:literal, $m:literal) => {
         concat!(
             "local q = tonumber(ARGV[",
             $q,
             r#"]) or 0
-if q > 0 and (tonumber(string.match(redis.call("info", "server"), "uptime_in_seconds:(%d+)")) or 0) < q then
-  return {-1, 0}
+if q > 0 then
+  local id = string.match(redis.call("info", "server"), "run_id:(%x+)") or "unknown"
+  if redis.call("get", KEYS["#,
+            $w,
+            r#"]) ~= id then
+    redis.call("set", KEYS["#,
+            $m,
+            r#"], q, "PX", q)
+    redis.call("set", KEYS["#,
+            $w,
+            r#"], id)
+    return {-1, 0}
+  end
+  local asked = redis.call("get", KEYS["#,
+            $m,
+            r#"])
+  if asked then
+    asked = tonumber(asked) or 0
+    if asked < q then
+      local left = redis.call("pttl", KEYS["#,
+            $m,
+            r#"])
+      if left > 0 then redis.call("set", KEYS["#,
+            $m,
+            r#"], q, "PX", left + q - asked) end
+    end
+    return {-1, 0}
+  end
 end
 "#
         )
@@ -199,18 +242,18 @@ macro_rules! window_open {
 /// scored by its wait start `ARGV[4]`) unless it already holds
 /// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
-/// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
-/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left]}`, `busy` the streak read
+/// the fencing counter `KEYS[7]` when given; `ARGV[6]` is the quarantine, `KEYS[5]` and
+/// `KEYS[6]` its witness and marker ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left]}`, `busy` the streak read
 /// from `KEYS[4]` when granted ([`busy_read`]), `left` when refused the ms until the key (or
 /// the window) expires. The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
     concat!(
-        quarantine_check!("6"),
+        quarantine_check!("6", "5", "6"),
         r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
-if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
+if KEYS[7] then fence = redis.call("get", KEYS[7]) or "0" end
 if cur == ARGV[3] or (not cur and not "#,
         window_open!("3"),
         r#") then
@@ -251,15 +294,15 @@ return 1"#,
 /// (the handle has windows on; one with windows off takes the key as a foreign client
 /// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
-/// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
-/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left]}`, `left` (when
+/// `KEYS[6]` when given (0 if none), and refuse while quarantined (`ARGV[3]`, with the
+/// witness `KEYS[4]` and the marker `KEYS[5]`, [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left]}`, `left` (when
 /// refused) the ms until the holder's key (or the window) expires.
 pub(crate) static ACQUIRE: Script = Script::new(
     3,
     concat!(
-        quarantine_check!("3"),
+        quarantine_check!("3", "4", "5"),
         r#"local fence = 0
-if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
+if KEYS[6] then fence = redis.call("get", KEYS[6]) or "0" end
 if ARGV[4] == "1" and "#,
         window_open!("2"),
         r#" then return {0, fence, 0, "#,
@@ -347,8 +390,8 @@ pub(crate) use mode_entry;
 /// few nodes, cleaned up, does not lose the request its place: the holder's release removes
 /// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
 /// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
-/// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
-/// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1 | -2, counter, 0, left}`,
+/// key from them). Reads the fencing counter `KEYS[5]` when given; `ARGV[8]` is
+/// the quarantine, `KEYS[3]` and `KEYS[4]` its witness and marker ([`quarantine_check`]). Returns `{1 | 0 | -1 | -2, counter, 0, left}`,
 /// `left` when refused the ms until the last entry that refused it (or the window) expires.
 ///
 /// `-2`: the key holds data we did not write (a hash with a field that is not an entry of
@@ -359,12 +402,12 @@ pub(crate) use mode_entry;
 pub(crate) static ACQUIRE_MODE: Script = Script::new(
     6,
     concat!(
-        quarantine_check!("8"),
+        quarantine_check!("8", "3", "4"),
         mode_entry!(),
         r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
-if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
+if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
 local kind = redis.call("type", key).ok
 if kind == "string" then return {0, fence, 0, "#,
         left!("1"),
@@ -523,6 +566,16 @@ return 1"#,
 /// ([`Node::flush`](super::Node::flush)).
 pub(crate) static NOOP: Script = Script::new(11, "return 1");
 
+/// The quarantine check alone ([`quarantine_check`], `ARGV[1]` the quarantine in ms, `KEYS[1]`
+/// the witness, `KEYS[2]` the marker), run by every handle with the quarantine on when it is
+/// built: a node whose data was lost (or that no such handle has seen yet) starts its
+/// quarantine then, not at the first acquisition. Returns `{-1, 0}` if the node is in
+/// quarantine, `{1, 0}` otherwise.
+pub(crate) static QUARANTINE: Script = Script::new(
+    12,
+    concat!(quarantine_check!("1", "1", "2"), "return {1, 0}"),
+);
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -530,7 +583,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 12] = [
+pub(crate) const SCRIPTS: [&Script; 13] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -543,6 +596,7 @@ pub(crate) const SCRIPTS: [&Script; 12] = [
     &LEAVE,
     &KEEP,
     &NOOP,
+    &QUARANTINE,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
