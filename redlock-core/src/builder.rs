@@ -373,19 +373,33 @@ impl RedlockBuilder {
         self
     }
 
-    /// Quarantine of restarted nodes (default off): a node up for less than `quarantine`
-    /// grants no acquisition. Redis reports uptime in whole seconds, so the quarantine lasts
-    /// between `quarantine` (rounded up to a second) and one second more.
+    /// Quarantine of nodes that may have lost data (default off): such a node grants no
+    /// acquisition for `quarantine` (rounded up to a millisecond).
     ///
     /// This is the distlock spec's "delayed restart" ("Performance, crash recovery and
     /// fsync"), enforced by the node inside the acquire script, atomically with the `SET`: a
-    /// node that crashed and came back empty has forgotten a key some holder still counts on,
-    /// and must not vote until every key it could have held has expired. Set it to at least
-    /// the longest ttl any client locks with (auto-extension renews the key to that ttl, so
-    /// the ttl is the bound, not the hold time). Not needed for nodes that persist with
-    /// `appendfsync always`. Costs an `INFO server` inside every acquire script (ACL:
-    /// `+info`); extension and release are unaffected (a restarted node has no key to
-    /// extend). Votes it refuses show as [`NodeError::Quarantined`](crate::NodeError).
+    /// node that lost its data has forgotten keys some holders still count on, and must not
+    /// vote until every key it could have held has expired. Set it to at least the longest
+    /// ttl any client locks with (auto-extension renews the key to that ttl, so the ttl is
+    /// the bound, not the hold time).
+    ///
+    /// A loss is seen by a witness key per node (under the key prefix), holding the `run_id`
+    /// of the server that wrote it: missing (`FLUSHALL`, `FLUSHDB`, a restart that did not
+    /// reload it) or another server's (any restart, a `REPLICAOF` re-sync, data loaded from
+    /// another server), the node writes it again and sits out the quarantine from then, on a
+    /// marker key with that ttl. No uptime or clock is read: a clock step at boot, before the
+    /// node answers its first acquisition, changes nothing; a step during the quarantine
+    /// shortens or lengthens it as it does every key's ttl on that node (see the README's
+    /// "Guarantees and their limits"). A node no handle with the quarantine on has seen yet
+    /// (turning the quarantine on, a new key prefix) cannot be told from one that lost its
+    /// data, so it sits out one quarantine too: [`build`](Self::build) runs the check on every
+    /// node, so that it starts then. The handles of one key prefix must all have the
+    /// quarantine on: one with it off votes at once.
+    ///
+    /// Costs an `INFO server` and two `GET`s inside every acquire script (ACL: `+info`), and
+    /// one key per node and key prefix; extension and release are unaffected (a node that
+    /// lost data has no key to extend). Votes it refuses show as
+    /// [`NodeError::Quarantined`](crate::NodeError).
     ///
     /// # Errors
     /// [`build`](Self::build) fails with [`BuildError::Option`] (`"quarantine"`) if it is
@@ -603,11 +617,12 @@ impl RedlockBuilder {
         };
         let (connected, ()) = tokio::join!(connect.connect_all(&nodes), subscribers);
         connected?;
-        let masters = Masters::new(nodes, self.node_timeout, self.quarantine);
+        let masters = Masters::new(nodes, self.node_timeout, self.quarantine, &self.key_prefix);
         let node_set = self.node_set_check.then(|| NodeSet::new(&self.key_prefix));
         if let Some(node_set) = &node_set {
             node_set.check(&masters, self.connect_timeout).await?;
         }
+        masters.start_quarantine().await;
         let redlock = Redlock::from_parts(Parts {
             masters,
             defaults: self.options,

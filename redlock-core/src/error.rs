@@ -227,6 +227,27 @@ pub enum LockError {
     /// The OS CSPRNG failed to give a token.
     #[error("could not draw a token from the OS random source")]
     Entropy(#[source] crate::token::EntropyError),
+    // Keys that hold data the lock did not write.
+    /// The lock key holds data this library did not write, on too many nodes for a quorum:
+    /// a hash with fields that are not a mode lock's entries (another application's hash of
+    /// the same name), or a list, set, sorted set or stream. A lock in a
+    /// [`Mode`](crate::Mode) refuses such a key and leaves it exactly as it was (no field
+    /// deleted, no expiry set). The plain lock's `SET NX` refuses it too, as
+    /// [`Busy`](Self::Busy). Give the handle a key prefix
+    /// ([`RedlockBuilder::key_prefix`](crate::RedlockBuilder::key_prefix), e.g. `"lock:"`) so
+    /// that lock keys cannot collide with your application's keys.
+    #[error(
+        "resource `{resource}`: the key `{key}` holds data not written by this library on {} of {} nodes ({outcomes}); it was left untouched. Use a key prefix (e.g. RedlockBuilder::key_prefix(\"lock:\")) so that lock keys cannot collide with your application's keys",
+        outcomes.foreign(), outcomes.len()
+    )]
+    ForeignKey {
+        /// The resource.
+        resource: String,
+        /// The key on the nodes (the key prefix followed by the resource).
+        key: String,
+        /// The last attempt's per-node answers.
+        outcomes: Outcomes,
+    },
 }
 
 impl LockError {
@@ -259,6 +280,33 @@ impl LockError {
                 | Self::ReleaseUnconfirmed { .. }
                 | Self::ShuttingDown
         )
+    }
+}
+
+impl LockError {
+    /// [`LockError::ForeignKey`] for an attempt that failed with `outcomes`, when some node
+    /// found data we did not write at the key and no other holder has a quorum (then it is
+    /// [`Busy`](Self::Busy), and the foreign data is not what stands in the way); `None`
+    /// otherwise.
+    pub(crate) fn foreign_key(
+        resource: &str,
+        quorum: usize,
+        outcomes: &Outcomes,
+    ) -> Option<LockError> {
+        if outcomes.held() >= quorum {
+            return None;
+        }
+        let key = outcomes.iter().find_map(|o| match &o.vote {
+            crate::outcome::NodeVote::Failed(crate::outcome::NodeError::ForeignKey { key }) => {
+                Some(key.clone())
+            }
+            _ => None,
+        })?;
+        Some(LockError::ForeignKey {
+            resource: resource.to_owned(),
+            key,
+            outcomes: outcomes.clone(),
+        })
     }
 }
 

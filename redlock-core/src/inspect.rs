@@ -16,12 +16,15 @@ use crate::redlock::Redlock;
 
 /// Reads one resource on one node, atomically, and returns what the lock layout says about it
 /// without the token (`node/scripts.rs` describes the layout): the key's type, its `PTTL`, the
-/// number of plain waiters queued, whether a string value is a hand-over reservation (a
-/// waiter's `~` marker rather than a holder's token), and for a hash (a resource held in
-/// modes) one `mode, remaining ms, is-waiter` triple per live entry, the node's clock deciding
-/// what is live. Only reads: `TYPE`, `PTTL`, `GET`, `HGETALL`, `TIME`, and `ZCARD` under
-/// `pcall`.
-const INSPECT: &str = r#"local key = KEYS[1]
+/// number of plain waiters queued, a flag, and for a hash (a resource held in modes) one
+/// `mode, remaining ms, is-waiter` triple per live entry, the node's clock deciding what is
+/// live. The flag says, for a string, that it is a hand-over reservation (a waiter's `~`
+/// marker rather than a holder's token); for a hash, that it holds a field that is not an
+/// entry of ours (the mode scripts' own parser), i.e. someone else's data. Only reads:
+/// `TYPE`, `PTTL`, `GET`, `HGETALL`, `TIME`, and `ZCARD` under `pcall`.
+const INSPECT: &str = concat!(
+    crate::node::scripts::mode_entry!(),
+    r#"local key = KEYS[1]
 local kind = redis.call("type", key).ok
 local pttl = redis.call("pttl", key)
 local queued = redis.pcall("zcard", KEYS[2])
@@ -34,18 +37,17 @@ elseif kind == "hash" then
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local entries = redis.call("hgetall", key)
   for i = 1, #entries, 2 do
-    local mode, expiry = string.match(entries[i + 1], "^(%a%a) (%d+)")
-    expiry = tonumber(expiry) or 0
-    if mode and expiry > now then
-      local waiter = 0
-      if string.sub(entries[i], 1, 1) == "~" then waiter = 1 end
+    local mode, expiry, _, waiter = entry(entries[i], entries[i + 1])
+    if not mode then return {kind, pttl, queued, 1} end
+    if expiry > now then
       table.insert(out, mode)
       table.insert(out, expiry - now)
-      table.insert(out, waiter)
+      if waiter then table.insert(out, 1) else table.insert(out, 0) end
     end
   end
 end
-return out"#;
+return out"#
+);
 
 /// What [`Redlock::inspect`] read on every node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,8 +77,9 @@ impl ResourceStatus {
             .count()
     }
 
-    /// `true` when a holder is present on a quorum of nodes: the resource is held (a lock of
-    /// ours, a foreign client's key, or a hand-over in progress).
+    /// `true` when something is at the key on a quorum of nodes ([`Holder::is_present`]): a
+    /// plain acquisition is refused (a lock of ours, a foreign client's key, a hand-over in
+    /// progress, waiters' entries of a resource held in modes, or someone else's data).
     pub fn is_held(&self) -> bool {
         self.held_on() >= self.quorum
     }
@@ -121,25 +124,27 @@ pub enum Holder {
     Reserved,
     /// Held in lock modes ([`LockOptions::mode`](crate::LockOptions::mode)): each live
     /// holder's mode and the ttl its entry has left, on the node's clock. Empty when only
-    /// waiters' entries are left.
+    /// waiters' entries are left (counted in [`NodeHolding::waiters`]): the key is still
+    /// there, and still refuses a plain acquisition and incompatible later requests.
     Modes(Vec<ModeHolder>),
-    /// A key of another type, which no lock of ours writes; every acquisition is refused
-    /// while it is there.
+    /// A key no lock of ours wrote: another type (`list`, `set`, …), or a hash with a field
+    /// that is not a mode lock's entry (another application's hash of the same name). Every
+    /// acquisition is refused while it is there: the plain lock as busy, a lock in a mode
+    /// with [`LockError::ForeignKey`], and neither touches it.
     Other {
-        /// Its Redis type (`list`, `set`, …).
+        /// Its Redis type (`list`, `set`, `hash`, …).
         kind: String,
     },
 }
 
 impl Holder {
-    /// `true` when the key excludes a plain acquisition: anything but [`Holder::None`] and a
-    /// [`Holder::Modes`] with no live holder.
+    /// `true` when something is at the key on this node, which refuses a plain acquisition
+    /// there (`SET NX` refuses any key): anything but [`Holder::None`]. That includes a
+    /// [`Holder::Modes`] with no live holder, only waiters' entries: a waiter that crashed
+    /// leaves its entry until it expires (a few retry delays), and until then the key refuses
+    /// the plain lock, and requests in an incompatible mode that started after it.
     pub fn is_present(&self) -> bool {
-        match self {
-            Holder::None => false,
-            Holder::Modes(holders) => !holders.is_empty(),
-            Holder::Plain | Holder::Reserved | Holder::Other { .. } => true,
-        }
+        !matches!(self, Holder::None)
     }
 }
 
@@ -229,12 +234,16 @@ fn decode(reply: Value) -> Option<NodeHolding> {
     let kind = head[0].as_str()?;
     let pttl = head[1].as_i64()?;
     let queued = head[2].as_i64()?;
-    let reserved = head[3].as_i64()? == 1;
+    // A string reserved for a waiter, or a hash holding someone else's data.
+    let flagged = head[3].as_i64()? == 1;
     let mut waiters = usize::try_from(queued).unwrap_or(0);
     let holder = match &*kind {
         "none" => Holder::None,
-        "string" if reserved => Holder::Reserved,
+        "string" if flagged => Holder::Reserved,
         "string" => Holder::Plain,
+        "hash" if flagged => Holder::Other {
+            kind: "hash".to_owned(),
+        },
         "hash" => {
             let mut holders = Vec::new();
             for entry in entries.chunks(3) {
@@ -312,8 +321,31 @@ mod tests {
         );
         assert_eq!(modes.waiters, 1);
 
-        let waiters_only = decode(reply(vec!["hash".into(), 5.into(), 0.into(), 0.into()]));
-        assert!(!waiters_only.unwrap().holder.is_present());
+        // Only a waiter's entry: the key is there and refuses a plain lock.
+        let waiters_only = decode(reply(vec![
+            "hash".into(),
+            5.into(),
+            0.into(),
+            0.into(),
+            "EX".into(),
+            5.into(),
+            1.into(),
+        ]))
+        .unwrap();
+        assert_eq!(waiters_only.holder, Holder::Modes(Vec::new()));
+        assert_eq!(waiters_only.waiters, 1);
+        assert!(waiters_only.holder.is_present());
+
+        // Someone else's hash.
+        let hash = decode(reply(vec!["hash".into(), (-1).into(), 0.into(), 1.into()]));
+        let hash = hash.unwrap();
+        assert_eq!(
+            hash.holder,
+            Holder::Other {
+                kind: "hash".into()
+            }
+        );
+        assert!(hash.holder.is_present());
 
         let foreign = decode(reply(vec!["list".into(), (-1).into(), 0.into(), 0.into()]));
         let foreign = foreign.unwrap();

@@ -98,6 +98,25 @@ fn window(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}window")
 }
 
+/// The witness of a node's data for the handles of key prefix `prefix`, written by the
+/// quarantine check of every acquire script (quarantine on): it holds the `run_id` of the
+/// server that wrote it. A node where it is missing (`FLUSHALL`, `FLUSHDB`, a restart without
+/// it on disk) or holds another server's id (a restart, a `REPLICAOF` re-sync, data copied
+/// from another server) may have lost keys that holders still count on: it sits out a
+/// quarantine ([`quarantine_marker`]). Under the prefix, so that ACL key patterns written for
+/// the prefix cover it; it cannot be a lock key (resources are never empty) nor another
+/// bookkeeping key.
+pub(crate) fn witness(prefix: &str) -> String {
+    format!("{prefix}{BOOKKEEPING_SEPARATOR}witness")
+}
+
+/// The quarantine marker for the handles of key prefix `prefix`: while it exists (its ttl is
+/// what is left of the quarantine, its value the quarantine in ms it was written for), the
+/// node grants no acquisition ([`witness`]).
+pub(crate) fn quarantine_marker(prefix: &str) -> String {
+    format!("{prefix}{BOOKKEEPING_SEPARATOR}quarantine")
+}
+
 /// Where 0.1.0 kept the fencing counter of `key`. Read (never written) as a floor, so tokens
 /// keep increasing across the upgrade; a foreign key of that name that is not a decimal
 /// number reads as 0.
@@ -123,6 +142,10 @@ mod tests {
         for (i, a) in all.iter().enumerate() {
             assert!(all[i + 1..].iter().all(|b| a != b), "{a:?} twice");
         }
+        // The quarantine's keys follow the prefix, and are no resource's.
+        assert_eq!(witness("lock:"), "lock:\0redlock:witness");
+        assert_eq!(quarantine_marker("lock:"), "lock:\0redlock:quarantine");
+        assert!(!all.contains(&witness("lock:order:1")));
         // A plain resource named like 0.1.0's suffixes is not ours any more.
         assert_ne!(waiters("x"), "x:waiters");
         assert_ne!(fencing("x"), "x:fencing-counter");

@@ -27,26 +27,70 @@ pub(crate) struct Masters {
     /// Restarted nodes grant nothing for this long
     /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)); zero when off.
     quarantine: Duration,
-    /// The minimum `uptime_in_seconds` the acquire scripts require (0: none): the quarantine
-    /// rounded up to whole seconds, plus one, because Redis computes that uptime from
-    /// whole-second timestamps (a reported 1 may mean a few milliseconds).
-    pub(crate) quarantine_s: u64,
+    /// What the acquire scripts' quarantine check needs.
+    pub(crate) quarantine_check: QuarantineCheck,
+}
+
+/// The quarantine check every acquire script opens with (`quarantine_check` in
+/// [`scripts`](crate::node::scripts)): the quarantine in ms (0: off), and the keys of the
+/// node's data witness and of its quarantine marker for the handle's key prefix.
+#[derive(Debug)]
+pub(crate) struct QuarantineCheck {
+    pub(crate) ms: u64,
+    pub(crate) witness: String,
+    pub(crate) marker: String,
 }
 
 impl Masters {
-    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, quarantine: Duration) -> Self {
+    /// The masters `nodes`, each command bounded by `node_timeout`, nodes that may have lost
+    /// data quarantined for `quarantine` (zero: off), with the quarantine's keys under
+    /// `key_prefix`.
+    pub(crate) fn new(
+        nodes: Vec<Node>,
+        node_timeout: Duration,
+        quarantine: Duration,
+        key_prefix: &str,
+    ) -> Self {
         Self {
             quorum: timing::quorum(nodes.len()),
             fencing_quorum: timing::fencing_quorum(nodes.len()),
             nodes,
             node_timeout,
             quarantine,
-            quarantine_s: if quarantine.is_zero() {
-                0
-            } else {
-                quarantine.as_secs() + u64::from(quarantine.subsec_nanos() > 0) + 1
+            quarantine_check: QuarantineCheck {
+                // Rounded up: the quarantine is never shorter than asked.
+                ms: u64::try_from(quarantine.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
+                witness: crate::keys::witness(key_prefix),
+                marker: crate::keys::quarantine_marker(key_prefix),
             },
         }
+    }
+
+    /// With the quarantine on, runs its check on every node at once, each within the node
+    /// timeout, and waits for them: a node whose data witness is missing or another
+    /// server's starts its quarantine now, when the handle is built, rather than at its
+    /// first acquisition. Best effort: a node that does not answer (or refuses `INFO`) is
+    /// checked by every acquisition anyway.
+    pub(crate) async fn start_quarantine(&self) {
+        if self.quarantine_check.ms == 0 {
+            return;
+        }
+        let checks = self.nodes.iter().map(|node| async {
+            let check = node.check_quarantine(&self.quarantine_check);
+            match tokio::time::timeout(self.node_timeout, check).await {
+                Ok(Ok(true)) => {
+                    tracing::info!(node = %node.label, "node in quarantine: it may have lost data (restarted, flushed or re-synced, or never seen with the quarantine on)");
+                }
+                Ok(Ok(false)) => {}
+                Ok(Err(error)) => {
+                    tracing::debug!(node = %node.label, error = error.detailed(), "could not run the quarantine check at start-up");
+                }
+                Err(_) => {
+                    tracing::debug!(node = %node.label, "the quarantine check at start-up timed out");
+                }
+            }
+        });
+        futures_util::future::join_all(checks).await;
     }
 
     /// N.

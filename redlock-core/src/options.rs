@@ -227,9 +227,11 @@ impl LockOptions {
     }
 
     /// Keep the lock at least this long after it was acquired, even when it is released
-    /// sooner (ShedLock's `lockAtLeastFor`): a release before then does not delete the key but
-    /// sets it to expire at the end of the minimum hold (compare-and-`PEXPIRE` on every node,
-    /// decided at quorum like a release), so that a replica whose schedule fires a little
+    /// sooner (ShedLock's `lockAtLeastFor`): a release before then does not delete the key:
+    /// where it still holds the token, it is overwritten with a marker that holds no token and
+    /// expires at the end of the minimum hold (compare-and-`SET PX` on every node, decided at
+    /// quorum like a release; an extension or a release of the holder still in flight no
+    /// longer matches it), so that a replica whose schedule fires a little
     /// later does not run the same job again. Counted from the start of the attempt that took
     /// the lock (monotonic clock), so the key lives at least this long. Waiters are not woken
     /// by such a release: they take the key when it expires (their retry delay). A release

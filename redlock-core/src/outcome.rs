@@ -23,11 +23,23 @@ pub enum NodeError {
     /// under its SHA1, a proxy rewriting replies): what it answered, and to what.
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),
-    /// The node restarted less than the quarantine ago and refused to vote
-    /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)): it may have lost
-    /// a key that another holder still counts on.
-    #[error("restarted less than the quarantine ago; not voting yet")]
+    /// The node refused to vote: it may have lost a key that another holder still counts on
+    /// (restarted, flushed or re-synced, or first seen with the quarantine on), less than the
+    /// quarantine ago ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
+    #[error(
+        "in quarantine (restarted, flushed or re-synced less than the quarantine ago); not voting yet"
+    )]
     Quarantined,
+    // Keys that hold data the lock did not write.
+    /// The lock key holds data this library did not write: a hash with a field that is not
+    /// one of a mode lock's entries, or a list, set, sorted set or stream. The node refused
+    /// to vote and left the key untouched
+    /// ([`LockError::ForeignKey`](crate::LockError::ForeignKey)).
+    #[error("the key `{key}` holds data not written by this library; left untouched")]
+    ForeignKey {
+        /// The key.
+        key: String,
+    },
 }
 
 impl NodeError {
@@ -184,6 +196,12 @@ impl Outcomes {
     /// Nodes that did not answer usably.
     pub fn failed(&self) -> usize {
         self.count(|v| matches!(v, NodeVote::Failed(_)))
+    }
+
+    /// Nodes where the lock key holds data this library did not write
+    /// ([`NodeError::ForeignKey`]).
+    pub fn foreign(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Failed(NodeError::ForeignKey { .. })))
     }
 
     fn count(&self, pred: impl Fn(&NodeVote) -> bool) -> usize {

@@ -101,6 +101,7 @@ fn outcome(result: Result<(), &LockError>) -> &'static str {
         Err(LockError::Entropy(_)) => "entropy",
         Err(LockError::ReleaseUnconfirmed { .. }) => "release_unconfirmed",
         Err(LockError::NotRegistered(_)) => "not_registered",
+        Err(LockError::ForeignKey { .. }) => "foreign_key",
     }
 }
 

@@ -557,7 +557,7 @@ async fn a_set_that_lands_after_its_timeout_is_removed_by_the_queued_release() {
         nodes.servers[i].resume();
     }
     // On resume each stalled node runs the late SET, then the queued release after it.
-    for i in 0..3 {
+    for (i, before) in before.iter().enumerate().take(3) {
         let url = nodes.servers[i].url();
         within("the queued release to run", async {
             while calls(&url, "evalsha").await == 0 {
@@ -566,7 +566,7 @@ async fn a_set_that_lands_after_its_timeout_is_removed_by_the_queued_release() {
         })
         .await;
         assert_eq!(
-            calls(&url, "set").await - before[i],
+            calls(&url, "set").await - before,
             1,
             "the late SET did not land on node {i}"
         );

@@ -20,8 +20,8 @@ use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{RedisNodes, RedisServer, fencing_key, plain_client, proxy_urls, redlock};
 
 const TTL: Duration = Duration::from_secs(1);
-/// A restarted node votes again once it has been up `TTL` (plus the second the quarantine
-/// adds for Redis's whole-second uptime); this is a little more.
+/// A node votes once its quarantine (`TTL`, from the handle's build or from the first
+/// acquisition after a restart) has passed; this is a good margin more.
 const PAST_QUARANTINE: Duration = Duration::from_millis(2_300);
 
 fn ms(n: u64) -> Duration {

@@ -591,3 +591,243 @@ async fn contended_readers_and_writers_are_woken_never_left_to_their_retry_timer
     );
     nodes.gone_everywhere("herd").await;
 }
+
+/// `DUMP` and `PTTL` of `key` on every node, from a plain client: its exact bytes (type,
+/// fields, values and their encoding) and its expiry.
+async fn dumps(nodes: &RedisNodes, key: &str) -> Vec<(Vec<u8>, i64)> {
+    use fred::interfaces::{ClientLike, KeysInterface};
+    use fred::types::{ClusterHash, CustomCommand, Value};
+    let mut out = Vec::new();
+    for url in nodes.urls() {
+        let client = redlock_tests::plain_client(&url).await;
+        let cmd = CustomCommand::new_static("DUMP", ClusterHash::FirstKey, false);
+        let dump: Value = client.custom(cmd, vec![key.to_owned()]).await.unwrap();
+        let bytes = match dump {
+            Value::Bytes(b) => b.to_vec(),
+            Value::String(s) => s.as_bytes().to_vec(),
+            other => panic!("DUMP {key:?} on {url}: {other:?} (the key is gone)"),
+        };
+        let pttl: i64 = client.pttl(key).await.unwrap();
+        out.push((bytes, pttl));
+    }
+    out
+}
+
+/// Writes `fields` into the hash `key` on every node, from a plain client (another
+/// application's data).
+async fn foreign_hash(nodes: &RedisNodes, key: &str, fields: &[(&str, &str)]) {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+    let mut args = vec![key.to_owned()];
+    for (field, value) in fields {
+        args.extend([(*field).to_owned(), (*value).to_owned()]);
+    }
+    for url in nodes.urls() {
+        let client = redlock_tests::plain_client(&url).await;
+        let cmd = CustomCommand::new_static("HSET", ClusterHash::FirstKey, false);
+        let _: i64 = client.custom(cmd, args.clone()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn mode_locks_never_touch_a_hash_that_is_not_theirs() {
+    let nodes = RedisNodes::start(5);
+    // The default key prefix is empty: the application's own `catalog` hash is at the key
+    // `read_lock("catalog")` uses.
+    let a = redlock(&nodes).await;
+    let token = "0123456789abcdef0123456789abcdef01234567";
+    let cases: [(&str, Vec<(&str, &str)>); 3] = [
+        ("catalog", vec![("f", "v"), ("g", "w")]),
+        // Fields that look almost like ours: a token-shaped field with a mode-shaped value
+        // that is not one of ours, and a waiter-shaped field with an expired-looking entry.
+        (
+            "catalog:almost",
+            vec![
+                (token, "PR 17000000000000 x"),
+                ("~0123456789abcdef", "EX 1"),
+            ],
+        ),
+        // One that parses as a live holder's entry of an unknown mode.
+        ("catalog:mode", vec![(token, "ZZ 99999999999999")]),
+    ];
+    let quick = |options: LockOptions| options.retry_count(1).retry_delay(ms(20));
+    for (key, fields) in &cases {
+        foreign_hash(&nodes, key, fields).await;
+        let before = dumps(&nodes, key).await;
+        assert!(before.iter().all(|(_, pttl)| *pttl == -1), "{before:?}");
+        let attempts: [(&str, Result<_, LockError>); 3] = [
+            (
+                "read_lock",
+                a.lock_with(key, &quick(a.options().clone().mode(Mode::ProtectedRead)))
+                    .await,
+            ),
+            (
+                "write_lock",
+                a.lock_with(key, &quick(a.options().clone().mode(Mode::Exclusive)))
+                    .await,
+            ),
+            (
+                "lock_mode(CR)",
+                a.lock_with(key, &quick(a.options().clone().mode(Mode::ConcurrentRead)))
+                    .await,
+            ),
+        ];
+        for (call, result) in attempts {
+            // The data first: the holder's ttl and any field dropped show here.
+            let after = dumps(&nodes, key).await;
+            for (node, (b, a)) in before.iter().zip(&after).enumerate() {
+                assert!(
+                    b == a,
+                    "{call} on {key:?} changed node {node}'s hash: PTTL {} -> {}, DUMP {} -> {} bytes ({result:?})",
+                    b.1,
+                    a.1,
+                    b.0.len(),
+                    a.0.len()
+                );
+            }
+            let error = result.expect_err(call);
+            check_foreign(&error, key);
+        }
+        // The control: a plain lock is refused as busy, and changes nothing either.
+        let plain = a.lock_with(key, &quick(a.options().clone())).await;
+        let error = plain.expect_err("the plain lock");
+        assert!(error.is_busy(), "{error}");
+        assert_eq!(dumps(&nodes, key).await, before);
+    }
+    // A key prefix avoids the collision: the same calls on the same resource names work.
+    let prefixed = Redlock::builder()
+        .nodes(nodes.urls())
+        .key_prefix("lock:")
+        .build()
+        .await
+        .unwrap();
+    prefixed
+        .read_lock("catalog")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    prefixed
+        .write_lock("catalog")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// The error a mode lock on `key`, another application's hash, returns.
+fn check_foreign(error: &LockError, key: &str) {
+    match error {
+        LockError::ForeignKey {
+            resource,
+            key: named,
+            outcomes,
+        } => {
+            assert_eq!((resource.as_str(), named.as_str()), (key, key));
+            // The round stops once no quorum can be reached: at least 3 of 5 answered so.
+            assert!(outcomes.foreign() >= 3, "{outcomes}");
+        }
+        other => panic!("expected ForeignKey, got {other}"),
+    }
+    let text = error.to_string();
+    assert!(text.contains("key prefix"), "{text}");
+    assert!(
+        text.contains(key) && text.contains("not written by"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_node_timeout_of_duration_max_writes_readable_waiter_entries() {
+    let nodes = RedisNodes::start(5);
+    let handle = || {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .node_timeout(Duration::MAX)
+            .build()
+    };
+    let (a, b) = (handle().await.unwrap(), handle().await.unwrap());
+    let holder = a.write_lock("max:timeout").await.unwrap();
+    // A writer waits: refused, it leaves its waiter entry (now + the entry's life).
+    let waiter = tokio::spawn(async move {
+        b.lock_with(
+            "max:timeout",
+            &waiting(Mode::Exclusive, ms(50), Duration::from_secs(5)),
+        )
+        .await
+    });
+    let entries = within("the waiter's entries on every node", async {
+        loop {
+            let all = nodes.fields("max:timeout").await;
+            let entries: Vec<Option<String>> = all
+                .iter()
+                .map(|fields| {
+                    let waiter = fields.iter().find(|(field, _)| field.starts_with('~'));
+                    waiter.map(|(_, value)| value.clone())
+                })
+                .collect();
+            if entries.iter().all(Option::is_some) || waiter.is_finished() {
+                break entries;
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+    })
+    .await;
+    for entry in &entries {
+        let entry = entry.as_deref().unwrap_or_else(|| panic!("{entries:?}"));
+        let parts: Vec<&str> = entry.split(' ').collect();
+        assert!(
+            parts.len() == 3
+                && parts[1..]
+                    .iter()
+                    .all(|p| p.bytes().all(|b| b.is_ascii_digit())),
+            "a waiter entry the scripts cannot read: {entry:?}"
+        );
+    }
+    holder.release().await.unwrap();
+    // Woken by the release, the writer gets the lock.
+    let w = within("the writer", waiter).await.unwrap().unwrap();
+    w.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn inspect_reports_a_crashed_waiters_entry_and_a_foreign_hash_as_present() {
+    use redlock_core::Holder;
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    // A waiter in EX that crashed: its entry alone, live for a minute more.
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 60_000;
+    let entry = format!("EX {expiry} 1");
+    foreign_hash(&nodes, "crashed", &[("~0123456789abcdef", &entry)]).await;
+    let status = a.inspect("crashed").await.unwrap();
+    for node in &status.nodes {
+        let holding = node.read.as_ref().unwrap();
+        assert_eq!(holding.holder, Holder::Modes(Vec::new()), "{holding:?}");
+        assert_eq!(holding.waiters, 1);
+        assert!(holding.holder.is_present(), "{holding:?}");
+    }
+    assert!(status.is_held());
+    // It tells the truth: the plain lock is refused there.
+    let plain = a
+        .lock_with("crashed", &LockOptions::default().retry_count(0))
+        .await;
+    assert!(plain.expect_err("refused").is_busy());
+
+    // Another application's hash: not a lock's entries.
+    foreign_hash(&nodes, "catalog", &[("f", "v")]).await;
+    let status = a.inspect("catalog").await.unwrap();
+    for node in &status.nodes {
+        let holding = node.read.as_ref().unwrap();
+        let other = Holder::Other {
+            kind: "hash".to_owned(),
+        };
+        assert_eq!(holding.holder, other, "{holding:?}");
+    }
+    assert!(status.is_held());
+}

@@ -98,7 +98,7 @@ impl Redlock {
             ttl_ms: options.ttl_millis(),
             kind,
             fencing: options.get_fencing(),
-            quarantine_s: masters.quarantine_s,
+            quarantine: &masters.quarantine_check,
             windowed: !self.inner().foreign_window.is_zero(),
         };
         let request = &request;

@@ -224,12 +224,19 @@ impl Redlock {
     /// How long a refused mode request's waiter entry lives after each attempt: longer than
     /// the longest wait between two attempts (a retry delay with its jitter, twice, plus the
     /// node timeouts), so that it lives exactly as long as its waiter keeps attempting.
+    ///
+    /// The node timeout counts for at most [`MAX_TTL`](crate::options::MAX_TTL) (a day): an
+    /// attempt's round never lasts longer than its ttl, which is capped there. That keeps
+    /// the entry's expiry (the node's clock in ms plus this) an integer the scripts' Lua
+    /// writes exactly: a `node_timeout(Duration::MAX)` used to give `u64::MAX`, which Lua
+    /// wrote as `9.2233720368548e+18`, an entry no script could read.
     fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
+        let node_timeout = self.masters().node_timeout.min(crate::options::MAX_TTL);
         let between = options
             .get_retry_delay()
             .saturating_add(options.get_retry_jitter())
             .min(MAX_RETRY_WAIT)
-            .saturating_add(self.masters().node_timeout);
+            .saturating_add(node_timeout);
         let ttl = between.saturating_mul(2);
         u64::try_from(ttl.max(MIN_INTENT_TTL).as_millis()).unwrap_or(u64::MAX)
     }
@@ -279,6 +286,9 @@ impl Redlock {
                 outcomes,
             },
             AttemptFailure::Votes { outcomes, .. } => {
+                if let Some(error) = LockError::foreign_key(&resource, quorum, &outcomes) {
+                    return error;
+                }
                 // Busy when the nodes that did not fail could have made a quorum (those left
                 // unawaited once the attempt was decided did not fail), or when refusals alone
                 // rule one out; otherwise too few answered to decide.

@@ -10,10 +10,11 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE, RELEASE,
-    RELEASE_HANDOVER, RELEASE_MODE, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE,
+    QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
+use crate::masters::QuarantineCheck;
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
@@ -88,9 +89,9 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) kind: AcquireKind<'a>,
     /// Read the fencing counter too.
     pub(crate) fencing: bool,
-    /// The minimum uptime in seconds a node needs to vote (0: none; the quarantine check in
-    /// [`scripts`](super::scripts)).
-    pub(crate) quarantine_s: u64,
+    /// The quarantine check (the quarantine in ms, 0: none, and its keys; `quarantine_check`
+    /// in [`scripts`](super::scripts)).
+    pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
 }
@@ -142,9 +143,11 @@ impl Node {
             ttl_ms,
             kind,
             fencing,
-            quarantine_s,
+            quarantine,
             windowed,
         } = *request;
+        let quarantine_ms = int_arg(quarantine.ms);
+        let (witness, marker) = (quarantine.witness.as_str(), quarantine.marker.as_str());
         let fence = fencing.then_some(keys.fencing.as_str());
         match kind {
             AcquireKind::Mode(mode) => {
@@ -156,9 +159,9 @@ impl Node {
                     int_arg(mode.intent_ttl_ms),
                     Value::from(mode.compatible.as_str()),
                     Value::Integer(mode.waiter.score_ms),
-                    int_arg(quarantine_s),
+                    quarantine_ms.clone(),
                 ];
-                let script_keys = [keys.lock.as_str(), keys.window.as_str()];
+                let script_keys = [keys.lock.as_str(), keys.window.as_str(), witness, marker];
                 self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
                     .await
             }
@@ -169,13 +172,15 @@ impl Node {
                     Value::from(waiter.marker.as_str()),
                     Value::Integer(waiter.score_ms),
                     int_arg(QUEUE_TTL_MS),
-                    int_arg(quarantine_s),
+                    quarantine_ms.clone(),
                 ];
                 let script_keys = [
                     keys.lock.as_str(),
                     keys.waiters.as_str(),
                     keys.window.as_str(),
                     keys.busy.as_str(),
+                    witness,
+                    marker,
                 ];
                 self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
                     .await
@@ -184,10 +189,16 @@ impl Node {
                 let args = [
                     Value::from(token),
                     int_arg(ttl_ms),
-                    int_arg(quarantine_s),
+                    quarantine_ms.clone(),
                     Value::from(if windowed { "1" } else { "0" }),
                 ];
-                let script_keys = [keys.lock.as_str(), keys.window.as_str(), keys.busy.as_str()];
+                let script_keys = [
+                    keys.lock.as_str(),
+                    keys.window.as_str(),
+                    keys.busy.as_str(),
+                    witness,
+                    marker,
+                ];
                 self.acquire_script(&ACQUIRE, &script_keys, fence, &args)
                     .await
             }
@@ -205,7 +216,8 @@ impl Node {
     ) -> AcquireReply {
         let mut all = keys.to_vec();
         all.extend(fence_key);
-        acquire_reply(self.eval(script, &all, args).await)
+        let key = keys.first().copied().unwrap_or_default();
+        acquire_reply(self.eval(script, &all, args).await, key)
     }
 
     /// Releases `token`'s lock on one node, run to completion within `limit`
@@ -305,6 +317,20 @@ impl Node {
             },
             Err(e) => (NodeVote::Failed(e), 0),
         }
+    }
+
+    /// Runs the quarantine check alone ([`QUARANTINE`]): writes the node's data witness and
+    /// starts its quarantine if the witness is missing or another server's. `Ok(true)` if
+    /// the node is in quarantine.
+    pub(crate) async fn check_quarantine(
+        &self,
+        quarantine: &QuarantineCheck,
+    ) -> Result<bool, NodeError> {
+        let keys = [quarantine.witness.as_str(), quarantine.marker.as_str()];
+        let reply = self
+            .eval(&QUARANTINE, &keys, &[int_arg(quarantine.ms)])
+            .await?;
+        Ok(acquire_reply(Ok(reply), "").vote != NodeVote::Acquired)
     }
 
     /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain

@@ -35,8 +35,9 @@ impl AcquireReply {
     }
 }
 
-/// The `{1 | 0 | -1, counter[, busy[, left[, holder]]]}` reply of the acquire scripts.
-pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
+/// The `{1 | 0 | -1 | -2, counter[, busy[, left[, holder]]]}` reply of the acquire scripts on
+/// the lock key `key` (`-1`: quarantined, `-2`: the key holds data we did not write).
+pub(super) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> AcquireReply {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
@@ -51,6 +52,11 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>) -> AcquireReply {
                 Some(Value::Integer(1)) => NodeVote::Acquired,
                 Some(Value::Integer(-1)) => {
                     return AcquireReply::vote(NodeVote::Failed(NodeError::Quarantined));
+                }
+                Some(Value::Integer(-2)) => {
+                    return AcquireReply::vote(NodeVote::Failed(NodeError::ForeignKey {
+                        key: key.to_owned(),
+                    }));
                 }
                 _ => NodeVote::Held,
             };
@@ -109,7 +115,7 @@ mod tests {
 
     #[test]
     fn acquire_replies_decode_votes_counters_and_streaks() {
-        let reply = |parts: Vec<Value>| acquire_reply(Ok(Value::Array(parts)));
+        let reply = |parts: Vec<Value>| acquire_reply(Ok(Value::Array(parts)), "k");
         let granted = reply(vec![
             1.into(),
             Value::from("18446744073709551616"),
@@ -127,8 +133,13 @@ mod tests {
         let quarantined = reply(vec![(-1).into(), 5.into()]);
         assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
         assert_eq!(quarantined.counter, 0);
+        let foreign = reply(vec![(-2).into(), 0.into(), 0.into(), (-1).into()]);
+        assert_eq!(
+            foreign.vote,
+            NodeVote::Failed(NodeError::ForeignKey { key: "k".into() })
+        );
         assert!(matches!(
-            acquire_reply(Ok(Value::from("OK"))).vote,
+            acquire_reply(Ok(Value::from("OK")), "k").vote,
             NodeVote::Failed(NodeError::UnexpectedReply(_))
         ));
     }

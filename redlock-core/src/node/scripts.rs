@@ -14,6 +14,15 @@
 //! for one of its waiters): it counts as exclusive, and since a string cannot carry other
 //! holders it refuses every mode, NL included.
 //!
+//! A hash at the key is ours only while every field in it is one of our entries: a holder's
+//! field is a token (40 lowercase hex digits) valued `"<MODE> <expiry>"`, a waiter's is `~` and
+//! 16 hex digits valued `"<MODE> <expiry> <since>"`, `<MODE>` one of the six modes and the
+//! numbers decimal ([`mode_entry`]). Any other field, or a key of another type than a string or
+//! a hash, was written by someone else (an application sharing the nodes without a key
+//! prefix): every mode script leaves such a key as it is, and [`ACQUIRE_MODE`] answers `-2`
+//! (a foreign key) instead of a vote. The mode scripts delete, expire and rewrite only entries
+//! they parse as ours, and set or move the key's expiry only while every field is ours.
+//!
 //! Waiters' entries bound writer starvation: a request is also refused by an incompatible
 //! waiter that started waiting before it (scores from the waiters' own clocks, the same on
 //! every node, so the order is one across nodes and the first waiter is never refused by
@@ -119,21 +128,64 @@ end
 return 1"#,
 );
 
-/// The quarantine check that opens every acquire script: when `ARGV[q]` (a minimum uptime in
-/// seconds) is above zero and the node's `uptime_in_seconds` is below it, the node grants
-/// nothing and the script returns `{-1, 0}`. This is the distlock spec's "delayed restart"
-/// enforced by the node itself, atomically with the `SET`: a node restarted empty less than a
-/// max-ttl ago cannot give a second holder a vote that the first holder's key would have
-/// refused. `uptime_in_seconds` is a difference of whole-second timestamps, so the caller
-/// asks for one second more than the quarantine, and it never ends early.
+/// The quarantine check that opens every acquire script, when `ARGV[$q]` (the quarantine, in
+/// ms) is above zero: the node grants nothing, and the script returns `{-1, 0}`, while it may
+/// have lost a key that a holder still counts on. This is the distlock spec's "delayed
+/// restart" ("Performance, crash recovery and fsync") enforced by the node itself, atomically
+/// with the `SET`, and widened from restarts to every loss of data.
+///
+/// The node's data witness `KEYS[$w]` ([`keys::witness`](crate::keys)) holds the `run_id` of
+/// the server that wrote it. When it is missing or holds another id, the node's data is not
+/// the data it had when it last voted: it was flushed (`FLUSHALL`, `FLUSHDB`), the server
+/// restarted (a new `run_id`, whatever it reloaded from disk), or it was re-synced from or
+/// loaded with another server's data (`REPLICAOF`: the witness copied from there holds that
+/// server's id). The check then writes the witness with this server's id and the quarantine
+/// marker `KEYS[$m]` with a ttl of the quarantine (`PX`), and refuses. While the marker
+/// exists, it refuses. The argument: every key this node lost was written before the loss,
+/// with a ttl of at most the quarantine (the builder requires the quarantine to cover every
+/// ttl, and an extension renews a key to at most its ttl), so it would have expired by the
+/// loss plus the quarantine; the marker is written at the first acquisition after the loss,
+/// so it outlives all of them, and until then the node voted for nobody. No clock is read:
+/// the marker's ttl is counted by the node like every lock key's.
+///
+/// A handle with a longer quarantine than the marker was written with (its value) lengthens
+/// what is left of it by the difference, so that the longest quarantine of the handles
+/// counts. Costs, with the quarantine on: an `INFO server` and two `GET`s per acquisition
+/// (ACL: `+info`, and the prefix's keys), and the witness key, one per key prefix per node.
 macro_rules! quarantine_check {
-    ($q:literal) => {
+    ($q:literal, $w:literal, $m:literal) => {
         concat!(
             "local q = tonumber(ARGV[",
             $q,
             r#"]) or 0
-if q > 0 and (tonumber(string.match(redis.call("info", "server"), "uptime_in_seconds:(%d+)")) or 0) < q then
-  return {-1, 0}
+if q > 0 then
+  local id = string.match(redis.call("info", "server"), "run_id:(%x+)") or "unknown"
+  if redis.call("get", KEYS["#,
+            $w,
+            r#"]) ~= id then
+    redis.call("set", KEYS["#,
+            $m,
+            r#"], q, "PX", q)
+    redis.call("set", KEYS["#,
+            $w,
+            r#"], id)
+    return {-1, 0}
+  end
+  local asked = redis.call("get", KEYS["#,
+            $m,
+            r#"])
+  if asked then
+    asked = tonumber(asked) or 0
+    if asked < q then
+      local left = redis.call("pttl", KEYS["#,
+            $m,
+            r#"])
+      if left > 0 then redis.call("set", KEYS["#,
+            $m,
+            r#"], q, "PX", left + q - asked) end
+    end
+    return {-1, 0}
+  end
 end
 "#
         )
@@ -206,18 +258,19 @@ macro_rules! window_open {
 /// scored by its wait start `ARGV[4]`) unless it already holds
 /// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
-/// the fencing counter `KEYS[5]` when given; `ARGV[6]` is the quarantine
-/// ([`quarantine_check`]). Returns `{1 | 0 | -1, counter, busy[, left, holder]}`, `busy` the
-/// streak read from `KEYS[4]` when granted ([`busy_read`]), `left` when refused the ms until
-/// the key (or the window) expires, `holder` who refused it ([`holder`]). The queue commands run under
+/// the fencing counter `KEYS[7]` when given; `ARGV[6]` is the quarantine, `KEYS[5]` and
+/// `KEYS[6]` its witness and marker ([`quarantine_check`]). Returns
+/// `{1 | 0 | -1, counter, busy[, left, holder]}`, `busy` the streak read from `KEYS[4]` when
+/// granted ([`busy_read`]), `left` when refused the ms until the key (or the window) expires,
+/// `holder` who refused it ([`holder`]). The queue commands run under
 /// `pcall`: without them (ACL) it is a plain attempt.
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
     concat!(
-        quarantine_check!("6"),
+        quarantine_check!("6", "5", "6"),
         r#"local cur = redis.pcall("get", KEYS[1])
 local fence = 0
-if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
+if KEYS[7] then fence = redis.call("get", KEYS[7]) or "0" end
 if cur == ARGV[3] or (not cur and not "#,
         window_open!("3"),
         r#") then
@@ -262,16 +315,16 @@ return 1"#,
 /// (the handle has windows on; one with windows off takes the key as a foreign client
 /// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
-/// `KEYS[4]` when given (0 if none), and refuse while quarantined (`ARGV[3]`,
-/// [`quarantine_check`]). One round trip: `{1 | 0 | -1, counter, busy[, left, holder]}`,
-/// `left` (when refused) the ms until the holder's key (or the window) expires, `holder` who
-/// refused it ([`holder`]).
+/// `KEYS[6]` when given (0 if none), and refuse while quarantined (`ARGV[3]`, with the
+/// witness `KEYS[4]` and the marker `KEYS[5]`, [`quarantine_check`]). One round trip:
+/// `{1 | 0 | -1, counter, busy[, left, holder]}`, `left` (when refused) the ms until the
+/// holder's key (or the window) expires, `holder` who refused it ([`holder`]).
 pub(crate) static ACQUIRE: Script = Script::new(
     3,
     concat!(
-        quarantine_check!("3"),
+        quarantine_check!("3", "4", "5"),
         r#"local fence = 0
-if KEYS[4] then fence = redis.call("get", KEYS[4]) or "0" end
+if KEYS[6] then fence = redis.call("get", KEYS[6]) or "0" end
 if ARGV[4] == "1" and "#,
         window_open!("2"),
         r#" then return {0, fence, 0, "#,
@@ -327,6 +380,32 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
     };
 }
 
+/// Parses one field of a hash at a mode lock's key: `entry(field, value)` returns the entry's
+/// mode, expiry (ms of the node's clock), rank (the waiter's `since`, 0 for a holder) and
+/// whether it is a waiter's, or `nil` when the field is not an entry of ours (see the module
+/// docs): a field that is not a token or a marker, a mode that is not one of the six, a value
+/// with anything more or less than our numbers.
+macro_rules! mode_entry {
+    () => {
+        r#"local MODES = {NL = true, CR = true, CW = true, PR = true, PW = true, EX = true}
+local function entry(field, value)
+  if string.sub(field, 1, 1) == "~" then
+    if #field ~= 17 or string.find(field, "[^0-9a-f]", 2) then return nil end
+    local held, expiry, since = string.match(value, "^(%u%u) (%d+) (%d+)$")
+    if not held or not MODES[held] then return nil end
+    return held, tonumber(expiry), tonumber(since), true
+  end
+  if #field ~= 40 or string.find(field, "[^0-9a-f]") then return nil end
+  local held, expiry = string.match(value, "^(%u%u) (%d+)$")
+  if not held or not MODES[held] then return nil end
+  return held, tonumber(expiry), 0, false
+end
+"#
+    };
+}
+
+pub(crate) use mode_entry;
+
 /// Takes `KEYS[1]` in mode `ARGV[2]` for token `ARGV[1]` and `ARGV[3]` ms, if no live entry
 /// is incompatible with it: no holder whose mode is missing from `ARGV[6]` (the modes
 /// compatible with ours), and no waiter in such a mode with a score below ours (`ARGV[7]`,
@@ -335,21 +414,29 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// few nodes, cleaned up, does not lose the request its place: the holder's release removes
 /// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
 /// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
-/// key from them). Reads the fencing counter `KEYS[3]` when given; `ARGV[8]` is
-/// the quarantine (see the plain `ACQUIRE`). Returns `{1 | 0 | -1, counter, 0, left}`, `left`
-/// when refused the ms until the last entry that refused it (or the window) expires.
+/// key from them). Reads the fencing counter `KEYS[5]` when given; `ARGV[8]` is
+/// the quarantine, `KEYS[3]` and `KEYS[4]` its witness and marker ([`quarantine_check`]). Returns `{1 | 0 | -1 | -2, counter, 0, left}`,
+/// `left` when refused the ms until the last entry that refused it (or the window) expires.
+///
+/// `-2`: the key holds data we did not write (a hash with a field that is not an entry of
+/// ours, [`mode_entry`], or a list, set, sorted set or stream): it is refused, and nothing
+/// is written, deleted or expired. Every field is parsed before anything is written, so a
+/// hash that is not wholly ours is left exactly as it was. A string is a plain holder (ours
+/// or a foreign client's `SET NX`), refused as busy, as the plain lock's `SET NX` is.
 pub(crate) static ACQUIRE_MODE: Script = Script::new(
     6,
     concat!(
-        quarantine_check!("8"),
+        quarantine_check!("8", "3", "4"),
+        mode_entry!(),
         r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
 local fence = 0
-if KEYS[3] then fence = redis.call("get", KEYS[3]) or "0" end
+if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
 local kind = redis.call("type", key).ok
-if kind ~= "none" and kind ~= "hash" then return {0, fence, 0, "#,
+if kind == "string" then return {0, fence, 0, "#,
         left!("1"),
         r#"} end
+if kind ~= "none" and kind ~= "hash" then return {-2, fence, 0, -1} end
 if kind == "none" and "#,
         window_open!("2"),
         r#" then return {0, fence, 0, "#,
@@ -359,21 +446,17 @@ if kind == "none" and "#,
         node_now!(),
         r#"local entries = {}
 if kind == "hash" then entries = redis.call("hgetall", key) end
-local latest, refused, blocked = now, false, now
+local latest, refused, blocked, expired = now, false, now, {}
 for i = 1, #entries, 2 do
   local field = entries[i]
-  local held, expiry, since = string.match(entries[i + 1], "^(%a%a) (%d+) ?(%d*)$")
-  expiry = tonumber(expiry) or 0
+  local held, expiry, since, waiter = entry(field, entries[i + 1])
+  if not held then return {-2, fence, 0, -1} end
   if expiry <= now then
-    redis.call("hdel", key, field)
+    table.insert(expired, field)
   else
     if expiry > latest then latest = expiry end
     if field ~= marker and not string.find(compatible, " " .. held .. " ", 1, true) then
-      local blocks = string.sub(field, 1, 1) ~= "~"
-      if not blocks then
-        since = tonumber(since) or 0
-        blocks = since < score or (since == score and field < marker)
-      end
+      local blocks = not waiter or since < score or (since == score and field < marker)
       if blocks then
         refused = true
         if expiry > blocked then blocked = expiry end
@@ -381,6 +464,7 @@ for i = 1, #entries, 2 do
     end
   end
 end
+for _, field in ipairs(expired) do redis.call("hdel", key, field) end
 local expiry, granted = now + tonumber(ARGV[3]), 1
 if refused then
   expiry, granted = now + tonumber(ARGV[5]), 0
@@ -396,22 +480,26 @@ return {granted, fence, 0, blocked - now}"#
 
 /// Gives token `ARGV[1]`'s entry a new expiry `ARGV[2]` ms from now, if it is there and has
 /// not expired; never re-creates it and never brings an expiry forward (as
-/// [`EXTEND`]). Returns 1 if the entry is held, 0 otherwise.
+/// [`EXTEND`]). Returns 1 if the entry is held, 0 otherwise. Only a field that parses as our
+/// holder's entry is touched ([`mode_entry`]); the key's expiry is only ever lengthened, to
+/// cover the entry.
 pub(crate) static EXTEND_MODE: Script = Script::new(
     7,
     concat!(
+        mode_entry!(),
         r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 local value = redis.call("hget", KEYS[1], ARGV[1])
 if not value then return 0 end
+local mode, expiry, _, waiter = entry(ARGV[1], value)
+if not mode or waiter then return 0 end
 "#,
         node_now!(),
-        r#"local mode, expiry = string.match(value, "^(%a%a) (%d+)")
-if (tonumber(expiry) or 0) <= now then
+        r#"if expiry <= now then
   redis.call("hdel", KEYS[1], ARGV[1])
   return 0
 end
 local ttl = tonumber(ARGV[2])
-if tonumber(expiry) < now + ttl then
+if expiry < now + ttl then
   redis.call("hset", KEYS[1], ARGV[1], mode .. " " .. (now + ttl))
 end
 if redis.call("pttl", KEYS[1]) < ttl then redis.call("pexpireat", KEYS[1], now + ttl) end
@@ -426,30 +514,39 @@ return 1"#
 /// if the key is gone and plain waiters are queued in `KEYS[2]`: that wakes every waiter of
 /// the resource (a holder left, or a failed attempt's grant that may have refused them is
 /// gone). Returns 1 if the entry was there and not expired, 0 otherwise.
+///
+/// Only our own entries are removed: the token's and the marker's (fields named by our random
+/// values), and expired entries that parse as ours ([`mode_entry`]). If the hash also holds
+/// fields we did not write (written into it while we held it), the key's expiry is left as it is: it is
+/// never brought forward over someone else's data.
 pub(crate) static RELEASE_MODE: Script = Script::new(
     8,
     concat!(
+        mode_entry!(),
         r#"if redis.call("type", KEYS[1]).ok ~= "hash" then return 0 end
 if ARGV[3] ~= "" then redis.call("hdel", KEYS[1], ARGV[3]) end
 local value = redis.call("hget", KEYS[1], ARGV[1])
 if not value then return 0 end
 redis.call("hdel", KEYS[1], ARGV[1])
+local _, mine = entry(ARGV[1], value)
 "#,
         node_now!(),
-        r#"local held = (tonumber(string.match(value, "^%a%a (%d+)")) or 0) > now
+        r#"local held = (mine or 0) > now
 local entries = redis.call("hgetall", KEYS[1])
-local latest, waiting = 0, false
+local latest, waiting, foreign = 0, false, false
 for i = 1, #entries, 2 do
-  local expiry = tonumber(string.match(entries[i + 1], "^%a%a (%d+)")) or 0
-  if expiry <= now then
+  local kind, expiry, _, waiter = entry(entries[i], entries[i + 1])
+  if not kind then
+    foreign = true
+  elseif expiry <= now then
     redis.call("hdel", KEYS[1], entries[i])
   else
     if expiry > latest then latest = expiry end
-    if string.sub(entries[i], 1, 1) == "~" then waiting = true end
+    if waiter then waiting = true end
   end
 end
-if latest > 0 then redis.call("pexpireat", KEYS[1], latest) end
-if latest == 0 and KEYS[2] then
+if latest > 0 and not foreign then redis.call("pexpireat", KEYS[1], latest) end
+if latest == 0 and not foreign and KEYS[2] then
   local queued = redis.pcall("zcard", KEYS[2])
   waiting = type(queued) == "number" and queued > 0
 end
@@ -493,6 +590,16 @@ return 1"#,
 /// ([`Node::flush`](super::Node::flush)).
 pub(crate) static NOOP: Script = Script::new(11, "return 1");
 
+/// The quarantine check alone ([`quarantine_check`], `ARGV[1]` the quarantine in ms, `KEYS[1]`
+/// the witness, `KEYS[2]` the marker), run by every handle with the quarantine on when it is
+/// built: a node whose data was lost (or that no such handle has seen yet) starts its
+/// quarantine then, not at the first acquisition. Returns `{-1, 0}` if the node is in
+/// quarantine, `{1, 0}` otherwise.
+pub(crate) static QUARANTINE: Script = Script::new(
+    12,
+    concat!(quarantine_check!("1", "1", "2"), "return {1, 0}"),
+);
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -500,7 +607,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 12] = [
+pub(crate) const SCRIPTS: [&Script; 13] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -513,6 +620,7 @@ pub(crate) const SCRIPTS: [&Script; 12] = [
     &LEAVE,
     &KEEP,
     &NOOP,
+    &QUARANTINE,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
