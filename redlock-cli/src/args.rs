@@ -69,6 +69,12 @@ pub(crate) struct RunArgs {
     /// single attempt (skip if busy), `forever` waits until the lock is taken.
     #[arg(long, default_value = "10s", value_parser = wait)]
     pub(crate) wait: Duration,
+    /// Keep the lock at least this long after it was taken, however soon the command exits
+    /// (at most the ttl): a replica whose schedule fires a little later, or which was still
+    /// attempting after a split vote, finds the lock held and skips (ShedLock's
+    /// lockAtLeastFor). Released before then, the key is kept until then instead of deleted.
+    #[arg(long, value_parser = duration)]
+    pub(crate) lock_at_least_for: Option<Duration>,
     /// Take a fencing token with the lock (needs more nodes to confirm it: 3 of 3, 4 of 5)
     /// and pass it to the command in this environment variable.
     #[arg(long, value_name = "VAR", value_parser = env_var)]

@@ -92,13 +92,17 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
 }
 
 /// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing
-/// if asked.
+/// and a minimum hold if asked.
 fn plain_options(args: &RunArgs) -> LockOptions {
-    LockOptions::default()
+    let options = LockOptions::default()
         .ttl(args.ttl)
         .wait_timeout(args.wait)
         .auto_extend(true)
-        .fencing(args.fencing_env.is_some())
+        .fencing(args.fencing_env.is_some());
+    match args.lock_at_least_for {
+        Some(at_least) => options.lock_at_least_for(at_least),
+        None => options,
+    }
 }
 
 /// The default lost margin of the lock (`min(ttl / 10, 1 s)`): the time left, between SIGKILL

@@ -350,3 +350,54 @@ async fn the_applications_lock_variables_are_ignored() {
     bad.env("REDLOCK_NODE_TIMEOUT", "soon");
     output(bad).await.expect(64).says("REDLOCK_NODE_TIMEOUT");
 }
+
+/// `--lock-at-least-for`: a command that exits at once leaves the lock held until the minimum
+/// hold ends, so that a replica firing a little later skips (75); after it, the lock is free.
+#[tokio::test]
+async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
+    let nodes = RedisNodes::start(3);
+    let started = Instant::now();
+    output(redlock(
+        Some(&nodes),
+        &run_args(
+            "tick",
+            &["--ttl", "10s", "--lock-at-least-for", "2s"],
+            "true",
+        ),
+    ))
+    .await
+    .expect(0);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the run waited out its hold"
+    );
+    // A later replica, within the hold: skipped.
+    output(redlock(
+        Some(&nodes),
+        &run_args("tick", &["--wait", "0s"], "true"),
+    ))
+    .await
+    .expect(BUSY);
+    // After it: free again.
+    tokio::time::sleep(
+        Duration::from_secs(2).saturating_sub(started.elapsed()) + Duration::from_millis(300),
+    )
+    .await;
+    output(redlock(
+        Some(&nodes),
+        &run_args("tick", &["--wait", "0s"], "true"),
+    ))
+    .await
+    .expect(0);
+    // A minimum hold longer than the ttl is a usage error, before anything is sent.
+    output(redlock(
+        Some(&nodes),
+        &run_args(
+            "tick",
+            &["--ttl", "1s", "--lock-at-least-for", "2s"],
+            "true",
+        ),
+    ))
+    .await
+    .expect(64);
+}

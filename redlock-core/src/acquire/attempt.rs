@@ -111,9 +111,16 @@ impl Redlock {
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
-        // Step 2: all nodes at once, decided at quorum.
+        // Step 2: all nodes at once, decided at quorum. A plain attempt that cannot get a
+        // quorum still hears every node out (within the same limit): who refused it on each
+        // tells a split vote from a holder ([`Split`]), and a node left unheard would count
+        // as a possible holder's, making a held resource look like a possible split.
+        let stop = match kind {
+            AcquireKind::Mode(_) => Stop::AtDecision,
+            AcquireKind::Plain | AcquireKind::Queued(_) => Stop::AtQuorum,
+        };
         let tally = masters
-            .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
+            .round(masters.quorum, limit, stop, |node| async move {
                 let reply = node.acquire(request).await;
                 if reply.vote == NodeVote::Acquired {
                     busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
