@@ -466,11 +466,11 @@ impl RedlockBuilder {
     /// many nodes (default `true`): it refuses a list of another number of nodes than the
     /// handles of the same key prefix already use ([`BuildError::NodeSetMismatch`]: a
     /// command-line job given 3 of the applications' 5 nodes), since two such lists'
-    /// majorities need not overlap; the handle then re-checks every 200 s and logs an error
+    /// majorities need not overlap; the handle then re-checks every 20 s and logs an error
     /// when it finds another number in use. Two lists of the same length over different
-    /// servers are not detected. Costs one script per node at build time and one every 200 s;
+    /// servers are not detected. Costs one script per node at build time and one every 20 s;
     /// nothing per lock; one small key per node and key prefix
-    /// (`<key prefix>\0redlock:nodes`, 10 minutes unless refreshed). Turn it off only for a
+    /// (`<key prefix>\0redlock:nodes`, a minute unless refreshed). Turn it off only for a
     /// change of nodes you have ordered by hand.
     pub fn node_set_check(mut self, check: bool) -> Self {
         self.node_set_check = check;

@@ -83,12 +83,13 @@ pub enum InvalidInput {
     },
     /// A reentrant acquisition inside the scope of a lock that cannot give what it asks for:
     /// the outer lock was taken without fencing, auto-extension or a minimum hold this one
-    /// asks for. Re-entry shares the outer lock, so it could only give less in silence.
+    /// asks for, or with auto-extension capped sooner (`max_hold`, `max_extensions`). Re-entry shares the outer lock, so it could only give less in silence.
     #[error(
         "a reentrant acquisition asks for {option}, which the lock it re-enters was taken without; take the outer lock with {option} too"
     )]
     ReentryAsksMore {
-        /// The option: `fencing`, `auto_extend` or `lock_at_least_for`.
+        /// The option: `fencing`, `auto_extend`, `max_hold`, `max_extensions` or
+        /// `lock_at_least_for`.
         option: &'static str,
     },
     /// `max_hold` is zero.
@@ -468,7 +469,7 @@ pub enum BuildError {
     /// through a list of another number of nodes: their majorities need not overlap, so both
     /// could hold one resource at once. Give every application the same nodes; when changing
     /// the number of nodes, stop every handle of the old list first (its marker then expires
-    /// within 10 minutes, or delete the key `<key prefix>\0redlock:nodes` on the nodes), or
+    /// within a minute, or delete the key `<key prefix>\0redlock:nodes` on the nodes), or
     /// turn the check off with
     /// [`RedlockBuilder::node_set_check`](crate::RedlockBuilder::node_set_check).
     #[error(

@@ -35,7 +35,7 @@ use crate::node::Node;
 use crate::outcome::NodeError;
 
 /// How long a node-set marker lives unless a handle refreshes it (every third of it).
-pub(crate) const MARKER_TTL: Duration = Duration::from_secs(600);
+pub(crate) const MARKER_TTL: Duration = Duration::from_secs(60);
 
 /// Writes `ARGV[1]` (the number of nodes) as the marker for `ARGV[2]` ms unless another
 /// number is there; returns the marker as it was (`""` when none).

@@ -30,6 +30,15 @@ pub enum NodeError {
         "in quarantine (restarted, flushed or re-synced less than the quarantine ago); not voting yet"
     )]
     Quarantined,
+    /// Another handle of the same key prefix uses a quarantine of another length on this node
+    /// ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)): the node refuses
+    /// to vote for this handle. Give every handle of a key prefix the same quarantine (one
+    /// shorter than another handle's ttls would let a node that lost data vote while their
+    /// keys should still be held).
+    #[error(
+        "another handle of this key prefix uses a quarantine of another length; give every handle the same"
+    )]
+    QuarantineMismatch,
     // Keys that hold data the lock did not write.
     /// The lock key holds data this library did not write: a hash with a field that is not
     /// one of a mode lock's entries, or a list, set, sorted set or stream. The node refused

@@ -162,3 +162,43 @@ async fn without_the_quarantine_a_flushed_node_lets_a_second_holder_in() {
     let early = bounded(scenario("flush:control", &[2], &[0, 1], false)).await;
     assert!(early.is_some(), "B never got in: the scenario cannot fail");
 }
+
+/// Handles of one key prefix with different quarantines: after a loss, the first handle to
+/// see it would start the quarantine with its own length, too short for the other's keys. So
+/// a node refuses every handle whose quarantine is not the one its witness records: here the
+/// short-quarantine handle, which reaches the flushed node first, never gets a vote anywhere
+/// else, and the long one is refused on the flushed node until its own quarantine has passed.
+#[tokio::test]
+async fn handles_with_different_quarantines_are_refused_not_trusted() {
+    let nodes = RedisNodes::start(3);
+    let build = |quarantine: Duration| {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .node_timeout(ms(200))
+            .quarantine(quarantine)
+            .lock_options(LockOptions::default().ttl(ms(500)))
+            .build()
+    };
+    let long = build(ms(1_000)).await.unwrap();
+    reach_all(&long, &nodes).await;
+    let short = build(ms(600)).await.unwrap();
+    let once = LockOptions::default().ttl(ms(500)).retry_count(0);
+    let refused = short.lock_with("r", &once).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("quarantine of another length"),
+        "{refused}"
+    );
+    // The long handle holds r; node 0 is flushed; the short handle touches it first.
+    let guard = long.lock_with("r", &once).await.unwrap();
+    flushall(&nodes, 0).await;
+    let _ = short.lock_with("r", &once).await;
+    tokio::time::sleep(ms(700)).await;
+    // Past the short quarantine: node 0 still refuses the long handle (its witness records
+    // the short one), and the short handle is still refused by nodes 1 and 2.
+    let again = short.lock_with("r2", &once).await.unwrap_err();
+    assert!(
+        again.to_string().contains("quarantine of another length"),
+        "{again}"
+    );
+    drop(guard);
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockOptions, Redlock};
+use redlock_core::{LockError, LockOptions, Redlock};
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{RedisNodes, proxy_urls, within};
 
@@ -108,18 +108,69 @@ fn skew(replicas: &[Replica], far: Duration, jitter: Duration, rng: &mut impl Rn
     }
 }
 
-/// Runs `ticks` ticks and checks that each ran exactly once, with no error.
+/// The liveness property of one tick: the job ran on exactly one replica, and none failed.
+fn check_tick(tick: &Tick) -> Result<(), String> {
+    if tick.ran == 1 && tick.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ran on {} replica(s), skipped on {}, errors {:?}",
+            tick.ran, tick.skipped, tick.errors
+        ))
+    }
+}
+
+/// Runs `ticks` ticks and checks each ([`check_tick`]).
 async fn every_tick_runs_once(replicas: &[Replica], name: &str, ticks: usize) {
     for t in 0..ticks {
         let tick = tick(replicas, &format!("{name}:{t}")).await;
-        assert!(
-            tick.ran == 1 && tick.errors.is_empty(),
-            "{name}, tick {t}: ran on {} replica(s), skipped on {}, errors {:?}",
-            tick.ran,
-            tick.skipped,
-            tick.errors
-        );
+        if let Err(error) = check_tick(&tick) {
+            panic!("{name}, tick {t}: {error}");
+        }
     }
+}
+
+#[test]
+fn the_tick_check_rejects_a_tick_run_nowhere_twice_or_with_an_error() {
+    let tick = |ran, skipped, errors: &[&str]| Tick {
+        ran,
+        skipped,
+        errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+    };
+    assert!(check_tick(&tick(1, 2, &[])).is_ok());
+    assert!(check_tick(&tick(0, 3, &[])).is_err(), "ran nowhere");
+    assert!(check_tick(&tick(2, 1, &[])).is_err(), "ran twice");
+    assert!(
+        check_tick(&tick(1, 1, &["split vote"])).is_err(),
+        "an error"
+    );
+}
+
+/// A vote that stays split: two other holders keep two nodes each of five (their keys, not
+/// ours: they never release), the fifth is free. No holder can have a quorum, so it is no
+/// `Busy`: after the attempts made after a split vote, `LockError::SplitVote`, and the attempt
+/// left nothing on the free node.
+#[tokio::test]
+async fn a_split_that_stays_split_is_reported_as_such() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock_tests::redlock(&nodes).await;
+    let urls = nodes.urls();
+    for (url, holder) in urls.iter().zip(["x", "x", "y", "y"]) {
+        let client = redlock_tests::plain_client(url).await;
+        let () = fred::interfaces::KeysInterface::set(&client, "stuck", holder, None, None, false)
+            .await
+            .unwrap();
+    }
+    let once = LockOptions::default().retry_count(0);
+    let error = within("the split vote", redlock.lock_with("stuck", &once))
+        .await
+        .unwrap_err();
+    match &error {
+        LockError::SplitVote { attempts, .. } => assert_eq!(*attempts, 7, "{error}"),
+        other => panic!("a lasting split was reported as {other}"),
+    }
+    assert!(!error.is_busy());
+    assert_eq!(nodes.values("stuck").await[4], None);
 }
 
 #[tokio::test]

@@ -35,6 +35,10 @@ async fn a_released_locks_views_say_it_is_gone() {
     assert_eq!(info.remaining_validity(), Duration::ZERO);
     assert!(info.valid_until() <= Instant::now());
     assert_eq!(info.lost().reason(), Some(LostReason::Released));
+    assert!(
+        info.lost().deadline() <= Instant::now(),
+        "the lost deadline is still ahead"
+    );
     other.release().await.unwrap();
 }
 
@@ -74,6 +78,7 @@ async fn a_refused_extension_ends_every_view_at_once() {
         assert_eq!(left, Duration::ZERO);
         assert!(until <= Instant::now());
     }
+    assert!(guard.lost().deadline() <= Instant::now());
     drop(guard);
 }
 
@@ -138,6 +143,31 @@ async fn a_re_entry_asking_for_what_the_lock_lacks_is_refused() {
         }
         assert_eq!(outer.hold_count(), 1, "a refused re-entry kept a hold");
     }
+    // Auto-extension capped sooner than asked: refused, naming the cap.
+    let capped = plain.clone().auto_extend(true).max_hold(ms(2_000));
+    for (outer_options, asked, option) in [
+        (&capped, plain.clone().auto_extend(true), "max_hold"),
+        (&capped, capped.clone().max_hold(ms(60_000)), "max_hold"),
+        (
+            &capped.clone().max_extensions(1),
+            capped.clone().max_hold(ms(1_000)).max_extensions(3),
+            "max_extensions",
+        ),
+    ] {
+        let inner = reenter_with(&a, "capped", outer_options, &asked).await;
+        assert!(
+            matches!(&inner, Err(LockError::Invalid(InvalidInput::ReentryAsksMore { option: named })) if *named == option),
+            "re-entry asking for more than {option} gave {inner:?}"
+        );
+    }
+    // Within the caps (a second less of hold, counted from now): given.
+    let within_caps = capped.clone().max_hold(ms(1_000));
+    assert_eq!(
+        reenter_with(&a, "capped", &capped, &within_caps)
+            .await
+            .unwrap(),
+        2
+    );
     // What the outer lock has is given.
     let fenced = plain.clone().fencing(true);
     let outer_fenced = a.lock_with("has", &fenced).await.unwrap();
@@ -150,6 +180,24 @@ async fn a_re_entry_asking_for_what_the_lock_lacks_is_refused() {
     drop(inner);
     outer_fenced.release().await.unwrap();
     outer.release().await.unwrap();
+}
+
+/// Takes `resource` with `outer`, re-enters it with `inner` inside its scope, releases it;
+/// the re-entry's hold count, or its error.
+async fn reenter_with(
+    a: &redlock_core::Redlock,
+    resource: &str,
+    outer: &LockOptions,
+    inner: &LockOptions,
+) -> Result<usize, LockError> {
+    let guard = a.lock_with(resource, outer).await.unwrap();
+    let reentered = guard
+        .scope(a.lock_with(resource, inner))
+        .await
+        .map(|inner| inner.hold_count());
+    assert_eq!(guard.hold_count(), 1, "a re-entry kept a hold");
+    guard.release().await.unwrap();
+    reentered
 }
 
 #[tokio::test]

@@ -254,3 +254,42 @@ impl Drop for Cleanup<'_> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::NodeError;
+
+    const YES: NodeVote = NodeVote::Acquired;
+    const NO: NodeVote = NodeVote::Held;
+
+    fn down() -> NodeVote {
+        NodeVote::Failed(NodeError::Disconnected)
+    }
+
+    #[test]
+    fn a_split_is_told_from_a_holder_by_who_refused() {
+        let q = 3;
+        // One holder named by a quorum: busy, whatever else answered.
+        let votes = [YES, YES, NO, NO, NO];
+        let one = [None, None, Some("a"), Some("a"), Some("a")];
+        assert_eq!(Split::of(&votes, &one, q), Split::No);
+        // Two contenders, two nodes each, and ours: nobody can have a quorum.
+        let votes = [YES, NO, NO, NO, NO];
+        let two = [None, Some("a"), Some("a"), Some("b"), Some("b")];
+        assert_eq!(Split::of(&votes, &two, q), Split::Certain);
+        // The same with one node down: the down node could complete either's quorum.
+        let votes = [down(), NO, NO, NO, NO];
+        assert_eq!(Split::of(&votes, &two, q), Split::Possible);
+        // A node left unawaited counts as unknown too.
+        let votes = [NodeVote::Undecided, NO, NO, NO, NO];
+        assert_eq!(Split::of(&votes, &two, q), Split::Possible);
+        // Nobody refused (only failures): not a split, unavailability.
+        let votes = [YES, YES, down(), down(), down()];
+        assert_eq!(Split::of(&votes, &[None; 5], q), Split::No);
+        // Mode holders (one `?` per node) count as one holder.
+        let votes = [YES, NO, NO, NO, NO];
+        let modes = [None, Some("?"), Some("?"), Some("?"), Some("?")];
+        assert_eq!(Split::of(&votes, &modes, q), Split::No);
+    }
+}

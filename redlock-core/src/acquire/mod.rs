@@ -150,7 +150,8 @@ impl Redlock {
     /// sibling re-entry may hold it) within the request's own budget, adds a hold, and gives
     /// the request what it asks for or an error, never less: a longer ttl than the validity
     /// left is an extension round; fencing, auto-extension or a minimum hold the lease was
-    /// taken without is [`InvalidInput::ReentryAsksMore`]. `Ok(None)`: the lease was released
+    /// taken without, or auto-extension capped sooner (`max_hold`, `max_extensions`) than
+    /// asked, is [`InvalidInput::ReentryAsksMore`]. `Ok(None)`: the lease was released
     /// meanwhile, so the caller acquires afresh.
     async fn reenter(
         &self,
@@ -163,6 +164,25 @@ impl Redlock {
             Some("fencing")
         } else if options.get_auto_extend() && lease.auto_extend.is_none() {
             Some("auto_extend")
+        } else if let (true, Some(kept)) = (options.get_auto_extend(), lease.auto_extend) {
+            // Auto-extended both: the lease's caps must reach as far as the request's.
+            let asked_until = options
+                .get_max_hold()
+                .and_then(|max| Instant::now().checked_add(max));
+            if kept
+                .hold_until
+                .is_some_and(|until| asked_until.is_none_or(|asked| until < asked))
+            {
+                Some("max_hold")
+            } else if kept.max_extensions.is_some_and(|kept| {
+                options
+                    .get_max_extensions()
+                    .is_none_or(|asked| kept < asked)
+            }) {
+                Some("max_extensions")
+            } else {
+                None
+            }
         } else if let Some(at_least) = options.get_lock_at_least_for()
             && Instant::now()
                 .checked_add(at_least)
@@ -213,12 +233,10 @@ impl Redlock {
                 }),
             };
         }
-        // A longer ttl than the validity left (an auto-extended lease keeps itself valid):
-        // extend it to the ttl asked for, as the nodes would have given a new lock.
+        // A longer ttl than the validity left: extend the lock to the ttl asked for, as the
+        // nodes would have given a new lock (an extension never shortens it).
         let drift = crate::timing::drift(options.sent_ttl(), options.get_drift_factor());
-        if lease.auto_extend.is_none()
-            && lease.remaining_validity() < options.sent_ttl().saturating_sub(drift)
-        {
+        if lease.remaining_validity() < options.sent_ttl().saturating_sub(drift) {
             guard.extend(options.get_ttl()).await?;
         }
         Ok(Some(guard))

@@ -60,9 +60,11 @@ impl LostSignal {
     }
 
     /// The instant the signal fires unless an extension is confirmed first: the validity
-    /// deadline less the lost margin.
+    /// deadline less the lost margin. Once it has fired, the instant it fired: its lost
+    /// deadline when it was lost by it ([`LostReason::Expired`]), the instant it was seen
+    /// otherwise (released, an extension refused), so never later than now.
     pub fn deadline(&self) -> Instant {
-        self.lease.lost_at()
+        self.lease.fired_at()
     }
 
     /// Completes when the signal fires, with the error that work stopped by it returns:

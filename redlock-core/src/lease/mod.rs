@@ -178,6 +178,19 @@ impl Lease {
             .unwrap_or(self.acquired_at)
     }
 
+    /// When the lost signal fires unless an extension is confirmed first; once it fired, the
+    /// instant it did (the lost deadline for an expiry, the instant it was seen otherwise).
+    pub(crate) fn fired_at(&self) -> Instant {
+        let lost_at = self.lost_at();
+        match self.check() {
+            Ok(()) => lost_at,
+            Err(_) => self
+                .ended
+                .get()
+                .map_or(lost_at, |ended| lost_at.min(*ended)),
+        }
+    }
+
     /// Moves the validity forward (never back) after a confirmed extension.
     pub(crate) fn extend_to(&self, until: Instant) {
         self.valid_until.send_if_modified(|current| {

@@ -53,6 +53,9 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> Acqui
                 Some(Value::Integer(-1)) => {
                     return AcquireReply::vote(NodeVote::Failed(NodeError::Quarantined));
                 }
+                Some(Value::Integer(-3)) => {
+                    return AcquireReply::vote(NodeVote::Failed(NodeError::QuarantineMismatch));
+                }
                 Some(Value::Integer(-2)) => {
                     return AcquireReply::vote(NodeVote::Failed(NodeError::ForeignKey {
                         key: key.to_owned(),

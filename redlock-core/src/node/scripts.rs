@@ -148,9 +148,12 @@ return 1"#,
 /// so it outlives all of them, and until then the node voted for nobody. No clock is read:
 /// the marker's ttl is counted by the node like every lock key's.
 ///
-/// A handle with a longer quarantine than the marker was written with (its value) lengthens
-/// what is left of it by the difference, so that the longest quarantine of the handles
-/// counts. Costs, with the quarantine on: an `INFO server` and two `GET`s per acquisition
+/// The witness also records the quarantine it was written with (`"<run_id> <ms>"`), and a
+/// handle with another quarantine is refused on that node (`{-3, 0}`): after a loss, the first
+/// handle to see it starts the quarantine with its own length, and a shorter one than another
+/// handle's ttls would let that node vote while their keys should still be held. Every handle
+/// of a key prefix must use the same quarantine. A handle with a longer quarantine than the
+/// marker was written with (its value) lengthens what is left of it by the difference. Costs, with the quarantine on: an `INFO server` and two `GET`s per acquisition
 /// (ACL: `+info`, and the prefix's keys), and the witness key, one per key prefix per node.
 macro_rules! quarantine_check {
     ($q:literal, $w:literal, $m:literal) => {
@@ -160,17 +163,21 @@ macro_rules! quarantine_check {
             r#"]) or 0
 if q > 0 then
   local id = string.match(redis.call("info", "server"), "run_id:(%x+)") or "unknown"
-  if redis.call("get", KEYS["#,
+  local witness = redis.call("get", KEYS["#,
             $w,
-            r#"]) ~= id then
+            r#"])
+  local wid, wq = nil, nil
+  if type(witness) == "string" then wid, wq = string.match(witness, "^(%x+) (%d+)$") end
+  if wid ~= id then
     redis.call("set", KEYS["#,
             $m,
             r#"], q, "PX", q)
     redis.call("set", KEYS["#,
             $w,
-            r#"], id)
+            r#"], id .. " " .. q)
     return {-1, 0}
   end
+  if tonumber(wq) ~= q then return {-3, 0} end
   local asked = redis.call("get", KEYS["#,
             $m,
             r#"])
