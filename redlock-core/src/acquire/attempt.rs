@@ -59,7 +59,9 @@ impl Split {
             .iter()
             .filter(|vote| matches!(vote, NodeVote::Failed(_) | NodeVote::Undecided))
             .count();
-        if largest == 0 || largest >= quorum {
+        // Too few answered for any quorum: unavailability, which attempting again after a
+        // split's short delays cannot help.
+        if largest == 0 || largest >= quorum || votes.len() - unknown < quorum {
             Self::No
         } else if largest + unknown < quorum {
             Self::Certain
@@ -287,6 +289,10 @@ mod tests {
         // Nobody refused (only failures): not a split, unavailability.
         let votes = [YES, YES, down(), down(), down()];
         assert_eq!(Split::of(&votes, &[None; 5], q), Split::No);
+        // Two contenders on the two nodes that answered: too few answered for any quorum.
+        let votes = [YES, NO, down(), down(), down()];
+        let few = [None, Some("a"), None, None, None];
+        assert_eq!(Split::of(&votes, &few, q), Split::No);
         // Mode holders (one `?` per node) count as one holder.
         let votes = [YES, NO, NO, NO, NO];
         let modes = [None, Some("?"), Some("?"), Some("?"), Some("?")];
