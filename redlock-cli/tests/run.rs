@@ -361,7 +361,7 @@ async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
         Some(&nodes),
         &run_args(
             "tick",
-            &["--ttl", "10s", "--lock-at-least-for", "2s"],
+            &["--ttl", "10s", "--grace", "1s", "--lock-at-least-for", "2s"],
             "true",
         ),
     ))
@@ -394,10 +394,18 @@ async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
         Some(&nodes),
         &run_args(
             "tick",
-            &["--ttl", "1s", "--lock-at-least-for", "2s"],
+            &[
+                "--ttl",
+                "1s",
+                "--grace",
+                "100ms",
+                "--lock-at-least-for",
+                "2s",
+            ],
             "true",
         ),
     ))
     .await
-    .expect(64);
+    .expect(64)
+    .says("lock_at_least_for");
 }
