@@ -598,15 +598,25 @@ const READS_TO_CONVICT: usize = 5;
 
 /// One live guard and how it was taken.
 struct Live {
+    /// Unique in the run.
+    id: u64,
     guard: LockGuard,
     /// The handle it was taken through.
     handle: usize,
     /// Taken with `reentrant(true)`.
     reentrant: bool,
+    /// For a guard that re-entered the scope of another: that guard's id. It holds that
+    /// guard's turn until it goes, so every other re-entry of that guard's scopes waits.
+    turn_of: Option<u64>,
     label: String,
 }
 
 impl Live {
+    /// The live guard holding `id`'s turn (a re-entry of its scope that outlived the scope).
+    fn turn_holder(live: &[Live], id: u64) -> Option<&Live> {
+        live.iter().find(|l| l.turn_of == Some(id))
+    }
+
     /// Its claim now, if it claims validity (valid, and its lost signal has not fired).
     fn claim(&self, now: Instant) -> Option<Claim> {
         let valid_until = self.guard.valid_until();
@@ -640,6 +650,8 @@ struct Stats {
     released_late: u64,
     dropped: u64,
     reentered: u64,
+    /// Re-entries refused as busy because an earlier re-entry of the scope holds its turn.
+    turn_busy: u64,
     siblings_both: u64,
     /// Claims checked after the steps (each against both checks).
     claims_checked: u64,
@@ -655,6 +667,7 @@ struct Run {
     history: Vec<String>,
     stats: Stats,
     next_id: u64,
+    next_live: u64,
 }
 
 impl Run {
@@ -675,6 +688,11 @@ impl Run {
             steps = self.steps,
             history = self.history[from..].join("\n  "),
         );
+    }
+
+    fn live_id(&mut self) -> u64 {
+        self.next_live += 1;
+        self.next_live
     }
 
     fn label(&mut self, handle: usize, resource: &str, options: &LockOptions) -> String {
@@ -877,6 +895,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         history: Vec::new(),
         stats: Stats::default(),
         next_id: 0,
+        next_live: 0,
     };
     let mut live: Vec<Live> = Vec::new();
 
@@ -968,9 +987,11 @@ async fn lock(
             ));
         }
         live.push(Live {
+            id: run.live_id(),
             guard,
             handle,
             reentrant: options.get_reentrant(),
+            turn_of: None,
             label,
         });
     }
@@ -1116,7 +1137,10 @@ async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
 }
 
 /// Re-enters a random live guard from its scope (or, now and then, through another handle,
-/// which must not re-enter), once or twice nested.
+/// which must not re-enter), once or twice nested. A re-entry holds the turn of the guard whose
+/// scope it entered until it goes, and these outlive their scope (they join the live guards):
+/// while one does, another re-entry of that guard's scopes, asking for a single attempt, is
+/// refused as busy at once.
 async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
     let index = rng.random_range(0..live.len());
     let outer = &live[index];
@@ -1137,9 +1161,11 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let holds = outer.guard.hold_count();
     let trusted = !outer.guard.lost().is_lost();
     let expect_reentry = via == outer.handle && outer.reentrant;
-    let (resource, outer_token) = (
+    let turn_held = Live::turn_holder(live, outer.id).map(|l| l.label.clone());
+    let (resource, outer_token, outer_id) = (
         outer.guard.resource().to_owned(),
         outer.guard.token().expose().to_owned(),
+        outer.id,
     );
     let redlock = &handles[via];
     let (first, second) = within(
@@ -1168,15 +1194,31 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
         Err(e) => e.to_string(),
     };
     run.note(format!(
-        "nest {base} in the scope of {outer_label}{}: {}{}",
+        "nest {base} in the scope of {outer_label}{}{}: {}{}",
         if deeper { ", twice" } else { "" },
+        turn_held
+            .as_ref()
+            .map(|holder| format!(" (turn held by {holder})"))
+            .unwrap_or_default(),
         describe(&first),
         second
             .as_ref()
             .map(|s| format!(", then {}", describe(s)))
             .unwrap_or_default(),
     ));
+    if expect_reentry && let Some(holder) = &turn_held {
+        run.stats.turn_busy += 1;
+        if !matches!(&first, Err(e) if e.is_busy()) {
+            run.fail(&format!(
+                "{base}, a single attempt in the scope of reentrant {outer_label} whose turn \
+                 {holder} holds, was not refused as busy: {}",
+                describe(&first)
+            ));
+        }
+    }
     let mut added = 0;
+    // The guard whose scope the next re-entry entered: the outer one, then the first inner.
+    let (mut parent_id, mut parent_token) = (outer_id, outer_token.clone());
     for (depth, result) in std::iter::once(first).chain(second).enumerate() {
         let label = format!("{base}#{}", depth + 1);
         match result {
@@ -1204,14 +1246,28 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
                 } else {
                     run.stats.locked += 1;
                 }
+                let id = run.live_id();
+                let token = guard.token().expose().to_owned();
+                let turn_of = (token == parent_token).then_some(parent_id);
+                (parent_id, parent_token) = (id, token);
                 live.push(Live {
+                    id,
                     guard,
                     handle: via,
                     reentrant: true,
+                    turn_of,
                     label,
                 });
             }
+            Err(error) if expect_reentry && depth == 0 && turn_held.is_some() => {
+                let _none = acquired(run, Err(error), &label);
+            }
             Err(LockError::Lost { .. }) if expect_reentry && !still_trusted => {}
+            // A ttl longer than the validity left is an extension round, which too few nodes
+            // may answer in time under load.
+            Err(error @ LockError::Unavailable { .. }) if expect_reentry => {
+                let _none = acquired(run, Err(error), &label);
+            }
             Err(error) if expect_reentry && depth == 0 && trusted && still_trusted => {
                 run.fail(&format!(
                     "{label}, in the scope of trusted reentrant {outer_label}, failed: {error}"
@@ -1276,9 +1332,11 @@ async fn siblings(
         let label = format!("{base}/{}", i + 1);
         if let Some(guard) = acquired(run, result, &label) {
             live.push(Live {
+                id: run.live_id(),
                 guard,
                 handle,
                 reentrant: true,
+                turn_of: None,
                 label,
             });
         }
