@@ -26,7 +26,7 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockError, LockGuard, LockOptions, LostReason, Mode, Redlock};
+use redlock_core::{LockError, LockGuard, LockInfo, LockOptions, LostReason, Mode, Redlock};
 use redlock_tests::{RedisNodes, plain_client, redlock, redlock_with, within};
 
 fn ms(n: u64) -> Duration {
@@ -201,6 +201,105 @@ fn check_exclusion(claims: &[Claim], now: Instant) -> Result<(), String> {
     Ok(())
 }
 
+/// What one public view of a lock (a [`LockGuard`] or a [`LockInfo`]) answered, read after the
+/// test saw the lock end.
+#[derive(Debug, Clone)]
+struct Reading {
+    /// Whose view, and which, for the messages.
+    who: String,
+    /// How the test saw it end: released, dropped, shut down, refused, lost.
+    how: &'static str,
+    /// An instant at or after the end: taken once the release, the drop, the shutdown or the
+    /// refused extension returned, or once the lost signal was seen fired; before the read.
+    ended_by: Instant,
+    /// `lost().is_lost()`.
+    lost: bool,
+    is_valid: bool,
+    remaining: Duration,
+    valid_until: Instant,
+}
+
+impl Reading {
+    fn of_info(info: &LockInfo, who: &str, how: &'static str, ended_by: Instant) -> Self {
+        Self {
+            who: format!("{who} (a LockInfo)"),
+            how,
+            ended_by,
+            lost: info.lost().is_lost(),
+            is_valid: info.is_valid(),
+            remaining: info.remaining_validity(),
+            valid_until: info.valid_until(),
+        }
+    }
+
+    fn of_guard(guard: &LockGuard, who: &str, how: &'static str, ended_by: Instant) -> Self {
+        Self {
+            who: format!("{who} (its LockGuard)"),
+            how,
+            ended_by,
+            lost: guard.lost().is_lost(),
+            is_valid: guard.is_valid(),
+            remaining: guard.remaining_validity(),
+            valid_until: guard.valid_until(),
+        }
+    }
+}
+
+/// Check 3: a view of a lock the test saw end (released by its guard or by a shutdown, its
+/// last guard dropped, an extension refused by a majority, its lost signal fired) claims
+/// nothing: its lost signal has fired, it is not valid, no validity is left, and it is valid
+/// until no later than the instant the lock was seen ended. Every field is exact (no clock
+/// allowance): the library records the end when it sees it, before the test's `ended_by`.
+fn check_ended(reading: &Reading) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    if !reading.lost {
+        wrong.push("its lost signal has not fired".to_owned());
+    }
+    if reading.is_valid {
+        wrong.push("is_valid() is true".to_owned());
+    }
+    if !reading.remaining.is_zero() {
+        wrong.push(format!("remaining_validity() is {:?}", reading.remaining));
+    }
+    if reading.valid_until > reading.ended_by {
+        wrong.push(format!(
+            "valid_until() is {:?} after the lock was seen {}",
+            reading.valid_until.duration_since(reading.ended_by),
+            reading.how
+        ));
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}, read after its lock was {}, still claims it: {}",
+        reading.who,
+        reading.how,
+        wrong.join("; ")
+    ))
+}
+
+/// Check 4: a lock whose release a quorum confirmed (`release_all`, a shutdown) is gone from a
+/// quorum: its token is on fewer than [`QUORUM`] of `views`. (A node that answered a release
+/// no longer holds the token, and nothing re-creates it; the nodes that had not answered yet
+/// are fewer than a quorum.)
+fn check_gone(claim: &Claim, views: &[NodeView]) -> Result<(), String> {
+    let lives: Vec<u64> = views.iter().map(|v| life_on(v, claim)).collect();
+    let holding = lives.iter().filter(|&&life| life > 0).count();
+    if holding < QUORUM {
+        return Ok(());
+    }
+    Err(format!(
+        "{} ({} {}, token {}) was released with a quorum's confirmation, yet {holding} of \
+         {NODES} nodes still hold it (per node, ms: {})",
+        claim.who,
+        claim.resource,
+        claim.mode.map_or("plain", Mode::as_str),
+        short(&claim.token),
+        describe_lives(&lives),
+    ))
+}
+
 fn short(token: &str) -> &str {
     token.get(..8).unwrap_or(token)
 }
@@ -364,6 +463,91 @@ mod oracle {
         assert!(check_validity(&c, &views, t0).is_err());
         let views = [0; 5].map(|_| modes(&[(TOKEN, "EX", 5000)], 5000));
         assert!(check_validity(&claim("r", TOKEN, None, t0, 700), &views, t0).is_err());
+    }
+
+    /// A reading of a lock ended at `ended_by` that claims nothing.
+    fn ended(ended_by: Instant) -> Reading {
+        Reading {
+            who: "g1".to_owned(),
+            how: "released",
+            ended_by,
+            lost: true,
+            is_valid: false,
+            remaining: Duration::ZERO,
+            valid_until: ended_by,
+        }
+    }
+
+    #[test]
+    fn a_view_of_an_ended_lock_that_claims_nothing_is_accepted() {
+        let at = Instant::now();
+        check_ended(&ended(at)).unwrap();
+        // Valid until well before the end (it expired, then was released).
+        let mut earlier = ended(at + ms(500));
+        earlier.valid_until = at;
+        check_ended(&earlier).unwrap();
+    }
+
+    #[test]
+    fn a_view_of_an_ended_lock_that_claims_validity_is_rejected() {
+        let at = Instant::now();
+        let mut valid = ended(at);
+        valid.is_valid = true;
+        let error = check_ended(&valid).unwrap_err();
+        assert!(error.contains("is_valid() is true"), "{error}");
+        let mut time_left = ended(at);
+        time_left.remaining = ms(29_696);
+        let error = check_ended(&time_left).unwrap_err();
+        assert!(error.contains("remaining_validity() is 29.696s"), "{error}");
+        // Valid until after the instant it was seen ended, by even a millisecond.
+        let mut later = ended(at);
+        later.valid_until = at + ms(1);
+        let error = check_ended(&later).unwrap_err();
+        assert!(error.contains("valid_until() is 1ms after"), "{error}");
+        // Its lost signal never fired.
+        let mut silent = ended(at);
+        silent.lost = false;
+        let error = check_ended(&silent).unwrap_err();
+        assert!(error.contains("lost signal has not fired"), "{error}");
+        // All at once, as a view answering from the validity deadline alone would.
+        let stale = Reading {
+            lost: false,
+            is_valid: true,
+            remaining: ms(1965),
+            valid_until: at + ms(1965),
+            ..ended(at)
+        };
+        let error = check_ended(&stale).unwrap_err();
+        assert_eq!(error.matches("; ").count(), 3, "{error}");
+    }
+
+    #[test]
+    fn a_released_token_on_a_quorum_is_rejected_and_on_fewer_accepted() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 500);
+        let views = [
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            absent(),
+            absent(),
+        ];
+        let error = check_gone(&c, &views).unwrap_err();
+        assert!(error.contains("3 of 5 nodes still hold it"), "{error}");
+        // Two late nodes, another holder, an expired mode entry: gone from a quorum.
+        let views = [
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(OTHER, 400),
+            absent(),
+            modes(&[(TOKEN, "EX", -5)], 3000),
+        ];
+        check_gone(&c, &views).unwrap();
+        let ex = claim("r", TOKEN, Some(Mode::Exclusive), t0, 500);
+        let held = modes(&[(TOKEN, "EX", 800)], 3000);
+        assert!(check_gone(&ex, &[0; 5].map(|_| held.clone())).is_err());
+        let others = modes(&[(OTHER, "EX", 800)], 3000);
+        check_gone(&ex, &[0; 5].map(|_| others.clone())).unwrap();
     }
 
     #[test]
@@ -609,9 +793,44 @@ struct Live {
     /// guard's turn until it goes, so every other re-entry of that guard's scopes waits.
     turn_of: Option<u64>,
     label: String,
+    /// A view taken when it was acquired, kept as work keeps one, and checked after it ends.
+    info: LockInfo,
 }
 
+/// A view of a lock kept after the test saw the lock end, checked after every step (the
+/// latest [`MAX_ENDED`]).
+struct Ended {
+    info: LockInfo,
+    label: String,
+    how: &'static str,
+    /// Taken once the end was seen (see [`Reading::ended_by`]).
+    ended_by: Instant,
+}
+
+/// How many views of ended locks are kept and checked.
+const MAX_ENDED: usize = 32;
+
 impl Live {
+    fn new(
+        id: u64,
+        guard: LockGuard,
+        handle: usize,
+        reentrant: bool,
+        turn_of: Option<u64>,
+        label: String,
+    ) -> Self {
+        let info = guard.info();
+        Self {
+            id,
+            guard,
+            handle,
+            reentrant,
+            turn_of,
+            label,
+            info,
+        }
+    }
+
     /// The live guard holding `id`'s turn (a re-entry of its scope that outlived the scope).
     fn turn_holder(live: &[Live], id: u64) -> Option<&Live> {
         live.iter().find(|l| l.turn_of == Some(id))
@@ -649,6 +868,11 @@ struct Stats {
     released: u64,
     released_late: u64,
     dropped: u64,
+    /// Views of ended locks kept (released, dropped, refused, shut down), and readings of
+    /// kept views checked; readings of live guards whose lost signal fired.
+    ended_views: u64,
+    ended_views_checked: u64,
+    lost_views_checked: u64,
     reentered: u64,
     /// Re-entries refused as busy because an earlier re-entry of the scope holds its turn.
     turn_busy: u64,
@@ -668,6 +892,7 @@ struct Run {
     stats: Stats,
     next_id: u64,
     next_live: u64,
+    ended: Vec<Ended>,
 }
 
 impl Run {
@@ -688,6 +913,61 @@ impl Run {
             steps = self.steps,
             history = self.history[from..].join("\n  "),
         );
+    }
+
+    /// Keeps `info`, a view of a lock seen ended, to check after every step.
+    fn ended(&mut self, info: LockInfo, label: &str, how: &'static str, ended_by: Instant) {
+        if self.ended.len() == MAX_ENDED {
+            self.ended.remove(0);
+        }
+        self.stats.ended_views += 1;
+        self.ended.push(Ended {
+            info,
+            label: label.to_owned(),
+            how,
+            ended_by,
+        });
+    }
+
+    /// Drops a live guard; if it was its lock's last, keeps a view of the lock to check.
+    fn drop_live(&mut self, gone: Live, why: &str) {
+        self.note(format!("drop {}{why}", gone.label));
+        self.stats.dropped += 1;
+        let last = gone.guard.hold_count() == 1;
+        let (info, label) = (gone.info.clone(), gone.label.clone());
+        drop(gone);
+        if last {
+            self.ended(info, &label, "dropped", Instant::now());
+        }
+    }
+
+    /// Check 3 on every kept view of an ended lock, and on both views of every live guard
+    /// whose lost signal has fired (read first: once fired it stays fired).
+    fn check_views(&mut self, live: &[Live]) {
+        for ended in &self.ended {
+            let reading = Reading::of_info(&ended.info, &ended.label, ended.how, ended.ended_by);
+            if let Err(message) = check_ended(&reading) {
+                self.fail(&message);
+            }
+        }
+        let mut lost = 0;
+        for held in live {
+            if !held.guard.lost().is_lost() {
+                continue;
+            }
+            let seen = Instant::now();
+            lost += 1;
+            for reading in [
+                Reading::of_guard(&held.guard, &held.label, "lost", seen),
+                Reading::of_info(&held.info, &held.label, "lost", seen),
+            ] {
+                if let Err(message) = check_ended(&reading) {
+                    self.fail(&message);
+                }
+            }
+        }
+        self.stats.lost_views_checked += lost;
+        self.stats.ended_views_checked += self.ended.len() as u64;
     }
 
     fn live_id(&mut self) -> u64 {
@@ -718,6 +998,7 @@ impl Run {
 
     /// Both checks, against the guards in `live` and what the nodes hold now.
     async fn check(&mut self, live: &[Live], observer: &Observer) {
+        self.check_views(live);
         let mut last = Vec::new();
         for read in 1..=READS_TO_CONVICT {
             // The claims first, then the nodes (see `check_validity`).
@@ -896,6 +1177,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         stats: Stats::default(),
         next_id: 0,
         next_live: 0,
+        ended: Vec::new(),
     };
     let mut live: Vec<Live> = Vec::new();
 
@@ -903,9 +1185,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         run.step = step;
         if live.len() > MAX_LIVE {
             let gone = live.swap_remove(rng.random_range(0..live.len()));
-            run.note(format!("drop {} (too many live)", gone.label));
-            run.stats.dropped += 1;
-            drop(gone);
+            run.drop_live(gone, " (too many live)");
         }
         let roll = rng.random_range(0..100);
         let roll = if live.is_empty() && (30..77).contains(&roll) {
@@ -919,9 +1199,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             45..53 => release(&mut run, &mut rng, &mut live).await,
             53..60 => {
                 let gone = live.swap_remove(rng.random_range(0..live.len()));
-                run.note(format!("drop {}", gone.label));
-                run.stats.dropped += 1;
-                drop(gone);
+                run.drop_live(gone, "");
             }
             60..70 => nest(&mut run, &mut rng, &handles, &mut live).await,
             70..77 => siblings(&mut run, &mut rng, &handles, &resources, &mut live).await,
@@ -986,14 +1264,15 @@ async fn lock(
                 guard.hold_count()
             ));
         }
-        live.push(Live {
-            id: run.live_id(),
+        let reentrant = options.get_reentrant();
+        live.push(Live::new(
+            run.live_id(),
             guard,
             handle,
-            reentrant: options.get_reentrant(),
-            turn_of: None,
+            reentrant,
+            None,
             label,
-        });
+        ));
     }
 }
 
@@ -1095,7 +1374,12 @@ async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
     let was_lost = lost.is_lost();
     let shared = held.guard.hold_count() > 1;
     let label = held.label.clone();
+    let info = held.info.clone();
     let result = within("release", held.guard.release()).await;
+    if !shared {
+        // Its lock's last guard: whatever the nodes answered, the lock is released.
+        run.ended(info, &label, "released", Instant::now());
+    }
     run.note(format!("release {label}: {result:?}"));
     match result {
         Ok(released) => {
@@ -1250,14 +1534,7 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
                 let token = guard.token().expose().to_owned();
                 let turn_of = (token == parent_token).then_some(parent_id);
                 (parent_id, parent_token) = (id, token);
-                live.push(Live {
-                    id,
-                    guard,
-                    handle: via,
-                    reentrant: true,
-                    turn_of,
-                    label,
-                });
+                live.push(Live::new(id, guard, via, true, turn_of, label));
             }
             Err(error) if expect_reentry && depth == 0 && turn_held.is_some() => {
                 let _none = acquired(run, Err(error), &label);
@@ -1331,14 +1608,7 @@ async fn siblings(
     for (i, result) in [a, b].into_iter().enumerate() {
         let label = format!("{base}/{}", i + 1);
         if let Some(guard) = acquired(run, result, &label) {
-            live.push(Live {
-                id: run.live_id(),
-                guard,
-                handle,
-                reentrant: true,
-                turn_of: None,
-                label,
-            });
+            live.push(Live::new(run.live_id(), guard, handle, true, None, label));
         }
     }
 }
