@@ -983,6 +983,7 @@ struct Stats {
     /// Plain locks taken by the lock step (the others are in modes).
     locked_plain: u64,
     busy: u64,
+    split: u64,
     unavailable: u64,
     extended: u64,
     /// Extensions shorter than the time left (the validity stays), of plain and mode locks.
@@ -1270,7 +1271,7 @@ fn random_options(rng: &mut StdRng) -> LockOptions {
 }
 
 /// The outcome of an acquisition, for the history; `None` for an error the contract allows
-/// (busy, unavailable under load, too slow to be valid).
+/// (busy, a split vote, unavailable under load, too slow to be valid).
 fn acquired(run: &mut Run, result: Result<LockGuard, LockError>, what: &str) -> Option<LockGuard> {
     match result {
         Ok(guard) => {
@@ -1279,6 +1280,13 @@ fn acquired(run: &mut Run, result: Result<LockGuard, LockError>, what: &str) -> 
         }
         Err(error) if error.is_busy() => {
             run.stats.busy += 1;
+            None
+        }
+        // Nobody had a quorum, contenders split the nodes (a lock lost by a refused extension
+        // leaves its hold on the nodes that were not asked to drop it until it expires).
+        Err(error @ LockError::SplitVote { .. }) => {
+            run.stats.split += 1;
+            run.note(format!("{what}: {error}"));
             None
         }
         Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. })) => {
