@@ -2184,7 +2184,7 @@ async fn joined(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &[Li
     }
 }
 
-/// Shuts one handle down with a random timeout (zero, a nanosecond, a few ms, `Duration::MAX`):
+/// Shuts one handle down with a timeout (`Duration::MAX`, zero, a nanosecond, a few ms, in turn):
 /// it returns, reports every lock the handle held, every view of them then says released, a
 /// quorum no longer holds the ones it confirmed, and the handle refuses new locks. The handle is
 /// then rebuilt (its guards go: they are inert).
@@ -2196,9 +2196,10 @@ async fn shutdown(
     live: &mut Vec<Live>,
 ) {
     let h = rng.random_range(0..handles.len());
-    let timeout = match rng.random_range(0..5) {
-        0 => Duration::ZERO,
-        1 => Duration::MAX,
+    // In turn, so that every run (about 8 shutdowns) has the extremes.
+    let timeout = match run.stats.shutdowns % 4 {
+        0 => Duration::MAX,
+        1 => Duration::ZERO,
         2 => Duration::from_nanos(1),
         _ => ms(rng.random_range(1..300)),
     };
