@@ -2,16 +2,30 @@
 //! processes and three handles.
 //!
 //! Random sequences of what users do — lock (plain or in a mode, waiting or not, auto-extended,
-//! reentrant), extend (shorter and longer than the time left), release, drop, re-enter from a
-//! guard's scope, race two sibling futures of one task, sleep until ttls run out — on three
-//! resources, so that they collide. After every step, two checks against what the nodes really
-//! hold, each a pure function over plain data with its own unit tests (inputs they must reject
-//! and inputs they must accept):
+//! fenced, reentrant), extend (shorter and longer than the time left), release, drop, re-enter
+//! from a guard's scope (asking for a longer ttl, fencing, auto-extension or a minimum hold
+//! too), join two scopes of one guard that both re-enter, race two sibling futures of one task,
+//! delete a held lock's hold on a quorum and extend it (refused), shut a handle down with any
+//! timeout (`Duration::ZERO` to `Duration::MAX`) and rebuild it, sleep until ttls run out — on
+//! three resources, so that they collide. After every step, checks against what the nodes
+//! really hold and what the test saw, each a pure function over plain data with its own unit
+//! tests (inputs they must reject and inputs they must accept):
 //!
 //! 1. [`check_validity`]: no guard that still claims validity claims it (or a lost deadline)
 //!    later than its key lives on a quorum of the nodes;
 //! 2. [`check_exclusion`]: no two guards with different tokens claim one resource at the same
-//!    time in incompatible modes (a plain lock is incompatible with everything).
+//!    time in incompatible modes (a plain lock is incompatible with everything);
+//! 3. [`check_ended`]: no view of a lock the test saw end — a `LockInfo` kept after its guard
+//!    was released or dropped, the guard and its `LockInfo` after a refused extension, a
+//!    shutdown, or once its lost signal fired — claims validity: not valid, nothing left, valid
+//!    until no later than the instant it was seen ended;
+//! 4. [`check_gone`] (after a shutdown): a lock whose release a quorum confirmed is on fewer
+//!    than a quorum of the nodes.
+//!
+//! The operations check their own outcomes too: a refused extension is refused, a re-entry
+//! asking for what its lock lacks is refused naming it and leaves no hold, one asking for a
+//! longer ttl is valid for it, joined scopes re-enter one at a time, and a re-entry whose
+//! guard's turn a live re-entry holds is refused as busy.
 //!
 //! `CONTRACT_SEED` (u64) replays a run's sequence of operations (the outcomes depend on timing,
 //! so a replay is the same program, not the same interleaving); `CONTRACT_STEPS` sizes it.
@@ -19,6 +33,7 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
@@ -26,7 +41,9 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockError, LockGuard, LockOptions, LostReason, Mode, Redlock};
+use redlock_core::{
+    InvalidInput, LockError, LockGuard, LockInfo, LockOptions, LostReason, Mode, Redlock,
+};
 use redlock_tests::{RedisNodes, plain_client, redlock, redlock_with, within};
 
 fn ms(n: u64) -> Duration {
@@ -201,6 +218,105 @@ fn check_exclusion(claims: &[Claim], now: Instant) -> Result<(), String> {
     Ok(())
 }
 
+/// What one public view of a lock (a [`LockGuard`] or a [`LockInfo`]) answered, read after the
+/// test saw the lock end.
+#[derive(Debug, Clone)]
+struct Reading {
+    /// Whose view, and which, for the messages.
+    who: String,
+    /// How the test saw it end: released, dropped, shut down, refused, lost.
+    how: &'static str,
+    /// An instant at or after the end: taken once the release, the drop, the shutdown or the
+    /// refused extension returned, or once the lost signal was seen fired; before the read.
+    ended_by: Instant,
+    /// `lost().is_lost()`.
+    lost: bool,
+    is_valid: bool,
+    remaining: Duration,
+    valid_until: Instant,
+}
+
+impl Reading {
+    fn of_info(info: &LockInfo, who: &str, how: &'static str, ended_by: Instant) -> Self {
+        Self {
+            who: format!("{who} (a LockInfo)"),
+            how,
+            ended_by,
+            lost: info.lost().is_lost(),
+            is_valid: info.is_valid(),
+            remaining: info.remaining_validity(),
+            valid_until: info.valid_until(),
+        }
+    }
+
+    fn of_guard(guard: &LockGuard, who: &str, how: &'static str, ended_by: Instant) -> Self {
+        Self {
+            who: format!("{who} (its LockGuard)"),
+            how,
+            ended_by,
+            lost: guard.lost().is_lost(),
+            is_valid: guard.is_valid(),
+            remaining: guard.remaining_validity(),
+            valid_until: guard.valid_until(),
+        }
+    }
+}
+
+/// Check 3: a view of a lock the test saw end (released by its guard or by a shutdown, its
+/// last guard dropped, an extension refused by a majority, its lost signal fired) claims
+/// nothing: its lost signal has fired, it is not valid, no validity is left, and it is valid
+/// until no later than the instant the lock was seen ended. Every field is exact (no clock
+/// allowance): the library records the end when it sees it, before the test's `ended_by`.
+fn check_ended(reading: &Reading) -> Result<(), String> {
+    let mut wrong = Vec::new();
+    if !reading.lost {
+        wrong.push("its lost signal has not fired".to_owned());
+    }
+    if reading.is_valid {
+        wrong.push("is_valid() is true".to_owned());
+    }
+    if !reading.remaining.is_zero() {
+        wrong.push(format!("remaining_validity() is {:?}", reading.remaining));
+    }
+    if reading.valid_until > reading.ended_by {
+        wrong.push(format!(
+            "valid_until() is {:?} after the lock was seen {}",
+            reading.valid_until.duration_since(reading.ended_by),
+            reading.how
+        ));
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}, read after its lock was {}, still claims it: {}",
+        reading.who,
+        reading.how,
+        wrong.join("; ")
+    ))
+}
+
+/// Check 4: a lock whose release a quorum confirmed (`release_all`, a shutdown) is gone from a
+/// quorum: its token is on fewer than [`QUORUM`] of `views`. (A node that answered a release
+/// no longer holds the token, and nothing re-creates it; the nodes that had not answered yet
+/// are fewer than a quorum.)
+fn check_gone(claim: &Claim, views: &[NodeView]) -> Result<(), String> {
+    let lives: Vec<u64> = views.iter().map(|v| life_on(v, claim)).collect();
+    let holding = lives.iter().filter(|&&life| life > 0).count();
+    if holding < QUORUM {
+        return Ok(());
+    }
+    Err(format!(
+        "{} ({} {}, token {}) was released with a quorum's confirmation, yet {holding} of \
+         {NODES} nodes still hold it (per node, ms: {})",
+        claim.who,
+        claim.resource,
+        claim.mode.map_or("plain", Mode::as_str),
+        short(&claim.token),
+        describe_lives(&lives),
+    ))
+}
+
 fn short(token: &str) -> &str {
     token.get(..8).unwrap_or(token)
 }
@@ -366,6 +482,91 @@ mod oracle {
         assert!(check_validity(&claim("r", TOKEN, None, t0, 700), &views, t0).is_err());
     }
 
+    /// A reading of a lock ended at `ended_by` that claims nothing.
+    fn ended(ended_by: Instant) -> Reading {
+        Reading {
+            who: "g1".to_owned(),
+            how: "released",
+            ended_by,
+            lost: true,
+            is_valid: false,
+            remaining: Duration::ZERO,
+            valid_until: ended_by,
+        }
+    }
+
+    #[test]
+    fn a_view_of_an_ended_lock_that_claims_nothing_is_accepted() {
+        let at = Instant::now();
+        check_ended(&ended(at)).unwrap();
+        // Valid until well before the end (it expired, then was released).
+        let mut earlier = ended(at + ms(500));
+        earlier.valid_until = at;
+        check_ended(&earlier).unwrap();
+    }
+
+    #[test]
+    fn a_view_of_an_ended_lock_that_claims_validity_is_rejected() {
+        let at = Instant::now();
+        let mut valid = ended(at);
+        valid.is_valid = true;
+        let error = check_ended(&valid).unwrap_err();
+        assert!(error.contains("is_valid() is true"), "{error}");
+        let mut time_left = ended(at);
+        time_left.remaining = ms(29_696);
+        let error = check_ended(&time_left).unwrap_err();
+        assert!(error.contains("remaining_validity() is 29.696s"), "{error}");
+        // Valid until after the instant it was seen ended, by even a millisecond.
+        let mut later = ended(at);
+        later.valid_until = at + ms(1);
+        let error = check_ended(&later).unwrap_err();
+        assert!(error.contains("valid_until() is 1ms after"), "{error}");
+        // Its lost signal never fired.
+        let mut silent = ended(at);
+        silent.lost = false;
+        let error = check_ended(&silent).unwrap_err();
+        assert!(error.contains("lost signal has not fired"), "{error}");
+        // All at once, as a view answering from the validity deadline alone would.
+        let stale = Reading {
+            lost: false,
+            is_valid: true,
+            remaining: ms(1965),
+            valid_until: at + ms(1965),
+            ..ended(at)
+        };
+        let error = check_ended(&stale).unwrap_err();
+        assert_eq!(error.matches("; ").count(), 3, "{error}");
+    }
+
+    #[test]
+    fn a_released_token_on_a_quorum_is_rejected_and_on_fewer_accepted() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 500);
+        let views = [
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            absent(),
+            absent(),
+        ];
+        let error = check_gone(&c, &views).unwrap_err();
+        assert!(error.contains("3 of 5 nodes still hold it"), "{error}");
+        // Two late nodes, another holder, an expired mode entry: gone from a quorum.
+        let views = [
+            plain(TOKEN, 400),
+            plain(TOKEN, 400),
+            plain(OTHER, 400),
+            absent(),
+            modes(&[(TOKEN, "EX", -5)], 3000),
+        ];
+        check_gone(&c, &views).unwrap();
+        let ex = claim("r", TOKEN, Some(Mode::Exclusive), t0, 500);
+        let held = modes(&[(TOKEN, "EX", 800)], 3000);
+        assert!(check_gone(&ex, &[0; 5].map(|_| held.clone())).is_err());
+        let others = modes(&[(OTHER, "EX", 800)], 3000);
+        check_gone(&ex, &[0; 5].map(|_| others.clone())).unwrap();
+    }
+
     #[test]
     fn two_exclusive_claims_at_once_are_rejected() {
         let now = Instant::now();
@@ -472,6 +673,16 @@ for i = 1, #KEYS do
 end
 return out"#;
 
+/// Deletes token `ARGV[1]`'s hold of `KEYS[1]`, and nobody else's: the plain key if it holds
+/// the token, or the token's entry in a mode hash. Returns 1 if there was one.
+const WIPE: &str = r#"local kind = redis.call("type", KEYS[1]).ok
+if kind == "string" then
+  if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end
+elseif kind == "hash" then
+  return redis.call("hdel", KEYS[1], ARGV[1])
+end
+return 0"#;
+
 /// Plain clients to every node (cached), and the keys to read.
 struct Observer {
     clients: Vec<Client>,
@@ -495,6 +706,34 @@ impl Observer {
             clients.push(within("a plain client", plain_client(&url)).await);
         }
         Self { clients, keys }
+    }
+
+    /// Deletes `token`'s hold of `resource` on `nodes` ([`WIPE`]); how many had one.
+    async fn wipe(&self, nodes: &[usize], resource: &str, token: &str) -> usize {
+        let (_, key) = self
+            .keys
+            .iter()
+            .find(|(r, _)| r == resource)
+            .unwrap_or_else(|| panic!("no key for {resource}"));
+        let args = vec![
+            Value::from(WIPE),
+            Value::from(1),
+            Value::from(key.as_str()),
+            Value::from(token),
+        ];
+        let replies = within(
+            "deleting a lock's hold",
+            futures_util::future::join_all(nodes.iter().map(|&node| {
+                let cmd = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
+                self.clients[node].custom::<Value, Value>(cmd, args.clone())
+            })),
+        )
+        .await;
+        replies
+            .into_iter()
+            .map(|reply| reply.unwrap_or_else(|e| panic!("deleting a hold: {e}")))
+            .filter(|reply| reply.as_i64() == Some(1))
+            .count()
     }
 
     async fn observe(&self) -> Observation {
@@ -581,6 +820,72 @@ fn parse_observation(reply: Value, keys: usize) -> Result<Vec<NodeView>, String>
 // The randomized run.
 // ---------------------------------------------------------------------------------------------
 
+/// One step's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Lock,
+    Extend,
+    Release,
+    Drop,
+    Nest,
+    Siblings,
+    /// A held lock's hold deleted on a quorum, then an extension: refused ([`refuse`]).
+    Refuse,
+    /// A re-entry asking for more than the lock it re-enters has ([`ask_more`]).
+    AskMore,
+    /// Two scopes of one guard joined, each re-entering ([`joined`]).
+    Joined,
+    /// A handle shut down with any timeout, then rebuilt ([`shutdown`]).
+    Shutdown,
+    Sleep,
+}
+
+/// The mix of operations, in thousandths of the steps (they sum to 1000). The four added with
+/// the views' contract (refuse, ask more, joined, shutdown: 15.5%) took their share from the
+/// others in proportion, so the run keeps its pace and its collisions.
+///
+/// An operation is a variant of [`Op`], a row here and an arm in the run's `match`. Mode locks
+/// over pre-existing foreign hashes (the mode scripts' part of issue 27) fit as one more row: a
+/// resource of its own, outside the three the observer reads as ours (a foreign hash there is
+/// no holder's claim), its hash written through the observer's clients before the lock, and
+/// compared field by field after the lock is refused or released.
+const MIX: [(Op, u32); 11] = [
+    (Op::Lock, 255),
+    (Op::Extend, 127),
+    (Op::Release, 68),
+    (Op::Drop, 60),
+    (Op::Nest, 85),
+    (Op::Siblings, 60),
+    (Op::Refuse, 40),
+    (Op::AskMore, 60),
+    (Op::Joined, 40),
+    (Op::Shutdown, 15),
+    (Op::Sleep, 190),
+];
+
+impl Op {
+    fn pick(rng: &mut StdRng) -> Op {
+        let mut roll = rng.random_range(0..MIX.iter().map(|(_, share)| share).sum::<u32>());
+        for (op, share) in MIX {
+            if roll < share {
+                return op;
+            }
+            roll -= share;
+        }
+        unreachable!("the roll is below the sum of the shares")
+    }
+}
+
+/// Handle `index` of the run, new: handles 0 and 1 with the defaults, handle 2 with defaults
+/// that retry quickly (the options passed override them).
+async fn handle(nodes: &RedisNodes, index: usize) -> Redlock {
+    if index == 2 {
+        redlock_with(nodes, LockOptions::default().retry_delay(ms(20))).await
+    } else {
+        redlock(nodes).await
+    }
+}
+
 /// Default size: about 30–60 s on the 2-core machine under load (see the end-of-run print).
 const DEFAULT_STEPS: u64 = 550;
 
@@ -598,15 +903,63 @@ const READS_TO_CONVICT: usize = 5;
 
 /// One live guard and how it was taken.
 struct Live {
+    /// Unique in the run.
+    id: u64,
     guard: LockGuard,
     /// The handle it was taken through.
     handle: usize,
     /// Taken with `reentrant(true)`.
     reentrant: bool,
+    /// Its lock is auto-extended (taken with `auto_extend(true)`, or re-entered one that is).
+    auto: bool,
+    /// For a guard that re-entered the scope of another: that guard's id. It holds that
+    /// guard's turn until it goes, so every other re-entry of that guard's scopes waits.
+    turn_of: Option<u64>,
     label: String,
+    /// A view taken when it was acquired, kept as work keeps one, and checked after it ends.
+    info: LockInfo,
 }
 
+/// A view of a lock kept after the test saw the lock end, checked after every step (the
+/// latest [`MAX_ENDED`]).
+struct Ended {
+    info: LockInfo,
+    label: String,
+    how: &'static str,
+    /// Taken once the end was seen (see [`Reading::ended_by`]).
+    ended_by: Instant,
+}
+
+/// How many views of ended locks are kept and checked.
+const MAX_ENDED: usize = 32;
+
 impl Live {
+    fn new(
+        id: u64,
+        guard: LockGuard,
+        handle: usize,
+        (reentrant, auto): (bool, bool),
+        turn_of: Option<u64>,
+        label: String,
+    ) -> Self {
+        let info = guard.info();
+        Self {
+            id,
+            guard,
+            handle,
+            reentrant,
+            auto,
+            turn_of,
+            label,
+            info,
+        }
+    }
+
+    /// The live guard holding `id`'s turn (a re-entry of its scope that outlived the scope).
+    fn turn_holder(live: &[Live], id: u64) -> Option<&Live> {
+        live.iter().find(|l| l.turn_of == Some(id))
+    }
+
     /// Its claim now, if it claims validity (valid, and its lost signal has not fired).
     fn claim(&self, now: Instant) -> Option<Claim> {
         let valid_until = self.guard.valid_until();
@@ -630,6 +983,7 @@ struct Stats {
     /// Plain locks taken by the lock step (the others are in modes).
     locked_plain: u64,
     busy: u64,
+    split: u64,
     unavailable: u64,
     extended: u64,
     /// Extensions shorter than the time left (the validity stays), of plain and mode locks.
@@ -639,8 +993,28 @@ struct Stats {
     released: u64,
     released_late: u64,
     dropped: u64,
+    /// Views of ended locks kept (released, dropped, refused, shut down), and readings of
+    /// kept views checked; readings of live guards whose lost signal fired.
+    ended_views: u64,
+    ended_views_checked: u64,
+    lost_views_checked: u64,
     reentered: u64,
+    /// Re-entries refused as busy because an earlier re-entry of the scope holds its turn.
+    turn_busy: u64,
     siblings_both: u64,
+    /// Extensions a majority refused after the test deleted the lock's hold.
+    refused: u64,
+    /// Re-entries asking for more: refused with `ReentryAsksMore` (or `AtLeastWithMode`),
+    /// given (re-entered), given a longer ttl by an extension round.
+    asked_refused: u64,
+    asked_given: u64,
+    ttl_raised: u64,
+    /// Two joined scopes of one guard that both re-entered, one after the other.
+    joined_both: u64,
+    shutdowns: u64,
+    /// Of them, with `Duration::MAX` and with `Duration::ZERO`.
+    shutdowns_max: u64,
+    shutdowns_zero: u64,
     /// Claims checked after the steps (each against both checks).
     claims_checked: u64,
     rereads: u64,
@@ -655,6 +1029,8 @@ struct Run {
     history: Vec<String>,
     stats: Stats,
     next_id: u64,
+    next_live: u64,
+    ended: Vec<Ended>,
 }
 
 impl Run {
@@ -677,6 +1053,66 @@ impl Run {
         );
     }
 
+    /// Keeps `info`, a view of a lock seen ended, to check after every step.
+    fn ended(&mut self, info: LockInfo, label: &str, how: &'static str, ended_by: Instant) {
+        if self.ended.len() == MAX_ENDED {
+            self.ended.remove(0);
+        }
+        self.stats.ended_views += 1;
+        self.ended.push(Ended {
+            info,
+            label: label.to_owned(),
+            how,
+            ended_by,
+        });
+    }
+
+    /// Drops a live guard; if it was its lock's last, keeps a view of the lock to check.
+    fn drop_live(&mut self, gone: Live, why: &str) {
+        self.note(format!("drop {}{why}", gone.label));
+        self.stats.dropped += 1;
+        let last = gone.guard.hold_count() == 1;
+        let (info, label) = (gone.info.clone(), gone.label.clone());
+        drop(gone);
+        if last {
+            self.ended(info, &label, "dropped", Instant::now());
+        }
+    }
+
+    /// Check 3 on every kept view of an ended lock, and on both views of every live guard
+    /// whose lost signal has fired (read first: once fired it stays fired).
+    fn check_views(&mut self, live: &[Live]) {
+        for ended in &self.ended {
+            let reading = Reading::of_info(&ended.info, &ended.label, ended.how, ended.ended_by);
+            if let Err(message) = check_ended(&reading) {
+                self.fail(&message);
+            }
+        }
+        let mut lost = 0;
+        for held in live {
+            if !held.guard.lost().is_lost() {
+                continue;
+            }
+            let seen = Instant::now();
+            lost += 1;
+            for reading in [
+                Reading::of_guard(&held.guard, &held.label, "lost", seen),
+                Reading::of_info(&held.info, &held.label, "lost", seen),
+            ] {
+                if let Err(message) = check_ended(&reading) {
+                    self.fail(&message);
+                }
+            }
+        }
+        self.stats.lost_views_checked += lost;
+        self.stats.ended_views_checked += self.ended.len() as u64;
+    }
+
+    fn live_id(&mut self) -> u64 {
+        self.next_live += 1;
+        self.next_live
+    }
+
     fn label(&mut self, handle: usize, resource: &str, options: &LockOptions) -> String {
         self.next_id += 1;
         let mut label = format!(
@@ -691,6 +1127,9 @@ impl Run {
                 label.push_str(&format!(" max_hold {}ms", max.as_millis()));
             }
         }
+        if options.get_fencing() {
+            label.push_str(" fenced");
+        }
         if options.get_reentrant() {
             label.push_str(" re");
         }
@@ -700,6 +1139,7 @@ impl Run {
 
     /// Both checks, against the guards in `live` and what the nodes hold now.
     async fn check(&mut self, live: &[Live], observer: &Observer) {
+        self.check_views(live);
         let mut last = Vec::new();
         for read in 1..=READS_TO_CONVICT {
             // The claims first, then the nodes (see `check_validity`).
@@ -818,6 +1258,9 @@ fn random_options(rng: &mut StdRng) -> LockOptions {
     if rng.random_bool(0.5) {
         options = options.reentrant(true);
     }
+    if rng.random_bool(0.1) {
+        options = options.fencing(true);
+    }
     if rng.random_bool(0.25) {
         options = options.auto_extend(true);
         if rng.random_bool(0.5) {
@@ -828,7 +1271,7 @@ fn random_options(rng: &mut StdRng) -> LockOptions {
 }
 
 /// The outcome of an acquisition, for the history; `None` for an error the contract allows
-/// (busy, unavailable under load, too slow to be valid).
+/// (busy, a split vote, unavailable under load, too slow to be valid).
 fn acquired(run: &mut Run, result: Result<LockGuard, LockError>, what: &str) -> Option<LockGuard> {
     match result {
         Ok(guard) => {
@@ -837,6 +1280,13 @@ fn acquired(run: &mut Run, result: Result<LockGuard, LockError>, what: &str) -> 
         }
         Err(error) if error.is_busy() => {
             run.stats.busy += 1;
+            None
+        }
+        // Nobody had a quorum, contenders split the nodes (a lock lost by a refused extension
+        // leaves its hold on the nodes that were not asked to drop it until it expires).
+        Err(error @ LockError::SplitVote { .. }) => {
+            run.stats.split += 1;
+            run.note(format!("{what}: {error}"));
             None
         }
         Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. })) => {
@@ -857,12 +1307,10 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
     let started = Instant::now();
 
     let nodes = RedisNodes::start(NODES);
-    let handles: Vec<Redlock> = vec![
-        redlock(&nodes).await,
-        redlock(&nodes).await,
-        // A third client whose defaults retry quickly (the options passed override them).
-        redlock_with(&nodes, LockOptions::default().retry_delay(ms(20))).await,
-    ];
+    let mut handles: Vec<Redlock> = Vec::new();
+    for h in 0..3 {
+        handles.push(handle(&nodes, h).await);
+    }
     let resources: Vec<String> = (0..3).map(|i| format!("contract:{i}")).collect();
     let keys = resources
         .iter()
@@ -877,6 +1325,8 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         history: Vec::new(),
         stats: Stats::default(),
         next_id: 0,
+        next_live: 0,
+        ended: Vec::new(),
     };
     let mut live: Vec<Live> = Vec::new();
 
@@ -884,29 +1334,34 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         run.step = step;
         if live.len() > MAX_LIVE {
             let gone = live.swap_remove(rng.random_range(0..live.len()));
-            run.note(format!("drop {} (too many live)", gone.label));
-            run.stats.dropped += 1;
-            drop(gone);
+            run.drop_live(gone, " (too many live)");
         }
-        let roll = rng.random_range(0..100);
-        let roll = if live.is_empty() && (30..77).contains(&roll) {
-            0 // nothing to extend, release, drop or re-enter: lock instead
-        } else {
-            roll
-        };
-        match roll {
-            0..30 => lock(&mut run, &mut rng, &handles, &resources, &mut live).await,
-            30..45 => extend(&mut run, &mut rng, &mut live).await,
-            45..53 => release(&mut run, &mut rng, &mut live).await,
-            53..60 => {
-                let gone = live.swap_remove(rng.random_range(0..live.len()));
-                run.note(format!("drop {}", gone.label));
-                run.stats.dropped += 1;
-                drop(gone);
+        let op = match Op::pick(&mut rng) {
+            // Nothing to extend, release, drop or re-enter: lock instead.
+            Op::Extend | Op::Release | Op::Drop | Op::Nest | Op::Refuse if live.is_empty() => {
+                Op::Lock
             }
-            60..70 => nest(&mut run, &mut rng, &handles, &mut live).await,
-            70..77 => siblings(&mut run, &mut rng, &handles, &resources, &mut live).await,
-            _ => {
+            Op::AskMore | Op::Joined if !live.iter().any(|l| l.reentrant) => Op::Lock,
+            op => op,
+        };
+        match op {
+            Op::Lock => lock(&mut run, &mut rng, &handles, &resources, &mut live).await,
+            Op::Extend => extend(&mut run, &mut rng, &mut live).await,
+            Op::Release => release(&mut run, &mut rng, &mut live).await,
+            Op::Drop => {
+                let gone = live.swap_remove(rng.random_range(0..live.len()));
+                run.drop_live(gone, "");
+            }
+            Op::Nest => nest(&mut run, &mut rng, &handles, &mut live).await,
+            Op::Siblings => siblings(&mut run, &mut rng, &handles, &resources, &mut live).await,
+            Op::Refuse => refuse(&mut run, &mut rng, &mut live, &observer).await,
+            Op::AskMore => ask_more(&mut run, &mut rng, &handles, &mut live).await,
+            Op::Joined => joined(&mut run, &mut rng, &handles, &live).await,
+            Op::Shutdown => {
+                let world = (&nodes, &observer);
+                shutdown(&mut run, &mut rng, world, &mut handles, &mut live).await;
+            }
+            Op::Sleep => {
                 let nap = ms(rng.random_range(0..350));
                 run.note(format!("sleep {nap:?}"));
                 tokio::time::sleep(nap).await;
@@ -967,12 +1422,8 @@ async fn lock(
                 guard.hold_count()
             ));
         }
-        live.push(Live {
-            guard,
-            handle,
-            reentrant: options.get_reentrant(),
-            label,
-        });
+        let kind = (options.get_reentrant(), options.get_auto_extend());
+        live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
     }
 }
 
@@ -1004,7 +1455,12 @@ async fn extend(run: &mut Run, rng: &mut StdRng, live: &mut [Live]) {
         any
     };
     let lost = held.guard.lost();
-    let margin = before.saturating_duration_since(lost.deadline());
+    // The lock's lost margin, from its ttl (every lock of the run has the default margin);
+    // not `valid_until − lost deadline`, which is no longer the margin once the lock is lost
+    // (its views' validity then ends where it was seen lost).
+    let margin = LockOptions::default()
+        .ttl(held.guard.ttl())
+        .get_lost_margin();
     let trusted_for = lost.deadline().saturating_duration_since(now);
     let was_lost = lost.is_lost();
     let left = before.saturating_duration_since(now);
@@ -1074,7 +1530,12 @@ async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
     let was_lost = lost.is_lost();
     let shared = held.guard.hold_count() > 1;
     let label = held.label.clone();
+    let info = held.info.clone();
     let result = within("release", held.guard.release()).await;
+    if !shared {
+        // Its lock's last guard: whatever the nodes answered, the lock is released.
+        run.ended(info, &label, "released", Instant::now());
+    }
     run.note(format!("release {label}: {result:?}"));
     match result {
         Ok(released) => {
@@ -1116,11 +1577,14 @@ async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
 }
 
 /// Re-enters a random live guard from its scope (or, now and then, through another handle,
-/// which must not re-enter), once or twice nested.
+/// which must not re-enter), once or twice nested. A re-entry holds the turn of the guard whose
+/// scope it entered until it goes, and these outlive their scope (they join the live guards):
+/// while one does, another re-entry of that guard's scopes, asking for a single attempt, is
+/// refused as busy at once.
 async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
     let index = rng.random_range(0..live.len());
     let outer = &live[index];
-    let outer_reentrant = outer.reentrant;
+    let (outer_reentrant, outer_auto) = (outer.reentrant, outer.auto);
     let via = if rng.random_bool(0.8) {
         outer.handle
     } else {
@@ -1137,9 +1601,11 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let holds = outer.guard.hold_count();
     let trusted = !outer.guard.lost().is_lost();
     let expect_reentry = via == outer.handle && outer.reentrant;
-    let (resource, outer_token) = (
+    let turn_held = Live::turn_holder(live, outer.id).map(|l| l.label.clone());
+    let (resource, outer_token, outer_id) = (
         outer.guard.resource().to_owned(),
         outer.guard.token().expose().to_owned(),
+        outer.id,
     );
     let redlock = &handles[via];
     let (first, second) = within(
@@ -1168,15 +1634,31 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
         Err(e) => e.to_string(),
     };
     run.note(format!(
-        "nest {base} in the scope of {outer_label}{}: {}{}",
+        "nest {base} in the scope of {outer_label}{}{}: {}{}",
         if deeper { ", twice" } else { "" },
+        turn_held
+            .as_ref()
+            .map(|holder| format!(" (turn held by {holder})"))
+            .unwrap_or_default(),
         describe(&first),
         second
             .as_ref()
             .map(|s| format!(", then {}", describe(s)))
             .unwrap_or_default(),
     ));
+    if expect_reentry && let Some(holder) = &turn_held {
+        run.stats.turn_busy += 1;
+        if !matches!(&first, Err(e) if e.is_busy()) {
+            run.fail(&format!(
+                "{base}, a single attempt in the scope of reentrant {outer_label} whose turn \
+                 {holder} holds, was not refused as busy: {}",
+                describe(&first)
+            ));
+        }
+    }
     let mut added = 0;
+    // The guard whose scope the next re-entry entered: the outer one, then the first inner.
+    let (mut parent_id, mut parent_token) = (outer_id, outer_token.clone());
     for (depth, result) in std::iter::once(first).chain(second).enumerate() {
         let label = format!("{base}#{}", depth + 1);
         match result {
@@ -1204,14 +1686,22 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
                 } else {
                     run.stats.locked += 1;
                 }
-                live.push(Live {
-                    guard,
-                    handle: via,
-                    reentrant: true,
-                    label,
-                });
+                let id = run.live_id();
+                let token = guard.token().expose().to_owned();
+                let turn_of = (token == parent_token).then_some(parent_id);
+                (parent_id, parent_token) = (id, token);
+                let kind = (true, turn_of.is_some() && outer_auto);
+                live.push(Live::new(id, guard, via, kind, turn_of, label));
+            }
+            Err(error) if expect_reentry && depth == 0 && turn_held.is_some() => {
+                let _none = acquired(run, Err(error), &label);
             }
             Err(LockError::Lost { .. }) if expect_reentry && !still_trusted => {}
+            // A ttl longer than the validity left is an extension round, which too few nodes
+            // may answer in time under load.
+            Err(error @ LockError::Unavailable { .. }) if expect_reentry => {
+                let _none = acquired(run, Err(error), &label);
+            }
             Err(error) if expect_reentry && depth == 0 && trusted && still_trusted => {
                 run.fail(&format!(
                     "{label}, in the scope of trusted reentrant {outer_label}, failed: {error}"
@@ -1275,12 +1765,522 @@ async fn siblings(
     for (i, result) in [a, b].into_iter().enumerate() {
         let label = format!("{base}/{}", i + 1);
         if let Some(guard) = acquired(run, result, &label) {
-            live.push(Live {
-                guard,
-                handle,
-                reentrant: true,
-                label,
-            });
+            let kind = (true, false);
+            live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
         }
     }
+}
+
+/// Picks a live guard: mostly one still trusted (the interesting case), now and then any.
+fn pick_trusted(rng: &mut StdRng, live: &[Live], share: f64) -> usize {
+    let now = Instant::now();
+    let trusted: Vec<usize> = (0..live.len())
+        .filter(|&i| live[i].claim(now).is_some())
+        .collect();
+    if !trusted.is_empty() && rng.random_bool(share) {
+        trusted[rng.random_range(0..trusted.len())]
+    } else {
+        rng.random_range(0..live.len())
+    }
+}
+
+/// Deletes a live guard's hold (its plain key, or its entry in the mode hash: nobody else's) on
+/// a quorum of the nodes or more, then extends it: a majority refuses, its lost signal fires,
+/// and every view of it (the guard, the `LockInfo` kept since it was taken) says it is not
+/// valid, now and after every later step.
+async fn refuse(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>, observer: &Observer) {
+    let index = pick_trusted(rng, live, 0.9);
+    let count = rng.random_range(QUORUM..=NODES);
+    let mut wiped = rand::seq::index::sample(rng, NODES, count).into_vec();
+    wiped.sort_unstable();
+    let ttl = ms(rng.random_range(500..=3000));
+    let held = &live[index];
+    let (label, resource, token) = (
+        held.label.clone(),
+        held.guard.resource().to_owned(),
+        held.guard.token().expose().to_owned(),
+    );
+    let lost = held.guard.lost();
+    let was_lost = lost.is_lost();
+    let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
+    let had = observer.wipe(&wiped, &resource, &token).await;
+    // Too few answers decide nothing: ask again (the hold stays deleted).
+    let mut tries = 0;
+    let result = loop {
+        tries += 1;
+        let result = within(
+            "extending a lock whose hold was deleted",
+            held.guard.extend(ttl),
+        )
+        .await;
+        if tries < 3 && matches!(result, Err(LockError::Unavailable { .. })) {
+            continue;
+        }
+        break result;
+    };
+    let ended_by = Instant::now();
+    let outcome = match &result {
+        Ok(until) => format!("until now+{:?}", until.saturating_duration_since(ended_by)),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "refuse {label}: its hold deleted on nodes {wiped:?} ({had} had one), then extend to \
+         {ttl:?} (try {tries}): {outcome}"
+    ));
+    let refused = matches!(
+        result,
+        Err(LockError::Lost {
+            reason: LostReason::Refused(_),
+            ..
+        })
+    );
+    match &result {
+        Ok(_) => run.fail(&format!(
+            "extending {label} succeeded though its hold was deleted on {} of {NODES} nodes",
+            wiped.len()
+        )),
+        Err(LockError::Lost { .. }) if refused => run.stats.refused += 1,
+        // Lost before the round was decided.
+        Err(LockError::Lost { .. }) if was_lost || trusted_for <= ms(100) => {}
+        Err(LockError::Unavailable { .. }) => run.stats.unavailable += 1,
+        Err(error) => run.fail(&format!(
+            "extending {label}, trusted for {trusted_for:?} more, after its hold was deleted on \
+             {} of {NODES} nodes: expected a refusal, got {error}",
+            wiped.len()
+        )),
+    }
+    if held.guard.lost().is_lost() {
+        let how = if refused { "refused" } else { "lost" };
+        let info = held.info.clone();
+        for reading in [
+            Reading::of_guard(&held.guard, &label, how, ended_by),
+            Reading::of_info(&info, &label, how, ended_by),
+        ] {
+            if let Err(message) = check_ended(&reading) {
+                run.fail(&message);
+            }
+        }
+        run.ended(info, &label, how, ended_by);
+    } else {
+        // Nothing decided: the lock still claims validity, its hold deleted by the test's
+        // hand. Its guards go (the last one's drop releases what is left).
+        let mut i = 0;
+        while i < live.len() {
+            if live[i].guard.token().expose() == token {
+                let gone = live.swap_remove(i);
+                run.drop_live(gone, " (its hold was deleted, its extension undecided)");
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// What a re-entry asks for beyond sharing the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ask {
+    /// A ttl longer than the validity left.
+    LongerTtl,
+    Fencing,
+    AutoExtend,
+    /// `lock_at_least_for` (no lock of the run has one).
+    AtLeast,
+}
+
+/// Re-enters a reentrant live guard through its handle, asking for more than a plain re-entry:
+/// a ttl longer than the validity left is given by an extension round (the validity then
+/// reaches start + ttl − drift, and check 1 holds it to the keys); fencing, auto-extension or a
+/// minimum hold is given when the outer lock has it (the same fencing token), and otherwise
+/// refused with `ReentryAsksMore` (`AtLeastWithMode` for a minimum hold in a mode), leaving no
+/// hold behind. As any re-entry, it is refused as busy while its guard's turn is held.
+async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
+    let candidates: Vec<usize> = (0..live.len()).filter(|&i| live[i].reentrant).collect();
+    let index = candidates[rng.random_range(0..candidates.len())];
+    let ask = match rng.random_range(0..5) {
+        0 | 1 => Ask::LongerTtl,
+        2 => Ask::Fencing,
+        3 => Ask::AutoExtend,
+        _ => Ask::AtLeast,
+    };
+    let outer = &live[index];
+    let mode = outer.guard.mode();
+    let mut options = LockOptions::default().retry_count(0).reentrant(true);
+    if let Some(mode) = mode {
+        options = options.mode(mode);
+    }
+    let outer_ttl = outer.guard.ttl();
+    options = match ask {
+        Ask::LongerTtl => {
+            let left = outer.guard.remaining_validity();
+            options.ttl(left.max(outer_ttl) + ms(rng.random_range(300..2500)))
+        }
+        Ask::Fencing => options.ttl(outer_ttl).fencing(true),
+        Ask::AutoExtend => options.ttl(outer_ttl).auto_extend(true),
+        Ask::AtLeast => options
+            .ttl(ms(rng.random_range(500..=3000)))
+            .lock_at_least_for(ms(rng.random_range(1..500))),
+    };
+    let refusal = match ask {
+        Ask::Fencing if outer.guard.fencing_token().is_none() => Some("fencing"),
+        Ask::AutoExtend if !outer.auto => Some("auto_extend"),
+        Ask::AtLeast if mode.is_some() => Some("a mode"),
+        Ask::AtLeast => Some("lock_at_least_for"),
+        _ => None,
+    };
+    let (resource, outer_token, outer_fence) = (
+        outer.guard.resource().to_owned(),
+        outer.guard.token().expose().to_owned(),
+        outer.guard.fencing_token(),
+    );
+    let (outer_id, outer_auto, outer_handle) = (outer.id, outer.auto, outer.handle);
+    let outer_label = outer.label.clone();
+    let holds = outer.guard.hold_count();
+    let turn_held = Live::turn_holder(live, outer_id).map(|l| l.label.clone());
+    let redlock = &handles[outer_handle];
+    let before = Instant::now();
+    let result = within(
+        "a re-entry asking for more",
+        outer.guard.scope(redlock.lock_with(&resource, &options)),
+    )
+    .await;
+    let holds_now = outer.guard.hold_count();
+    let still_trusted = !outer.guard.lost().is_lost();
+    let base = run.label(outer_handle, &resource, &options);
+    let outcome = match &result {
+        Ok(g) if g.token().expose() == outer_token => format!(
+            "re-entered (holds {}, valid for {:?}, fencing {:?})",
+            g.hold_count(),
+            g.remaining_validity(),
+            g.fencing_token()
+        ),
+        Ok(_) => "a lock of its own".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "ask {ask:?} of {outer_label} (fencing {outer_fence:?}{}{}): {base}: {outcome}",
+        if outer_auto { ", auto" } else { "" },
+        turn_held
+            .as_ref()
+            .map(|holder| format!(", turn held by {holder}"))
+            .unwrap_or_default(),
+    ));
+    if let Some(option) = refusal {
+        let as_expected = match &result {
+            Err(LockError::Invalid(InvalidInput::AtLeastWithMode)) => option == "a mode",
+            Err(LockError::Invalid(InvalidInput::ReentryAsksMore { option: got })) => {
+                *got == option
+            }
+            _ => false,
+        };
+        if !as_expected {
+            run.fail(&format!(
+                "{base}, re-entering {outer_label}, asked for {option}, which that lock was \
+                 taken without: expected a refusal naming it, got {outcome}"
+            ));
+        }
+        if holds_now != holds {
+            run.fail(&format!(
+                "the refused re-entry {base} left a hold behind: {outer_label}'s hold count went \
+                 from {holds} to {holds_now}"
+            ));
+        }
+        run.stats.asked_refused += 1;
+        return;
+    }
+    if let Some(holder) = &turn_held {
+        if !matches!(&result, Err(e) if e.is_busy()) {
+            run.fail(&format!(
+                "{base}, a single attempt in the scope of {outer_label} whose turn {holder} \
+                 holds, was not refused as busy: {outcome}"
+            ));
+        }
+        run.stats.turn_busy += 1;
+    } else {
+        match result {
+            Ok(guard) => {
+                if guard.token().expose() != outer_token {
+                    run.fail(&format!(
+                        "{base}, in the scope of reentrant {outer_label} through its handle, \
+                         took a lock of its own instead of re-entering"
+                    ));
+                }
+                if guard.fencing_token() != outer_fence {
+                    run.fail(&format!(
+                        "{base} re-entered {outer_label} (fencing token {outer_fence:?}) but has \
+                         fencing token {:?}",
+                        guard.fencing_token()
+                    ));
+                }
+                // The validity asked for: the extension round started after `before`.
+                let until = guard.valid_until();
+                if ask == Ask::LongerTtl && !outer_auto && !guard.lost().is_lost() {
+                    let sent = ms(options.get_ttl().as_millis() as u64);
+                    let want = before + sent - options.drift();
+                    if until < want {
+                        run.fail(&format!(
+                            "{base} re-entered {outer_label} asking for a ttl of {sent:?}, but \
+                             is valid only until before+{:?}, short of before + ttl − drift = \
+                             before+{:?}",
+                            until.saturating_duration_since(before),
+                            want.duration_since(before),
+                        ));
+                    }
+                    run.stats.ttl_raised += 1;
+                }
+                if holds_now != holds + 1 {
+                    run.fail(&format!(
+                        "{outer_label} was re-entered once but its hold count went from \
+                         {holds} to {holds_now}"
+                    ));
+                }
+                run.stats.asked_given += 1;
+                run.stats.reentered += 1;
+                let id = run.live_id();
+                let kind = (true, outer_auto);
+                live.push(Live::new(
+                    id,
+                    guard,
+                    outer_handle,
+                    kind,
+                    Some(outer_id),
+                    format!("{base}#1"),
+                ));
+                return;
+            }
+            Err(LockError::Lost { .. }) if !still_trusted => {}
+            // An extension round, which too few nodes may answer in time under load.
+            Err(error @ LockError::Unavailable { .. }) if !outer_auto => {
+                let _none = acquired(run, Err(error), &base);
+            }
+            Err(error) => run.fail(&format!(
+                "{base}, in the scope of reentrant {outer_label} (trusted now: {still_trusted}), \
+                 failed: {error}"
+            )),
+        }
+    }
+    if holds_now != holds {
+        run.fail(&format!(
+            "the failed re-entry {base} left a hold behind: {outer_label}'s hold count went from \
+             {holds} to {holds_now}"
+        ));
+    }
+}
+
+/// Two scopes of one reentrant guard, joined in one task, each re-entering its lock: the
+/// re-entered bodies run one at a time (a counter of the bodies inside never passes 1, and each
+/// finds only its own hold added), both get in within their wait while the turn is free, and
+/// both are refused as busy while a live re-entry holds it.
+async fn joined(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &[Live]) {
+    let candidates: Vec<usize> = (0..live.len()).filter(|&i| live[i].reentrant).collect();
+    let outer = &live[candidates[rng.random_range(0..candidates.len())]];
+    let turn_held = Live::turn_holder(live, outer.id).map(|l| l.label.clone());
+    // Each body waits its turn up to its wait; with the turn held elsewhere, a short one.
+    let wait = if turn_held.is_some() { ms(50) } else { ms(500) };
+    let mut options = LockOptions::default()
+        .ttl(ms(200))
+        .reentrant(true)
+        .wait_timeout(wait);
+    if let Some(mode) = outer.guard.mode() {
+        options = options.mode(mode);
+    }
+    let pauses = [ms(rng.random_range(3..15)), ms(rng.random_range(3..15))];
+    let holds = outer.guard.hold_count();
+    let (resource, token) = (
+        outer.guard.resource().to_owned(),
+        outer.guard.token().expose().to_owned(),
+    );
+    let redlock = &handles[outer.handle];
+    let (inside, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let body = |pause: Duration| {
+        let (options, resource, token, inside, most) =
+            (&options, &resource, &token, &inside, &most);
+        async move {
+            let guard = redlock.lock_with(resource, options).await?;
+            let same = guard.token().expose() == token;
+            let held = guard.hold_count();
+            if same {
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(pause).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            }
+            drop(guard);
+            Ok::<_, LockError>((same, held))
+        }
+    };
+    let (a, b) = within("two joined scopes of one guard", async {
+        tokio::join!(
+            outer.guard.scope(body(pauses[0])),
+            outer.guard.scope(body(pauses[1]))
+        )
+    })
+    .await;
+    let holds_now = outer.guard.hold_count();
+    let still_trusted = !outer.guard.lost().is_lost();
+    let most = most.load(Ordering::SeqCst);
+    let show = |r: &Result<(bool, usize), LockError>| match r {
+        Ok((true, held)) => format!("re-entered (holds {held})"),
+        Ok((false, _)) => "a lock of its own".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "join two scopes of {}{}: {} | {} (at most {most} inside at once)",
+        outer.label,
+        turn_held
+            .as_ref()
+            .map(|holder| format!(" (turn held by {holder})"))
+            .unwrap_or_default(),
+        show(&a),
+        show(&b),
+    ));
+    if most > 1 {
+        run.fail(&format!(
+            "two scopes of {} joined ran their re-entered bodies at once ({most} inside)",
+            outer.label
+        ));
+    }
+    for result in [&a, &b] {
+        match result {
+            Ok((false, _)) => run.fail(&format!(
+                "a scope of reentrant {} took a lock of its own instead of re-entering",
+                outer.label
+            )),
+            Ok((true, held)) if *held != holds + 1 => run.fail(&format!(
+                "a re-entered body of {} found hold count {held}, not {}: the other body's \
+                 hold was there too",
+                outer.label,
+                holds + 1
+            )),
+            Ok(_) if turn_held.is_some() => run.fail(&format!(
+                "a scope of {} re-entered while {} holds its turn",
+                outer.label,
+                turn_held.as_deref().unwrap_or_default()
+            )),
+            Ok(_) => {}
+            Err(e) if e.is_busy() && turn_held.is_some() => run.stats.turn_busy += 1,
+            Err(LockError::Lost { .. }) if !still_trusted => {}
+            // An extension round (a validity left under the 200 ms asked), which too few
+            // nodes may answer in time under load, and which the other body waits for.
+            Err(LockError::Unavailable { .. }) if !outer.auto => run.stats.unavailable += 1,
+            Err(e) if e.is_busy() && !outer.auto && outer.guard.remaining_validity() < ms(400) => {
+                run.stats.busy += 1;
+            }
+            Err(error) => run.fail(&format!(
+                "a scope of reentrant {} (trusted now: {still_trusted}) failed to re-enter: \
+                 {error}",
+                outer.label
+            )),
+        }
+    }
+    if a.is_ok() && b.is_ok() {
+        run.stats.joined_both += 1;
+    }
+    if holds_now != holds {
+        run.fail(&format!(
+            "{}'s hold count went from {holds} to {holds_now} over two joined scopes whose \
+             re-entries were dropped",
+            outer.label
+        ));
+    }
+}
+
+/// Shuts one handle down with a timeout (`Duration::MAX`, zero, a nanosecond, a few ms, in turn):
+/// it returns, reports every lock the handle held, every view of them then says released, a
+/// quorum no longer holds the ones it confirmed, and the handle refuses new locks. The handle is
+/// then rebuilt (its guards go: they are inert).
+async fn shutdown(
+    run: &mut Run,
+    rng: &mut StdRng,
+    (nodes, observer): (&RedisNodes, &Observer),
+    handles: &mut [Redlock],
+    live: &mut Vec<Live>,
+) {
+    let h = rng.random_range(0..handles.len());
+    // In turn, so that every run (about 8 shutdowns) has the extremes.
+    let timeout = match run.stats.shutdowns % 4 {
+        0 => Duration::MAX,
+        1 => Duration::ZERO,
+        2 => Duration::from_nanos(1),
+        _ => ms(rng.random_range(1..300)),
+    };
+    let (mine, others): (Vec<Live>, Vec<Live>) = live.drain(..).partition(|l| l.handle == h);
+    *live = others;
+    let mut tokens: Vec<&str> = mine.iter().map(|l| l.guard.token().expose()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    let locks = tokens.len();
+    let report = within("a shutdown", handles[h].shutdown(timeout)).await;
+    let ended_by = Instant::now();
+    run.stats.shutdowns += 1;
+    if timeout == Duration::MAX {
+        run.stats.shutdowns_max += 1;
+    } else if timeout.is_zero() {
+        run.stats.shutdowns_zero += 1;
+    }
+    let labels: Vec<&str> = mine.iter().map(|l| l.label.as_str()).collect();
+    run.note(format!(
+        "shutdown h{h} ({timeout:?}) holding {locks} locks ({}): {report:?}",
+        labels.join(", ")
+    ));
+    if report.released.len() + report.unconfirmed.len() != locks {
+        run.fail(&format!(
+            "shutting h{h} down ({timeout:?}) reported {} locks released and {} unconfirmed, \
+             but it held {locks}",
+            report.released.len(),
+            report.unconfirmed.len()
+        ));
+    }
+    let mut seen = Vec::new();
+    for held in &mine {
+        for reading in [
+            Reading::of_guard(&held.guard, &held.label, "shut down", ended_by),
+            Reading::of_info(&held.info, &held.label, "shut down", ended_by),
+        ] {
+            if let Err(message) = check_ended(&reading) {
+                run.fail(&message);
+            }
+        }
+        let token = held.guard.token().expose();
+        if !seen.contains(&token) {
+            seen.push(token);
+            run.ended(held.info.clone(), &held.label, "shut down", ended_by);
+        }
+    }
+    // The confirmed releases (a resource none of whose locks was unconfirmed) are gone.
+    let nodes_now = observer.observe().await;
+    for held in &mine {
+        let resource = held.guard.resource();
+        if !report.released.iter().any(|r| r == resource)
+            || report.unconfirmed.iter().any(|r| r == resource)
+        {
+            continue;
+        }
+        let claim = Claim {
+            who: held.label.clone(),
+            resource: resource.to_owned(),
+            token: held.guard.token().expose().to_owned(),
+            mode: held.guard.mode(),
+            valid_until: ended_by,
+            lost_deadline: ended_by,
+        };
+        if let Some(views) = nodes_now.views.get(resource)
+            && let Err(message) = check_gone(&claim, views)
+        {
+            run.fail(&format!(
+                "after shutting h{h} down ({timeout:?}): {message}"
+            ));
+        }
+    }
+    match handles[h]
+        .lock_with("contract:after-shutdown", &LockOptions::default())
+        .await
+    {
+        Err(LockError::ShuttingDown) => {}
+        other => run.fail(&format!(
+            "h{h}, shut down, did not refuse a new lock: {:?}",
+            other.map(|_| "a lock")
+        )),
+    }
+    drop(mine);
+    handles[h] = handle(nodes, h).await;
 }
