@@ -143,7 +143,10 @@ impl LockGuard {
     /// resource in the same mode through the same handle (`LockOptions::reentrant(true)`, as
     /// `#[redlock]` does by default) re-enters this lock instead of waiting for it. Only `work`
     /// and what it awaits are inside: a sibling future of the same task, or a task `work`
-    /// spawns, is another holder. A lock taken without `reentrant` adds no scope.
+    /// spawns, is another holder. A lock taken without `reentrant` adds no scope. The
+    /// re-entries of every scope of this guard take turns: each holds the turn until its guard
+    /// is dropped (even one kept after its scope ended), and the next waits for it within its
+    /// own retry budget, as for any holder.
     ///
     /// ```no_run
     /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
