@@ -79,7 +79,21 @@ async fn lock_many(
 
 /// Records a hold that is still open (its end is its validity deadline).
 fn record_open(history: &History, holder: usize, start: Instant, guard: &LockGuard) {
-    history.record(holder, start, guard.valid_until(), guard.valid_until());
+    let until = claimed_until(guard);
+    history.record(holder, start, until, until);
+}
+
+/// The validity `guard` claimed while it was trusted, read at any time: its views end once
+/// its lost signal fired, but before that they claimed the validity the nodes gave, which is
+/// the lost deadline plus the (default) margin for a lock lost by that deadline or not lost.
+fn claimed_until(guard: &LockGuard) -> Instant {
+    let lost = guard.lost();
+    match lost.reason() {
+        None | Some(LostReason::Expired) => {
+            lost.deadline() + LockOptions::default().ttl(guard.ttl()).get_lost_margin()
+        }
+        Some(_) => guard.valid_until(),
+    }
 }
 
 /// Another client takes `key` on one node.
@@ -511,10 +525,11 @@ async fn rl05_variant(restart: Restart) -> Rl05 {
                 record_open(&history, 1, b_acquired, &guard);
                 seen.violations += usize::from(!history.overlaps().is_empty());
                 seen.acquired += 1;
-                let gap = if b_acquired >= a_guard.valid_until() {
-                    (b_acquired - a_guard.valid_until()).as_millis() as i128
+                let a_until = claimed_until(a_guard);
+                let gap = if b_acquired >= a_until {
+                    (b_acquired - a_until).as_millis() as i128
                 } else {
-                    -((a_guard.valid_until() - b_acquired).as_millis() as i128)
+                    -((a_until - b_acquired).as_millis() as i128)
                 };
                 seen.closest_ms = seen.closest_ms.min(gap);
                 let _ = guard.release().await;
@@ -965,7 +980,7 @@ async fn rl07_delays_during_acquisition() {
     let (mut overlaps, mut latest) = (0, Duration::ZERO);
     for (guard, (b_acquired, theirs)) in guards.into_iter().zip(takers) {
         let guard = guard.unwrap();
-        latest = latest.max(guard.valid_until() - start);
+        latest = latest.max(claimed_until(&guard) - start);
         let pair = History::new();
         record_open(&pair, 0, start, &guard);
         record_open(&pair, 1, b_acquired, &theirs);
@@ -1190,10 +1205,13 @@ async fn rl09_extension_under_faults() {
             }
         })
         .await;
+        // Lost by its deadline: the signal fired there, no extension having moved it, and
+        // the views end there too (not at the validity the nodes still give).
+        assert_eq!(lost.deadline(), deadline, "RL-09{case}: validity moved");
         assert_eq!(
             guard.valid_until(),
-            confirmed,
-            "RL-09{case}: validity moved"
+            deadline,
+            "RL-09{case}: the views outlive the loss"
         );
         assert!(
             fired >= deadline,

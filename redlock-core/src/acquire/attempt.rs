@@ -19,8 +19,13 @@ use crate::token::Token;
 /// Why one attempt failed.
 pub(super) enum AttemptFailure {
     /// Too few nodes granted it: refused, failed or timed out; `split` says whether the nodes
-    /// that refused it named one holder.
-    Votes { outcomes: Outcomes, split: Split },
+    /// that refused it named one holder, `refusing` who they named (each once, sorted; empty
+    /// unless a split): a contender's next attempt has a new token, a holder keeps its own.
+    Votes {
+        outcomes: Outcomes,
+        split: Split,
+        refusing: Vec<String>,
+    },
     /// A quorum granted the lock, but fewer than a fencing quorum confirmed its token.
     Fence(Outcomes),
     /// A quorum granted it, but too late: no validity was left after this long.
@@ -167,7 +172,19 @@ impl Redlock {
         if granted_by < masters.quorum {
             // Step 5: failed; unlock every node, even those we believe we did not lock.
             cleanup.run().await;
-            return Err(AttemptFailure::Votes { outcomes, split });
+            let mut refusing: Vec<String> = match split {
+                Split::No => Vec::new(),
+                Split::Possible | Split::Certain => {
+                    holders.iter().flatten().map(|h| (*h).to_owned()).collect()
+                }
+            };
+            refusing.sort_unstable();
+            refusing.dedup();
+            return Err(AttemptFailure::Votes {
+                outcomes,
+                split,
+                refusing,
+            });
         }
         let fencing_token = if options.get_fencing() {
             match fence(masters, keys, highest, limit).await {

@@ -83,6 +83,8 @@ impl Redlock {
         let mut free_attempt = false;
         // Attempts made after a split vote once the retries or the wait had run out.
         let mut split_retries = 0u32;
+        // Who refused the last attempt, when it was a split ([`AttemptFailure::Votes`]).
+        let mut last_refusing: Vec<String> = Vec::new();
         loop {
             if !std::mem::take(&mut free_attempt) {
                 attempts += 1;
@@ -132,11 +134,26 @@ impl Redlock {
             if let AttemptFailure::Votes { outcomes, .. } = &failure {
                 entered |= request.is_some() && outcomes.held() > 0;
             }
+            // A split among contenders resolves by attempting again (each drew a new token);
+            // one that names a holder the last attempt named too does not: that holder stays.
             let split = match &failure {
-                AttemptFailure::Votes { split, .. } => *split,
-                _ => Split::No,
+                AttemptFailure::Votes {
+                    split, refusing, ..
+                } => {
+                    let seen = |holder: &String| last_refusing.contains(holder);
+                    let resolvable = match split {
+                        Split::No => false,
+                        // A holder seen again could have a quorum with the silent nodes.
+                        Split::Possible => !refusing.iter().any(seen),
+                        // Nobody can have a quorum: worth attempting while someone new refused.
+                        Split::Certain => !refusing.iter().all(seen),
+                    };
+                    last_refusing.clone_from(refusing);
+                    resolvable.then_some(*split)
+                }
+                _ => None,
             };
-            if !retry && split != Split::No && split_retries < SPLIT_RETRIES {
+            if !retry && split.is_some() && split_retries < SPLIT_RETRIES {
                 // Nobody may hold it: only contenders split the vote (each released what it
                 // took). Skipping now could leave the resource untaken by all of them, so
                 // attempt again after a random delay, the first one back taking it alone.
@@ -279,6 +296,7 @@ impl Redlock {
             AttemptFailure::Votes {
                 outcomes,
                 split: Split::Certain,
+                ..
             } => LockError::SplitVote {
                 resource,
                 attempts,
