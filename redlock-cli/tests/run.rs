@@ -1,6 +1,7 @@
 //! `redlock run` end to end against real `redis-server` nodes: mutual exclusion between
 //! processes, busy and unavailable exit codes, a lost lock stopping the command (SIGTERM,
-//! then SIGKILL after the grace), the command's status passed through, the fencing token, and
+//! then SIGKILL after the grace when the lock expired, at once when an extension was
+//! refused), the command's status passed through, the fencing token, and
 //! signals passed on.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
@@ -9,12 +10,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use redlock_tests::{RedisNodes, redlock as handle, within};
 use support::{
-    SHORT_TTL, Scratch, await_line, await_pid, exists, finish, ignoring_sigterm, lines, output,
-    redlock, run_args, run_script, send, start, take_over, tokens, until_sigterm,
+    KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, exists, finish, lines, noting_sigterm,
+    output, redlock, run_args, run_script, running, send, start, take_over, term_and_death, tokens,
+    until_sigterm,
 };
 
 /// Exit codes, as documented in `redlock --help` and the README.
@@ -128,33 +129,128 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     );
 }
 
-/// A command that ignores SIGTERM, under a lock that is lost: it gets SIGKILL once the grace
-/// has passed, not before, and `redlock` exits with 79.
+/// The lock options of the tests of a command that ignores SIGTERM: a 6 s ttl (extended
+/// every 2 s), a 3 s grace, which fits in it.
+const SLOW_TO_DIE: &[&str] = &["--ttl", "6s", "--grace", "3s"];
+const TTL: Duration = Duration::from_secs(6);
+const GRACE: Duration = Duration::from_secs(3);
+
+/// The validity a lock taken with [`TTL`] is given: ttl − drift (1 % + 2 ms).
+fn validity() -> Duration {
+    TTL - (TTL.mul_f64(0.01) + Duration::from_millis(2))
+}
+
+/// A command that ignores SIGTERM, under a lock another client takes over (deletes its keys,
+/// sets its own): the next extension, a third of the ttl after the lock was taken, is refused
+/// by a majority. That ends the validity there, since the keys are another holder's: the
+/// command gets SIGKILL right after SIGTERM, not after the 3 s --grace beside the new holder,
+/// and `redlock` exits with 79.
+#[tokio::test]
+async fn a_refused_extension_kills_a_command_ignoring_sigterm_at_once() {
+    let nodes = RedisNodes::start(3);
+    let scratch = Scratch::new("refused");
+    let journal = scratch.file("journal");
+    let pid_file = scratch.file("pid");
+    let launched = Instant::now();
+    let run = start(run_script(
+        &nodes,
+        "sync",
+        SLOW_TO_DIE,
+        &noting_sigterm(&journal, &pid_file),
+    ));
+    let pid = await_pid(&pid_file).await;
+    let _cleanup = KillOnDrop::group_of(pid);
+    take_over(&nodes, "sync").await;
+    let taken = Instant::now();
+    // Before the first extension (2 s after the lock was taken, itself after the launch).
+    assert!(
+        taken - launched < Duration::from_millis(1500),
+        "taken over {:?} after the launch, maybe after the first extension",
+        taken - launched
+    );
+    let (term, died) = term_and_death(pid, &journal, taken).await;
+    println!("after the take-over: SIGTERM noted at {term:?}, the command dead at {died:?}");
+    // The refusal comes at most an extension period (2 s) after the take-over; SIGKILL must
+    // follow it within 1 s. Waiting out the grace would kill the grace after the refusal:
+    // 5 s after the lock was taken, so more than 3.5 s after the take-over (at most 1.5 s
+    // after the lock was taken), past this bound.
+    let bound = TTL / 3 + Duration::from_secs(1);
+    assert!(
+        bound < TTL / 3 + GRACE - Duration::from_millis(1500),
+        "the old behaviour would pass"
+    );
+    assert!(
+        died < bound,
+        "the command ran on {died:?} after the take-over (SIGTERM noted at {term:?}), \
+         beside the new holder: more than an extension period ({:?}) plus 1 s; an extension \
+         refused must not wait out the {GRACE:?} grace",
+        TTL / 3
+    );
+    finish(run)
+        .await
+        .expect(LOST)
+        .says("refused by a majority")
+        .says("validity is ending; sent SIGKILL");
+    assert!(!running(pid), "the command is still running");
+    // The other client's keys are left alone.
+    assert_eq!(
+        nodes.values("sync").await,
+        vec![Some("theirs".to_owned()); 3]
+    );
+}
+
+/// A command that ignores SIGTERM, under a lock no extension of which is confirmed: two of
+/// the three nodes stalled (SIGSTOP), the extensions time out without being refused, and the
+/// lock is lost by its lost deadline (expired), --grace + min(ttl / 10, 1 s) before its
+/// validity ends. The command gets SIGTERM then, and SIGKILL the grace later, still before
+/// the validity ends; `redlock` exits with 79.
 #[tokio::test]
 async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
     let nodes = RedisNodes::start(3);
     let scratch = Scratch::new("grace");
+    let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
-    let script = ignoring_sigterm(&pid_file);
-    let grace = Duration::from_millis(1500);
+    // Before the lock was taken: the validity ends at most `validity()` after this.
+    let launched = Instant::now();
     let run = start(run_script(
         &nodes,
         "sync",
-        &["--ttl", "6s", "--grace", "1500ms"],
-        &script,
+        SLOW_TO_DIE,
+        &noting_sigterm(&journal, &pid_file),
     ));
-    let pid = Pid::from_raw(await_pid(&pid_file).await);
-    nodes.delete("sync").await;
-    let deleted = Instant::now();
-    let lost = finish(run).await;
-    lost.expect(LOST);
+    let pid = await_pid(&pid_file).await;
+    let _cleanup = KillOnDrop::group_of(pid);
+    nodes.servers[0].pause();
+    nodes.servers[1].pause();
     assert!(
-        deleted.elapsed() >= grace,
-        "killed {:?} after the loss, before the {grace:?} grace",
-        deleted.elapsed()
+        launched.elapsed() < Duration::from_millis(1500),
+        "nodes stalled {:?} after the launch, maybe after the first extension",
+        launched.elapsed()
     );
-    lost.says("SIGKILL");
-    assert!(kill(pid, None).is_err(), "the command is still running");
+    let (term, died) = term_and_death(pid, &journal, launched).await;
+    nodes.servers[0].resume();
+    nodes.servers[1].resume();
+    let term = term.unwrap_or_else(|| panic!("no SIGTERM before SIGKILL (killed at {died:?})"));
+    println!("after the launch: SIGTERM noted at {term:?}, the command dead at {died:?}");
+    // SIGKILL is due the grace after the lost deadline, SIGTERM goes out a moment after that
+    // deadline: allow that moment, and the shell's note of it.
+    let slack = Duration::from_millis(100);
+    assert!(
+        died - term + slack >= GRACE,
+        "SIGTERM noted {term:?} after the launch, the command killed at {died:?}: before the \
+         {GRACE:?} grace"
+    );
+    assert!(
+        died < validity(),
+        "the command was killed {died:?} after the launch, after the lock's validity \
+         ({:?})",
+        validity()
+    );
+    finish(run)
+        .await
+        .expect(LOST)
+        .says("its validity ran out with no confirmed extension")
+        .says("SIGKILL");
 }
 
 /// The command's own exit status: its code, 128 + N when killed by signal N, 127 for a
@@ -361,6 +457,7 @@ async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
         Some(&nodes),
         &run_args(
             "tick",
+            // A --grace that fits in the ttl (the default 10 s does not fit in 10 s: 64).
             &["--ttl", "10s", "--grace", "1s", "--lock-at-least-for", "2s"],
             "true",
         ),
@@ -407,5 +504,6 @@ async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
     ))
     .await
     .expect(64)
-    .says("lock_at_least_for");
+    .says("lock_at_least_for")
+    .says("longer than the ttl");
 }

@@ -1,4 +1,5 @@
-//! Liveness of the README's crontab recipe, `redlock run --wait 0s` (skip if busy): three
+//! Liveness of the README's crontab recipe, `redlock run --wait 0s --lock-at-least-for 3s`
+//! (skip if busy, a short job kept locked past the attempts after a split vote): three
 //! replicas fire it at the same tick, and the command must run on exactly one of them, every
 //! tick; the others exit 75 (busy). Each replica is nearer some nodes than the others, so they
 //! split the vote; a split vote is not busy (nobody holds the resource), so they attempt again
@@ -39,12 +40,16 @@ const FAR: Duration = Duration::from_millis(5);
 /// simultaneity, never an attempt its answers.
 const GATE_HOLD: Duration = Duration::from_millis(40);
 
-/// How long the command keeps the lock: longer than the attempts after a split vote can
-/// last (random delays of at most 20 ms, doubling, 6 times: 1.26 s, plus the attempts), so
-/// that a replica still attempting cannot take the lock after the command released it and
-/// run the job a second time in the tick (`redlock run` has no minimum hold: with a 50 ms
-/// job, 2 ticks of 20 ran it twice).
-const JOB_SECONDS: &str = "2";
+/// The job: a short one, done long before the attempts after a split vote can end (random
+/// delays of at most 20 ms, doubling, 6 times: 1.26 s, plus the attempts).
+const JOB: &str = "sleep 0.05";
+
+/// The minimum hold, as the README's crontab recipe sets it: longer than those attempts can
+/// last, so that a replica still attempting finds the lock held after the job is done and
+/// skips, instead of taking it and running the job a second time in the tick; and longer
+/// than the replicas' stagger in [`replicas_firing_after_the_job_is_done_skip_it`], which
+/// without it runs the job on every replica.
+const AT_LEAST: &str = "3s";
 
 /// Lets every request through except, while closed, one naming the resource of the tick
 /// (`needle`): that one waits until the gate opens, and with it everything after it on its
@@ -209,20 +214,25 @@ impl Tick {
     }
 }
 
-/// Every replica runs `redlock run --wait 0s` on `resource` at once; `live` nodes answer.
+/// Every replica runs `redlock run --wait 0s` on `resource`, replica `r` `r * stagger` after
+/// the first (at once for none); `live` nodes answer.
 async fn tick(
     replicas: &[Replica],
     gate: &Gate,
     journal: &str,
     resource: &str,
     live: usize,
+    stagger: Duration,
 ) -> Tick {
     gate.close(resource);
-    let script = format!("echo \"{resource} $REPLICA\" >> {journal}; sleep {JOB_SECONDS}");
-    let started: Vec<_> = replicas
-        .iter()
-        .enumerate()
-        .map(|(r, replica)| {
+    let script = format!("echo \"{resource} $REPLICA\" >> {journal}; {JOB}");
+    // Started while the gate waits for their attempts (it holds the first for [`GATE_HOLD`]).
+    let launch = async {
+        let mut started = Vec::new();
+        for (r, replica) in replicas.iter().enumerate() {
+            if r > 0 && !stagger.is_zero() {
+                tokio::time::sleep(stagger).await;
+            }
             let args = run_args(
                 resource,
                 &[
@@ -232,6 +242,8 @@ async fn tick(
                     "0s",
                     "--ttl",
                     "5s",
+                    "--lock-at-least-for",
+                    AT_LEAST,
                     "--grace",
                     "1s",
                 ],
@@ -242,10 +254,11 @@ async fn tick(
                 .env("REPLICA", r.to_string())
                 // The core's debug lines on stderr: whether the vote split, how it ended.
                 .env("RUST_LOG", "warn,fred=error,redlock_core::acquire=debug");
-            start(command)
-        })
-        .collect();
-    let held = gate.open_when_held(replicas.len() * live).await;
+            started.push(start(command));
+        }
+        started
+    };
+    let (held, started) = tokio::join!(gate.open_when_held(replicas.len() * live), launch);
     let mut runs = Vec::new();
     for run in started {
         runs.push(finish(run).await);
@@ -262,8 +275,9 @@ async fn tick(
     }
 }
 
-/// Runs `ticks` ticks on resources `name:T`: each must run the job on exactly one replica,
-/// which exited 0, the others exiting 75 (busy). Returns how many ticks split the vote.
+/// Runs `ticks` ticks on resources `name:T`, the replicas firing `stagger` apart: each must
+/// run the job on exactly one replica, which exited 0, the others exiting 75 (busy). Returns
+/// how many ticks split the vote.
 async fn every_tick_runs_once(
     replicas: &[Replica],
     gate: &Gate,
@@ -271,12 +285,13 @@ async fn every_tick_runs_once(
     name: &str,
     ticks: usize,
     live: usize,
+    stagger: Duration,
 ) -> usize {
     let journal = scratch.file("journal");
     let mut split = 0;
     for t in 0..ticks {
         let resource = format!("{name}:{t}");
-        let tick = tick(replicas, gate, &journal, &resource, live).await;
+        let tick = tick(replicas, gate, &journal, &resource, live, stagger).await;
         let codes: Vec<Option<i32>> = tick.runs.iter().map(|run| run.code).collect();
         let ran: Vec<usize> = (0..codes.len()).filter(|&r| codes[r] == Some(0)).collect();
         let busy = codes.iter().filter(|&&code| code == Some(BUSY)).count();
@@ -316,7 +331,8 @@ async fn a_skip_job_fired_by_three_replicas_runs_once_per_tick() {
     let gate = Gate::new();
     let replicas = replicas(&mut nodes, &gate, None);
     let scratch = Scratch::new("split-skewed");
-    let split = every_tick_runs_once(&replicas, &gate, &scratch, "skewed", 8, 5).await;
+    let split =
+        every_tick_runs_once(&replicas, &gate, &scratch, "skewed", 8, 5, Duration::ZERO).await;
     // Otherwise the test could not fail: no tick needed the attempts after a split vote.
     assert!(split > 0, "no tick of 8 split the vote");
 }
@@ -329,6 +345,20 @@ async fn a_skip_job_runs_once_per_tick_with_a_node_down() {
     let gate = Gate::new();
     let replicas = replicas(&mut nodes, &gate, Some(4));
     let scratch = Scratch::new("split-down");
-    let split = every_tick_runs_once(&replicas, &gate, &scratch, "down", 6, 4).await;
+    let split =
+        every_tick_runs_once(&replicas, &gate, &scratch, "down", 6, 4, Duration::ZERO).await;
     assert!(split > 0, "no tick of 6 split the vote");
+}
+
+/// Replicas whose cron fires 500 ms apart (cron daemons start jobs a moment apart, clocks
+/// differ): the first one's job is done, and its lock released, before the others attempt;
+/// the minimum hold keeps the key, and they skip (75) instead of running the job again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_firing_after_the_job_is_done_skip_it() {
+    let mut nodes = RedisNodes::start(5);
+    let gate = Gate::new();
+    let replicas = replicas(&mut nodes, &gate, None);
+    let scratch = Scratch::new("split-late");
+    let stagger = Duration::from_millis(500);
+    every_tick_runs_once(&replicas, &gate, &scratch, "late", 3, 5, stagger).await;
 }

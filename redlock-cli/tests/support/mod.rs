@@ -140,6 +140,43 @@ pub fn ignoring_sigterm(pid_file: &str) -> String {
     format!("trap '' TERM; echo $$ > {pid_file}; while :; do sleep 0.05; done")
 }
 
+/// A command for `sh -c` that does not stop on SIGTERM but notes it: appends `term` to
+/// `journal` at each one (the `sleep` in its group dies of it, so the note comes at once),
+/// after writing its pid to `pid_file` and appending `start` to `journal`; it runs until
+/// killed.
+pub fn noting_sigterm(journal: &str, pid_file: &str) -> String {
+    format!(
+        "trap 'echo term >> {journal}' TERM; echo $$ > {pid_file}; echo start >> {journal}; \
+         while :; do sleep 0.05; done"
+    )
+}
+
+/// When, after `since`, the command `pid` started by [`noting_sigterm`] noted its first
+/// SIGTERM in `journal` (`None`: killed before it could) and when it died (gone, or a
+/// zombie); each seen within 5 ms, at most 20 s.
+pub async fn term_and_death(
+    pid: i32,
+    journal: &str,
+    since: Instant,
+) -> (Option<Duration>, Duration) {
+    let deadline = since + Duration::from_secs(20);
+    let mut term = None;
+    loop {
+        let alive = running(pid);
+        if term.is_none() && lines(journal).iter().any(|l| l == "term") {
+            term = Some(since.elapsed());
+        }
+        if !alive {
+            return (term, since.elapsed());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} still runs after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Another client takes `resource` from its holder: deletes its keys, then sets its own
 /// (`theirs`) on every node.
 pub async fn take_over(nodes: &RedisNodes, resource: &str) {
