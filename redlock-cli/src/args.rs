@@ -40,7 +40,8 @@ pub(crate) enum Command {
     /// SIGKILL comes before it ends (a --grace that does not fit in the --ttl is refused).
     /// SIGKILL never waits past the validity's end less min(ttl/10, 1s): a loss seen late
     /// (redlock frozen or starved of CPU) cuts the grace short, to nothing once the validity
-    /// is over.
+    /// is over; an extension refused by a majority (the keys expired, deleted or another
+    /// holder's) ends the validity there, so SIGKILL follows SIGTERM at once.
     /// SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to redlock are passed on to
     /// the command's group, each followed by SIGCONT; SIGTSTP (Ctrl-Z) is ignored, and a
     /// background redlock writes to a `tostop` terminal without being stopped. Stop
