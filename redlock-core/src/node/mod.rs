@@ -83,7 +83,8 @@ impl Node {
     /// Runs `script` on `keys` and `args` in the node's next batch ([`pipeline`]): sent as
     /// `EVALSHA` of the dispatch script, then `EVAL` when the node answers `NOSCRIPT` (script
     /// caches are empty after every restart or `SCRIPT FLUSH`). Unbounded in time by itself:
-    /// every caller bounds it. Dropped before its batch is sent, it is not sent.
+    /// every caller bounds it. Queued on the first poll, it is sent with the next batch even
+    /// if this future is dropped first ([`pipeline`]).
     pub(crate) async fn eval(
         &self,
         script: &'static Script,

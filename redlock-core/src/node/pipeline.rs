@@ -79,8 +79,11 @@ impl Pipeline {
     }
 
     /// Runs `script` on `keys` and `args` in the node's next batch, and returns its reply.
-    /// Unbounded in time by itself: every caller bounds it. Dropped before the batch is sent,
-    /// the call is not sent, unless `finish` (see [`Call::finish`]).
+    /// Unbounded in time by itself: every caller bounds it. The call is queued on the first
+    /// poll and sent with the next batch even if this future is dropped first (a dropped
+    /// acquisition's clean-up follows it on the same connection); only a batch sent again
+    /// (after `NOSCRIPT`, or a refusal of the whole batch) leaves out the calls nobody waits
+    /// for any more, unless `finish` (see [`Call::finish`]).
     pub(crate) async fn call(
         &self,
         script: &'static Script,
