@@ -1648,7 +1648,7 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     ));
     if expect_reentry && let Some(holder) = &turn_held {
         run.stats.turn_busy += 1;
-        if !matches!(&first, Err(e) if e.is_busy()) {
+        if !matches!(&first, Err(e) if e.is_busy()) && !refused_for_a_cap(&first) {
             run.fail(&format!(
                 "{base}, a single attempt in the scope of reentrant {outer_label} whose turn \
                  {holder} holds, was not refused as busy: {}",
@@ -1702,6 +1702,10 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
             Err(error @ LockError::Unavailable { .. }) if expect_reentry => {
                 let _none = acquired(run, Err(error), &label);
             }
+            // Asking for auto-extension past the outer lock's cap (see `refused_for_a_cap`).
+            Err(LockError::Invalid(InvalidInput::ReentryAsksMore {
+                option: "max_hold" | "max_extensions",
+            })) if options.get_auto_extend() => {}
             Err(error) if expect_reentry && depth == 0 && trusted && still_trusted => {
                 run.fail(&format!(
                     "{label}, in the scope of trusted reentrant {outer_label}, failed: {error}"
@@ -1893,6 +1897,18 @@ enum Ask {
 /// minimum hold is given when the outer lock has it (the same fencing token), and otherwise
 /// refused with `ReentryAsksMore` (`AtLeastWithMode` for a minimum hold in a mode), leaving no
 /// hold behind. As any re-entry, it is refused as busy while its guard's turn is held.
+/// A re-entry refused because the lock it re-enters is auto-extended with a cap (`max_hold`,
+/// `max_extensions`) shorter than the request's: the run does not track the caps of every
+/// lock, so this refusal is accepted wherever a re-entry asks for auto-extension.
+fn refused_for_a_cap(result: &Result<LockGuard, LockError>) -> bool {
+    matches!(
+        result,
+        Err(LockError::Invalid(InvalidInput::ReentryAsksMore {
+            option: "max_hold" | "max_extensions"
+        }))
+    )
+}
+
 async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
     let candidates: Vec<usize> = (0..live.len()).filter(|&i| live[i].reentrant).collect();
     let index = candidates[rng.random_range(0..candidates.len())];
@@ -1978,6 +1994,16 @@ async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &m
                  taken without: expected a refusal naming it, got {outcome}"
             ));
         }
+        if holds_now != holds {
+            run.fail(&format!(
+                "the refused re-entry {base} left a hold behind: {outer_label}'s hold count went \
+                 from {holds} to {holds_now}"
+            ));
+        }
+        run.stats.asked_refused += 1;
+        return;
+    }
+    if options.get_auto_extend() && refused_for_a_cap(&result) {
         if holds_now != holds {
             run.fail(&format!(
                 "the refused re-entry {base} left a hold behind: {outer_label}'s hold count went \
