@@ -34,6 +34,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// and than redis-py's blocking sleep (0.1 s).
 pub const DEFAULT_FOREIGN_WINDOW: Duration = Duration::from_millis(350);
 
+/// How long a resource's fencing counter is kept on a node after its last fenced lock
+/// (see [`RedlockBuilder::fencing_counter_ttl`]): 10 minutes.
+pub(crate) const DEFAULT_FENCING_COUNTER_TTL: Duration = Duration::from_secs(600);
+
 /// The longest window for foreign clients: a longer one is cut to this (10 s).
 pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
 
@@ -82,6 +86,7 @@ pub struct RedlockBuilder {
     handover_grace: Duration,
     foreign_window: Duration,
     quarantine: Duration,
+    fencing_counter_ttl: Duration,
     node_set_check: bool,
     #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
     tls: crate::tls::TlsSettings,
@@ -101,6 +106,7 @@ impl Default for RedlockBuilder {
             handover_grace: DEFAULT_HANDOVER_GRACE,
             foreign_window: DEFAULT_FOREIGN_WINDOW,
             quarantine: Duration::ZERO,
+            fencing_counter_ttl: DEFAULT_FENCING_COUNTER_TTL,
             node_set_check: true,
             #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
             tls: crate::tls::TlsSettings::default(),
@@ -200,6 +206,7 @@ impl RedlockBuilder {
             handover_grace,
             foreign_window,
             quarantine,
+            fencing_counter_ttl,
             node_set_check,
             tls_ca,
             tls_client_cert,
@@ -218,6 +225,7 @@ impl RedlockBuilder {
             .set_if(handover_grace, Self::handover_grace)
             .set_if(foreign_window, Self::foreign_window)
             .set_if(quarantine, Self::quarantine)
+            .set_if(fencing_counter_ttl, Self::fencing_counter_ttl)
             .set_if(node_set_check, Self::node_set_check);
         builder.options = lock.apply(builder.options);
         builder.tls_config(tls_ca, tls_client_cert, tls_client_key)
@@ -406,6 +414,31 @@ impl RedlockBuilder {
     /// shorter than the default ttl or longer than [`MAX_TTL`].
     pub fn quarantine(mut self, quarantine: Duration) -> Self {
         self.quarantine = quarantine;
+        self
+    }
+
+    /// How long a node keeps a resource's fencing counter after the resource's last fenced
+    /// lock (default 10 minutes; rounded up to a millisecond, at least 1 ms; a ttl above
+    /// 285,000 years keeps counters forever). It bounds the memory fencing takes: each node
+    /// holds one counter per resource fenced within the ttl, and two keys per key prefix
+    /// (the fencing floor and its window), instead of one counter per resource ever fenced.
+    ///
+    /// Tokens keep strictly increasing across the counter's expiry, whatever the ttl: every
+    /// token a node confirms also raises the key prefix's floor, and a resource whose counter
+    /// has expired is compared with the floor, which by then covers every token the counter
+    /// held (the floor's window never outlives a counter written in it, and both expire by
+    /// the node's own clock, so no clock assumption is added; the crate docs, "Fencing
+    /// tokens", give the argument). The ttl only decides what tokens look like: within it, a
+    /// resource's tokens go up by one per holder; after it, the next token jumps above every
+    /// token issued under the key prefix. Every handle fencing under one key prefix must run
+    /// this scheme (a handle that reads no floor could issue a token again after a counter
+    /// expired); they may use different ttls.
+    ///
+    /// Costs nothing for unfenced locks, and for a fenced one a `GET` of the floor in the
+    /// acquire script when the counter has expired, and a `GET`, a `PTTL` and two `SET`s in
+    /// the fencing write-back.
+    pub fn fencing_counter_ttl(mut self, ttl: Duration) -> Self {
+        self.fencing_counter_ttl = ttl;
         self
     }
 
@@ -617,7 +650,13 @@ impl RedlockBuilder {
         };
         let (connected, ()) = tokio::join!(connect.connect_all(&nodes), subscribers);
         connected?;
-        let masters = Masters::new(nodes, self.node_timeout, self.quarantine, &self.key_prefix);
+        let masters = Masters::new(
+            nodes,
+            self.node_timeout,
+            self.quarantine,
+            self.fencing_counter_ttl,
+            &self.key_prefix,
+        );
         let node_set = self.node_set_check.then(|| NodeSet::new(&self.key_prefix));
         if let Some(node_set) = &node_set {
             node_set.check(&masters, self.connect_timeout).await?;
@@ -739,7 +778,7 @@ mod tests {
     const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAA==\n-----END PRIVATE KEY-----\n";
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 27] = [
+    const SAMPLES: [(&str, &str); 28] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -748,6 +787,7 @@ mod tests {
         ("handover_grace", "1s"),
         ("foreign_window", "1s"),
         ("quarantine", "1h"),
+        ("fencing_counter_ttl", "1h"),
         ("node_set_check", "false"),
         ("tls_ca", CERT),
         ("tls_client_cert", CERT),

@@ -141,6 +141,7 @@ options! {
     /// | `REDLOCK_HANDOVER_GRACE` | [`handover_grace`](Self::handover_grace) | duration |
     /// | `REDLOCK_FOREIGN_WINDOW` | [`foreign_window`](Self::foreign_window) | duration |
     /// | `REDLOCK_QUARANTINE` | [`quarantine`](Self::quarantine) | duration |
+    /// | `REDLOCK_FENCING_COUNTER_TTL` | [`fencing_counter_ttl`](Self::fencing_counter_ttl) | duration |
     /// | `REDLOCK_NODE_SET_CHECK` | [`node_set_check`](Self::node_set_check) | `true` or `false` |
     /// | `REDLOCK_TLS_CA` | [`tls_ca`](Self::tls_ca) | file path, or PEM text |
     /// | `REDLOCK_TLS_CLIENT_CERT` | [`tls_client_cert`](Self::tls_client_cert) | file path, or PEM text |
@@ -182,6 +183,8 @@ options! {
         foreign_window: Duration,
         /// [`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine).
         quarantine: Duration,
+        /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl).
+        fencing_counter_ttl: Duration,
         /// [`RedlockBuilder::node_set_check`](crate::RedlockBuilder::node_set_check).
         node_set_check: bool,
         /// The CA certificates to trust for `rediss://` nodes, PEM

@@ -78,7 +78,9 @@ fn waiters(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}waiters")
 }
 
-/// The fencing counter of `key` (a max register, no ttl).
+/// The fencing counter of `key`: a max register, with a ttl
+/// ([`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)),
+/// backed by the key prefix's [`fencing_floor`] once it has expired.
 fn fencing(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}fencing")
 }
@@ -117,6 +119,21 @@ pub(crate) fn quarantine_marker(prefix: &str) -> String {
     format!("{prefix}{BOOKKEEPING_SEPARATOR}quarantine")
 }
 
+/// The fencing floor of the handles of key prefix `prefix`: `"<past> <current>"`, the highest
+/// token confirmed on this node before the floor's window ([`fencing_window`]) and within it
+/// (the fence script, `FENCE` in `node::scripts`, keeps both). A resource whose counter has
+/// expired compares its next claim with the floor. Under the prefix, as the [`witness`] is.
+pub(crate) fn fencing_floor(prefix: &str) -> String {
+    format!("{prefix}{BOOKKEEPING_SEPARATOR}fencing-floor")
+}
+
+/// The window of the key prefix's [`fencing_floor`]: while it exists, the floor's `current`
+/// collects the window's claims; once it has expired (never after a counter written in it),
+/// `current` counts as `past`.
+pub(crate) fn fencing_window(prefix: &str) -> String {
+    format!("{prefix}{BOOKKEEPING_SEPARATOR}fencing-window")
+}
+
 /// Where 0.1.0 kept the fencing counter of `key`. Read (never written) as a floor, so tokens
 /// keep increasing across the upgrade; a foreign key of that name that is not a decimal
 /// number reads as 0.
@@ -146,6 +163,9 @@ mod tests {
         assert_eq!(witness("lock:"), "lock:\0redlock:witness");
         assert_eq!(quarantine_marker("lock:"), "lock:\0redlock:quarantine");
         assert!(!all.contains(&witness("lock:order:1")));
+        // So do the fencing floor's.
+        assert_eq!(fencing_floor("lock:"), "lock:\0redlock:fencing-floor");
+        assert_eq!(fencing_window("lock:"), "lock:\0redlock:fencing-window");
         // A plain resource named like 0.1.0's suffixes is not ours any more.
         assert_ne!(waiters("x"), "x:waiters");
         assert_ne!(fencing("x"), "x:fencing-counter");

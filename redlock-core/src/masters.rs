@@ -15,6 +15,10 @@ use crate::node::Node;
 use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 use crate::timing;
 
+/// A fencing counter ttl at least this long (2^53 ms, about 285,000 years; the fence script
+/// reads the ttl as a Lua number, exact below it) means counters never expire.
+const NEVER_EXPIRE: Duration = Duration::from_millis(1 << 53);
+
 /// The N independent masters a lock is taken on, and what every round on them needs.
 pub(crate) struct Masters {
     pub(crate) nodes: Vec<Node>,
@@ -29,6 +33,21 @@ pub(crate) struct Masters {
     quarantine: Duration,
     /// What the acquire scripts' quarantine check needs.
     pub(crate) quarantine_check: QuarantineCheck,
+    /// What the fencing write-back needs beside the resource's keys.
+    pub(crate) fencing: FencingFloor,
+}
+
+/// The key prefix's fencing floor and its window (the fence script, `FENCE` in
+/// [`scripts`](crate::node::scripts)), and how long a resource's fencing counter lives.
+#[derive(Debug)]
+pub(crate) struct FencingFloor {
+    /// [`keys::fencing_floor`](crate::keys::fencing_floor).
+    pub(crate) floor: String,
+    /// [`keys::fencing_window`](crate::keys::fencing_window).
+    pub(crate) window: String,
+    /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)
+    /// in ms, rounded up; 0: counters never expire.
+    pub(crate) counter_ttl_ms: u64,
 }
 
 /// The quarantine check every acquire script opens with (`quarantine_check` in
@@ -43,12 +62,14 @@ pub(crate) struct QuarantineCheck {
 
 impl Masters {
     /// The masters `nodes`, each command bounded by `node_timeout`, nodes that may have lost
-    /// data quarantined for `quarantine` (zero: off), with the quarantine's keys under
+    /// data quarantined for `quarantine` (zero: off), fencing counters kept for
+    /// `fencing_counter_ttl`, with the quarantine's and the fencing floor's keys under
     /// `key_prefix`.
     pub(crate) fn new(
         nodes: Vec<Node>,
         node_timeout: Duration,
         quarantine: Duration,
+        fencing_counter_ttl: Duration,
         key_prefix: &str,
     ) -> Self {
         Self {
@@ -62,6 +83,18 @@ impl Masters {
                 ms: u64::try_from(quarantine.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
                 witness: crate::keys::witness(key_prefix),
                 marker: crate::keys::quarantine_marker(key_prefix),
+            },
+            fencing: FencingFloor {
+                floor: crate::keys::fencing_floor(key_prefix),
+                window: crate::keys::fencing_window(key_prefix),
+                counter_ttl_ms: if fencing_counter_ttl >= NEVER_EXPIRE {
+                    0
+                } else {
+                    // Rounded up: a counter never lives shorter than asked (nor 0 ms).
+                    u64::try_from(fencing_counter_ttl.as_nanos().div_ceil(1_000_000))
+                        .unwrap_or(u64::MAX)
+                        .max(1)
+                },
             },
         }
     }

@@ -63,6 +63,13 @@ impl RedisNodes {
         self.on_each("PTTL", key).await
     }
 
+    /// The keys matching `pattern` on every node, in order (`KEYS`; sorted).
+    pub async fn keys(&self, pattern: &str) -> Vec<Vec<String>> {
+        let mut all: Vec<Vec<String>> = self.on_each("KEYS", pattern).await;
+        all.iter_mut().for_each(|keys| keys.sort());
+        all
+    }
+
     /// Waits (at most 2 s) until `key` is absent on every node: a release returns at quorum,
     /// and the other nodes' deletes land just after.
     pub async fn gone_everywhere(&self, key: &str) {

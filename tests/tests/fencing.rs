@@ -20,6 +20,10 @@ use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{RedisNodes, RedisServer, fencing_key, plain_client, proxy_urls, redlock};
 
 const TTL: Duration = Duration::from_secs(1);
+/// A fencing counter ttl that outlives every test.
+const KEPT: Duration = Duration::from_secs(600);
+/// A fencing counter ttl far shorter than the time between two holders of an episode.
+const EXPIRING: Duration = Duration::from_millis(300);
 /// A node votes once its quarantine (`TTL`, from the handle's build or from the first
 /// acquisition after a restart) has passed; this is a good margin more.
 const PAST_QUARANTINE: Duration = Duration::from_millis(2_300);
@@ -35,12 +39,14 @@ struct Client {
 }
 
 impl Client {
-    async fn new(nodes: &RedisNodes) -> Self {
+    /// Fencing counters expire after `counter_ttl`.
+    async fn new(nodes: &RedisNodes, counter_ttl: Duration) -> Self {
         let proxies = nodes.proxies();
         let redlock = Redlock::builder()
             .nodes(proxy_urls(&proxies))
             .node_timeout(ms(100))
             .quarantine(TTL)
+            .fencing_counter_ttl(counter_ttl)
             .lock_options(LockOptions::default().ttl(TTL))
             .build()
             .await
@@ -116,26 +122,29 @@ struct Episode {
 /// their quarantine has passed) with the nodes in `cut_q` cut off and the replies of `slow_q`
 /// delayed by half the node timeout (so Q's read misses that node, but its write-back hears
 /// it), and last R locks with every node reachable. Each writes to the fenced register with
-/// its token.
+/// its token. Fencing counters expire after `counter_ttl`, but the warm-up's after
+/// `warm_ttl`.
 async fn episode(
     resource: &str,
     cut_p: &[usize],
     restart: &[usize],
     cut_q: &[usize],
     slow_q: Option<usize>,
+    (warm_ttl, counter_ttl): (Duration, Duration),
 ) -> Episode {
     let mut nodes = RedisNodes::start(5);
-    let p = Client::new(&nodes).await;
+    let warm = Client::new(&nodes, warm_ttl).await;
+    let p = Client::new(&nodes, counter_ttl).await;
     let store = RedisServer::start();
     let register = Register::new(&store, resource).await;
     // The fresh nodes are in quarantine themselves at first.
     tokio::time::sleep(PAST_QUARANTINE).await;
-    for warm in 0..4 {
-        let (token, verdict) = p
-            .fenced_write(resource, &[], &register, warm)
+    for warm_up in 0..4 {
+        let (token, verdict) = warm
+            .fenced_write(resource, &[], &register, warm_up)
             .await
             .unwrap();
-        assert_eq!((token, verdict), (warm + 1, Fenced::Accepted));
+        assert_eq!((token, verdict), (warm_up + 1, Fenced::Accepted));
     }
     let p_result = p.fenced_write(resource, cut_p, &register, 100).await;
     for &n in restart {
@@ -144,7 +153,7 @@ async fn episode(
     // Q connects after the restarts, so that its first attempt reaches every node it is not
     // cut off from (an attempt while a connection is still coming back raises the counters
     // it reaches, and Q's next one goes above them).
-    let q = Client::new(&nodes).await;
+    let q = Client::new(&nodes, counter_ttl).await;
     tokio::time::sleep(PAST_QUARANTINE).await;
     q.reach_all(&nodes).await;
     if let Some(n) = slow_q {
@@ -194,7 +203,7 @@ fn assert_strictly_increasing(what: &str, episode: &Episode) {
 /// earlier token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
-    let episode = episode("fence-a", &[3, 4], &[2], &[0, 1], None).await;
+    let episode = episode("fence-a", &[3, 4], &[2], &[0, 1], None, (KEPT, KEPT)).await;
     eprintln!("issue-15 scenario: {episode:?}");
     assert_strictly_increasing("issue-15 scenario", &episode);
     for (who, result) in [("P", &episode.p), ("Q", &episode.q)] {
@@ -214,9 +223,30 @@ async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
 /// write-back quorum of 3 hands Q the 5 again here, every time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
-    let episode = episode("fence-b", &[4], &[2, 3], &[0], Some(1)).await;
+    let episode = episode("fence-b", &[4], &[2, 3], &[0], Some(1), (KEPT, KEPT)).await;
     eprintln!("two restarts, single cuts: {episode:?}");
     assert_strictly_increasing("two restarts", &episode);
+    let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
+    assert_eq!(p, Some(5), "{episode:?}");
+    assert!(
+        q.is_some_and(|q| q > 5) && r > q,
+        "every holder reached 4 nodes: {episode:?}"
+    );
+}
+
+/// The same episode with P's and Q's fencing counters expiring after 300 ms, long before Q
+/// locks (the warm-up's, after 10 minutes): on node 1, which still holds P's token 5, the
+/// resource's counter is gone, and the token is only in the key prefix's fencing floor (in
+/// its window's `current`; the window, opened by the warm-up for 10 minutes, was cut to
+/// P's 300 ms by P's claim, and no claim has folded it into `past` since). Q, granted by {2, 3, 4}, reads 4
+/// (node 4's floor) and claims 5: node 1 must compare it with the floor, refuse it, and
+/// send Q above 5. A floor that read only `past`, or a window left to outlive P's counter,
+/// would confirm it (with 2, 3 and 4: a fencing quorum), and the storage would see 5 twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_nodes_restarted_empty_after_the_counters_expired_keep_tokens_increasing() {
+    let episode = episode("fence-d", &[4], &[2, 3], &[0], Some(1), (KEPT, EXPIRING)).await;
+    eprintln!("two restarts, counters expired: {episode:?}");
+    assert_strictly_increasing("two restarts, counters expired", &episode);
     let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
     assert_eq!(p, Some(5), "{episode:?}");
     assert!(
@@ -233,7 +263,7 @@ async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
 /// go to 5 plus a random spread (a split claim), which repeats P's token only by chance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_nodes_restarted_empty_repeat_a_token_and_the_storage_sees_it() {
-    let episode = episode("fence-c", &[4], &[1, 2, 3], &[0], Some(3)).await;
+    let episode = episode("fence-c", &[4], &[1, 2, 3], &[0], Some(3), (KEPT, KEPT)).await;
     eprintln!("control, three restarts: {episode:?}");
     assert_eq!(token(&episode.p), Some(5), "{episode:?}");
     assert!(
@@ -270,6 +300,10 @@ async fn counters_above_the_legacy_floor_and_past_2_to_the_53_strictly_increase(
             token
         }
     };
+    // First, while the key prefix's floor is 0 (a resource fenced for the first time gets a
+    // token above the highest one of the prefix).
+    set_everywhere(&nodes, "foreign:fencing-counter", "a7f3c9e1b2").await;
+    assert_eq!(token("foreign").await, 1);
     set_everywhere(&nodes, "old:fencing-counter", "41").await;
     assert_eq!(token("old").await, 42);
     assert_eq!(token("old").await, 43);
@@ -285,9 +319,6 @@ async fn counters_above_the_legacy_floor_and_past_2_to_the_53_strictly_increase(
         .filter(|s| s.as_deref() == Some((past + 3).to_string().as_str()))
         .count();
     assert!(exact >= 4, "{stored:?}");
-
-    set_everywhere(&nodes, "foreign:fencing-counter", "a7f3c9e1b2").await;
-    assert_eq!(token("foreign").await, 1);
 }
 
 /// Eight readers (compatible holders of a mode lock) take fenced locks at once, one attempt
@@ -330,7 +361,10 @@ async fn concurrent_readers_all_get_distinct_tokens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_readers_split_three_two_still_both_get_tokens() {
     let nodes = RedisNodes::start(5);
-    let (a, b) = (Client::new(&nodes).await, Client::new(&nodes).await);
+    let (a, b) = (
+        Client::new(&nodes, KEPT).await,
+        Client::new(&nodes, KEPT).await,
+    );
     tokio::time::sleep(PAST_QUARANTINE).await;
     for n in 2..5 {
         a.proxies[n].set(Direction::Request, Fault::Delay(ms(20)));
@@ -353,4 +387,96 @@ async fn two_readers_split_three_two_still_both_get_tokens() {
         assert_ne!(ga.fencing_token(), gb.fencing_token(), "round {round}");
         let _ = tokio::join!(ga.release(), gb.release());
     }
+}
+
+/// A handle over `nodes` with key prefix `prefix` whose fencing counters expire after `ttl`.
+async fn handle_keeping_counters(nodes: &RedisNodes, prefix: &str, ttl: Duration) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .key_prefix(prefix)
+        .fencing_counter_ttl(ttl)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Takes and releases a fenced lock on each of `resources`, 20 at a time: their tokens.
+async fn fence_each(redlock: &Redlock, resources: &[String]) -> Vec<u64> {
+    let fenced = LockOptions::default().fencing(true);
+    let mut tokens = Vec::new();
+    for chunk in resources.chunks(20) {
+        let guards = join_all(chunk.iter().map(|r| redlock.lock_with(r, &fenced))).await;
+        for guard in guards {
+            let guard = guard.unwrap();
+            tokens.push(guard.fencing_token().unwrap());
+            guard.release().await.unwrap();
+        }
+    }
+    tokens
+}
+
+/// The fencing counters (`<key>\0redlock:fencing`) under `prefix` on each node.
+async fn counters(nodes: &RedisNodes, prefix: &str) -> Vec<usize> {
+    let suffix = format!("{}fencing", redlock_core::BOOKKEEPING_SEPARATOR);
+    nodes
+        .keys(&format!("{prefix}*"))
+        .await
+        .iter()
+        .map(|keys| keys.iter().filter(|k| k.ends_with(&suffix)).count())
+        .collect()
+}
+
+/// Fencing counters expire (`fencing_counter_ttl`), so that fenced locks on ever new
+/// resources (one per order, say) do not fill the nodes: 200 resources fenced leave no
+/// counter once the ttl has passed, only the key prefix's floor, while a handle whose
+/// counters never expire (`Duration::MAX`, as every counter was before they had a ttl)
+/// still holds all 200 on every node. Across the expiry, each resource's next token is
+/// above every token it had (and above every token of the prefix: the floor's). A ttl of
+/// zero is taken as 1 ms: counters are gone at once, and tokens still strictly increase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fencing_counters_expire_and_tokens_keep_increasing_across_the_expiry() {
+    let nodes = RedisNodes::start(5);
+    let resources: Vec<String> = (0..200).map(|i| format!("order:{i}")).collect();
+    let expiring = handle_keeping_counters(&nodes, "short:", Duration::from_secs(2)).await;
+    let forever = handle_keeping_counters(&nodes, "kept:", Duration::MAX).await;
+    let before = fence_each(&expiring, &resources).await;
+    fence_each(&forever, &resources).await;
+    let written = counters(&nodes, "short:").await;
+    assert!(
+        written.iter().all(|&n| n > 0),
+        "the counters were written: {written:?}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(counters(&nodes, "short:").await, [0; 5], "counters left");
+    let floor = format!("short:{}fencing-floor", redlock_core::BOOKKEEPING_SEPARATOR);
+    for keys in nodes.keys("short:*").await {
+        let fencing: Vec<&String> = keys.iter().filter(|k| k.contains("fencing")).collect();
+        assert_eq!(fencing, [&floor], "only the floor stays");
+    }
+    let kept = counters(&nodes, "kept:").await;
+    assert!(
+        kept.iter().filter(|&&n| n == 200).count() >= 4 && kept.iter().all(|&n| n <= 200),
+        "Duration::MAX keeps every counter: {kept:?}"
+    );
+
+    let highest = before.iter().copied().max().unwrap();
+    let after = fence_each(&expiring, &resources[..10]).await;
+    for (i, token) in after.iter().enumerate() {
+        assert!(
+            *token > before[i] && *token > highest,
+            "{}: token {token} after its counter expired, {} before (prefix's highest {highest})",
+            resources[i],
+            before[i]
+        );
+    }
+
+    let zero = handle_keeping_counters(&nodes, "zero:", Duration::ZERO).await;
+    let mut tokens = Vec::new();
+    for _ in 0..5 {
+        tokens.extend(fence_each(&zero, &["job".to_owned()]).await);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(counters(&nodes, "zero:").await, [0; 5]);
 }

@@ -104,7 +104,9 @@ impl Redlock {
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
             kind,
-            fencing: options.get_fencing(),
+            fencing: options
+                .get_fencing()
+                .then_some(masters.fencing.floor.as_str()),
             quarantine: &masters.quarantine_check,
             windowed: !self.inner().foreign_window.is_zero(),
         };

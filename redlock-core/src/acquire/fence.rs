@@ -28,14 +28,17 @@ const FENCE_SPREAD: u64 = 64;
 /// counter was below it. A node reporting a counter at or above the claim (one the read
 /// missed, or a compatible holder's claim) starts another round above it (spread out when
 /// the claim was split, [`FENCE_SPREAD`]). The legacy counter of 0.1.0 counts as a floor.
+/// Where the resource's counter has expired, the node compares the claim with the key
+/// prefix's fencing floor, which covers every token the counter held (the fence script,
+/// `FENCE` in `node::scripts`).
 ///
 /// Why tokens strictly increase, with one node restarted empty and any minority cut off
 /// (crate docs, "Fencing tokens"): let P be the previous holder with a token t. P's
 /// confirmations came before P's lock was returned, so before its validity ended, so
 /// before our lock was granted (Redlock's exclusion), so before this round. Any two
 /// fencing quorums share `2F − N` nodes (3 of 5); while fewer than that many lost their
-/// data since P's round, one still holds a counter ≥ t and confirmed our claim only
-/// because the claim was above it. (Compatible holders of a mode lock are not ordered by
+/// data since P's round, one still holds a counter ≥ t (or, once the counter expired, a
+/// floor ≥ t) and confirmed our claim only because the claim was above it. (Compatible holders of a mode lock are not ordered by
 /// exclusion: their tokens are distinct, in no particular order.)
 pub(super) async fn fence(
     masters: &Masters,
@@ -49,7 +52,7 @@ pub(super) async fn fence(
     for _ in 0..FENCE_ROUNDS {
         let tally = masters
             .round(needed, limit, Stop::AtDecision, |node| {
-                node.fence(keys, claim)
+                node.fence(keys, &masters.fencing, claim)
             })
             .await;
         if tally.granted >= needed {

@@ -14,7 +14,7 @@ use super::scripts::{
     QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
-use crate::masters::QuarantineCheck;
+use crate::masters::{FencingFloor, QuarantineCheck};
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
@@ -87,8 +87,9 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) kind: AcquireKind<'a>,
-    /// Read the fencing counter too.
-    pub(crate) fencing: bool,
+    /// Read the fencing counter too, or the key prefix's fencing floor (this key) when the
+    /// counter has expired.
+    pub(crate) fencing: Option<&'a str>,
     /// The quarantine check (the quarantine in ms, 0: none, and its keys; `quarantine_check`
     /// in [`scripts`](super::scripts)).
     pub(crate) quarantine: &'a QuarantineCheck,
@@ -155,7 +156,7 @@ impl Node {
         } else {
             (quarantine.witness.as_str(), quarantine.marker.as_str())
         };
-        let fence = fencing.then_some(keys.fencing.as_str());
+        let fence = fencing.map(|floor| [keys.fencing.as_str(), floor]);
         match kind {
             AcquireKind::Mode(mode) => {
                 let args = [
@@ -212,17 +213,17 @@ impl Node {
         }
     }
 
-    /// Runs an acquire script on `keys`, followed by the fencing counter's key when given, and
-    /// reads its `{1 | 0 | -1, counter[, busy]}` reply.
+    /// Runs an acquire script on `keys`, followed by the fencing counter's and floor's keys
+    /// when given, and reads its `{1 | 0 | -1, counter[, busy]}` reply.
     async fn acquire_script(
         &self,
         script: &'static Script,
         keys: &[&str],
-        fence_key: Option<&str>,
+        fence_keys: Option<[&str; 2]>,
         args: &[Value],
     ) -> AcquireReply {
         let mut all = keys.to_vec();
-        all.extend(fence_key);
+        all.extend(fence_keys.into_iter().flatten());
         let key = keys.first().copied().unwrap_or_default();
         acquire_reply(self.eval(script, &all, args).await, key)
     }
@@ -305,12 +306,26 @@ impl Node {
         }
     }
 
-    /// Raises the resource's fencing counter to `value` if lower ([`FENCE`]).
-    /// [`NodeVote::Acquired`] if the node raised it (confirmed); otherwise
-    /// [`NodeVote::Held`]. Either way with the counter as it was (`u64::MAX` if it is larger).
-    pub(crate) async fn fence(&self, keys: &ResourceKeys, value: u64) -> (NodeVote, u64) {
-        let args = [Value::from(value.to_string())];
-        let script_keys = [keys.fencing.as_str(), keys.legacy_fencing.as_str()];
+    /// Claims `value` as the resource's next fencing token ([`FENCE`]):
+    /// [`NodeVote::Acquired`] if the node confirmed it (it was above every token the node
+    /// confirmed for the resource); otherwise [`NodeVote::Held`]. Either way with what it was
+    /// compared with (`u64::MAX` if larger).
+    pub(crate) async fn fence(
+        &self,
+        keys: &ResourceKeys,
+        floor: &FencingFloor,
+        value: u64,
+    ) -> (NodeVote, u64) {
+        let args = [
+            Value::from(value.to_string()),
+            int_arg(floor.counter_ttl_ms),
+        ];
+        let script_keys = [
+            keys.fencing.as_str(),
+            keys.legacy_fencing.as_str(),
+            floor.floor.as_str(),
+            floor.window.as_str(),
+        ];
         match self.eval(&FENCE, &script_keys, &args).await {
             Ok(reply) => match fence_reply(&reply) {
                 Some((true, before)) => (NodeVote::Acquired, before),

@@ -250,6 +250,53 @@ macro_rules! holder {
     };
 }
 
+/// Two helpers for fencing counters, which are compared as decimal strings (length, then
+/// digits), never as Lua numbers (doubles, exact only below 2^53): `decimal(v)`, `v` without
+/// leading zeros if it is a plain decimal string, else `"0"`; `below(a, b)`, `a < b` for two
+/// such strings.
+macro_rules! decimal {
+    () => {
+        r#"local function decimal(v)
+  if type(v) ~= "string" or not string.match(v, "^%d+$") then return "0" end
+  local digits = string.match(v, "^0*(%d-)$")
+  if digits == "" then return "0" end
+  return digits
+end
+local function below(a, b)
+  if #a ~= #b then return #a < #b end
+  return a < b
+end
+"#
+    };
+}
+
+/// What the acquire scripts read for the fencing write-back, as `fence`: the resource's
+/// counter `KEYS[$c]` when it is given, or, when that counter has expired, the highest claim
+/// in the key prefix's floor `KEYS[$f]` ([`FENCE`]), so that the first claim after it is
+/// confirmed at once. Only a hint: the write-back itself is what [`FENCE`] checks.
+macro_rules! fence_read {
+    ($c:literal, $f:literal) => {
+        concat!(
+            r#"local fence = 0
+if KEYS["#,
+            $c,
+            r#"] then
+  fence = redis.call("get", KEYS["#,
+            $c,
+            r#"])
+  if not fence then
+    local past, current = string.match(redis.call("get", KEYS["#,
+            $f,
+            r#"]) or "", "^(%d+) (%d+)$")
+    fence = current or "0"
+    if past and (#past > #current or (#past == #current and past > current)) then fence = past end
+  end
+end
+"#
+        )
+    };
+}
+
 /// `1` if the window for foreign clients at `KEYS[$k]` is open ([`RELEASE_HANDOVER`]): every
 /// acquisition of ours refuses a free key while it is. Under `pcall` (without access to that
 /// key: no window).
@@ -265,7 +312,7 @@ macro_rules! window_open {
 /// scored by its wait start `ARGV[4]`) unless it already holds
 /// [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS) entries (a waiter left out is woken by its retry timer), and keep the queue alive for
 /// `ARGV[5]` ms. Also reads
-/// the fencing counter `KEYS[7]` when given; `ARGV[6]` is the quarantine, `KEYS[5]` and
+/// the fencing counter `KEYS[7]` when given (or the floor `KEYS[8]`, [`fence_read`]); `ARGV[6]` is the quarantine, `KEYS[5]` and
 /// `KEYS[6]` its witness and marker ([`quarantine_check`]). Returns
 /// `{1 | 0 | -1, counter, busy[, left, holder]}`, `busy` the streak read from `KEYS[4]` when
 /// granted ([`busy_read`]), `left` when refused the ms until the key (or the window) expires,
@@ -275,9 +322,8 @@ pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
     concat!(
         quarantine_check!("6", "5", "6"),
+        fence_read!("7", "8"),
         r#"local cur = redis.pcall("get", KEYS[1])
-local fence = 0
-if KEYS[7] then fence = redis.call("get", KEYS[7]) or "0" end
 if cur == ARGV[3] or (not cur and not "#,
         window_open!("3"),
         r#") then
@@ -322,7 +368,7 @@ return 1"#,
 /// (the handle has windows on; one with windows off takes the key as a foreign client
 /// would), read the streak of
 /// hand-overs when granted (`KEYS[3]`, [`busy_read`]), read the resource's fencing counter
-/// `KEYS[6]` when given (0 if none), and refuse while quarantined (`ARGV[3]`, with the
+/// `KEYS[6]` when given (or the floor `KEYS[7]`, [`fence_read`]), and refuse while quarantined (`ARGV[3]`, with the
 /// witness `KEYS[4]` and the marker `KEYS[5]`, [`quarantine_check`]). One round trip:
 /// `{1 | 0 | -1, counter, busy[, left, holder]}`, `left` (when refused) the ms until the
 /// holder's key (or the window) expires, `holder` who refused it ([`holder`]).
@@ -330,9 +376,8 @@ pub(crate) static ACQUIRE: Script = Script::new(
     3,
     concat!(
         quarantine_check!("3", "4", "5"),
-        r#"local fence = 0
-if KEYS[6] then fence = redis.call("get", KEYS[6]) or "0" end
-if ARGV[4] == "1" and "#,
+        fence_read!("6", "7"),
+        r#"if ARGV[4] == "1" and "#,
         window_open!("2"),
         r#" then return {0, fence, 0, "#,
         left!("2"),
@@ -348,9 +393,25 @@ if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, 
     ),
 );
 
-/// Raises the fencing counter `KEYS[1]` to `ARGV[1]` if it is lower (a max register: it never
-/// goes down), and returns `{1 | 0, before}`: 1 if it was raised (confirmed), and the counter
-/// as it was, at least the legacy counter `KEYS[2]` (0.1.0's key, read under `pcall`).
+/// The fencing write-back on one node: confirms the claim `ARGV[1]` if it is above every token
+/// this node has confirmed for the resource, and returns `{1 | 0, before}`: 1 if confirmed,
+/// and `before`, what the claim was compared with.
+///
+/// KEYS: the resource's counter `KEYS[1]` (a max register), 0.1.0's counter `KEYS[2]` (read
+/// under `pcall` as a floor, never written), the key prefix's fencing floor `KEYS[3]`
+/// (`"<past> <current>"`) and the floor's window `KEYS[4]`. ARGV: the claim, and the counter
+/// ttl in ms (`0`: counters never expire).
+///
+/// Counters expire (ttl `ARGV[2]`, renewed by each confirmed claim), so that a node keeps
+/// one per resource fenced within the ttl, not one per resource ever fenced. What they knew
+/// is kept by the floor: every confirmed claim also raises the floor's `current`, the highest
+/// claim of the floor's window; the window (a key whose ttl is never longer than the ttl of a
+/// counter written in it) ends before any of its counters, and once it has ended `current`
+/// counts as `past`. So when a resource's counter is gone, every token this node confirmed
+/// for it is at most the effective `past`, and a claim is compared with that instead. `past`
+/// does not move while a window is open, so claims for distinct resources never refuse each
+/// other, and a window's end and a counter's expiry are read on one clock, the node's own
+/// key expiry (no `TIME`, no clock assumption).
 ///
 /// Counters are compared as decimal strings (length, then digits), never as Lua numbers:
 /// those are doubles, exact only below 2^53, and two claims above it would compare equal.
@@ -358,24 +419,38 @@ if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, 
 /// a hash) reads as 0.
 pub(crate) static FENCE: Script = Script::new(
     5,
-    r#"local function counter(v)
-  if type(v) ~= "string" or not string.match(v, "^%d+$") then return "0" end
-  local digits = string.match(v, "^0*(%d-)$")
-  if digits == "" then return "0" end
-  return digits
+    concat!(
+        decimal!(),
+        r#"local counter_key, legacy_key, floor_key, window_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local claim, keep = ARGV[1], tonumber(ARGV[2])
+local past, current = string.match(redis.call("get", floor_key) or "0 0", "^(%d+) (%d+)$")
+if not past then past, current = "0", "0" end
+local window_left = redis.call("pttl", window_key)
+if window_left == -2 then
+  -- The window ended: its claims are now in the past.
+  if below(past, current) then past = current end
+  current = "0"
 end
-local function below(a, b)
-  if #a ~= #b then return #a < #b end
-  return a < b
+local before = redis.call("get", counter_key)
+if before then before = decimal(before) else before = past end
+local legacy = decimal(redis.pcall("get", legacy_key))
+if below(before, legacy) then before = legacy end
+if not below(before, claim) then return {0, before} end
+-- The window first, never outliving the counter written after it.
+if keep > 0 and (window_left == -1 or window_left == -2 or window_left > keep) then
+  redis.call("set", window_key, "1", "PX", keep)
+elseif keep == 0 and window_left == -2 then
+  redis.call("set", window_key, "1")
 end
-local cur = counter(redis.call("get", KEYS[1]))
-local legacy = counter(redis.pcall("get", KEYS[2]))
-if below(cur, legacy) then cur = legacy end
-if below(cur, ARGV[1]) then
-  redis.call("set", KEYS[1], ARGV[1])
-  return {1, cur}
+if below(current, claim) then current = claim end
+redis.call("set", floor_key, past .. " " .. current)
+if keep > 0 then
+  redis.call("set", counter_key, claim, "PX", keep)
+else
+  redis.call("set", counter_key, claim)
 end
-return {0, cur}"#,
+return {1, before}"#
+    ),
 );
 
 /// The node's clock in milliseconds, as `now` (the clock the per-holder expiries use).
@@ -421,7 +496,8 @@ pub(crate) use mode_entry;
 /// few nodes, cleaned up, does not lose the request its place: the holder's release removes
 /// it. A free key is refused while a window for foreign clients is open (`KEYS[2]`, see
 /// [`RELEASE_HANDOVER`]), with no entry (a hash would take the
-/// key from them). Reads the fencing counter `KEYS[5]` when given; `ARGV[8]` is
+/// key from them). Reads the fencing counter `KEYS[5]` when given (or the floor `KEYS[6]`,
+/// [`fence_read`]); `ARGV[8]` is
 /// the quarantine, `KEYS[3]` and `KEYS[4]` its witness and marker ([`quarantine_check`]). Returns `{1 | 0 | -1 | -2, counter, 0, left}`,
 /// `left` when refused the ms until the last entry that refused it (or the window) expires.
 ///
@@ -437,9 +513,9 @@ pub(crate) static ACQUIRE_MODE: Script = Script::new(
         mode_entry!(),
         r#"local key, token, mode, marker = KEYS[1], ARGV[1], ARGV[2], ARGV[4]
 local compatible, score = " " .. ARGV[6] .. " ", tonumber(ARGV[7])
-local fence = 0
-if KEYS[5] then fence = redis.call("get", KEYS[5]) or "0" end
-local kind = redis.call("type", key).ok
+"#,
+        fence_read!("5", "6"),
+        r#"local kind = redis.call("type", key).ok
 if kind == "string" then return {0, fence, 0, "#,
         left!("1"),
         r#"} end
