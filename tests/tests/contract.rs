@@ -6,8 +6,9 @@
 //! from a guard's scope (asking for a longer ttl, fencing, auto-extension or a minimum hold
 //! too), join two scopes of one guard that both re-enter, race two sibling futures of one task,
 //! delete a held lock's hold on a quorum and extend it (refused), shut a handle down with any
-//! timeout (`Duration::ZERO` to `Duration::MAX`) and rebuild it, sleep until ttls run out — on
-//! three resources, so that they collide. After every step, checks against what the nodes
+//! timeout (`Duration::ZERO` to `Duration::MAX`) and rebuild it, lock over another
+//! application's hash at the key, sleep until ttls run out — on three resources, so that they
+//! collide (the foreign hashes on a fourth). After every step, checks against what the nodes
 //! really hold and what the test saw, each a pure function over plain data with its own unit
 //! tests (inputs they must reject and inputs they must accept):
 //!
@@ -24,8 +25,10 @@
 //!
 //! The operations check their own outcomes too: a refused extension is refused, a re-entry
 //! asking for what its lock lacks is refused naming it and leaves no hold, one asking for a
-//! longer ttl is valid for it, joined scopes re-enter one at a time, and a re-entry whose
-//! guard's turn a live re-entry holds is refused as busy.
+//! longer ttl is valid for it, joined scopes re-enter one at a time, a re-entry whose
+//! guard's turn a live re-entry holds is refused as busy, and a lock over a foreign hash on a
+//! quorum is refused (`ForeignKey` in a mode, `Busy` plain) while every foreign hash, on
+//! every node, stays byte for byte and expiry as it was.
 //!
 //! `CONTRACT_SEED` (u64) replays a run's sequence of operations (the outcomes depend on timing,
 //! so a replay is the same program, not the same interleaving); `CONTRACT_STEPS` sizes it.
@@ -736,6 +739,40 @@ impl Observer {
             .count()
     }
 
+    /// `command args` on every node, in node order.
+    async fn on_each(&self, what: &str, command: &'static str, args: Vec<Value>) -> Vec<Value> {
+        let replies = within(
+            what,
+            futures_util::future::join_all(self.clients.iter().map(|client| {
+                let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+                client.custom::<Value, Value>(cmd, args.clone())
+            })),
+        )
+        .await;
+        replies
+            .into_iter()
+            .map(|reply| reply.unwrap_or_else(|e| panic!("{what}: {e}")))
+            .collect()
+    }
+
+    /// What each node holds at `key`: its `DUMP` (`None` if absent) and its `PTTL`.
+    async fn dumps(&self, key: &str) -> Vec<(Option<Vec<u8>>, i64)> {
+        let dumps = self.on_each("DUMP", "DUMP", vec![Value::from(key)]).await;
+        let pttls = self.on_each("PTTL", "PTTL", vec![Value::from(key)]).await;
+        dumps
+            .into_iter()
+            .zip(pttls)
+            .map(|(dump, pttl)| {
+                let bytes = match dump {
+                    Value::Bytes(b) => Some(b.to_vec()),
+                    Value::String(s) => Some(s.as_bytes().to_vec()),
+                    _ => None,
+                };
+                (bytes, pttl.as_i64().unwrap_or(-3))
+            })
+            .collect()
+    }
+
     async fn observe(&self) -> Observation {
         let mut args = vec![
             Value::from(OBSERVE),
@@ -837,20 +874,18 @@ enum Op {
     Joined,
     /// A handle shut down with any timeout, then rebuilt ([`shutdown`]).
     Shutdown,
+    /// A lock over another application's hash at the resource's key ([`foreign`]).
+    Foreign,
     Sleep,
 }
 
-/// The mix of operations, in thousandths of the steps (they sum to 1000). The four added with
-/// the views' contract (refuse, ask more, joined, shutdown: 15.5%) took their share from the
-/// others in proportion, so the run keeps its pace and its collisions.
+/// The mix of operations, in thousandths of the steps (they sum to 1000). The five added with
+/// the views' contract (refuse, ask more, joined, shutdown, foreign: 18.5%) took their share
+/// from the others, so the run keeps its pace and its collisions.
 ///
-/// An operation is a variant of [`Op`], a row here and an arm in the run's `match`. Mode locks
-/// over pre-existing foreign hashes (the mode scripts' part of issue 27) fit as one more row: a
-/// resource of its own, outside the three the observer reads as ours (a foreign hash there is
-/// no holder's claim), its hash written through the observer's clients before the lock, and
-/// compared field by field after the lock is refused or released.
-const MIX: [(Op, u32); 11] = [
-    (Op::Lock, 255),
+/// An operation is a variant of [`Op`], a row here and an arm in the run's `match`.
+const MIX: [(Op, u32); 12] = [
+    (Op::Lock, 240),
     (Op::Extend, 127),
     (Op::Release, 68),
     (Op::Drop, 60),
@@ -860,7 +895,8 @@ const MIX: [(Op, u32); 11] = [
     (Op::AskMore, 60),
     (Op::Joined, 40),
     (Op::Shutdown, 15),
-    (Op::Sleep, 190),
+    (Op::Foreign, 30),
+    (Op::Sleep, 175),
 ];
 
 impl Op {
@@ -1017,6 +1053,9 @@ struct Stats {
     shutdowns_zero: u64,
     /// Claims checked after the steps (each against both checks).
     claims_checked: u64,
+    /// Locks over a foreign hash refused, and granted (the hash on fewer than a quorum).
+    foreign_refused: u64,
+    foreign_granted: u64,
     rereads: u64,
     max_live: usize,
     slowest_read: Duration,
@@ -1357,6 +1396,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             Op::Refuse => refuse(&mut run, &mut rng, &mut live, &observer).await,
             Op::AskMore => ask_more(&mut run, &mut rng, &handles, &mut live).await,
             Op::Joined => joined(&mut run, &mut rng, &handles, &live).await,
+            Op::Foreign => foreign(&mut run, &mut rng, &handles, &observer).await,
             Op::Shutdown => {
                 let world = (&nodes, &observer);
                 shutdown(&mut run, &mut rng, world, &mut handles, &mut live).await;
@@ -2309,4 +2349,150 @@ async fn shutdown(
     }
     drop(mine);
     handles[h] = handle(nodes, h).await;
+}
+
+/// Another application's hashes at a lock key, as found in the wild: its own fields; fields
+/// that look almost like ours (a token-shaped field with a mode-shaped value that is not an
+/// entry of ours, a waiter-shaped field); a live-looking entry of an unknown mode; and one
+/// field of ours beside one of theirs.
+const FOREIGN_HASHES: [&[(&str, &str)]; 4] = [
+    &[("owner", "billing"), ("count", "3")],
+    &[
+        (
+            "0123456789abcdef0123456789abcdef01234567",
+            "PR 17000000000000 x",
+        ),
+        ("~0123456789abcdef", "EX 1"),
+    ],
+    &[(
+        "0123456789abcdef0123456789abcdef01234567",
+        "ZZ 99999999999999",
+    )],
+    &[
+        (
+            "0123456789abcdef0123456789abcdef01234567",
+            "PR 99999999999999",
+        ),
+        ("f", "v"),
+    ],
+];
+
+/// Locks over another application's hash: writes one of [`FOREIGN_HASHES`] at the key of a
+/// resource of its own (outside the three the observer reads: a foreign hash is nobody's
+/// claim) on a random set of nodes, with or without an expiry, then locks it through a random
+/// handle in a random mode or plain, and releases what it got. The mode scripts must leave
+/// the hash exactly as it was on every node (`DUMP` and expiry: no field added, dropped or
+/// rewritten, no expiry set or moved), and with the hash on a quorum the lock is refused:
+/// `ForeignKey` naming the key in a mode, `Busy` plain (a string `SET NX` refuses any key).
+async fn foreign(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], observer: &Observer) {
+    let resource = "contract:foreign";
+    let handle = rng.random_range(0..handles.len());
+    let key = handles[handle].key_for(resource);
+    let count = rng.random_range(1..=NODES);
+    let mut on = rand::seq::index::sample(rng, NODES, count).into_vec();
+    on.sort_unstable();
+    let fields = FOREIGN_HASHES[rng.random_range(0..FOREIGN_HASHES.len())];
+    let expiry = rng
+        .random_bool(0.5)
+        .then(|| rng.random_range(60_000..120_000_i64));
+    for &node in &on {
+        let mut args = vec![Value::from(key.as_str())];
+        for (field, value) in fields {
+            args.extend([Value::from(*field), Value::from(*value)]);
+        }
+        let client = &observer.clients[node];
+        let cmd = CustomCommand::new_static("HSET", ClusterHash::FirstKey, false);
+        let _: Value = within("writing a foreign hash", client.custom(cmd, args))
+            .await
+            .unwrap();
+        if let Some(ms) = expiry {
+            let cmd = CustomCommand::new_static("PEXPIRE", ClusterHash::FirstKey, false);
+            let args = vec![Value::from(key.as_str()), Value::from(ms)];
+            let _: Value = within("expiring a foreign hash", client.custom(cmd, args))
+                .await
+                .unwrap();
+        }
+    }
+    let before = observer.dumps(&key).await;
+    let ttl = ms(rng.random_range(200..=3000));
+    let mut options = random_wait(rng, LockOptions::default().ttl(ttl));
+    if rng.random_bool(0.75) {
+        options = options.mode(random_mode(rng));
+    }
+    if rng.random_bool(0.2) {
+        options = options.fencing(true);
+    }
+    let label = run.label(handle, resource, &options);
+    let started = Instant::now();
+    let result = within(
+        "a lock over a foreign hash",
+        handles[handle].lock_with(resource, &options),
+    )
+    .await;
+    let outcome = match &result {
+        Ok(_) => "held".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!(
+        "foreign {label}: hash {fields:?} (expiry {expiry:?}) on nodes {on:?}: {outcome}"
+    ));
+    let released = match result {
+        Ok(guard) => {
+            run.stats.foreign_granted += 1;
+            if count >= QUORUM {
+                run.fail(&format!(
+                    "{label} was granted though {count} of {NODES} nodes hold a foreign hash at its key"
+                ));
+            }
+            within("releasing a lock beside foreign hashes", guard.release())
+                .await
+                .map(|_| ())
+        }
+        Err(error) => {
+            let expected = match (&error, options.get_mode()) {
+                (LockError::ForeignKey { key: named, .. }, Some(_)) => *named == key,
+                (error, None) if count >= QUORUM => error.is_busy(),
+                // Too few foreign nodes to refuse it alone: the clean ones are contended
+                // only by this run's own locks, which are on other resources.
+                (LockError::Unavailable { .. } | LockError::NoValidity { .. }, _) => true,
+                _ => false,
+            };
+            if !expected {
+                run.fail(&format!(
+                    "{label} over a foreign hash on {count} of {NODES} nodes: unexpected {error}"
+                ));
+            }
+            run.stats.foreign_refused += 1;
+            Ok(())
+        }
+    };
+    if let Err(error) = released {
+        run.fail(&format!("{label}: release beside foreign hashes: {error}"));
+    }
+    let elapsed = i64::try_from(started.elapsed().as_millis()).unwrap();
+    let after = observer.dumps(&key).await;
+    for &node in &on {
+        let ((dump_before, pttl_before), (dump_after, pttl_after)) = (&before[node], &after[node]);
+        // An expiry only runs down (by the time the lock took, plus the reads'); none stays none.
+        let pttl_kept = if *pttl_before < 0 {
+            pttl_after == pttl_before
+        } else {
+            *pttl_after <= *pttl_before && *pttl_after >= pttl_before - elapsed - 1_000
+        };
+        if dump_before != dump_after || !pttl_kept {
+            run.fail(&format!(
+                "{label} changed the foreign hash on node {node}: PTTL {pttl_before} -> \
+                 {pttl_after}, DUMP {} -> {} bytes",
+                dump_before.as_ref().map_or(0, Vec::len),
+                dump_after.as_ref().map_or(0, Vec::len),
+            ));
+        }
+    }
+    let _ = observer
+        .on_each(
+            "clearing the foreign hashes",
+            "DEL",
+            vec![Value::from(key.as_str())],
+        )
+        .await;
 }
