@@ -426,9 +426,10 @@ impl RedlockBuilder {
     /// Tokens keep strictly increasing across the counter's expiry, whatever the ttl: every
     /// token a node confirms also raises the key prefix's floor, and a resource whose counter
     /// has expired is compared with the floor, which by then covers every token the counter
-    /// held (the floor's window never outlives a counter written in it, and both expire by
-    /// the node's own clock, so no clock assumption is added; the crate docs, "Fencing
-    /// tokens", give the argument). The ttl only decides what tokens look like: within it, a
+    /// held (the floor's window ends half a ttl before any counter written in it, both by
+    /// the node's own clock; the crate docs, "Fencing tokens", give the argument). A backward
+    /// step of a node's clock by more than half the ttl can repeat a token: keep the ttl
+    /// above twice the largest step your nodes' clocks may take. The ttl only decides what tokens look like: within it, a
     /// resource's tokens go up by one per holder; after it, the next token jumps above every
     /// token issued under the key prefix. Every handle fencing under one key prefix must run
     /// this scheme (a handle that reads no floor could issue a token again after a counter

@@ -2452,9 +2452,9 @@ async fn foreign(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], observer:
             let expected = match (&error, options.get_mode()) {
                 (LockError::ForeignKey { key: named, .. }, Some(_)) => *named == key,
                 (error, None) if count >= QUORUM => error.is_busy(),
-                // Too few foreign nodes to refuse it alone: the clean ones are contended
-                // only by this run's own locks, which are on other resources.
-                (LockError::Unavailable { .. } | LockError::NoValidity { .. }, _) => true,
+                // Too few foreign nodes to refuse it alone: only a slow node can (no other
+                // lock of the run is on this resource).
+                (LockError::Unavailable { .. } | LockError::NoValidity { .. }, _) => count < QUORUM,
                 _ => false,
             };
             if !expected {

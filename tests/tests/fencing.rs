@@ -255,6 +255,23 @@ async fn two_nodes_restarted_empty_after_the_counters_expired_keep_tokens_increa
     );
 }
 
+/// The same with the warm-up's counters never expiring (`Duration::MAX`), so that its window
+/// has no expiry at all until P's claim gives it one: handles of one key prefix may keep
+/// their counters for different times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn counters_kept_forever_beside_expiring_ones_keep_tokens_increasing() {
+    let ttls = (Duration::MAX, EXPIRING);
+    let episode = episode("fence-e", &[4], &[2, 3], &[0], Some(1), ttls).await;
+    eprintln!("two restarts, counters kept and expired: {episode:?}");
+    assert_strictly_increasing("two restarts, counters kept and expired", &episode);
+    let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
+    assert_eq!(p, Some(5), "{episode:?}");
+    assert!(
+        q.is_some_and(|q| q > 5) && r > q,
+        "every holder reached 4 nodes: {episode:?}"
+    );
+}
+
 /// Negative control, outside the fault model: P is confirmed by {0, 1, 2, 3}; nodes 1, 2
 /// and 3 (all three that P's and Q's fencing quorums share) restart empty; Q reaches
 /// {1, 2, 3, 4}, reads a max of 4 and claims 5 again. The storage must see the duplicate.
@@ -307,6 +324,12 @@ async fn counters_above_the_legacy_floor_and_past_2_to_the_53_strictly_increase(
     set_everywhere(&nodes, "old:fencing-counter", "41").await;
     assert_eq!(token("old").await, 42);
     assert_eq!(token("old").await, 43);
+
+    // A counter written before counters had a ttl: tokens go on above it, and it gets one.
+    set_everywhere(&nodes, &fencing_key("prior"), "7").await;
+    assert_eq!(token("prior").await, 8);
+    let ttls = nodes.pttls(&fencing_key("prior")).await;
+    assert!(ttls.iter().filter(|&&t| t > 0).count() >= 4, "{ttls:?}");
 
     let past = 9_007_199_254_740_993_u64; // 2^53 + 1: a double reads it as 2^53
     set_everywhere(&nodes, "big:fencing-counter", &past.to_string()).await;
@@ -454,7 +477,13 @@ async fn fencing_counters_expire_and_tokens_keep_increasing_across_the_expiry() 
         let fencing: Vec<&String> = keys.iter().filter(|k| k.contains("fencing")).collect();
         assert_eq!(fencing, [&floor], "only the floor stays");
     }
+    let kept_ttls = nodes.pttls(&fencing_key("kept:order:0")).await;
+    assert!(
+        kept_ttls.iter().filter(|&&t| t == -1).count() >= 4,
+        "Duration::MAX: no expiry: {kept_ttls:?}"
+    );
     let kept = counters(&nodes, "kept:").await;
+
     assert!(
         kept.iter().filter(|&&n| n == 200).count() >= 4 && kept.iter().all(|&n| n <= 200),
         "Duration::MAX keeps every counter: {kept:?}"
@@ -479,4 +508,26 @@ async fn fencing_counters_expire_and_tokens_keep_increasing_across_the_expiry() 
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(counters(&nodes, "zero:").await, [0; 5]);
+}
+
+/// A fencing floor this version cannot read (another format) is an error on that node: the
+/// claim is not confirmed there, and the floor is left as it is. On every node, a fenced lock
+/// is unavailable; an unfenced one is not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_fencing_floor_is_left_as_it_is_and_confirms_nothing() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let floor = format!("{}fencing-floor", redlock_core::BOOKKEEPING_SEPARATOR);
+    set_everywhere(&nodes, &floor, "v2:12:34").await;
+    let fenced = LockOptions::default().fencing(true).retry_count(0);
+    let result = redlock.lock_with("job", &fenced).await;
+    assert!(
+        matches!(result, Err(LockError::Unavailable { quorum: 4, .. })),
+        "{result:?}"
+    );
+    assert_eq!(
+        nodes.values(&floor).await,
+        vec![Some("v2:12:34".to_owned()); 5]
+    );
+    redlock.lock("job").await.unwrap().release().await.unwrap();
 }

@@ -405,13 +405,17 @@ if not redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return {0, 
 /// Counters expire (ttl `ARGV[2]`, renewed by each confirmed claim), so that a node keeps
 /// one per resource fenced within the ttl, not one per resource ever fenced. What they knew
 /// is kept by the floor: every confirmed claim also raises the floor's `current`, the highest
-/// claim of the floor's window; the window (a key whose ttl is never longer than the ttl of a
-/// counter written in it) ends before any of its counters, and once it has ended `current`
-/// counts as `past`. So when a resource's counter is gone, every token this node confirmed
-/// for it is at most the effective `past`, and a claim is compared with that instead. `past`
-/// does not move while a window is open, so claims for distinct resources never refuse each
-/// other, and a window's end and a counter's expiry are read on one clock, the node's own
-/// key expiry (no `TIME`, no clock assumption).
+/// claim of the floor's window; the window (a key whose ttl is cut, by each claim, to half the
+/// ttl of the counter it writes) ends at least half a counter ttl before any of its counters,
+/// and once it has ended `current` counts as `past`. So when a resource's counter is gone,
+/// every token this node confirmed for it is at most the effective `past`, and a claim is
+/// compared with that instead. `past` does not move while a window is open, so claims for
+/// distinct resources do not refuse each other (a window ending between a hint and its claim
+/// costs one more round). A window's end and a counter's expiry are read on one clock, the
+/// node's own key expiry; the half-ttl margin covers a backward step of that clock shorter
+/// than half the ttl, which could otherwise show an ended window again after its counter
+/// was deleted. A floor that is not `"<past> <current>"` is an error: the claim is not
+/// confirmed, and the floor is left as it is.
 ///
 /// Counters are compared as decimal strings (length, then digits), never as Lua numbers:
 /// those are doubles, exact only below 2^53, and two claims above it would compare equal.
@@ -423,8 +427,14 @@ pub(crate) static FENCE: Script = Script::new(
         decimal!(),
         r#"local counter_key, legacy_key, floor_key, window_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local claim, keep = ARGV[1], tonumber(ARGV[2])
-local past, current = string.match(redis.call("get", floor_key) or "0 0", "^(%d+) (%d+)$")
-if not past then past, current = "0", "0" end
+-- The window lasts half the counter ttl: it ends that long before any counter written in it.
+local window_ms = math.max(1, math.floor(keep / 2))
+local floor = redis.call("get", floor_key)
+local past, current = "0", "0"
+if floor then
+  past, current = string.match(floor, "^(%d+) (%d+)$")
+  if not past then error("unreadable fencing floor: " .. floor) end
+end
 local window_left = redis.call("pttl", window_key)
 if window_left == -2 then
   -- The window ended: its claims are now in the past.
@@ -436,9 +446,9 @@ if before then before = decimal(before) else before = past end
 local legacy = decimal(redis.pcall("get", legacy_key))
 if below(before, legacy) then before = legacy end
 if not below(before, claim) then return {0, before} end
--- The window first, never outliving the counter written after it.
-if keep > 0 and (window_left == -1 or window_left == -2 or window_left > keep) then
-  redis.call("set", window_key, "1", "PX", keep)
+-- The window first, ending before the counter written after it.
+if keep > 0 and (window_left == -1 or window_left == -2 or window_left > window_ms) then
+  redis.call("set", window_key, "1", "PX", window_ms)
 elseif keep == 0 and window_left == -2 then
   redis.call("set", window_key, "1")
 end
