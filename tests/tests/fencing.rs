@@ -17,7 +17,9 @@ use futures_util::future::join_all;
 use redlock_core::{LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::{Fenced, Register};
 use redlock_tests::proxy::{Direction, Fault, Proxy};
-use redlock_tests::{RedisNodes, RedisServer, fencing_key, plain_client, proxy_urls, redlock};
+use redlock_tests::{
+    RedisNodes, RedisServer, ServerOptions, fencing_key, plain_client, proxy_urls, redlock,
+};
 
 const TTL: Duration = Duration::from_secs(1);
 /// A fencing counter ttl that outlives every test.
@@ -530,4 +532,94 @@ async fn an_unreadable_fencing_floor_is_left_as_it_is_and_confirms_nothing() {
         vec![Some("v2:12:34".to_owned()); 5]
     );
     redlock.lock("job").await.unwrap().release().await.unwrap();
+}
+
+/// `command args` on one server, from a plain client.
+async fn command(url: &str, command: &'static str, args: Vec<String>) -> fred::types::Value {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+    plain_client(url).await.custom(cmd, args).await.unwrap()
+}
+
+/// A node's wall clock, in ms (`TIME`).
+async fn node_time(url: &str) -> i64 {
+    let time: Vec<String> = command(url, "TIME", vec![]).await.convert().unwrap();
+    time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000
+}
+
+/// A backward step of a node's clock, shorter than half the counter ttl, between the
+/// deletion of a resource's expired counter and the next claim: the window of the floor must
+/// not come back to life. The two-restart episode again (P confirmed by {0, 1, 2, 3}, nodes 2
+/// and 3 restarted empty, Q granted by {2, 3, 4} with a read of 4, claiming 5), with counters
+/// kept 1 s and node 1 (which alone still knows P's 5) run under the clock shim, its active
+/// expiry off so that only a read deletes an expired key. P's claim opens a new window there.
+/// Once P's counter has expired, a read deletes it; then node 1's clock is stepped back to
+/// 250 ms before the counter's expiry, and Q claims at once. A window as long as the counter
+/// would be open again (its `current`, 5, not in `past`), and node 1 would confirm Q's 5: the
+/// storage would see it twice. The window lasts half the ttl, so it has ended 250 ms before:
+/// node 1 refuses 5 and Q goes above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backward_clock_step_under_half_the_counter_ttl_never_repeats_a_token() {
+    const COUNTER: Duration = Duration::from_secs(1);
+    let mut nodes = RedisNodes::start_opts(5, |i| ServerOptions {
+        clock: i == 1,
+        extra: if i == 1 {
+            vec!["--enable-debug-command".into(), "yes".into()]
+        } else {
+            Vec::new()
+        },
+        ..ServerOptions::default()
+    });
+    let node1 = nodes.servers[1].url();
+    let resource = "fence-clock";
+    let p = Client::new(&nodes, COUNTER).await;
+    let store = RedisServer::start();
+    let register = Register::new(&store, resource).await;
+    tokio::time::sleep(PAST_QUARANTINE).await;
+    for warm_up in 0..4 {
+        let (token, _) = p
+            .fenced_write(resource, &[], &register, warm_up)
+            .await
+            .unwrap();
+        assert_eq!(token, warm_up + 1);
+    }
+    command(
+        &node1,
+        "DEBUG",
+        vec!["SET-ACTIVE-EXPIRE".into(), "0".into()],
+    )
+    .await;
+    // The warm-up's window ends (it is shorter than the counters): P's claim opens a new one.
+    tokio::time::sleep(COUNTER + ms(200)).await;
+    let p_result = p.fenced_write(resource, &[4], &register, 100).await;
+    assert_eq!(token(&p_result), Some(5), "{p_result:?}");
+    let counter = fencing_key(resource);
+    let left: i64 = command(&node1, "PTTL", vec![counter.clone()])
+        .await
+        .convert()
+        .unwrap();
+    let expires_at = node_time(&node1).await + left;
+    for n in [2, 3] {
+        nodes.servers[n].restart();
+    }
+    let q = Client::new(&nodes, COUNTER).await;
+    tokio::time::sleep(PAST_QUARANTINE).await;
+    q.reach_all(&nodes).await;
+    q.proxies[1].set(Direction::Reply, Fault::Delay(ms(50)));
+    // Expired: this read deletes it (active expiry is off).
+    let gone: Option<String> = command(&node1, "GET", vec![counter])
+        .await
+        .convert()
+        .unwrap();
+    assert_eq!(gone, None);
+    let now = node_time(&node1).await;
+    nodes.servers[1].clock().set(expires_at - 250 - now);
+    let q_result = q.fenced_write(resource, &[0], &register, 200).await;
+    q.proxies[1].heal();
+    eprintln!("clock step: P {p_result:?}, Q {q_result:?}");
+    match q_result {
+        Ok((q, Fenced::Accepted)) => assert!(q > 5, "Q got {q}"),
+        other => panic!("Q: {other:?} (P: {p_result:?})"),
+    }
 }
