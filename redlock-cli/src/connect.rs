@@ -11,7 +11,7 @@ use crate::exit::CliError;
 /// `REDLOCK_MODE`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
 /// handle refuses as its default, such as `REDLOCK_MODE`, would otherwise stop it).
-const HANDLE_VARS: [&str; 12] = [
+const HANDLE_VARS: [&str; 13] = [
     NODES_ENV,
     "REDLOCK_KEY_PREFIX",
     "REDLOCK_NODE_TIMEOUT",
@@ -20,6 +20,7 @@ const HANDLE_VARS: [&str; 12] = [
     "REDLOCK_HANDOVER_GRACE",
     "REDLOCK_FOREIGN_WINDOW",
     "REDLOCK_QUARANTINE",
+    "REDLOCK_FENCING_COUNTER_TTL",
     "REDLOCK_NODE_SET_CHECK",
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CLIENT_CERT",

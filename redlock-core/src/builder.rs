@@ -420,8 +420,9 @@ impl RedlockBuilder {
     /// How long a node keeps a resource's fencing counter after the resource's last fenced
     /// lock (default 10 minutes; rounded up to a millisecond, at least 1 ms; a ttl above
     /// 285,000 years keeps counters forever). It bounds the memory fencing takes: each node
-    /// holds one counter per resource fenced within the ttl, and two keys per key prefix
-    /// (the fencing floor and its window), instead of one counter per resource ever fenced.
+    /// holds one counter per resource fenced within the ttl, and two keys (the fencing floor
+    /// and its window) per key prefix, or without one per resource family (the key up to its
+    /// first `:`), instead of one counter per resource ever fenced.
     ///
     /// Tokens keep strictly increasing across the counter's expiry, whatever the ttl: every
     /// token a node confirms also raises the key prefix's floor, and a resource whose counter

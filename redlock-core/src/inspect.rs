@@ -185,7 +185,7 @@ impl Redlock {
         if key.contains('\0') {
             return Err(InvalidInput::ReservedResource.into());
         }
-        let keys = ResourceKeys::new(key);
+        let keys = self.resource_keys(key);
         let masters = self.masters();
         let limit = masters.node_timeout;
         let reads = masters.nodes.iter().map(|node| async {

@@ -52,6 +52,10 @@ pub(crate) struct ResourceKeys {
     pub(crate) fencing: String,
     /// [`legacy_fencing`].
     pub(crate) legacy_fencing: String,
+    /// [`fencing_floor`] of the resource's [`fencing_namespace`].
+    pub(crate) fencing_floor: String,
+    /// [`fencing_window`] of the resource's [`fencing_namespace`].
+    pub(crate) fencing_window: String,
     /// [`busy`].
     pub(crate) busy: String,
     /// [`window`].
@@ -59,12 +63,15 @@ pub(crate) struct ResourceKeys {
 }
 
 impl ResourceKeys {
-    /// The keys of the lock key `lock`.
-    pub(crate) fn new(lock: String) -> Self {
+    /// The keys of the lock key `lock`, taken by a handle with key prefix `prefix`.
+    pub(crate) fn new(prefix: &str, lock: String) -> Self {
+        let namespace = fencing_namespace(prefix, &lock);
         Self {
             waiters: waiters(&lock),
             fencing: fencing(&lock),
             legacy_fencing: legacy_fencing(&lock),
+            fencing_floor: fencing_floor(namespace),
+            fencing_window: fencing_window(namespace),
             busy: busy(&lock),
             window: window(&lock),
             lock,
@@ -119,19 +126,31 @@ pub(crate) fn quarantine_marker(prefix: &str) -> String {
     format!("{prefix}{BOOKKEEPING_SEPARATOR}quarantine")
 }
 
-/// The fencing floor of the handles of key prefix `prefix`: `"<past> <current>"`, the highest
-/// token confirmed on this node before the floor's window ([`fencing_window`]) and within it
-/// (the fence script, `FENCE` in `node::scripts`, keeps both). A resource whose counter has
-/// expired compares its next claim with the floor. Under the prefix, as the [`witness`] is.
-pub(crate) fn fencing_floor(prefix: &str) -> String {
-    format!("{prefix}{BOOKKEEPING_SEPARATOR}fencing-floor")
+/// Which fencing floor the lock key `lock` of a handle with key prefix `prefix` uses: the
+/// key prefix; with no prefix, the lock key up to and including its first `:` (`order:` for
+/// `order:42`), or nothing when it has none. So that ACL key patterns written for the prefix,
+/// or for a resource family (`~order:*`), cover the floor's keys, and a handle's floors stay
+/// few (one per key prefix, or per family).
+pub(crate) fn fencing_namespace<'a>(prefix: &'a str, lock: &'a str) -> &'a str {
+    if !prefix.is_empty() {
+        return prefix;
+    }
+    lock.find(':').map_or("", |colon| &lock[..=colon])
 }
 
-/// The window of the key prefix's [`fencing_floor`]: while it exists, the floor's `current`
-/// collects the window's claims; once it has expired (never after a counter written in it),
-/// `current` counts as `past`.
-pub(crate) fn fencing_window(prefix: &str) -> String {
-    format!("{prefix}{BOOKKEEPING_SEPARATOR}fencing-window")
+/// The fencing floor of `namespace` ([`fencing_namespace`]): `"<past> <current>"`, the
+/// highest token confirmed on this node before the floor's window ([`fencing_window`]) and
+/// within it (the fence script, `FENCE` in `node::scripts`, keeps both). A resource whose
+/// counter has expired compares its next claim with the floor.
+fn fencing_floor(namespace: &str) -> String {
+    format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-floor")
+}
+
+/// The window of a [`fencing_floor`]: while it exists, the floor's `current` collects the
+/// window's claims; once it has expired (half a counter ttl before any counter written in
+/// it), `current` counts as `past`.
+fn fencing_window(namespace: &str) -> String {
+    format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-window")
 }
 
 /// Where 0.1.0 kept the fencing counter of `key`. Read (never written) as a floor, so tokens
@@ -163,9 +182,15 @@ mod tests {
         assert_eq!(witness("lock:"), "lock:\0redlock:witness");
         assert_eq!(quarantine_marker("lock:"), "lock:\0redlock:quarantine");
         assert!(!all.contains(&witness("lock:order:1")));
-        // So do the fencing floor's.
-        assert_eq!(fencing_floor("lock:"), "lock:\0redlock:fencing-floor");
-        assert_eq!(fencing_window("lock:"), "lock:\0redlock:fencing-window");
+        // So do the fencing floor's; without a prefix, they follow the resource's family.
+        let prefixed = ResourceKeys::new("lock:", "lock:order:1".to_owned());
+        assert_eq!(prefixed.fencing_floor, "lock:\0redlock:fencing-floor");
+        assert_eq!(prefixed.fencing_window, "lock:\0redlock:fencing-window");
+        let family = ResourceKeys::new("", "order:1:item".to_owned());
+        assert_eq!(family.fencing_floor, "order:\0redlock:fencing-floor");
+        let plain = ResourceKeys::new("", "job".to_owned());
+        assert_eq!(plain.fencing_floor, "\0redlock:fencing-floor");
+        assert!(!all.contains(&prefixed.fencing_floor));
         // A plain resource named like 0.1.0's suffixes is not ours any more.
         assert_ne!(waiters("x"), "x:waiters");
         assert_ne!(fencing("x"), "x:fencing-counter");

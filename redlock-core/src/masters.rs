@@ -33,21 +33,10 @@ pub(crate) struct Masters {
     quarantine: Duration,
     /// What the acquire scripts' quarantine check needs.
     pub(crate) quarantine_check: QuarantineCheck,
-    /// What the fencing write-back needs beside the resource's keys.
-    pub(crate) fencing: FencingFloor,
-}
-
-/// The key prefix's fencing floor and its window (the fence script, `FENCE` in
-/// [`scripts`](crate::node::scripts)), and how long a resource's fencing counter lives.
-#[derive(Debug)]
-pub(crate) struct FencingFloor {
-    /// [`keys::fencing_floor`](crate::keys::fencing_floor).
-    pub(crate) floor: String,
-    /// [`keys::fencing_window`](crate::keys::fencing_window).
-    pub(crate) window: String,
+    /// How long a resource's fencing counter lives:
     /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)
     /// in ms, rounded up; 0: counters never expire.
-    pub(crate) counter_ttl_ms: u64,
+    pub(crate) fencing_counter_ttl_ms: u64,
 }
 
 /// The quarantine check every acquire script opens with (`quarantine_check` in
@@ -63,8 +52,7 @@ pub(crate) struct QuarantineCheck {
 impl Masters {
     /// The masters `nodes`, each command bounded by `node_timeout`, nodes that may have lost
     /// data quarantined for `quarantine` (zero: off), fencing counters kept for
-    /// `fencing_counter_ttl`, with the quarantine's and the fencing floor's keys under
-    /// `key_prefix`.
+    /// `fencing_counter_ttl`, with the quarantine's keys under `key_prefix`.
     pub(crate) fn new(
         nodes: Vec<Node>,
         node_timeout: Duration,
@@ -84,17 +72,13 @@ impl Masters {
                 witness: crate::keys::witness(key_prefix),
                 marker: crate::keys::quarantine_marker(key_prefix),
             },
-            fencing: FencingFloor {
-                floor: crate::keys::fencing_floor(key_prefix),
-                window: crate::keys::fencing_window(key_prefix),
-                counter_ttl_ms: if fencing_counter_ttl >= NEVER_EXPIRE {
-                    0
-                } else {
-                    // Rounded up: a counter never lives shorter than asked (nor 0 ms).
-                    u64::try_from(fencing_counter_ttl.as_nanos().div_ceil(1_000_000))
-                        .unwrap_or(u64::MAX)
-                        .max(1)
-                },
+            fencing_counter_ttl_ms: if fencing_counter_ttl >= NEVER_EXPIRE {
+                0
+            } else {
+                // Rounded up: a counter never lives shorter than asked (nor 0 ms).
+                u64::try_from(fencing_counter_ttl.as_nanos().div_ceil(1_000_000))
+                    .unwrap_or(u64::MAX)
+                    .max(1)
             },
         }
     }

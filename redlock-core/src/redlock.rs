@@ -156,6 +156,11 @@ impl Redlock {
         format!("{}{resource}", self.inner.key_prefix)
     }
 
+    /// Every key of the lock key `key` ([`ResourceKeys`](crate::keys::ResourceKeys)).
+    pub(crate) fn resource_keys(&self, key: String) -> crate::keys::ResourceKeys {
+        crate::keys::ResourceKeys::new(&self.inner.key_prefix, key)
+    }
+
     /// Runs `work` in a tracked task ([`shutdown`](Self::shutdown) waits for it) on the
     /// runtime the handle was built on, where its node connections are driven: a guard
     /// dropped by a second runtime that is shutting down is still released by the first.

@@ -65,8 +65,8 @@ async fn releases_issued_together_share_scripts() {
 #[tokio::test]
 async fn a_call_refused_in_a_batch_does_not_fail_its_neighbours() {
     let acl = [
-        "--user", "locker", "on", ">pw", "~ok:*", "-@all", "+set", "+get", "+del", "+eval",
-        "+evalsha", "+info", "--user", "default", "off",
+        "--user", "locker", "on", ">pw", "~ok:*", "-@all", "+set", "+get", "+del", "+pttl",
+        "+eval", "+evalsha", "+info", "--user", "default", "off",
     ];
     let servers: Vec<_> = (0..3).map(|_| RedisServer::start_with(&acl)).collect();
     let redlock = Redlock::builder()

@@ -104,9 +104,7 @@ impl Redlock {
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
             kind,
-            fencing: options
-                .get_fencing()
-                .then_some(masters.fencing.floor.as_str()),
+            fencing: options.get_fencing(),
             quarantine: &masters.quarantine_check,
             windowed: !self.inner().foreign_window.is_zero(),
         };

@@ -57,7 +57,7 @@ pub(super) async fn fence(
         }
         let tally = masters
             .round(needed, limit, Stop::AtDecision, |node| {
-                node.fence(keys, &masters.fencing, claim)
+                node.fence(keys, masters.fencing_counter_ttl_ms, claim)
             })
             .await;
         if tally.granted >= needed {

@@ -139,7 +139,7 @@ impl Redlock {
             Acquisition::start(resource, options, self.node_count(), self.quorum());
         let span = acquisition.span().clone();
         let result = self
-            .acquire_loop(resource, ResourceKeys::new(key), options, &mut acquisition)
+            .acquire_loop(resource, self.resource_keys(key), options, &mut acquisition)
             .instrument(span)
             .await;
         acquisition.end(result.as_ref().map(|_| ()));

@@ -265,7 +265,7 @@ pub(crate) mod tests {
             marker: String::new(),
             busy: Duration::ZERO,
         };
-        let keys = ResourceKeys::new("lock:r".to_owned());
+        let keys = ResourceKeys::new("lock:", "lock:r".to_owned());
         Lease::new(
             0,
             "r",

@@ -14,7 +14,7 @@ use super::scripts::{
     QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
-use crate::masters::{FencingFloor, QuarantineCheck};
+use crate::masters::QuarantineCheck;
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
@@ -87,9 +87,8 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) kind: AcquireKind<'a>,
-    /// Read the fencing counter too, or the key prefix's fencing floor (this key) when the
-    /// counter has expired.
-    pub(crate) fencing: Option<&'a str>,
+    /// Read the fencing counter too (or its floor when it has expired).
+    pub(crate) fencing: bool,
     /// The quarantine check (the quarantine in ms, 0: none, and its keys; `quarantine_check`
     /// in [`scripts`](super::scripts)).
     pub(crate) quarantine: &'a QuarantineCheck,
@@ -156,7 +155,7 @@ impl Node {
         } else {
             (quarantine.witness.as_str(), quarantine.marker.as_str())
         };
-        let fence = fencing.map(|floor| [keys.fencing.as_str(), floor]);
+        let fence = fencing.then_some([keys.fencing.as_str(), keys.fencing_floor.as_str()]);
         match kind {
             AcquireKind::Mode(mode) => {
                 let args = [
@@ -310,21 +309,19 @@ impl Node {
     /// [`NodeVote::Acquired`] if the node confirmed it (it was above every token the node
     /// confirmed for the resource); otherwise [`NodeVote::Held`]. Either way with what it was
     /// compared with (`u64::MAX` if larger).
+    /// The counter lives `counter_ttl_ms` (0: forever).
     pub(crate) async fn fence(
         &self,
         keys: &ResourceKeys,
-        floor: &FencingFloor,
+        counter_ttl_ms: u64,
         value: u64,
     ) -> (NodeVote, u64) {
-        let args = [
-            Value::from(value.to_string()),
-            int_arg(floor.counter_ttl_ms),
-        ];
+        let args = [Value::from(value.to_string()), int_arg(counter_ttl_ms)];
         let script_keys = [
             keys.fencing.as_str(),
             keys.legacy_fencing.as_str(),
-            floor.floor.as_str(),
-            floor.window.as_str(),
+            keys.fencing_floor.as_str(),
+            keys.fencing_window.as_str(),
         ];
         match self.eval(&FENCE, &script_keys, &args).await {
             Ok(reply) => match fence_reply(&reply) {
