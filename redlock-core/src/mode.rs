@@ -1,5 +1,5 @@
-//! Lock modes: the six modes of a distributed lock manager (seed 002, everlution/redlock, after
-//! the VMS DLM), so that readers can share a resource while writers exclude.
+//! Lock modes: the six modes of a distributed lock manager (as in everlution/redlock, after the
+//! VMS DLM), so that readers can share a resource while writers exclude.
 
 use std::fmt;
 use std::str::FromStr;
@@ -128,7 +128,7 @@ impl FromStr for Mode {
 mod tests {
     use super::*;
 
-    /// Seed 002's table, row by row, written out independently of `compatible`.
+    /// The DLM's compatibility table, row by row, written out independently of `compatible`.
     const SEED_002: [(Mode, &[&str]); 6] = [
         (Mode::Null, &["NL", "CR", "CW", "PR", "PW", "EX"]),
         (Mode::ConcurrentRead, &["NL", "CR", "CW", "PR", "PW"]),

@@ -68,7 +68,7 @@ pub(crate) fn parse_url_with(
     index: usize,
     raw: &str,
     connector: Option<&TlsConnector>,
-) -> Result<(String, Config), crate::BuildError> {
+) -> Result<(String, Config), crate::error::BuildError> {
     let Some(connector) = connector else {
         return crate::connect::parse_url(index, raw);
     };

@@ -78,7 +78,8 @@ mod tests {
         }));
     }
 
-    /// RL-14's token part: 10^6 tokens are distinct, each `TOKEN_BYTES` (20) bytes.
+    /// The bad-input property tests' token part: 10^6 tokens are distinct, each `TOKEN_BYTES`
+    /// (20) bytes.
     #[test]
     fn a_million_tokens_are_distinct() {
         let mut seen = HashSet::with_capacity(1_000_000);

@@ -1,4 +1,5 @@
-//! `cargo xtask layers`: the module import graph of each library crate, and its cycles.
+//! `cargo xtask layers`: the module import graph of each library crate, its cycles, and
+//! redlock-core's layer order.
 //!
 //! A module imports another when its code names it: a `crate::a::b`, `super::…` or `self::…`
 //! path, a `use` group under one (`crate::a::{b, c}`), or a name the crate root re-exports
@@ -7,6 +8,12 @@
 //! strings included: a `crate::` path after a URL on the same line is missed); an edge between a
 //! folder module and one of its own children is not counted (the folder declares and re-exports
 //! them), siblings are separate nodes. A cycle fails `cargo xtask test`.
+//!
+//! redlock-core's modules also keep an order: ARCHITECTURE.md's "redlock-core: layers" diagram
+//! puts each top-level module in a layer, top first, and a module may import only modules of
+//! its own layer or of a layer below. The diagram is read as it is written (see
+//! [`layer_order`]); a module it does not place, a module it names that does not exist, and an
+//! import of a higher layer fail the check.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,6 +31,31 @@ pub(crate) const CRATES: [&str; 5] = [
 
 /// Module path (`""` for the root, `a::b`) → the modules it imports.
 type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The crate whose layers ARCHITECTURE.md draws.
+const LAYERED: &str = "redlock-core";
+
+/// The heading of ARCHITECTURE.md's section whose diagram gives [`LAYERED`]'s layers.
+const LAYERS_HEADING: &str = "## redlock-core: layers";
+
+/// Imports against the layer order that are known and allowed for now, as `(importing module,
+/// imported module)`. Temporary: each is to be moved to its layer (or the diagram changed),
+/// and its entry dropped, by whoever owns the file.
+const KNOWN_VIOLATIONS: &[(&str, &str)] = &[
+    // node/commands.rs takes `FencingFloor` and `QuarantineCheck` from masters.rs: node is
+    // below masters. They are request values the node sends; their place is node/ or values.
+    ("node::commands", "masters"),
+    // tls.rs (values) calls `connect::parse_url` (handle) for the URL it wraps a connector
+    // around: the URL parsing belongs to a values module, or the TLS wrapping to connect.rs.
+    ("tls", "connect"),
+];
+
+/// A layer of [`LAYERED`]: its name and its top-level modules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Layer {
+    name: String,
+    modules: BTreeSet<String>,
+}
 
 /// Checks every crate in [`CRATES`]; prints each graph when `verbose`.
 pub(crate) fn check(root: &Path, verbose: bool) -> anyhow::Result<()> {
@@ -49,13 +81,247 @@ pub(crate) fn check(root: &Path, verbose: bool) -> anyhow::Result<()> {
             }
         );
         if !cycles.is_empty() {
-            failed.push(krate);
+            failed.push(format!("import cycles in {krate}"));
+        }
+        if krate == LAYERED {
+            let architecture = root.join("ARCHITECTURE.md");
+            let text = std::fs::read_to_string(&architecture)
+                .with_context(|| format!("reading {}", architecture.display()))?;
+            let layers = layer_order(&text)?;
+            if verbose {
+                for layer in &layers {
+                    let modules: Vec<&str> = layer.modules.iter().map(String::as_str).collect();
+                    println!("{krate}: layer {}: {}", layer.name, modules.join(", "));
+                }
+            }
+            let problems = check_layers(&graph, &layers);
+            for problem in &problems {
+                println!("{krate}: {problem}");
+            }
+            let allowed = allowed_violations(&graph, &layers);
+            for (from, to) in KNOWN_VIOLATIONS {
+                if allowed.contains(&((*from).to_owned(), (*to).to_owned())) {
+                    println!(
+                        "{krate}: {from} -> {to} imports a higher layer: allowed for now (xtask/src/layers.rs, KNOWN_VIOLATIONS)"
+                    );
+                } else {
+                    println!(
+                        "{krate}: {from} -> {to} is allowed but no longer found: drop it from KNOWN_VIOLATIONS"
+                    );
+                }
+            }
+            println!(
+                "{krate}: layer order ({} layers, from ARCHITECTURE.md): {}",
+                layers.len(),
+                if problems.is_empty() {
+                    "kept".to_owned()
+                } else {
+                    format!(
+                        "{} {}",
+                        problems.len(),
+                        if problems.len() == 1 {
+                            "problem"
+                        } else {
+                            "problems"
+                        }
+                    )
+                }
+            );
+            if !problems.is_empty() {
+                failed.push(format!("the layer order of {krate} (ARCHITECTURE.md)"));
+            }
         }
     }
     if !failed.is_empty() {
-        bail!("import cycles in {}", failed.join(", "));
+        bail!("{}", failed.join("; "));
     }
     Ok(())
+}
+
+/// The layers of ARCHITECTURE.md's diagram under [`LAYERS_HEADING`], top first.
+///
+/// The diagram is the first fenced block of that section. A line starting at the diagram's
+/// left margin (its least indented line's column) opens a layer, named by its text up to the first run of two spaces; an indented line
+/// continues the layer above; a line of `─` separates groups of layers. In a layer's text,
+/// what is inside parentheses is a comment, and each `name.rs` or `name/` outside them is one
+/// of its top-level modules.
+fn layer_order(architecture: &str) -> anyhow::Result<Vec<Layer>> {
+    let section = architecture
+        .split_once(LAYERS_HEADING)
+        .map(|(_, after)| after)
+        .with_context(|| format!("ARCHITECTURE.md has no `{LAYERS_HEADING}` section"))?;
+    let mut lines = section.lines().skip_while(|line| !line.starts_with("```"));
+    lines
+        .next()
+        .with_context(|| format!("no diagram under `{LAYERS_HEADING}`"))?;
+    let mut body = Vec::new();
+    let mut closed = false;
+    for line in lines {
+        if line.starts_with("```") {
+            closed = true;
+            break;
+        }
+        let trimmed = line.trim();
+        if !trimmed.is_empty() && !trimmed.starts_with('─') {
+            body.push(line);
+        }
+    }
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let margin = body.iter().map(|line| indent(line)).min().unwrap_or(0);
+    let mut layers: Vec<(String, String)> = Vec::new();
+    for line in body {
+        let trimmed = line.trim();
+        if indent(line) > margin {
+            let (_, text) = layers
+                .last_mut()
+                .with_context(|| format!("a diagram line before any layer: `{line}`"))?;
+            text.push(' ');
+            text.push_str(trimmed);
+        } else {
+            let (name, text) = trimmed.split_once("  ").unwrap_or((trimmed, ""));
+            layers.push((name.trim().to_owned(), text.trim().to_owned()));
+        }
+    }
+    if !closed {
+        bail!("the diagram under `{LAYERS_HEADING}` is not closed");
+    }
+    if layers.is_empty() {
+        bail!("the diagram under `{LAYERS_HEADING}` names no layer");
+    }
+    layers
+        .into_iter()
+        .map(|(name, text)| {
+            let modules = layer_modules(&text)
+                .with_context(|| format!("layer `{name}` in ARCHITECTURE.md"))?;
+            Ok(Layer { name, modules })
+        })
+        .collect()
+}
+
+/// The `name.rs` and `name/` of a layer's text, outside parentheses.
+fn layer_modules(text: &str) -> anyhow::Result<BTreeSet<String>> {
+    let mut outside = String::new();
+    let mut depth = 0usize;
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth
+                    .checked_sub(1)
+                    .with_context(|| format!("a `)` without its `(` in `{text}`"))?;
+            }
+            _ if depth == 0 => outside.push(c),
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        bail!("a `(` left open in `{text}`");
+    }
+    let is_name = |name: &str| {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    Ok(outside
+        .split(|c: char| c.is_whitespace() || c == '+' || c == ',')
+        .filter_map(|token| {
+            token
+                .strip_suffix(".rs")
+                .or_else(|| token.strip_suffix('/'))
+        })
+        .filter(|name| is_name(name))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The top-level module of `module` (`a` for `a::b`).
+fn top(module: &str) -> &str {
+    module.split("::").next().unwrap_or(module)
+}
+
+/// Every import of `graph` from a module of a layer to a module of a higher one, as
+/// `(importing module, imported module)`.
+fn violations(graph: &Graph, layers: &[Layer]) -> Vec<(String, String)> {
+    let layer_of = |module: &str| {
+        layers
+            .iter()
+            .position(|layer| layer.modules.contains(top(module)))
+    };
+    let mut found = Vec::new();
+    for (module, imports) in graph {
+        let Some(from) = layer_of(module) else {
+            continue;
+        };
+        for import in imports {
+            if layer_of(import).is_some_and(|to| to < from) {
+                found.push((module.clone(), import.clone()));
+            }
+        }
+    }
+    found
+}
+
+/// The violations [`KNOWN_VIOLATIONS`] allows.
+fn allowed_violations(graph: &Graph, layers: &[Layer]) -> BTreeSet<(String, String)> {
+    violations(graph, layers)
+        .into_iter()
+        .filter(|(from, to)| KNOWN_VIOLATIONS.contains(&(from.as_str(), to.as_str())))
+        .collect()
+}
+
+/// What breaks the layer order: a module in no layer or in two, a layer's module that does not
+/// exist, and each import of a higher layer that [`KNOWN_VIOLATIONS`] does not allow.
+fn check_layers(graph: &Graph, layers: &[Layer]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let modules: BTreeSet<&str> = graph
+        .keys()
+        .filter(|module| !module.is_empty())
+        .map(|module| top(module))
+        .collect();
+    for module in &modules {
+        let placed: Vec<&str> = layers
+            .iter()
+            .filter(|layer| layer.modules.contains(*module))
+            .map(|layer| layer.name.as_str())
+            .collect();
+        match placed.as_slice() {
+            [_] => {}
+            [] => problems.push(format!(
+                "module {module} is in no layer of ARCHITECTURE.md's diagram: add it to its layer"
+            )),
+            many => problems.push(format!(
+                "module {module} is in more than one layer of ARCHITECTURE.md's diagram: {}",
+                many.join(", ")
+            )),
+        }
+    }
+    for layer in layers {
+        for module in &layer.modules {
+            if !modules.contains(module.as_str()) {
+                problems.push(format!(
+                    "layer {} of ARCHITECTURE.md names {module}, which is not a module",
+                    layer.name
+                ));
+            }
+        }
+    }
+    let layer_name = |module: &str| {
+        layers
+            .iter()
+            .find(|layer| layer.modules.contains(top(module)))
+            .map_or("", |layer| layer.name.as_str())
+    };
+    for (from, to) in violations(graph, layers) {
+        if !KNOWN_VIOLATIONS.contains(&(from.as_str(), to.as_str())) {
+            problems.push(format!(
+                "{from} ({}) imports {to} ({}), a higher layer",
+                layer_name(&from),
+                layer_name(&to)
+            ));
+        }
+    }
+    problems
 }
 
 /// Every module of the crate whose sources are under `src`, with its source.
@@ -367,5 +633,129 @@ mod tests {
         let names = reexports(&modules[""], &modules);
         assert_eq!(names["LIMIT"], "builder");
         assert_eq!(names["Redlock"], "redlock");
+    }
+
+    const DIAGRAM: &str = "# A\n\n## redlock-core: layers\n\nText.\n\n```\n top        a.rs (A, with b.rs in a comment)   c/ (mod, d\n            · e: more (nested) words)\n            f.rs + g.rs\n ───────────\n bottom two  h.rs (values\n            i.rs)   j.rs\n```\n\n```\n other  k.rs\n```\n";
+
+    fn layers_of(layers: &[(&str, &[&str])]) -> Vec<Layer> {
+        layers
+            .iter()
+            .map(|(name, modules)| Layer {
+                name: (*name).to_owned(),
+                modules: modules.iter().map(|m| (*m).to_owned()).collect(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_diagram_is_read_top_first_without_its_comments() {
+        let layers = layer_order(DIAGRAM).unwrap();
+        assert_eq!(
+            layers,
+            layers_of(&[("top", &["a", "c", "f", "g"]), ("bottom two", &["h", "j"])])
+        );
+        assert!(layer_order("## redlock-core: layers\n```\n top  a.rs (open\n```\n").is_err());
+        assert!(layer_order("## other\n```\n top  a.rs\n```\n").is_err());
+    }
+
+    #[test]
+    fn architecture_md_draws_every_layer_of_redlock_core() {
+        // Binds the diagram to the check: its layers, in order, and where a few modules are.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+        let layers = layer_order(&text).unwrap();
+        let names: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "handle", "leases", "waiters", "node set", "masters", "node", "values"
+            ]
+        );
+        let layer_of = |module: &str| {
+            layers
+                .iter()
+                .find(|l| l.modules.contains(module))
+                .map(|l| l.name.as_str())
+        };
+        assert_eq!(layer_of("acquire"), Some("handle"));
+        assert_eq!(layer_of("connect"), Some("handle"));
+        assert_eq!(layer_of("lease"), Some("leases"));
+        assert_eq!(layer_of("nodeset"), Some("node set"));
+        assert_eq!(layer_of("node"), Some("node"));
+        assert_eq!(layer_of("tls"), Some("values"));
+        // Words in the diagram's comments are not modules.
+        assert_eq!(layer_of("scripts"), None);
+        assert_eq!(layer_of("Inner"), None);
+        // And every module of the crate is placed, each once.
+        let graph = graph(&root.join(LAYERED).join("src")).unwrap();
+        let problems = check_layers(&graph, &layers);
+        assert!(
+            problems.iter().all(|p| p.contains("imports")),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn an_import_of_a_higher_layer_fails_and_of_its_own_or_lower_does_not() {
+        let layers = layers_of(&[("top", &["a", "b"]), ("middle", &["c"]), ("bottom", &["d"])]);
+        let fine = graph_of(&[
+            ("a", &["b", "c", "d"]),
+            ("b", &["a"]),
+            ("c", &["d", "c::x"]),
+            ("c::x", &["d"]),
+            ("d", &[]),
+        ]);
+        assert!(check_layers(&fine, &layers).is_empty());
+        let wrong = graph_of(&[
+            ("a", &[]),
+            ("b", &[]),
+            ("c", &[]),
+            ("c::x", &["a"]),
+            ("d", &["c::x"]),
+        ]);
+        assert_eq!(
+            check_layers(&wrong, &layers),
+            [
+                "c::x (middle) imports a (top), a higher layer",
+                "d (bottom) imports c::x (middle), a higher layer",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_module_in_exactly_one_layer() {
+        let layers = layers_of(&[("top", &["a", "gone"]), ("bottom", &["b", "a"])]);
+        let graph = graph_of(&[
+            ("", &[]),
+            ("a", &[]),
+            ("b", &[]),
+            ("new", &[]),
+            ("new::x", &[]),
+        ]);
+        let problems = check_layers(&graph, &layers);
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("module a is in more than one layer"));
+        assert!(problems[1].starts_with("module new is in no layer"));
+        assert!(problems[2].contains("names gone, which is not a module"));
+    }
+
+    #[test]
+    fn known_violations_are_allowed_by_name_only() {
+        let layers = layers_of(&[("handle", &["connect"]), ("values", &["tls", "error"])]);
+        let graph = graph_of(&[
+            ("connect", &[]),
+            ("error", &["connect"]),
+            ("tls", &["connect"]),
+        ]);
+        assert_eq!(
+            check_layers(&graph, &layers),
+            ["error (values) imports connect (handle), a higher layer"]
+        );
+        assert_eq!(
+            allowed_violations(&graph, &layers),
+            [("tls".to_owned(), "connect".to_owned())]
+                .into_iter()
+                .collect()
+        );
     }
 }

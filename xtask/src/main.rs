@@ -1,22 +1,28 @@
 //! The README's commands: `cargo xtask test`, `cargo xtask demo`, and `cargo xtask bench` and
-//! `cargo xtask soak` for measurements.
+//! `cargo xtask soak` for measurements; `cargo xtask layers` and `cargo xtask vocabulary` run
+//! one check of `cargo xtask test` alone.
 //!
 //! xtask itself depends on nothing heavy, so that on a fresh machine it builds in seconds and
 //! then says what it is doing before each long step.
 
 mod install;
 mod layers;
+mod vocabulary;
 
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers>
-  test   fmt check, the module layering, clippy -D warnings, every test against real
-         redis-server nodes, the macro's UI tests, the TLS tests over native-tls too, every
-         feature combination of redlock-core linted, doctests (the README's snippets
-         included) and rustdoc
-  layers each library crate's module import graph and its cycles (none allowed)
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary>
+  test   fmt check, the module layering, the public docs' vocabulary, clippy -D warnings,
+         every test against real redis-server nodes, the macro's UI tests, the TLS tests
+         over native-tls too, every feature combination of redlock-core linted, doctests
+         (the README's snippets included) and rustdoc
+  layers each library crate's module import graph, its cycles (none allowed) and, in
+         redlock-core, imports against the layer order of ARCHITECTURE.md
+  vocabulary
+         the READMEs, the CHANGELOG's Unreleased section and the library crates' rustdoc
+         checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes)
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
   bench  W1-W7 against 5 nodes, beside raw fred and redis-rs floors and rslock
          (args after --: --quick, --only W1,W3)
@@ -31,6 +37,7 @@ fn main() -> ExitCode {
         "bench" => bench(),
         "soak" => soak(),
         "layers" => layers::check(&workspace_root(), true),
+        "vocabulary" => vocabulary::check(&workspace_root()),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -259,8 +266,10 @@ fn test() -> anyhow::Result<()> {
     install::gcc()?;
     step("checking formatting");
     cargo(&["fmt", "--all", "--", "--check"])?;
-    step("the module layering (no import cycles)");
+    step("the module layering (no import cycles, redlock-core's layer order)");
     layers::check(&workspace_root(), false)?;
+    step("the public docs' vocabulary (no test ids, workload numbers, seeds, issues, hashes)");
+    vocabulary::check(&workspace_root())?;
     step("clippy -D warnings (builds the workspace: several minutes on a fresh machine)");
     cargo(&[
         "clippy",

@@ -134,8 +134,9 @@ impl Node {
     /// outside windows for foreign clients), or the queued waiter's or the mode request's
     /// script, in the node's next batch ([`pipeline`](super::pipeline)). A plain attempt is a
     /// script too, not fred's typed `SET`: the batch carries it with the other lockers'
-    /// calls in one command, where the typed `SET` and the window and streak reads were four
-    /// commands per attempt (W2: 9,100 → 17,500 cycles/s on 2 cores).
+    /// calls in one command, where the typed `SET` and the window and streak reads would be
+    /// four commands per attempt. With 32 lockers on distinct resources (5 nodes, 2 cores) the
+    /// batches give 17,500 cycles/s, against 9,100 with every call sent alone.
     pub(crate) async fn acquire(&self, request: &AcquireRequest<'_>) -> AcquireReply {
         let AcquireRequest {
             keys,
