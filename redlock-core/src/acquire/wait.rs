@@ -1,4 +1,4 @@
-//! The acquisition loop: performs the steps [`decide`](super::decide) chooses between single
+//! The acquisition loop: performs the steps [`decide`] chooses between single
 //! attempts — random retry delays, joining the waiter queue when the resource is busy, waking
 //! on hand-over messages, a split vote's short random delays — and leaves the queue on every
 //! way out but a grant that keeps the place.
