@@ -1,8 +1,10 @@
 //! Acquisition: the public entry points, the checks made before anything is sent, re-entry,
-//! and turning a grant into a held lease. The retry and wait loop is in [`wait`], one attempt
-//! (distlock steps 1–5) in [`attempt`], the fencing round in [`fence`].
+//! and turning a grant into a held lease. The retry and wait loop is in [`wait`], what it
+//! does after each attempt in [`decide`], one attempt (distlock steps 1–5) in [`attempt`],
+//! the fencing round in [`fence`].
 
 mod attempt;
+mod decide;
 mod fence;
 mod wait;
 

@@ -1,13 +1,15 @@
-//! The retry and wait loop around single attempts: random retry delays, joining the waiter
-//! queue when the resource is busy, waking on hand-over messages, the wait deadline, and the
-//! error an acquisition that gave up returns.
+//! The acquisition loop: performs the steps [`decide`] chooses between single
+//! attempts — random retry delays, joining the waiter queue when the resource is busy, waking
+//! on hand-over messages, a split vote's short random delays — and leaves the queue on every
+//! way out but a grant that keeps the place.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use tokio_util::sync::CancellationToken;
 
-use super::attempt::{AttemptFailure, Split};
+use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::keys::ResourceKeys;
@@ -29,28 +31,11 @@ const MIN_INTENT_TTL: Duration = Duration::from_millis(100);
 /// the window opened on that node, so the window there has closed by then).
 const AFTER_WINDOW_SLACK: Duration = Duration::from_millis(2);
 
-/// The longest wait between two attempts, whatever the retry delay: a waiter attempts at
-/// least once a minute (releases wake it sooner). It bounds how long a crashed mode
-/// request's waiter entry, which must outlive the wait, holds up incompatible requests, and
-/// keeps the node's expiry arithmetic exact.
-const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
-
-/// Attempts after a split vote beyond the retries and the wait deadline: enough for one of
-/// several contenders that split the vote to take the resource alone (each backs off for a
-/// random delay, see [`SPLIT_BACKOFF`]), few enough that a resource that stays split is
-/// reported soon.
-const SPLIT_RETRIES: u32 = 6;
-
-/// The longest random delay before the first attempt after a split vote; it doubles at each
-/// one after (20, 40, …, 640 ms: at most 1.26 s in all). Longer than a round and its
-/// clean-up on a local network, so that the first contender to attempt again finds every
-/// node free, and the others then find it held.
-const SPLIT_BACKOFF: Duration = Duration::from_millis(20);
-
 impl Redlock {
     /// Attempts until a grant, the retries or the wait deadline run out, or shutdown: a busy
     /// resource's waiter joins its queue and sleeps until a release wakes it (or its retry
-    /// delay passes); every exit but a grant that keeps its place leaves the queue.
+    /// delay passes); every exit but a grant that keeps its place leaves the queue. What to
+    /// do after each attempt is [`LoopState::after_failure`]'s decision.
     pub(super) async fn acquire_loop(
         &self,
         resource: &str,
@@ -58,18 +43,12 @@ impl Redlock {
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
-        let started = Instant::now();
-        // `Some(None)`: a wait too long for the clock (`Duration::MAX`), i.e. until acquired.
-        let deadline = options
-            .get_wait_timeout()
-            .map(|wait| started.checked_add(wait));
-        let mut attempts = 0u32;
+        let policy = self.policy(resource, options, Instant::now());
+        let mut state = LoopState::default();
         let waiter = Waiter::draw();
         let request = options
             .get_mode()
             .map(|mode| ModeRequest::new(mode, &waiter, self.intent_ttl_ms(options)));
-        // A mode request that was refused has left a waiter's entry on some nodes.
-        let mut entered = false;
         let mut waiting: Option<Listener> = None;
         // Armed while this request may have a place in a queue (a plain waiter's, or a mode
         // request's waiter entry, from its first attempt on): every way out of this function
@@ -78,148 +57,121 @@ impl Redlock {
         let mut exit = request
             .is_some()
             .then(|| QueueExit::new(self, &keys, &waiter.marker, true));
-        // The attempt that follows joining the queue is not a retry: it only closes the gap
-        // between the first attempt and the subscription.
-        let mut free_attempt = false;
-        // Attempts made after a split vote once the retries or the wait had run out.
-        let mut split_retries = 0u32;
-        // Who refused the last attempt, when it was a split ([`AttemptFailure::Votes`]).
-        let mut last_refusing: Vec<String> = Vec::new();
         loop {
-            if !std::mem::take(&mut free_attempt) {
-                attempts += 1;
-            }
+            let attempts = state.begin_attempt();
             acquisition.attempting(attempts);
             let token = Token::generate().map_err(LockError::Entropy)?;
-            let kind = match (&request, &waiting) {
+            let kind = match (&request, state.listening()) {
                 (Some(request), _) => AcquireKind::Mode(request),
-                (None, Some(_)) => AcquireKind::Queued(&waiter),
-                (None, None) => AcquireKind::Plain,
+                (None, true) => AcquireKind::Queued(&waiter),
+                (None, false) => AcquireKind::Plain,
             };
             let failure = match self
                 .attempt(&keys, &token, options, kind, acquisition)
                 .await
             {
                 Ok(granted) => {
-                    let queued = waiting.is_some() || entered;
-                    // A plain waiter leaves the queues of the nodes that did not grant it (a
-                    // granting node removed it); a mode request's waiter entries go with its
-                    // release.
+                    let queued = state.queued();
                     if let Some(exit) = &mut exit {
-                        exit.armed = request.is_none() && !granted.everywhere;
+                        exit.armed = policy.leaves_queue_after_grant(granted.everywhere);
                     }
                     let class = acquisition.class();
                     let guard = self.register(resource, class, keys, token, options, granted.grant);
-                    if self.is_shutting_down() {
+                    if let Err(error) = decide::keep_grant(self.is_shutting_down()) {
                         // Shutdown began during the attempt: refuse, and release what was
                         // taken (the guard's drop; `shutdown` waits for it).
                         drop(guard);
-                        return Err(LockError::ShuttingDown);
+                        return Err(error);
                     }
                     tracing::debug!(attempts, queued, "acquired");
                     return Ok(guard);
                 }
                 Err(failure) => failure,
             };
-            let mut delay = self.retry_delay(options);
-            let retry = match deadline {
-                Some(Some(deadline)) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    delay = delay.min(left);
-                    !left.is_zero()
-                }
-                Some(None) => true,
-                None => attempts <= options.get_retry_count(),
-            };
-            if let AttemptFailure::Votes { outcomes, .. } = &failure {
-                entered |= request.is_some() && outcomes.held() > 0;
-            }
-            // A split among contenders resolves by attempting again (each drew a new token);
-            // one that names a holder the last attempt named too does not: that holder stays.
-            let split = match &failure {
-                AttemptFailure::Votes {
-                    split, refusing, ..
-                } => {
-                    let seen = |holder: &String| last_refusing.contains(holder);
-                    let resolvable = match split {
-                        Split::No => false,
-                        // A holder seen again could have a quorum with the silent nodes.
-                        Split::Possible => !refusing.iter().any(seen),
-                        // Nobody can have a quorum: worth attempting while someone new refused.
-                        Split::Certain => !refusing.iter().all(seen),
-                    };
-                    last_refusing.clone_from(refusing);
-                    resolvable.then_some(*split)
-                }
-                _ => None,
-            };
-            if !retry && split.is_some() && split_retries < SPLIT_RETRIES {
-                // Nobody may hold it: only contenders split the vote (each released what it
-                // took). Skipping now could leave the resource untaken by all of them, so
-                // attempt again after a random delay, the first one back taking it alone.
-                let spread = SPLIT_BACKOFF.saturating_mul(1 << split_retries);
-                split_retries += 1;
-                let delay = rand::rng().random_range(Duration::ZERO..=spread);
-                tracing::debug!(
-                    attempts,
-                    delay_ms = delay.as_millis() as u64,
-                    "split vote; attempting again"
-                );
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = self.inner().shutdown.cancelled() => return Err(LockError::ShuttingDown),
-                }
-                continue;
-            }
-            if !retry {
-                let error = self.failure_error(resource, attempts, options, failure);
-                tracing::debug!(attempts, error = %error, "giving up");
-                return Err(error);
-            }
+            let jitter = draw(options.get_retry_jitter());
+            let step = state.after_failure(&policy, failure, jitter, Instant::now());
             let shutdown = &self.inner().shutdown;
-            match (&mut waiting, &self.inner().waiters) {
-                // Only a busy resource is worth queueing for: enough nodes answered for a
-                // quorum, and some refused. Too few answers is unavailability, which a queue
-                // (and subscribing to nodes that do not answer) cannot help.
-                (None, Some(waiters))
-                    if matches!(&failure, AttemptFailure::Votes { outcomes, .. }
-                        if outcomes.held() > 0 && outcomes.acquired() + outcomes.held() >= self.quorum()) =>
-                {
+            let wake = match step {
+                Step::GiveUp(error) => {
+                    tracing::debug!(attempts, error = %error, "giving up");
+                    return Err(error);
+                }
+                Step::SplitRetry { spread } => {
+                    let delay = draw(spread);
+                    tracing::debug!(
+                        attempts,
+                        delay_ms = delay.as_millis() as u64,
+                        "split vote; attempting again"
+                    );
+                    sleep(delay, shutdown).await
+                }
+                Step::JoinQueue => {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
                     exit.get_or_insert_with(|| QueueExit::new(self, &keys, &waiter.marker, false));
-                    waiting = Some(waiters.join(&keys.waiters).await);
-                    free_attempt = true;
+                    if let Some(waiters) = &self.inner().waiters {
+                        waiting = Some(waiters.join(&keys.waiters).await);
+                    }
+                    continue;
                 }
-                (Some(listener), _) => {
-                    tracing::trace!(attempts, fallback_ms = delay.as_millis() as u64, "waiting");
-                    let grace = self.inner().handover_grace;
-                    let timing = WaitTiming {
-                        fallback: delay,
-                        after_other: grace + AFTER_OTHER_SLACK,
-                        settle: grace / 2,
-                        after_window: AFTER_WINDOW_SLACK,
-                        longest: match deadline {
-                            Some(Some(deadline)) => {
-                                deadline.saturating_duration_since(Instant::now())
-                            }
-                            _ => MAX_RETRY_WAIT,
-                        },
-                        quorum: self.quorum(),
+                Step::AwaitHandover { fallback, longest } => {
+                    tracing::trace!(
+                        attempts,
+                        fallback_ms = fallback.as_millis() as u64,
+                        "waiting"
+                    );
+                    let timing = self.wait_timing(fallback, longest);
+                    let wake = match &mut waiting {
+                        Some(listener) => listener.wait(&waiter.marker, timing, shutdown).await,
+                        None => sleep(fallback, shutdown).await,
                     };
-                    match listener.wait(&waiter.marker, timing, shutdown).await {
-                        Wake::Shutdown => return Err(LockError::ShuttingDown),
+                    match wake {
                         Wake::Named => acquisition.woken(true),
                         Wake::Timer => acquisition.woken(false),
+                        Wake::Shutdown => {}
                     }
+                    wake
                 }
-                _ => {
+                Step::Retry { delay } => {
                     tracing::trace!(attempts, delay_ms = delay.as_millis() as u64, "retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        () = shutdown.cancelled() => return Err(LockError::ShuttingDown),
-                    }
+                    sleep(delay, shutdown).await
                 }
-            }
+            };
+            decide::after_wait(wake)?;
+        }
+    }
+
+    /// The decision's view of an acquisition of `resource` with `options` started at
+    /// `started`.
+    fn policy<'a>(&self, resource: &'a str, options: &LockOptions, started: Instant) -> Policy<'a> {
+        Policy {
+            resource,
+            deadline: Deadline::new(
+                options.get_wait_timeout(),
+                options.get_retry_count(),
+                started,
+            ),
+            retry_delay: options.get_retry_delay(),
+            quorum: self.quorum(),
+            fencing_quorum: self.fencing_quorum(),
+            nodes: self.node_count(),
+            ttl: options.sent_ttl(),
+            mode: options.get_mode().is_some(),
+            queue: self.inner().waiters.is_some(),
+        }
+    }
+
+    /// How a waiter in the queue waits for a hand-over message: attempting anyway after
+    /// `fallback`, and never waiting for a window past `longest`; the other spans follow
+    /// from the handle's hand-over grace.
+    fn wait_timing(&self, fallback: Duration, longest: Duration) -> WaitTiming {
+        let grace = self.inner().handover_grace;
+        WaitTiming {
+            fallback,
+            after_other: grace + AFTER_OTHER_SLACK,
+            settle: grace / 2,
+            after_window: AFTER_WINDOW_SLACK,
+            longest,
+            quorum: self.quorum(),
         }
     }
 
@@ -257,77 +209,23 @@ impl Redlock {
         let ttl = between.saturating_mul(2);
         u64::try_from(ttl.max(MIN_INTENT_TTL).as_millis()).unwrap_or(u64::MAX)
     }
+}
 
-    fn retry_delay(&self, options: &LockOptions) -> Duration {
-        let jitter = options.get_retry_jitter();
-        let extra = if jitter.is_zero() {
-            Duration::ZERO
-        } else {
-            rand::rng().random_range(Duration::ZERO..=jitter)
-        };
-        options
-            .get_retry_delay()
-            .saturating_add(extra)
-            .min(MAX_RETRY_WAIT)
+/// Sleeps `delay`, or less if the handle begins shutting down: [`Wake::Timer`] or
+/// [`Wake::Shutdown`].
+async fn sleep(delay: Duration, shutdown: &CancellationToken) -> Wake {
+    tokio::select! {
+        () = tokio::time::sleep(delay) => Wake::Timer,
+        () = shutdown.cancelled() => Wake::Shutdown,
     }
+}
 
-    fn failure_error(
-        &self,
-        resource: &str,
-        attempts: u32,
-        options: &LockOptions,
-        failure: AttemptFailure,
-    ) -> LockError {
-        let resource = resource.to_owned();
-        let quorum = self.quorum();
-        match failure {
-            AttemptFailure::NoValidity(elapsed) => LockError::NoValidity {
-                resource,
-                attempts,
-                elapsed,
-                ttl: options.sent_ttl(),
-            },
-            AttemptFailure::Fence(outcomes) => LockError::Unavailable {
-                resource,
-                attempts,
-                quorum: self.fencing_quorum(),
-                outcomes,
-            },
-            AttemptFailure::Votes {
-                outcomes,
-                split: Split::Certain,
-                ..
-            } => LockError::SplitVote {
-                resource,
-                attempts,
-                quorum,
-                outcomes,
-            },
-            AttemptFailure::Votes { outcomes, .. } => {
-                if let Some(error) = LockError::foreign_key(&resource, quorum, &outcomes) {
-                    return error;
-                }
-                // Busy when the nodes that did not fail could have made a quorum (those left
-                // unawaited once the attempt was decided did not fail), or when refusals alone
-                // rule one out; otherwise too few answered to decide.
-                let usable = self.node_count() - outcomes.failed();
-                if usable >= quorum || outcomes.held() > self.node_count() - quorum {
-                    LockError::Busy {
-                        resource,
-                        attempts,
-                        quorum,
-                        outcomes,
-                    }
-                } else {
-                    LockError::Unavailable {
-                        resource,
-                        attempts,
-                        quorum,
-                        outcomes,
-                    }
-                }
-            }
-        }
+/// A random delay from zero to `most` (both included).
+fn draw(most: Duration) -> Duration {
+    if most.is_zero() {
+        Duration::ZERO
+    } else {
+        rand::rng().random_range(Duration::ZERO..=most)
     }
 }
 
