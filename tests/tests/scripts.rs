@@ -68,23 +68,43 @@ async fn every_script_loads_under_the_sha_the_code_sends() {
     assert_eq!(status, Value::Array(expected));
 }
 
+/// Every `.lua` file is sent whole, in the dispatch script or the inspect script: none is left
+/// over. Each opens with its own header (a first line no other file has, so that a copy of a
+/// file under another name is not taken for the file it copies), and a script's header says
+/// its Redlock step, its `KEYS` and `ARGV` and what it returns.
 #[test]
 fn every_lua_file_is_sent() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src/node/scripts");
     let sent = sent_scripts();
-    let mut files = 0;
+    let mut first_lines = Vec::new();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().and_then(|e| e.to_str()) != Some("lua") {
             continue;
         }
-        files += 1;
         let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
             sent.iter().any(|script| script.source.contains(&text)),
-            "{} is in no script the lock sends",
-            path.display()
+            "{name} is in no script the lock sends"
+        );
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
+        assert!(!header.is_empty(), "{name} opens with no header comment");
+        if name != "prelude.lua" {
+            let header = header.join("\n");
+            for part in ["Redlock step", "KEYS:", "ARGV:", "Returns"] {
+                assert!(header.contains(part), "{name}'s header says no {part:?}");
+            }
+        }
+        first_lines.push((text.lines().next().unwrap_or_default().to_owned(), name));
+    }
+    assert!(!first_lines.is_empty(), "no .lua file in {}", dir.display());
+    first_lines.sort();
+    for pair in first_lines.windows(2) {
+        assert_ne!(
+            pair[0].0, pair[1].0,
+            "{} and {} open alike",
+            pair[0].1, pair[1].1
         );
     }
-    assert!(files > 0, "no .lua file in {}", dir.display());
 }
