@@ -15,38 +15,12 @@ use crate::outcome::NodeError;
 use crate::redlock::Redlock;
 
 /// Reads one resource on one node, atomically, and returns what the lock layout says about it
-/// without the token (`node/scripts.rs` describes the layout): the key's type, its `PTTL`, the
-/// number of plain waiters queued, a flag, and for a hash (a resource held in modes) one
-/// `mode, remaining ms, is-waiter` triple per live entry, the node's clock deciding what is
-/// live. The flag says, for a string, that it is a hand-over reservation (a waiter's `~`
-/// marker rather than a holder's token); for a hash, that it holds a field that is not an
-/// entry of ours (the mode scripts' own parser), i.e. someone else's data. Only reads:
-/// `TYPE`, `PTTL`, `GET`, `HGETALL`, `TIME`, and `ZCARD` under `pcall`.
-const INSPECT: &str = concat!(
-    crate::node::scripts::mode_entry!(),
-    r#"local key = KEYS[1]
-local kind = redis.call("type", key).ok
-local pttl = redis.call("pttl", key)
-local queued = redis.pcall("zcard", KEYS[2])
-if type(queued) ~= "number" then queued = 0 end
-local out = {kind, pttl, queued, 0}
-if kind == "string" then
-  if string.sub(redis.call("get", key), 1, 1) == "~" then out[4] = 1 end
-elseif kind == "hash" then
-  local clock = redis.call("time")
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local entries = redis.call("hgetall", key)
-  for i = 1, #entries, 2 do
-    local mode, expiry, _, waiter = entry(entries[i], entries[i + 1])
-    if not mode then return {kind, pttl, queued, 1} end
-    if expiry > now then
-      table.insert(out, mode)
-      table.insert(out, expiry - now)
-      if waiter then table.insert(out, 1) else table.insert(out, 0) end
-    end
-  end
-end
-return out"#
+/// without the token (`node/scripts.rs` describes the layout, `node/scripts/inspect.lua` the
+/// script's keys and reply). Sent on its own with `EVAL`, after the scripts' shared helpers
+/// (`node/scripts/prelude.lua`, of which it calls `node_now` and `mode_entry`).
+pub(crate) const INSPECT: &str = concat!(
+    include_str!("node/scripts/prelude.lua"),
+    include_str!("node/scripts/inspect.lua")
 );
 
 /// What [`Redlock::inspect`] read on every node.

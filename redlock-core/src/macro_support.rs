@@ -60,3 +60,37 @@ impl<T: Default, E: From<crate::LockError>> SkipResult for Result<T, E> {
         Ok(T::default())
     }
 }
+
+/// One Lua script as the lock sends it to a node, for the test that loads every script into a
+/// real server and compares the SHA-1 the server returns with the one the code sends. Not
+/// public API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct SentScript {
+    /// What it is: `"dispatch"` (every script of the lock, batched) or `"inspect"`.
+    pub name: &'static str,
+    /// Its text, as sent with `EVAL` or `SCRIPT LOAD`.
+    pub source: &'static str,
+    /// The SHA-1 the code sends it by with `EVALSHA`; `None` for a script only sent with
+    /// `EVAL`.
+    pub sha1: Option<&'static str>,
+}
+
+/// Every script the lock sends to a node: the dispatch script, which holds every script of the
+/// lock and their shared helpers, and the read-only inspect script. Not public API.
+#[doc(hidden)]
+pub fn sent_scripts() -> [SentScript; 2] {
+    let batch: &'static crate::node::scripts::Batch = &crate::node::scripts::BATCH;
+    [
+        SentScript {
+            name: "dispatch",
+            source: batch.source.as_str(),
+            sha1: Some(batch.sha1.as_str()),
+        },
+        SentScript {
+            name: "inspect",
+            source: crate::inspect::INSPECT,
+            sha1: None,
+        },
+    ]
+}

@@ -1,0 +1,43 @@
+-- The dispatch script: runs a batch of calls to the lock's scripts, in order, and answers one
+-- reply per call. It is the only script sent to a node (EVALSHA, or EVAL after NOSCRIPT): the
+-- node's pipeline sends the calls that concurrent lockers issue in one tick as one call of it
+-- (fred flushes the socket after every script, so one script per call would cost one write
+-- per call).
+--
+-- Redlock step: none; it carries every step's script.
+--
+-- Assembled by scripts.rs as prelude.lua, then `local S = {}` and one
+-- `S[id] = function(KEYS, ARGV) <script> end` per script (id: its index in SCRIPTS), then this
+-- file. Each script reads its own KEYS and ARGV, and returns as a script would.
+--
+-- KEYS: every call's keys, call after call
+-- ARGV: n       the number of calls
+--       then, per call, three numbers: its script's id, how many keys it has, how many
+--       arguments it has
+--       then every call's arguments, call after call
+--
+-- Returns an array of n replies. Each call runs under `pcall`: one that raises an error (an
+-- OOM, a WRONGTYPE outside `pcall`) answers {"redlock:error", "<the error's text>"}
+-- (ERROR_MARKER in scripts.rs; no reply of ours is a table starting with a string), and the
+-- others still run, as separate scripts would. A reply of nil or false answers false (a nil
+-- reply), so that the array keeps its length.
+local n = tonumber(ARGV[1])
+local out = {}
+local k, a = 1, 2 + 3 * n
+for i = 1, n do
+  local h = 3 * i - 1
+  local script, nk, na = S[tonumber(ARGV[h])], tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  local keys, args = {}, {}
+  for j = 1, nk do keys[j] = KEYS[k + j - 1] end
+  for j = 1, na do args[j] = ARGV[a + j - 1] end
+  k, a = k + nk, a + na
+  local ok, reply = pcall(script, keys, args)
+  if ok then
+    if reply == nil then reply = false end
+    out[i] = reply
+  else
+    if type(reply) == "table" then reply = reply.err end
+    out[i] = {"redlock:error", tostring(reply)}
+  end
+end
+return out

@@ -1,0 +1,42 @@
+-- INSPECT: what one node holds for a resource, read from the outside, never the token.
+--
+-- Redlock step: none; a read for operators and diagnostics (Redlock::inspect). It takes no
+-- lock and changes nothing. Sent on its own with EVAL, after prelude.lua (inspect.rs), not
+-- through the dispatch script.
+--
+-- KEYS: key        the resource's key
+--       queue_key  the queue of plain waiters
+-- ARGV: none
+--
+-- Returns `{kind, pttl, queued, flag, [mode, ms_left, is_waiter]...}`: the key's type, its
+-- PTTL, the number of plain waiters queued, a flag, and for a hash (a resource held in modes)
+-- one `mode, remaining ms, is-waiter` triple per live entry, the node's clock deciding what
+-- is live. The flag says, for a string, that it is a hand-over reservation (a waiter's `~`
+-- marker rather than a holder's token); for a hash, that it holds a field that is not an
+-- entry of ours (mode_entry in prelude.lua), i.e. someone else's data, and then no triple
+-- follows.
+--
+-- Only reads: TYPE, PTTL, GET, HGETALL, TIME, and ZCARD under `pcall` (0 without it).
+local key, queue_key = KEYS[1], KEYS[2]
+
+local kind = redis.call("type", key).ok
+local pttl = redis.call("pttl", key)
+local queued = redis.pcall("zcard", queue_key)
+if type(queued) ~= "number" then queued = 0 end
+local out = {kind, pttl, queued, 0}
+if kind == "string" then
+  if string.sub(redis.call("get", key), 1, 1) == "~" then out[4] = 1 end
+elseif kind == "hash" then
+  local now = node_now()
+  local entries = redis.call("hgetall", key)
+  for i = 1, #entries, 2 do
+    local mode, expiry, _, waiter = mode_entry(entries[i], entries[i + 1])
+    if not mode then return {kind, pttl, queued, 1} end
+    if expiry > now then
+      table.insert(out, mode)
+      table.insert(out, expiry - now)
+      if waiter then table.insert(out, 1) else table.insert(out, 0) end
+    end
+  end
+end
+return out

@@ -1,0 +1,110 @@
+//! The Lua scripts as a real server sees them: every script the lock sends loads
+//! (`SCRIPT LOAD` compiles it), the SHA-1 the server returns is the one the code sends with
+//! `EVALSHA`, each runs, and every `.lua` file of `redlock-core/src/node/scripts/` is part
+//! of a script the lock sends (no file left over).
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::path::Path;
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use redlock_core::__private::sent_scripts;
+use redlock_tests::{RedisServer, plain_client, within};
+
+/// `command args...` on `client`.
+async fn run(client: &Client, command: &'static str, args: Vec<Value>) -> Value {
+    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+    within(command, client.custom::<Value, Value>(cmd, args))
+        .await
+        .unwrap_or_else(|e| panic!("{command}: {e}"))
+}
+
+#[tokio::test]
+async fn every_script_loads_under_the_sha_the_code_sends() {
+    let server = RedisServer::start();
+    let client = plain_client(&server.url()).await;
+    for script in sent_scripts() {
+        let loaded = run(&client, "SCRIPT", vec!["LOAD".into(), script.source.into()]).await;
+        let loaded = loaded.as_string().unwrap();
+        assert_eq!(
+            loaded,
+            fred::util::sha1_hash(script.source),
+            "the server's SHA-1 of the {} script",
+            script.name
+        );
+        if let Some(sha1) = script.sha1 {
+            assert_eq!(
+                loaded, sha1,
+                "the {} script is sent by another SHA-1 than its text's",
+                script.name
+            );
+        }
+    }
+
+    // Each runs: the dispatch script with one call to the barrier (NOOP, id 11, no keys, no
+    // arguments), by the SHA-1 the code sends; the inspect script on a free resource.
+    let [dispatch, inspect] = sent_scripts();
+    let sha1 = dispatch.sha1.unwrap();
+    let args: Vec<Value> = vec![
+        sha1.into(),
+        0.into(),
+        1.into(),
+        11.into(),
+        0.into(),
+        0.into(),
+    ];
+    let replies = run(&client, "EVALSHA", args).await;
+    assert_eq!(replies, Value::Array(vec![Value::Integer(1)]));
+    let args: Vec<Value> = vec![
+        inspect.source.into(),
+        2.into(),
+        "scripts:free".into(),
+        "scripts:free:waiters".into(),
+    ];
+    let status = run(&client, "EVAL", args).await;
+    let expected: Vec<Value> = vec!["none".into(), (-2).into(), 0.into(), 0.into()];
+    assert_eq!(status, Value::Array(expected));
+}
+
+/// Every `.lua` file is sent whole, in the dispatch script or the inspect script: none is left
+/// over. Each opens with its own header (a first line no other file has, so that a copy of a
+/// file under another name is not taken for the file it copies), and a script's header says
+/// its Redlock step, its `KEYS` and `ARGV` and what it returns.
+#[test]
+fn every_lua_file_is_sent() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src/node/scripts");
+    let sent = sent_scripts();
+    let mut first_lines = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("lua") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            sent.iter().any(|script| script.source.contains(&text)),
+            "{name} is in no script the lock sends"
+        );
+        let header: Vec<&str> = text.lines().take_while(|l| l.starts_with("--")).collect();
+        assert!(!header.is_empty(), "{name} opens with no header comment");
+        if name != "prelude.lua" {
+            let header = header.join("\n");
+            for part in ["Redlock step", "KEYS:", "ARGV:", "Returns"] {
+                assert!(header.contains(part), "{name}'s header says no {part:?}");
+            }
+        }
+        first_lines.push((text.lines().next().unwrap_or_default().to_owned(), name));
+    }
+    assert!(!first_lines.is_empty(), "no .lua file in {}", dir.display());
+    first_lines.sort();
+    for pair in first_lines.windows(2) {
+        assert_ne!(
+            pair[0].0, pair[1].0,
+            "{} and {} open alike",
+            pair[0].1, pair[1].1
+        );
+    }
+}
