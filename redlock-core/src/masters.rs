@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use crate::error::InvalidInput;
-use crate::node::Node;
+use crate::node::{Node, QuarantineCheck};
 use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 use crate::timing;
 
@@ -37,16 +37,6 @@ pub(crate) struct Masters {
     /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)
     /// in ms, rounded up; 0: counters never expire.
     pub(crate) fencing_counter_ttl_ms: u64,
-}
-
-/// The quarantine check every acquire script opens with (`quarantine_check` in
-/// [`scripts`](crate::node::scripts)): the quarantine in ms (0: off), and the keys of the
-/// node's data witness and of its quarantine marker for the handle's key prefix.
-#[derive(Debug)]
-pub(crate) struct QuarantineCheck {
-    pub(crate) ms: u64,
-    pub(crate) witness: String,
-    pub(crate) marker: String,
 }
 
 impl Masters {

@@ -14,7 +14,6 @@ use super::scripts::{
     QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
-use crate::masters::QuarantineCheck;
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
 
@@ -78,6 +77,16 @@ pub(crate) enum AcquireKind<'a> {
     Queued(&'a Waiter),
     /// A request in a lock mode ([`ACQUIRE_MODE`]).
     Mode(&'a ModeRequest<'a>),
+}
+
+/// The quarantine check every acquire script opens with (`quarantine_check` in
+/// [`scripts`](super::scripts)): the quarantine in ms (0: off), and the keys of the
+/// node's data witness and of its quarantine marker for the handle's key prefix.
+#[derive(Debug)]
+pub(crate) struct QuarantineCheck {
+    pub(crate) ms: u64,
+    pub(crate) witness: String,
+    pub(crate) marker: String,
 }
 
 /// One attempt's request to every node (Redlock step 2).

@@ -19,7 +19,9 @@ use crate::outcome::NodeError;
 use pipeline::Pipeline;
 use scripts::{BATCH, Script};
 
-pub(crate) use commands::{AcquireKind, AcquireRequest, Handover, ModeRequest, Releasing, Waiter};
+pub(crate) use commands::{
+    AcquireKind, AcquireRequest, Handover, ModeRequest, QuarantineCheck, Releasing, Waiter,
+};
 
 /// A client for one independent master, its script pipeline, and its display label
 /// (`host:port`, no credentials).
