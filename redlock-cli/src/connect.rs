@@ -1,10 +1,13 @@
 //! The lock handle, from `--nodes` or `REDLOCK_NODES`, `--key-prefix`, and the handle's other
 //! `REDLOCK_*` variables.
 
-use redlock_core::{NODES_ENV, Redlock, RedlockBuilder};
+use redlock_core::{Redlock, RedlockBuilder};
 
 use crate::args::NodeArgs;
 use crate::exit::CliError;
+
+/// The variable of the node URLs, which `--nodes` replaces.
+const NODES_VAR: &str = "REDLOCK_NODES";
 
 /// The `REDLOCK_*` variables `redlock` reads: the handle's (where the nodes are, how to reach
 /// them, the key prefix, the quarantine...). The lock options' variables (`REDLOCK_TTL`,
@@ -12,7 +15,7 @@ use crate::exit::CliError;
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
 /// handle refuses as its default, such as `REDLOCK_MODE`, would otherwise stop it).
 const HANDLE_VARS: [&str; 13] = [
-    NODES_ENV,
+    NODES_VAR,
     "REDLOCK_KEY_PREFIX",
     "REDLOCK_NODE_TIMEOUT",
     "REDLOCK_CONNECT_TIMEOUT",
@@ -43,7 +46,7 @@ fn builder_with(args: &NodeArgs, mut lookup: impl FnMut(&str) -> Option<String>)
     let builder = Redlock::builder()
         .nodes(args.nodes.iter().map(|url| url.trim()))
         .from_env_with(|var| {
-            let read = HANDLE_VARS.contains(&var) && !(given && var == NODES_ENV);
+            let read = HANDLE_VARS.contains(&var) && !(given && var == NODES_VAR);
             read.then(|| lookup(var)).flatten()
         });
     match &args.key_prefix {

@@ -37,7 +37,7 @@ pub mod registry;
 
 pub use builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOREIGN_WINDOW, DEFAULT_HANDOVER_GRACE, DEFAULT_NODE_TIMEOUT,
-    FOREIGN_WINDOW_EVERY, MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, NODES_ENV, RedlockBuilder,
+    MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder,
 };
 pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
 pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
@@ -49,8 +49,7 @@ pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_EXTEND_FRACTION, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
-    DEFAULT_RETRY_JITTER, DEFAULT_TTL, LockOptions, MAX_DEFAULT_LOST_MARGIN, MAX_QUEUED_WAITERS,
-    MAX_TTL,
+    DEFAULT_RETRY_JITTER, DEFAULT_TTL, LockOptions, MAX_QUEUED_WAITERS, MAX_TTL,
 };
 pub use outcome::{ClientError, NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::Redlock;
@@ -59,7 +58,7 @@ pub use release::{ReleaseAllReport, Released};
 pub use telemetry::describe_metrics;
 pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};
 pub use timing::DRIFT_FLOOR;
-pub use token::{EntropyError, TOKEN_BYTES, Token};
+pub use token::{EntropyError, Token};
 
 #[cfg(feature = "macros")]
 pub use redlock_macros::redlock;

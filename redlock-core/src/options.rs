@@ -1,4 +1,35 @@
 //! Per-acquisition options: ttl, retries, wait deadline and drift factor.
+//!
+//! # Naming: `ttl()` sets, `get_ttl()` reads
+//!
+//! [`LockOptions`] is built with consuming setters named after the options
+//! (`ttl(self, Duration) -> Self`), so a getter cannot take the option's bare name too: its
+//! getters are `get_ttl()`, `get_retry_count()`... `std::process::Command` pairs its builder
+//! methods and getters the same way (`arg()` and `get_args()`).
+//!
+//! # Adding a lock option
+//!
+//! A lock option lives in four places, and the compiler or a test stops the change until it
+//! is in all of them:
+//!
+//! 1. here: the field, its default, its setter and its `get_` getter (and its check in
+//!    [`LockOptions::validate`] if it has a range);
+//! 2. the list of lock options in `config/lock.rs` (`lock_options!`): one entry (name, type,
+//!    setter, getter, doc) gives the [`LockConfig`](crate::LockConfig) field, the `[lock]` key
+//!    of a configuration file, the `REDLOCK_<NAME>` variable and
+//!    [`LockConfig::apply`](crate::LockConfig::apply). `every_lock_option_is_in_the_config`
+//!    fails until a new field is listed there; `each_option_sets_what_its_getter_reads`
+//!    checks the setter and getter named in the entry;
+//! 3. the table of variables in [`RedlockConfig`](crate::RedlockConfig)'s docs (a test
+//!    compares it with the variables read);
+//! 4. `#[redlock(...)]` (redlock-macros, `args.rs`): an argument, or an entry in its list of
+//!    lock options left to the handle's defaults; its test
+//!    `every_lock_option_is_an_argument_or_left_out_on_purpose` fails until it is one or the
+//!    other.
+//!
+//! The only option outside the list is [`LockOptions::resource_class`], a metrics label the
+//! code gives (never configuration data), which `#[redlock]` and redlock-axum set from their
+//! templates.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +55,7 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// extensions can fail before the validity runs out (Redisson's watchdog uses the same share).
 pub const DEFAULT_EXTEND_FRACTION: f64 = 1.0 / 3.0;
 /// The longest default lost-signal margin: 1 s (the default is `min(ttl / 10, 1 s)`).
-pub const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
 /// The most entries a resource's waiter queue takes on one node; a waiter left out is woken
 /// by its retry timer instead of by name. Waiters leave the queue when they are granted, give
 /// up, or their future is dropped; one that died without leaving (a crashed process) is popped

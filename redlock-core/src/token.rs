@@ -4,7 +4,7 @@ use std::fmt;
 
 /// Number of random bytes in a [`Token`]: 160 bits, the distlock spec's "20 bytes from
 /// `/dev/urandom`".
-pub const TOKEN_BYTES: usize = 20;
+pub(crate) const TOKEN_BYTES: usize = 20;
 
 /// The random value written as the lock key's value on every node.
 ///

@@ -1,7 +1,7 @@
 //! Foreign clients are not starved by our hand-overs (issue 15): while our waiters keep a
 //! resource busy, a foreign Redlock client polling the same key (node-redlock, redis-py,
 //! redlock-php, a plain `SET NX PX`) gets it within T + one of our holds + W, where W is the
-//! window ([`RedlockBuilder::foreign_window`]) and T = [`FOREIGN_WINDOW_EVERY`] × W. Against
+//! window ([`RedlockBuilder::foreign_window`]) and T = 2 × W. Against
 //! real redis-server processes; the foreign client is a Redlock loop written here on plain
 //! fred clients (SET NX PX on every node, a majority wins, otherwise delete its own keys and
 //! sleep its poll interval).
@@ -18,9 +18,7 @@ use fred::clients::Client;
 use fred::interfaces::{KeysInterface, LuaInterface};
 use fred::types::{Expiration, SetOptions};
 use rand::Rng;
-use redlock_core::{
-    BOOKKEEPING_SEPARATOR, DEFAULT_FOREIGN_WINDOW, FOREIGN_WINDOW_EVERY, LockOptions, Mode, Redlock,
-};
+use redlock_core::{BOOKKEEPING_SEPARATOR, DEFAULT_FOREIGN_WINDOW, LockOptions, Mode, Redlock};
 use redlock_tests::checker::History;
 use redlock_tests::{RedisNodes, plain_client, within};
 
@@ -31,9 +29,10 @@ fn ms(n: u64) -> Duration {
 /// The window every test here runs with: the default.
 const W: Duration = DEFAULT_FOREIGN_WINDOW;
 
-/// How long our key may be handed over before a window opens (T).
+/// How long our key may be handed over before a window opens (T): twice the window, as
+/// `RedlockBuilder::foreign_window` documents.
 fn every() -> Duration {
-    W * FOREIGN_WINDOW_EVERY
+    W * 2
 }
 
 /// Our holders hold for 20 to 50 ms.

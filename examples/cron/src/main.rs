@@ -5,8 +5,10 @@
 
 use std::process::ExitCode;
 
-use redlock_core::NODES_ENV;
 use redlock_tests::RedisNodes;
+
+/// The variable of the lock nodes' URLs, as the library reads it.
+const NODES_ENV: &str = "REDLOCK_NODES";
 
 /// Ticks to watch when no count is given.
 const DEFAULT_TICKS: usize = 5;
