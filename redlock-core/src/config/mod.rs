@@ -204,6 +204,12 @@ fn from_env(vars: &[(&str, &str)]) -> Result<RedlockConfig, BuildError> {
     RedlockConfig::from_env_with(|name| vars.get(name).cloned())
 }
 
+/// The configuration in the TOML `text`, or the error shown.
+#[cfg(all(test, feature = "serde"))]
+fn from_toml(text: &str) -> Result<RedlockConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -258,5 +264,128 @@ mod tests {
         let shown = format!("{config:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("<2 node URLs>"), "{shown}");
+    }
+
+    #[cfg(feature = "serde")]
+    mod serde {
+        use super::*;
+        use crate::config::from_toml as parse;
+        use crate::mode::Mode;
+        use crate::options::LockOptions;
+
+        #[test]
+        fn a_full_file_is_read() {
+            let config = parse(
+                r#"
+                nodes = ["redis://a:1", "redis://b:2", "redis://c:3"]
+                key_prefix = "lock:"
+                node_timeout = "50ms"
+                connect_timeout = "3s"
+                require_quorum_at_start = false
+                handover_grace = "0s"
+                foreign_window = "1s"
+                quarantine = "1h"
+                tls_ca = "/etc/redis/ca.pem"
+
+                [lock]
+                ttl = "10s"
+                retry_count = 3
+                retry_delay = "20ms"
+                retry_jitter = "5ms"
+                wait_timeout = "forever"
+                drift_factor = 0.02
+                auto_extend = true
+                extend_fraction = 0.25
+                max_hold = "10m"
+                max_extensions = 100
+                lost_margin = "500ms"
+                fencing = true
+                reentrant = true
+                mode = "EX"
+                "#,
+            )
+            .unwrap();
+            assert_eq!(config.nodes.as_ref().map(Vec::len), Some(3));
+            assert_eq!(config.handover_grace, Some(Duration::ZERO));
+            assert_eq!(config.quarantine, Some(Duration::from_secs(3600)));
+            assert_eq!(
+                config.tls_ca,
+                Some(PemSource::File("/etc/redis/ca.pem".into()))
+            );
+            assert_eq!(config.lock.max_hold, Some(Duration::from_secs(600)));
+            assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
+            assert_eq!(config.lock.mode, Some(Mode::Exclusive));
+            let options = config.lock.clone().apply(LockOptions::default());
+            assert_eq!(
+                options,
+                LockOptions::default()
+                    .ttl(Duration::from_secs(10))
+                    .retry_count(3)
+                    .retry_delay(Duration::from_millis(20))
+                    .retry_jitter(Duration::from_millis(5))
+                    .wait_forever()
+                    .drift_factor(0.02)
+                    .auto_extend(true)
+                    .extend_fraction(0.25)
+                    .max_hold(Duration::from_secs(600))
+                    .max_extensions(100)
+                    .lost_margin(Duration::from_millis(500))
+                    .fencing(true)
+                    .reentrant(true)
+                    .mode(Mode::Exclusive)
+            );
+            // The env form and the file form of one configuration are one value.
+            let from_env = from_env(&[
+                ("REDLOCK_NODES", "redis://a:1,redis://b:2,redis://c:3"),
+                ("REDLOCK_KEY_PREFIX", "lock:"),
+                ("REDLOCK_NODE_TIMEOUT", "50ms"),
+                ("REDLOCK_CONNECT_TIMEOUT", "3s"),
+                ("REDLOCK_REQUIRE_QUORUM_AT_START", "false"),
+                ("REDLOCK_HANDOVER_GRACE", "0s"),
+                ("REDLOCK_FOREIGN_WINDOW", "1s"),
+                ("REDLOCK_QUARANTINE", "1h"),
+                ("REDLOCK_TLS_CA", "/etc/redis/ca.pem"),
+                ("REDLOCK_TTL", "10s"),
+                ("REDLOCK_RETRY_COUNT", "3"),
+                ("REDLOCK_RETRY_DELAY", "20ms"),
+                ("REDLOCK_RETRY_JITTER", "5ms"),
+                ("REDLOCK_WAIT_TIMEOUT", "forever"),
+                ("REDLOCK_DRIFT_FACTOR", "0.02"),
+                ("REDLOCK_AUTO_EXTEND", "true"),
+                ("REDLOCK_EXTEND_FRACTION", "0.25"),
+                ("REDLOCK_MAX_HOLD", "10m"),
+                ("REDLOCK_MAX_EXTENSIONS", "100"),
+                ("REDLOCK_LOST_MARGIN", "500ms"),
+                ("REDLOCK_FENCING", "true"),
+                ("REDLOCK_REENTRANT", "true"),
+                ("REDLOCK_MODE", "EX"),
+            ])
+            .unwrap();
+            assert_eq!(from_env, config);
+        }
+
+        #[test]
+        fn every_field_is_optional() {
+            assert_eq!(parse("").unwrap(), RedlockConfig::default());
+            assert_eq!(parse("[lock]").unwrap(), RedlockConfig::default());
+            let pem = parse("tls_client_key = \"-----BEGIN PRIVATE KEY-----\\nAA==\\n\"").unwrap();
+            assert!(matches!(pem.tls_client_key, Some(PemSource::Pem(_))));
+        }
+
+        #[test]
+        fn unknown_fields_are_refused() {
+            for (text, field) in [
+                ("node_timout = \"1s\"", "node_timout"),
+                ("ttl = \"1s\"", "ttl"), // a lock option belongs in [lock]
+                ("[lock]\nretries = 3", "retries"),
+                ("[locks]\nttl = \"1s\"", "locks"),
+            ] {
+                let error = parse(text).unwrap_err();
+                assert!(
+                    error.contains("unknown field") && error.contains(field),
+                    "{text}: {error}"
+                );
+            }
+        }
     }
 }

@@ -1,4 +1,6 @@
-//! Per-acquisition options: ttl, retries, wait deadline and drift factor.
+//! Per-acquisition options: ttl, retries, wait deadline and drift factor. Here: the defaults
+//! and limits, [`LockOptions`] with its setters and getters; in `validate.rs`: its checks,
+//! and the ttl and drift as the nodes see them.
 //!
 //! # Naming: `ttl()` sets, `get_ttl()` reads
 //!
@@ -13,7 +15,7 @@
 //! is in all of them:
 //!
 //! 1. here: the field, its default, its setter and its `get_` getter (and its check in
-//!    [`LockOptions::validate`] if it has a range);
+//!    [`LockOptions::validate`], in `validate.rs`, if it has a range);
 //! 2. the list of lock options in `config/lock.rs` (`lock_options!`): one entry (name, type,
 //!    setter, getter, doc) gives the [`LockConfig`](crate::LockConfig) field, the `[lock]` key
 //!    of a configuration file, the `REDLOCK_<NAME>` variable and
@@ -27,6 +29,10 @@
 //!    `every_lock_option_is_an_argument_or_left_out_on_purpose` fails until it is one or the
 //!    other.
 //!
+//! Two tests outside the crate then ask for the new variable: the README's table of
+//! variables (redlock-tests, `config.rs`) and the `redlock` command's choice of the variables
+//! it reads (redlock-cli, `connect.rs`).
+//!
 //! The only option outside the list is [`LockOptions::resource_class`], a metrics label the
 //! code gives (never configuration data), which `#[redlock]` and redlock-axum set from their
 //! templates.
@@ -34,9 +40,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(doc)]
 use crate::error::InvalidInput;
 use crate::mode::Mode;
+#[cfg(doc)]
 use crate::timing;
+
+mod validate;
 
 /// Default lock ttl: 30 s (Yii2's `expire`; Hyperf's annotation uses 60 s).
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -382,173 +392,5 @@ impl LockOptions {
     /// Whether the lock may be re-entered from its holder's scope.
     pub fn get_reentrant(&self) -> bool {
         self.reentrant
-    }
-
-    /// Checks the options on their own, before anything is sent.
-    ///
-    /// # Errors
-    /// [`InvalidInput`] when the ttl is zero, above [`MAX_TTL`], or too short to leave any
-    /// validity after the drift; when the drift factor is outside `[0, 0.5)`; when the lost
-    /// margin is not shorter than `ttl − drift`; when the extension share is outside `(0, 1)`
-    /// or leaves no time to extend before the margin; when `max_hold` is zero; when
-    /// `lock_at_least_for` is longer than the ttl or given with a mode.
-    pub fn validate(&self) -> Result<(), InvalidInput> {
-        if !(0.0..0.5).contains(&self.drift_factor) {
-            return Err(InvalidInput::DriftFactor(self.drift_factor));
-        }
-        if self.ttl_millis() == 0 {
-            return Err(InvalidInput::ZeroTtl);
-        }
-        if self.ttl > MAX_TTL {
-            return Err(InvalidInput::TtlAboveCap {
-                ttl: self.ttl,
-                max: MAX_TTL,
-            });
-        }
-        let ttl = self.sent_ttl();
-        let drift = timing::drift(ttl, self.drift_factor);
-        if ttl <= drift {
-            return Err(InvalidInput::TtlTooShort { ttl, drift });
-        }
-        let margin = self.get_lost_margin();
-        let validity = ttl - drift;
-        if margin >= validity {
-            return Err(InvalidInput::LostMargin { margin, validity });
-        }
-        if self.auto_extend {
-            let fraction = self.extend_fraction;
-            if !(fraction > 0.0 && fraction < 1.0 && ttl.mul_f64(fraction) < validity - margin) {
-                return Err(InvalidInput::ExtendFraction {
-                    fraction,
-                    ttl,
-                    margin,
-                });
-            }
-        }
-        if self.max_hold == Some(Duration::ZERO) {
-            return Err(InvalidInput::ZeroMaxHold);
-        }
-        if let Some(at_least) = self.lock_at_least_for {
-            if self.mode.is_some() {
-                return Err(InvalidInput::AtLeastWithMode);
-            }
-            if at_least > ttl {
-                return Err(InvalidInput::AtLeastAboveTtl { at_least, ttl });
-            }
-        }
-        Ok(())
-    }
-
-    /// The ttl in whole milliseconds, as sent with `PX` (rounded down; at least 1 after
-    /// [`validate`](Self::validate)).
-    pub(crate) fn ttl_millis(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
-    }
-
-    /// The ttl the nodes actually get: [`ttl_millis`](Self::ttl_millis) as a `Duration`. The
-    /// validity is computed from it, never from sub-millisecond digits the nodes never saw.
-    pub(crate) fn sent_ttl(&self) -> Duration {
-        Duration::from_millis(self.ttl_millis())
-    }
-
-    /// The clock drift allowance of a lock taken with these options: `ttl × drift_factor`
-    /// plus [`DRIFT_FLOOR`](crate::DRIFT_FLOOR) (2 ms), from the ttl sent to the nodes. A lock's
-    /// validity is `ttl − elapsed − drift` (distlock spec, steps 3–4, "Safety arguments":
-    /// `CLOCK_DRIFT`). A drift factor that is not a number, negative or too large (which
-    /// [`validate`](Self::validate) refuses) gives `Duration::MAX`: no validity.
-    pub fn drift(&self) -> Duration {
-        timing::drift(self.sent_ttl(), self.drift_factor)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_drift_factor_that_validate_refuses_never_panics_the_drift() {
-        for factor in [f64::NAN, -0.5, f64::INFINITY, f64::MAX] {
-            let options = LockOptions::default().drift_factor(factor);
-            assert!(options.validate().is_err(), "{factor}");
-            assert_eq!(options.drift(), Duration::MAX, "{factor}");
-        }
-    }
-
-    #[test]
-    fn waiting_forever_is_a_wait_of_duration_max_and_valid() {
-        let forever = LockOptions::default().wait_forever();
-        assert_eq!(forever.get_wait_timeout(), Some(Duration::MAX));
-        assert_eq!(forever.validate(), Ok(()));
-    }
-
-    #[test]
-    fn defaults_are_valid_and_mirror_hyperf() {
-        let options = LockOptions::default();
-        options.validate().unwrap();
-        assert_eq!(options.get_retry_count() + 1, 2);
-        assert_eq!(options.get_retry_delay(), Duration::from_millis(200));
-    }
-
-    #[test]
-    fn bad_ttls_and_factors_are_rejected() {
-        let base = LockOptions::default();
-        for zero in [Duration::ZERO, Duration::from_micros(999)] {
-            assert_eq!(
-                base.clone().ttl(zero).validate(),
-                Err(InvalidInput::ZeroTtl)
-            );
-        }
-        assert!(matches!(
-            base.clone()
-                .ttl(MAX_TTL + Duration::from_millis(1))
-                .validate(),
-            Err(InvalidInput::TtlAboveCap { .. })
-        ));
-        assert!(matches!(
-            base.clone().ttl(Duration::from_millis(2)).validate(),
-            Err(InvalidInput::TtlTooShort { .. })
-        ));
-        base.clone()
-            .ttl(Duration::from_millis(3))
-            .validate()
-            .unwrap();
-        assert!(matches!(
-            base.clone().drift_factor(0.5).validate(),
-            Err(InvalidInput::DriftFactor(_))
-        ));
-        assert!(matches!(
-            base.drift_factor(f64::NAN).validate(),
-            Err(InvalidInput::DriftFactor(_))
-        ));
-    }
-
-    #[test]
-    fn lifecycle_options_are_checked() {
-        let base = LockOptions::default().ttl(Duration::from_secs(1));
-        assert_eq!(base.get_lost_margin(), Duration::from_millis(100));
-        assert_eq!(
-            LockOptions::default().get_lost_margin(),
-            MAX_DEFAULT_LOST_MARGIN
-        );
-        assert!(matches!(
-            base.clone().lost_margin(Duration::from_secs(1)).validate(),
-            Err(InvalidInput::LostMargin { .. })
-        ));
-        for fraction in [0.0, 0.95, 1.0, f64::NAN] {
-            assert!(matches!(
-                base.clone()
-                    .auto_extend(true)
-                    .extend_fraction(fraction)
-                    .validate(),
-                Err(InvalidInput::ExtendFraction { .. })
-            ));
-            // Only checked when the lock is auto-extended.
-            base.clone().extend_fraction(fraction).validate().unwrap();
-        }
-        base.clone().auto_extend(true).validate().unwrap();
-        assert_eq!(
-            base.max_hold(Duration::ZERO).validate(),
-            Err(InvalidInput::ZeroMaxHold)
-        );
     }
 }
