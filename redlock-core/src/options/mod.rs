@@ -251,10 +251,10 @@ impl LockOptions {
         self
     }
 
-    /// Reentrant locking (seed 001's reentrancy): when the caller runs inside the scope of a
-    /// guard holding the resource through this handle in the same mode, return a guard sharing
-    /// that lock (hold count + 1) instead of waiting for it. The lock is released when the last
-    /// guard goes. Default off.
+    /// Reentrant locking: when the caller runs inside the scope of a guard holding the
+    /// resource through this handle in the same mode, return a guard sharing that lock (hold
+    /// count + 1) instead of waiting for it. The lock is released when the last guard goes.
+    /// Default off.
     ///
     /// "The same holder" is the call chain, not the task: the future given to
     /// [`LockGuard::scope`](crate::LockGuard::scope) (`#[redlock]`, `with_lock` and the axum
@@ -309,9 +309,10 @@ impl LockOptions {
         self.resource_class.as_deref()
     }
 
-    /// Take the lock in a [`Mode`] (seed 002's six DLM modes): holders in compatible modes
-    /// share the resource, e.g. any number of [`Mode::ProtectedRead`] readers, or one
-    /// [`Mode::Exclusive`] writer. Default: none, the plain exclusive lock (`SET NX`).
+    /// Take the lock in a [`Mode`], one of the six modes of a distributed lock manager:
+    /// holders in compatible modes share the resource, e.g. any number of
+    /// [`Mode::ProtectedRead`] readers, or one [`Mode::Exclusive`] writer. Default: none, the
+    /// plain exclusive lock (`SET NX`).
     ///
     /// A mode lock keeps the algorithm's quorum, validity, clean-up, extension and fencing
     /// rules; each node checks compatibility and records the holder in one script. A plain
