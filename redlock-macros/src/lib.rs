@@ -94,6 +94,8 @@
 
 mod args;
 mod expand;
+#[cfg(test)]
+mod lock_options;
 mod template;
 
 use proc_macro::TokenStream;

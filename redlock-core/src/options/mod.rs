@@ -24,8 +24,9 @@
 //!    checks the setter and getter named in the entry;
 //! 3. the table of variables in [`RedlockConfig`](crate::RedlockConfig)'s docs (a test
 //!    compares it with the variables read);
-//! 4. `#[redlock(...)]` (redlock-macros, `args.rs`): an argument, or an entry in its list of
-//!    lock options left to the handle's defaults; its test
+//! 4. `#[redlock(...)]` (redlock-macros): an argument (`args.rs`, `expand.rs` and the table
+//!    of arguments in its crate docs), or an entry in its list of lock options left to the
+//!    handle's defaults (`lock_options.rs`), whose test
 //!    `every_lock_option_is_an_argument_or_left_out_on_purpose` fails until it is one or the
 //!    other.
 //!
