@@ -24,6 +24,7 @@ mod waiters;
 mod config;
 mod error;
 mod mode;
+mod node_url;
 mod options;
 mod outcome;
 mod server_info;

@@ -60,7 +60,7 @@ impl TlsSettings {
     }
 }
 
-/// [`parse_url`](crate::connect::parse_url), with `connector` for a `rediss://` (or
+/// [`parse_url`](crate::node_url::parse_url), with `connector` for a `rediss://` (or
 /// `valkeys://`) URL when one is given: the URL is then read as plain, so that fred never
 /// builds its own default connector (which reads the system's CAs, and whose rustls set-up
 /// panics when two crypto providers are compiled in), and the connector is set after.
@@ -70,7 +70,7 @@ pub(crate) fn parse_url_with(
     connector: Option<&TlsConnector>,
 ) -> Result<(String, Config), crate::error::BuildError> {
     let Some(connector) = connector else {
-        return crate::connect::parse_url(index, raw);
+        return crate::node_url::parse_url(index, raw);
     };
     let plain = raw.split_once("://").and_then(|(scheme, rest)| {
         match scheme.to_ascii_lowercase().as_str() {
@@ -80,9 +80,9 @@ pub(crate) fn parse_url_with(
         }
     });
     let Some(plain) = plain else {
-        return crate::connect::parse_url(index, raw);
+        return crate::node_url::parse_url(index, raw);
     };
-    let (label, mut config) = crate::connect::parse_url(index, &plain)?;
+    let (label, mut config) = crate::node_url::parse_url(index, &plain)?;
     config.tls = Some(connector.clone().into());
     Ok((label, config))
 }

@@ -199,7 +199,7 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
 /// features, `serde` and `metrics` alone and with all, and its unit tests with none.
 fn feature_combinations() -> anyhow::Result<()> {
     const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
-    // `serde` (config.rs's `Deserialize`) and `metrics` (telemetry.rs) touch no other
+    // `serde` (config/'s `Deserialize`) and `metrics` (telemetry.rs) touch no other
     // feature's code: each alone and all together, rather than doubling the combinations.
     // The workspace run has them on (redlock-tests turns them on), the no-feature run off.
     const INDEPENDENT: [&str; 2] = ["serde", "metrics"];

@@ -8,10 +8,11 @@ use std::time::Duration;
 use fred::interfaces::ClientLike;
 
 use super::{MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder};
-use crate::connect::{Connect, server_label};
+use crate::connect::Connect;
 use crate::error::BuildError;
 use crate::masters::Masters;
 use crate::node::Node;
+use crate::node_url::server_label;
 use crate::nodeset::NodeSet;
 use crate::options::MAX_TTL;
 use crate::outcome::ClientError;
@@ -54,7 +55,7 @@ impl RedlockBuilder {
         let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
         for (index, url) in self.urls.iter().enumerate() {
             #[cfg(not(any(feature = "tls-rustls", feature = "tls-native")))]
-            let (label, config) = crate::connect::parse_url(index, url)?;
+            let (label, config) = crate::node_url::parse_url(index, url)?;
             #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
             let (label, config) = crate::tls::parse_url_with(index, url, tls.as_ref())?;
             if nodes.iter().any(|n: &Node| n.label == label) {

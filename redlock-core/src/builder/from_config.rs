@@ -3,8 +3,8 @@
 
 use super::RedlockBuilder;
 use crate::config::{NODES_ENV, RedlockConfig, SetIf, node_urls};
-use crate::connect::NodeUrls;
 use crate::error::BuildError;
+use crate::node_url::NodeUrls;
 #[cfg(doc)]
 use crate::options::LockOptions;
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use fred::clients::Client;
 
-use crate::connect::NodeUrls;
 use crate::error::BuildError;
+use crate::node_url::NodeUrls;
 use crate::options::LockOptions;
 #[cfg(doc)]
 use crate::options::MAX_TTL;
