@@ -1,4 +1,8 @@
 //! Error types: invalid input, lock failures, build failures.
+//!
+//! Longer than most modules (about 600 lines) for one reason: each variant carries its own
+//! message, saying what happened and what to do, and its docs; the three enums convert into
+//! one another, so they stay together.
 
 use std::time::Duration;
 

@@ -16,6 +16,10 @@
 //! One subscriber connection per node and handle, opened in the background when the handle is
 //! built; one dispatch task
 //! per node; a channel is subscribed while it has local waiters and for a short linger after.
+//!
+//! About 420 lines, one job: the subscription per node, the listeners and the wake-ups they
+//! wait for are one state machine (a listener must exist before its subscription is awaited),
+//! which a split would spread over files.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
