@@ -108,3 +108,33 @@ fn every_lua_file_is_sent() {
         );
     }
 }
+
+/// The handle runs its scripts by the SHA-1 the server knows them by: a lock and its release
+/// on a fresh server (counted from after `build()`, whose node-set check is an `EVAL` of its
+/// own) leave the dispatch script in the server's cache under the SHA-1 the code sends, and
+/// need no `EVAL` (a wrong SHA-1 would be answered `NOSCRIPT` and
+/// every call sent again by its source, which works, but at twice the cost).
+#[tokio::test]
+async fn the_handle_runs_its_scripts_by_their_sha() {
+    let server = RedisServer::start();
+    let redlock = redlock_core::Redlock::builder()
+        .node(server.url())
+        .build()
+        .await
+        .unwrap();
+    let client = plain_client(&server.url()).await;
+    run(&client, "CONFIG", vec!["RESETSTAT".into()]).await;
+    let guard = redlock.lock("scripts:sha").await.unwrap();
+    guard.release().await.unwrap();
+    let [dispatch, _] = sent_scripts();
+    let sha1 = dispatch.sha1.unwrap();
+    let exists = run(&client, "SCRIPT", vec!["EXISTS".into(), sha1.into()]).await;
+    assert_eq!(exists, Value::Array(vec![Value::Integer(1)]));
+    let stats = run(&client, "INFO", vec!["commandstats".into()]).await;
+    let stats = stats.as_string().unwrap();
+    assert!(stats.contains("cmdstat_evalsha:"), "{stats}");
+    assert!(
+        !stats.contains("cmdstat_eval:"),
+        "an EVAL was needed: {stats}"
+    );
+}

@@ -183,6 +183,28 @@ mod tests {
         assert_eq!(options, set(LockConfig::FIELDS));
     }
 
+    /// The `name: value` pairs of a struct's `Debug` text, in order (values may nest).
+    fn debug_pairs(debug: &str) -> Vec<(String, String)> {
+        let body = &debug[debug.find('{').unwrap() + 1..debug.rfind('}').unwrap()];
+        let (mut depth, mut pairs, mut part) = (0, Vec::new(), String::new());
+        for c in body.chars().chain([',']) {
+            match c {
+                '{' | '[' | '(' => depth += 1,
+                '}' | ']' | ')' => depth -= 1,
+                ',' if depth == 0 => {
+                    if let Some((field, value)) = part.split_once(':') {
+                        pairs.push((field.trim().to_owned(), value.trim().to_owned()));
+                    }
+                    part.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            part.push(c);
+        }
+        pairs
+    }
+
     #[test]
     fn each_option_sets_what_its_getter_reads() {
         // A setter in the list that sets another option than its getter reads (or none)
@@ -191,7 +213,8 @@ mod tests {
         let before = LockConfig::read_back(&default);
         assert_eq!(before.len(), LockConfig::FIELDS.len());
         for (name, config) in LockConfig::each_alone() {
-            let after = LockConfig::read_back(&config.apply(default.clone()));
+            let applied = config.apply(default.clone());
+            let after = LockConfig::read_back(&applied);
             let changed: Vec<&str> = before
                 .iter()
                 .zip(&after)
@@ -199,6 +222,16 @@ mod tests {
                 .map(|((option, _), _)| *option)
                 .collect();
             assert!(changed.contains(&name), "{name}: changed {changed:?}");
+            // What the setter set, read from the options themselves (not through the
+            // listed getters, which an entry could name as wrongly as its setter): exactly
+            // the field of the option's name.
+            let set: Vec<String> = debug_pairs(&format!("{default:?}"))
+                .into_iter()
+                .zip(debug_pairs(&format!("{applied:?}")))
+                .filter(|(before, after)| before != after)
+                .map(|((field, _), _)| field)
+                .collect();
+            assert_eq!(set, [name], "{name} set these fields of LockOptions");
         }
     }
 
