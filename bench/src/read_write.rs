@@ -82,6 +82,7 @@ pub(crate) async fn w6(plan: &Plan, urls: &[String], targets: &mut Targets) -> a
         for _ in 0..LOCKERS {
             let redlock = Redlock::builder()
                 .nodes(urls.iter().map(String::as_str))
+                .node_set_check(false)
                 .lock_options(LockOptions::default().ttl(TTL))
                 .build()
                 .await?;

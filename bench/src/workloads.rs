@@ -481,6 +481,7 @@ async fn w4(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     );
     let redlock = Redlock::builder()
         .nodes(urls.iter().map(String::as_str))
+        .node_set_check(false)
         .lock_options(LockOptions::default().ttl(TTL))
         .build()
         .await?;
@@ -543,6 +544,7 @@ async fn w5(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     );
     let redlock = Redlock::builder()
         .nodes(urls.iter().map(String::as_str))
+        .node_set_check(false)
         .lock_options(LockOptions::default().ttl(TTL).auto_extend(true))
         .build()
         .await?;
