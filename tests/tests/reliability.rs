@@ -1196,11 +1196,16 @@ async fn rl09_extension_under_faults() {
             loop {
                 tokio::select! {
                     () = &mut signal => break Instant::now(),
-                    () = tokio::time::sleep(ms(5)) => assert_eq!(
-                        guard.valid_until(),
-                        confirmed,
-                        "RL-09{case}: validity moved by an extension no quorum confirmed"
-                    ),
+                    () = tokio::time::sleep(ms(5)) => {
+                        // The confirmed validity, or, once the deadline has passed (the
+                        // signal may not be polled yet on a loaded machine), the loss.
+                        let seen = guard.valid_until();
+                        assert!(
+                            seen == confirmed || (seen == deadline && Instant::now() >= deadline),
+                            "RL-09{case}: validity moved by an extension no quorum confirmed: \
+                             {seen:?}, confirmed {confirmed:?}"
+                        );
+                    }
                 }
             }
         })
