@@ -1,7 +1,7 @@
 //! `cargo xtask vocabulary`: the public docs speak to users, not to the project's own notes.
 //!
 //! Scans the workspace README, each library crate's README, the CHANGELOG's `Unreleased`
-//! section and the rustdoc (`///`, `//!`) of the library crates ([`layers::CRATES`]) for
+//! section and the rustdoc (`///`, `//!`) of the library crates ([`CRATES`]) for
 //! internal vocabulary: test ids (`RL-05`), the benchmark's workload numbers (`W2`), seed
 //! numbers (`seed 002`), issue numbers (`issue 15`, `#15`), commit hashes in prose, and "our
 //! reliability notes" (not shipped). A doc names the scenario or the measurement instead ("the
