@@ -225,9 +225,16 @@ async fn one_node_restarted_empty_and_minority_cuts_never_repeat_a_token() {
 /// write-back quorum of 3 hands Q the 5 again here, every time.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
-    let episode = episode("fence-b", &[4], &[2, 3], &[0], Some(1), (KEPT, KEPT)).await;
-    eprintln!("two restarts, single cuts: {episode:?}");
-    assert_strictly_increasing("two restarts", &episode);
+    two_restarts("two restarts, single cuts", "fence-b", (KEPT, KEPT)).await;
+}
+
+/// The two-restart episode (P confirmed by {0, 1, 2, 3}, nodes 2 and 3 restarted empty, Q
+/// cut off node 0 with node 1's replies late) with the warm-up's and P's and Q's counter
+/// ttls: P gets 5, Q above it, R above Q, and the storage accepts every token.
+async fn two_restarts(what: &str, resource: &str, ttls: (Duration, Duration)) {
+    let episode = episode(resource, &[4], &[2, 3], &[0], Some(1), ttls).await;
+    eprintln!("{what}: {episode:?}");
+    assert_strictly_increasing(what, &episode);
     let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
     assert_eq!(p, Some(5), "{episode:?}");
     assert!(
@@ -240,21 +247,18 @@ async fn two_nodes_restarted_empty_with_single_cuts_keep_tokens_increasing() {
 /// locks (the warm-up's, after 10 minutes): on node 1, which still holds P's token 5, the
 /// resource's counter is gone, and the token is only in the key prefix's fencing floor (in
 /// its window's `current`; the window, opened by the warm-up for 10 minutes, was cut to
-/// P's 300 ms by P's claim, and no claim has folded it into `past` since). Q, granted by {2, 3, 4}, reads 4
-/// (node 4's floor) and claims 5: node 1 must compare it with the floor, refuse it, and
+/// P's 300 ms by P's claim, and no claim has folded it into `past` since). Q, granted by
+/// {2, 3, 4}, reads 4 (node 4's floor) and claims 5: node 1 must compare it with the floor, refuse it, and
 /// send Q above 5. A floor that read only `past`, or a window left to outlive P's counter,
 /// would confirm it (with 2, 3 and 4: a fencing quorum), and the storage would see 5 twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_nodes_restarted_empty_after_the_counters_expired_keep_tokens_increasing() {
-    let episode = episode("fence-d", &[4], &[2, 3], &[0], Some(1), (KEPT, EXPIRING)).await;
-    eprintln!("two restarts, counters expired: {episode:?}");
-    assert_strictly_increasing("two restarts, counters expired", &episode);
-    let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
-    assert_eq!(p, Some(5), "{episode:?}");
-    assert!(
-        q.is_some_and(|q| q > 5) && r > q,
-        "every holder reached 4 nodes: {episode:?}"
-    );
+    two_restarts(
+        "two restarts, counters expired",
+        "fence-d",
+        (KEPT, EXPIRING),
+    )
+    .await;
 }
 
 /// The same with the warm-up's counters never expiring (`Duration::MAX`), so that its window
@@ -263,15 +267,7 @@ async fn two_nodes_restarted_empty_after_the_counters_expired_keep_tokens_increa
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn counters_kept_forever_beside_expiring_ones_keep_tokens_increasing() {
     let ttls = (Duration::MAX, EXPIRING);
-    let episode = episode("fence-e", &[4], &[2, 3], &[0], Some(1), ttls).await;
-    eprintln!("two restarts, counters kept and expired: {episode:?}");
-    assert_strictly_increasing("two restarts, counters kept and expired", &episode);
-    let [p, q, r] = [&episode.p, &episode.q, &episode.r].map(token);
-    assert_eq!(p, Some(5), "{episode:?}");
-    assert!(
-        q.is_some_and(|q| q > 5) && r > q,
-        "every holder reached 4 nodes: {episode:?}"
-    );
+    two_restarts("two restarts, counters kept and expired", "fence-e", ttls).await;
 }
 
 /// Negative control, outside the fault model: P is confirmed by {0, 1, 2, 3}; nodes 1, 2
