@@ -81,13 +81,13 @@ impl Plan {
                 "--only" => {
                     plan.only = args
                         .next()
-                        .ok_or_else(|| anyhow::anyhow!("--only needs e.g. W1,W3"))?
+                        .ok_or_else(|| anyhow::anyhow!("--only needs e.g. sequential,contended"))?
                         .split(',')
-                        .map(|w| w.trim().to_ascii_uppercase())
-                        .collect();
+                        .map(workload_id)
+                        .collect::<anyhow::Result<_>>()?;
                 }
                 other => anyhow::bail!(
-                    "unknown argument `{other}` (--quick, --cycles N, --only W1,W2, --alone ours|floor|redis-floor|rslock, --no-windows, --no-handover)"
+                    "unknown argument `{other}` (--quick, --cycles N, --only sequential,distinct,..., --alone ours|floor|redis-floor|rslock, --no-windows, --no-handover)"
                 ),
             }
         }
@@ -102,6 +102,7 @@ impl Plan {
         }
     }
 
+    /// Whether `workload` (its id, `W1`…`W7`) is to run.
     pub(crate) fn runs(&self, workload: &str) -> bool {
         self.only.is_empty() || self.only.iter().any(|w| w == workload)
     }
@@ -129,4 +130,31 @@ fn main() -> anyhow::Result<()> {
         }
     );
     runtime.block_on(workloads::run_all(&plan, &nodes.urls()))
+}
+
+/// The workloads by the names users give `--only`, and the ids the bench prints.
+const WORKLOADS: [(&str, &str); 7] = [
+    ("sequential", "W1"),
+    ("distinct", "W2"),
+    ("contended", "W3"),
+    ("layer", "W4"),
+    ("memory", "W5"),
+    ("modes", "W6"),
+    ("handles", "W7"),
+];
+
+/// The id of the workload named `name` (or given by its id).
+fn workload_id(name: &str) -> anyhow::Result<String> {
+    let name = name.trim();
+    WORKLOADS
+        .iter()
+        .find(|(named, id)| named.eq_ignore_ascii_case(name) || id.eq_ignore_ascii_case(name))
+        .map(|(_, id)| (*id).to_owned())
+        .ok_or_else(|| {
+            let names: Vec<&str> = WORKLOADS.iter().map(|(named, _)| *named).collect();
+            anyhow::anyhow!(
+                "unknown workload `{name}`; the workloads: {}",
+                names.join(", ")
+            )
+        })
 }

@@ -24,8 +24,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary>
          the READMEs, the CHANGELOG's Unreleased section and the library crates' rustdoc
          checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes)
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
-  bench  W1-W7 against 5 nodes, beside raw fred and redis-rs floors and rslock
-         (args after --: --quick, --only W1,W3)
+  bench  the seven workloads against 5 nodes, beside raw fred and redis-rs floors and rslock
+         (args after --: --quick, --only sequential,contended)
   soak   RL-15, the randomized nemesis soak, then the validity-contract property test, each
          for about --minutes N (default 30; --seed S replays a run)";
 

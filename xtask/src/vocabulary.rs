@@ -8,9 +8,8 @@
 //! delayed-restart test", "32 lockers on distinct resources").
 //!
 //! Markdown code is told apart from prose: a hash-like token inside a code span or a fenced
-//! block is code (`9.2233720368548e+18`, a token's hex digits), and a workload number inside a
-//! code span that is a command line or a flag (`` `cargo xtask bench -- --only W3` ``) names
-//! the bench's own argument. Every other rule applies to code too.
+//! block is code (`9.2233720368548e+18`, a token's hex digits). Every other rule applies to
+//! code too (the bench's `--only` takes the workloads' names).
 
 use std::path::{Path, PathBuf};
 
@@ -185,13 +184,10 @@ struct Markdown {
     in_span: bool,
 }
 
-/// A stretch of a line: its text, and whether it is code (and, for a code span, the span's
-/// whole text).
+/// A stretch of a line: its text, and whether it is code.
 struct Piece<'a> {
     text: &'a str,
     code: bool,
-    /// The code span (or fenced line) this piece belongs to.
-    span: &'a str,
 }
 
 impl Markdown {
@@ -201,10 +197,10 @@ impl Markdown {
         if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
             self.fenced = !self.fenced;
             self.in_span = false;
-            return words(trimmed, true, trimmed);
+            return words(trimmed, true);
         }
         if self.fenced {
-            return words(line, true, line);
+            return words(line, true);
         }
         if trimmed.is_empty() {
             self.in_span = false;
@@ -212,7 +208,7 @@ impl Markdown {
         }
         let mut found = Vec::new();
         for piece in self.pieces(line) {
-            found.extend(words(piece.text, piece.code, piece.span));
+            found.extend(words(piece.text, piece.code));
         }
         found
     }
@@ -229,7 +225,6 @@ impl Markdown {
                     pieces.push(Piece {
                         text: rest,
                         code: self.in_span,
-                        span: rest,
                     });
                     return pieces;
                 }
@@ -238,7 +233,6 @@ impl Markdown {
                     pieces.push(Piece {
                         text: &rest[..at],
                         code: self.in_span,
-                        span: &rest[..at],
                     });
                     let after = &rest[at + ticks..];
                     if self.in_span {
@@ -253,7 +247,6 @@ impl Markdown {
                             pieces.push(Piece {
                                 text: span,
                                 code: true,
-                                span: span.trim(),
                             });
                             rest = &after[end + ticks..];
                         }
@@ -268,20 +261,12 @@ impl Markdown {
     }
 }
 
-/// Whether a code span is a command line or a flag (`cargo xtask bench -- --only W3`,
-/// `--only W1,W2`), where a workload number is the bench's own argument.
-fn is_command(span: &str) -> bool {
-    let span = span.trim_start();
-    span.starts_with('-') || span.starts_with("cargo ")
-}
-
 fn is_word(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
-/// The hits in one stretch of text: `code` when it is inside a code span or a fenced block
-/// (`span` being the whole span).
-fn words(text: &str, code: bool, span: &str) -> Vec<(String, &'static str)> {
+/// The hits in one stretch of text: `code` when it is inside a code span or a fenced block.
+fn words(text: &str, code: bool) -> Vec<(String, &'static str)> {
     let mut found = Vec::new();
     let lower = text.to_ascii_lowercase();
     let bytes = text.as_bytes();
@@ -301,13 +286,11 @@ fn words(text: &str, code: bool, span: &str) -> Vec<(String, &'static str)> {
             found.push((text[at..at + 3 + digits].to_owned(), "a test id"));
         }
     }
-    // The bench's workload numbers: W1 … W7.
-    if !(code && is_command(span)) {
-        for (at, _) in text.match_indices('W') {
-            let number = bytes.get(at + 1).copied();
-            if !word_before(at) && matches!(number, Some(b'1'..=b'7')) && !word_at(at + 2) {
-                found.push((text[at..at + 2].to_owned(), "a workload number"));
-            }
+    // The bench's workload numbers: W1 … W7 (its `--only` takes the workloads' names).
+    for (at, _) in text.match_indices('W') {
+        let number = bytes.get(at + 1).copied();
+        if !word_before(at) && matches!(number, Some(b'1'..=b'7')) && !word_at(at + 2) {
+            found.push((text[at..at + 2].to_owned(), "a workload number"));
         }
     }
     // Seed and issue numbers: "seed 002", "issue 15", "issue #15".
@@ -458,9 +441,9 @@ mod tests {
     }
 
     #[test]
-    fn workload_numbers_as_bench_flags_are_accepted_in_code_only() {
-        assert!(markdown("(add `-- --only W3` for one workload)").is_empty());
-        assert!(markdown("runs `cargo xtask bench -- --only W1,W2`").is_empty());
+    fn workload_numbers_are_refused_in_code_too() {
+        assert_eq!(markdown("(add `-- --only W3` for one workload)"), ["W3"]);
+        assert!(markdown("(add `-- --only contended` for one workload)").is_empty());
         assert_eq!(markdown("runs --only W3 alone"), ["W3"]);
         assert_eq!(markdown("the `W3 hand-overs` figure"), ["W3"]);
     }
