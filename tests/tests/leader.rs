@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{LockError, LockOptions, LostReason, Redlock, Term};
 use redlock_tests::checker::History;
-use redlock_tests::{RedisNodes, is_free, proxy_urls, redlock_with, within};
+use redlock_tests::{RedisNodes, free_within, is_free, proxy_urls, redlock_with, within};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -218,7 +218,13 @@ async fn two_candidates_take_turns_and_never_lead_at_once() {
     );
     assert_one_leader_at_a_time(&terms);
     let probe = redlock_tests::redlock(&nodes).await;
-    assert!(is_free(&probe, RESOURCE).await, "not released at shutdown");
+    // A last release may have handed the key to the other candidate's waiter, stopping at
+    // the same moment: its reservation lasts the hand-over grace, not the ttl.
+    let waited = free_within(&probe, RESOURCE).await;
+    assert!(
+        waited < redlock_core::DEFAULT_HANDOVER_GRACE + Duration::from_millis(500),
+        "not released at shutdown: free after {waited:?}"
+    );
 }
 
 #[tokio::test]
