@@ -19,6 +19,18 @@ pub(crate) struct Floor {
     quorum: usize,
 }
 
+/// Closes the connections: left open, they would count as a foreign client's for
+/// redlock-core's windows in the workloads after this one.
+impl Drop for Floor {
+    fn drop(&mut self) {
+        for client in self.clients.drain(..) {
+            tokio::spawn(async move {
+                let _closed = client.quit().await;
+            });
+        }
+    }
+}
+
 impl Floor {
     pub(crate) async fn connect(urls: &[String]) -> anyhow::Result<Self> {
         let mut clients = Vec::new();

@@ -72,6 +72,7 @@ impl Connect {
                     }
                 }
             }
+            crate::presence::name_connection(&node.client, &node.label, timeout).await;
             node.load_scripts(timeout).await;
             Ok(())
         }))

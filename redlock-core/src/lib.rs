@@ -27,6 +27,7 @@ mod mode;
 mod node_url;
 mod options;
 mod outcome;
+mod presence;
 mod server_info;
 mod telemetry;
 mod timing;

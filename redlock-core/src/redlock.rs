@@ -11,6 +11,7 @@ use tokio_util::task::TaskTracker;
 use crate::lease::Ledger;
 use crate::masters::Masters;
 use crate::options::LockOptions;
+use crate::presence::Presence;
 use crate::waiters::Waiters;
 
 /// A Redlock distributed lock manager over N independent Redis masters.
@@ -54,6 +55,8 @@ pub(crate) struct Inner {
     /// Windows for foreign clients ([`RedlockBuilder::foreign_window`](crate::RedlockBuilder::foreign_window)):
     /// zero when off, and always zero without hand-over.
     pub(crate) foreign_window: Duration,
+    /// Whether a foreign client could be connected to the nodes: windows open only then.
+    pub(crate) presence: Presence,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tracker: TaskTracker,
 }
@@ -105,6 +108,7 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 foreign_window,
+                presence: Presence::default(),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),
@@ -159,6 +163,27 @@ impl Redlock {
     /// Every key of the lock key `key` ([`ResourceKeys`](crate::keys::ResourceKeys)).
     pub(crate) fn resource_keys(&self, key: String) -> crate::keys::ResourceKeys {
         crate::keys::ResourceKeys::new(&self.inner.key_prefix, key)
+    }
+
+    /// Whether a foreign client could be connected to the nodes
+    /// ([`presence`](crate::presence)), as the last check found; starts a new check in the
+    /// background when that one is older than [`MAX_AGE`](crate::presence::MAX_AGE).
+    pub(crate) fn foreign_possible(&self) -> bool {
+        let (foreign, due) = self.inner.presence.view();
+        if due {
+            let redlock = self.clone();
+            let started = self.spawn_background(async move {
+                let inner = redlock.inner();
+                inner
+                    .presence
+                    .check(&inner.masters, inner.masters.node_timeout)
+                    .await;
+            });
+            if !started {
+                self.inner.presence.abandon();
+            }
+        }
+        foreign
     }
 
     /// Runs `work` in a tracked task ([`shutdown`](Self::shutdown) waits for it) on the

@@ -101,7 +101,9 @@ impl Redlock {
         let handover = inner.waiters.is_some().then(|| Handover {
             grace_ms: millis(inner.handover_grace),
             window_ms: millis(window),
-            window_due: !window.is_zero() && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY),
+            window_due: !window.is_zero()
+                && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
+                && self.foreign_possible(),
             busy_ms: millis(busy),
         });
         let handover = handover.as_ref();

@@ -4,7 +4,9 @@
 //! window ([`RedlockBuilder::foreign_window`]) and T = 2 × W. Against
 //! real redis-server processes; the foreign client is a Redlock loop written here on plain
 //! fred clients (SET NX PX on every node, a majority wins, otherwise delete its own keys and
-//! sleep its poll interval).
+//! sleep its poll interval). Windows open only while a connection that is not a handle's is
+//! open on a node (a foreign client cannot poll without one): the tests that expect windows
+//! keep such a connection open.
 //!
 //! [`RedlockBuilder::foreign_window`]: redlock_core::RedlockBuilder::foreign_window
 
@@ -288,14 +290,20 @@ async fn a_foreign_poller_gets_in_within_the_bound_while_our_waiters_keep_the_ke
     );
 }
 
-/// Runs our load alone on `resource` for `run` with `window`; returns holds per second and
-/// the gaps between consecutive holds.
+/// Runs our load alone on `resource` for `run` with `window`, beside an idle foreign
+/// connection on every node when `foreign`; returns holds per second and the gaps between
+/// consecutive holds.
 async fn load_alone(
     nodes: &RedisNodes,
     window: Duration,
     resource: &'static str,
     run: Duration,
+    foreign: bool,
 ) -> (f64, Instant, Vec<(Instant, Duration)>) {
+    let _connected = match foreign {
+        true => Some(Foreign::connect(nodes).await),
+        false => None,
+    };
     let mut handles = Vec::new();
     for _ in 0..3 {
         handles.push(handle(nodes, window).await);
@@ -321,9 +329,10 @@ async fn load_alone(
 async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
     let nodes = RedisNodes::start(3);
     let run = Duration::from_secs(4);
-    let (without, _, _) = load_alone(&nodes, Duration::ZERO, "plain", run).await;
-    let (with, started, gaps) = load_alone(&nodes, W, "windowed", run).await;
-    // A gap longer than a hand-over is a window (nobody foreign is here to use it).
+    let (without, _, _) = load_alone(&nodes, Duration::ZERO, "plain", run, true).await;
+    let (with, started, gaps) = load_alone(&nodes, W, "windowed", run, true).await;
+    // A gap longer than a hand-over is a window (the foreign client is connected, but does
+    // not poll).
     let windows: Vec<(Instant, Duration)> =
         gaps.iter().copied().filter(|&(_, g)| g >= W / 2).collect();
     let longest = gaps.iter().map(|&(_, g)| g).max().unwrap_or_default();
@@ -362,6 +371,61 @@ async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
     assert!(
         with >= without * 0.5,
         "windows cost too much: {with:.1}/s against {without:.1}/s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_window_idles_the_key_until_a_foreign_client_connects() {
+    let nodes = RedisNodes::start(3);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        handles.push(handle(&nodes, W).await);
+    }
+    let history = Arc::new(History::new());
+    let stop = Arc::new(AtomicBool::new(false));
+    let wait = LockOptions::default()
+        .retry_delay(ms(2_000))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(30));
+    let load = our_load(handles, "alone", &wait, &history, &stop);
+    // Only our handles are connected: windows would have come every T + one hold.
+    let alone = bound() * 3;
+    tokio::time::sleep(alone).await;
+    let connected = Instant::now();
+    let foreign = Foreign::connect(&nodes).await;
+    tokio::time::sleep(bound() * 3).await;
+    stop.store(true, Ordering::SeqCst);
+    let holds = within("our lockers to stop", load).await.unwrap();
+    drop(foreign);
+    assert!(history.overlaps().is_empty(), "{:?}", history.overlaps());
+    let gaps = gaps(&history, 3);
+    let windows: Vec<Instant> = gaps
+        .iter()
+        .filter(|&&(_, g)| g >= W / 2)
+        .map(|&(at, _)| at)
+        .collect();
+    let before: Vec<&Instant> = windows.iter().filter(|&&at| at < connected).collect();
+    println!(
+        "{holds} holds; {} windows before the foreign client connected, {} after",
+        before.len(),
+        windows.len() - before.len()
+    );
+    assert!(
+        before.is_empty(),
+        "{} windows opened with no foreign client connected",
+        before.len()
+    );
+    // Once it is connected, the view is at most 500 ms old when a release asks for it (and
+    // the streak had long reached T): the first window comes within that plus one hold.
+    let first = windows
+        .iter()
+        .find(|&&at| at >= connected)
+        .unwrap_or_else(|| panic!("no window after a foreign client connected"));
+    let limit = ms(500) + ms(HOLD_MAX_MS) + SLACK;
+    assert!(
+        first.duration_since(connected) <= limit,
+        "the first window came {:?} after a foreign client connected, beyond {limit:?}",
+        first.duration_since(connected)
     );
 }
 
@@ -429,6 +493,8 @@ async fn with_windows_off_a_release_always_hands_over() {
 #[tokio::test]
 async fn a_hold_longer_than_t_ends_in_a_window_and_the_named_waiter_takes_the_key_after_it() {
     let nodes = RedisNodes::start(3);
+    // Windows open only while a foreign client is connected.
+    let _foreign = Foreign::connect(&nodes).await;
     let (a, b) = (handle(&nodes, W).await, handle(&nodes, W).await);
     let held = a.lock("res").await.unwrap();
     tokio::time::sleep(every() + ms(50)).await;
@@ -475,6 +541,8 @@ async fn until_queued(nodes: &RedisNodes, key: &str) {
 #[tokio::test]
 async fn a_first_attempt_taking_a_free_key_carries_the_streak_on() {
     let nodes = RedisNodes::start(3);
+    // Windows open only while a foreign client is connected.
+    let _foreign = Foreign::connect(&nodes).await;
     let [a, b, c, d] = [
         handle(&nodes, W).await,
         handle(&nodes, W).await,
@@ -518,6 +586,8 @@ async fn a_first_attempt_taking_a_free_key_carries_the_streak_on() {
 #[tokio::test]
 async fn a_due_release_with_nobody_queued_opens_no_window() {
     let nodes = RedisNodes::start(3);
+    // Windows open only while a foreign client is connected.
+    let _foreign = Foreign::connect(&nodes).await;
     let a = handle(&nodes, W).await;
     let held = a.lock("alone").await.unwrap();
     tokio::time::sleep(every() + ms(50)).await;

@@ -123,6 +123,16 @@ impl RedlockBuilder {
         if let Some(node_set) = node_set {
             node_set.refresh(Arc::downgrade(redlock.masters()), self.node_timeout);
         }
+        if !redlock.inner().foreign_window.is_zero() {
+            // The first view of foreign clients, so that the first due window is decided
+            // on what the nodes show.
+            let inner = redlock.inner();
+            let _due = inner.presence.view();
+            inner
+                .presence
+                .check(&inner.masters, self.connect_timeout)
+                .await;
+        }
         Ok(redlock)
     }
 

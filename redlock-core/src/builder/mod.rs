@@ -203,10 +203,21 @@ impl RedlockBuilder {
     /// attempts when it has passed. A foreign client polling at most every `window` then gets
     /// the lock within T + one of our holds + `window` (two holds if, during the streak, the
     /// key was free a moment with nobody queued and one of ours took it with its first
-    /// attempt: that holder counts only its own hold). Costs: under a continuous load of ours
-    /// and no foreign client, a third of the time goes to windows nobody uses; and while
-    /// windows are on, a plain attempt's script also checks the window marker (inside the
-    /// same call). Needs hand-over (no effect with
+    /// attempt: that holder counts only its own hold).
+    ///
+    /// Windows open only while a foreign client could be there: while some node shows a
+    /// connection that is not one of our handles' (`CLIENT LIST`; every handle names its own
+    /// connections `redlock-rs` with `CLIENT SETNAME`; subscribers, replicas and `MONITOR`
+    /// connections do not count). A foreign client cannot poll without a connection, so with
+    /// only our handles on the nodes no window idles the key. The view is at most 500 ms old
+    /// when a release asks for it (less than T), and is read only by releases whose streak
+    /// makes a window due, so the bound above holds from the moment the foreign client
+    /// connects. A node that refuses `CLIENT LIST` (an ACL user without `+client|list`), or
+    /// connections of ours that could not be named (without `+client|setname`), count as a
+    /// foreign client: windows then come as if one were always there. Costs: while a foreign
+    /// connection is open and our load is continuous, a third of the time goes to windows
+    /// (used or not); a `CLIENT LIST` per node at most every 500 ms while a streak is long;
+    /// and a plain attempt's script checks the window marker (inside the same call). Needs hand-over (no effect with
     /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
     /// of a resource: a handle with windows off takes an open window's key like a foreign
     /// client.
