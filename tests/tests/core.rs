@@ -260,6 +260,34 @@ async fn release_survives_a_script_cache_flush() {
     nodes.gone_everywhere("res").await;
 }
 
+/// The releases a quorum did not wait for are finished even when their node answers
+/// `NOSCRIPT` after the round returned: two nodes are paused while the script caches are
+/// empty, the release returns on the other three, and once the two resume their keys go too
+/// (sent again by source), not after the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_left_behind_at_quorum_survive_a_script_cache_flush() {
+    let nodes = RedisNodes::start(5);
+    let a = redlock(&nodes).await;
+    let options = LockOptions::default().ttl(Duration::from_secs(30));
+    for round in 0..3 {
+        let resource = format!("behind:{round}");
+        let guard = a.lock_with(&resource, &options).await.unwrap();
+        for url in nodes.urls() {
+            let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
+        }
+        nodes.servers[3].pause();
+        nodes.servers[4].pause();
+        let released = guard.release().await.unwrap();
+        assert!(
+            released.was_held() && released.answered == 3,
+            "{released:?}"
+        );
+        nodes.servers[3].resume();
+        nodes.servers[4].resume();
+        nodes.gone_everywhere(&resource).await;
+    }
+}
+
 #[tokio::test]
 async fn a_dropped_guard_is_released_without_waiting_for_the_ttl() {
     let nodes = RedisNodes::start(5);

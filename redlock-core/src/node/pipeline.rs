@@ -21,6 +21,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 
 use fred::clients::Client;
 use fred::error::{Error, ErrorKind};
@@ -30,7 +33,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::scripts::{BATCH, ERROR_MARKER, Script};
-use crate::outcome::NodeError;
+use crate::outcome::{ClientError, NodeError};
 
 /// The most calls one `EVALSHA` carries.
 const MAX_BATCH: usize = 64;
@@ -40,6 +43,10 @@ const MAX_BATCH: usize = 64;
 #[derive(Clone)]
 pub(crate) struct Pipeline {
     tx: mpsc::UnboundedSender<Call>,
+    client: Client,
+    /// Calls made and not yet answered (or given up by their caller, once sent): while there
+    /// are none, a call is sent by its caller ([`Pipeline::call`]).
+    outstanding: Arc<AtomicUsize>,
 }
 
 /// One script call waiting to be sent.
@@ -51,6 +58,17 @@ struct Call {
     /// which must delete its key whenever it lands.
     finish: bool,
     reply: oneshot::Sender<Result<Value, NodeError>>,
+    /// Counts the call as outstanding until it is dropped, after its answer.
+    _outstanding: Outstanding,
+}
+
+/// One outstanding call on a node ([`Pipeline::outstanding`]), until dropped.
+struct Outstanding(Arc<AtomicUsize>);
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Call {
@@ -68,14 +86,22 @@ enum By {
     Source,
 }
 
+/// The answer to one command, once it has been handed to the client.
+type Answer = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
+
 type Sent = Pin<Box<dyn Future<Output = (Vec<Call>, By, Result<Value, NodeError>)> + Send>>;
 
 impl Pipeline {
     /// Starts the pipeline task of the node `client` talks to, on the current tokio runtime.
     pub(crate) fn start(client: Client) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, rx));
-        Self { tx }
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(client.clone(), rx));
+        Self {
+            tx,
+            client,
+            outstanding,
+        }
     }
 
     /// Runs `script` on `keys` and `args` in the node's next batch, and returns its reply.
@@ -91,16 +117,177 @@ impl Pipeline {
         args: &[Value],
         finish: bool,
     ) -> Result<Value, NodeError> {
+        let keys: Vec<Value> = keys.iter().map(|k| Value::from(*k)).collect();
+        let args = args.to_vec();
+        // Nothing is waiting to be sent to this node, nor waiting for its answer: the call
+        // goes out at once, as a batch of one, without the task's two hops. Every call made
+        // before it has been handed to the client already (a call counts as outstanding from
+        // before it is queued until after its batch was handed over and answered), so the
+        // order holds; the calls made while it is outstanding go through the task and are
+        // batched.
+        let outstanding = if self
+            .outstanding
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let counted = Outstanding(self.outstanding.clone());
+            match Direct::start(self, script, keys, args, finish, counted).await {
+                Ok(answer) => return answer,
+                Err(again) => again,
+            }
+        } else {
+            self.outstanding.fetch_add(1, Ordering::AcqRel);
+            Again {
+                keys,
+                args,
+                counted: Outstanding(self.outstanding.clone()),
+            }
+        };
         let (reply, answer) = oneshot::channel();
+        self.queue(script, outstanding, finish, reply)?;
+        answer.await.unwrap_or(Err(NodeError::Disconnected))
+    }
+
+    /// Hands a call to the task.
+    fn queue(
+        &self,
+        script: &'static Script,
+        again: Again,
+        finish: bool,
+        reply: oneshot::Sender<Result<Value, NodeError>>,
+    ) -> Result<(), NodeError> {
         let call = Call {
             script,
-            keys: keys.iter().map(|k| Value::from(*k)).collect(),
-            args: args.to_vec(),
+            keys: again.keys,
+            args: again.args,
             finish,
             reply,
+            _outstanding: again.counted,
         };
-        self.tx.send(call).map_err(|_| NodeError::Disconnected)?;
-        answer.await.unwrap_or(Err(NodeError::Disconnected))
+        self.tx.send(call).map_err(|_| NodeError::Disconnected)
+    }
+}
+
+/// A call to be queued: its keys and arguments, counted as outstanding.
+struct Again {
+    keys: Vec<Value>,
+    args: Vec<Value>,
+    counted: Outstanding,
+}
+
+/// A call sent by its caller ([`Pipeline::call`]): the `EVALSHA` of a batch of one, handed to
+/// the client on the first poll. It answers `Err` with the call when the node answered
+/// `NOSCRIPT` (the task then sends it again, by source). A call to be finished
+/// ([`Call::finish`]) dropped before its answer waits for it in a task, still outstanding, and
+/// is queued to be sent again after a `NOSCRIPT`; any other dropped call stops counting.
+struct Direct {
+    sent: Option<Answer>,
+    pipeline: Pipeline,
+    script: &'static Script,
+    finish: bool,
+    /// The call, kept for a `NOSCRIPT`.
+    again: Option<Again>,
+}
+
+impl Direct {
+    fn start(
+        pipeline: &Pipeline,
+        script: &'static Script,
+        keys: Vec<Value>,
+        args: Vec<Value>,
+        finish: bool,
+        counted: Outstanding,
+    ) -> Self {
+        let call = [Parts {
+            script,
+            keys: &keys,
+            args: &args,
+        }];
+        let mut sent = Box::pin(send(&pipeline.client, &call, By::Sha1));
+        // The first poll hands the command to the client, now.
+        let sent: Answer = match sent.as_mut().now_or_never() {
+            Some(done) => Box::pin(std::future::ready(done)),
+            None => sent,
+        };
+        Self {
+            sent: Some(sent),
+            pipeline: pipeline.clone(),
+            script,
+            finish,
+            again: Some(Again {
+                keys,
+                args,
+                counted,
+            }),
+        }
+    }
+}
+
+impl Future for Direct {
+    type Output = Result<Result<Value, NodeError>, Again>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(sent) = self.sent.as_mut() else {
+            return Poll::Pending;
+        };
+        let answer = std::task::ready!(sent.as_mut().poll(cx));
+        self.sent = None;
+        let again = self.again.take();
+        Poll::Ready(match (answer, again) {
+            (Err(NodeError::Reply(error)), Some(again)) if no_script(&error) => Err(again),
+            (Ok(Value::Array(mut replies)), _) if replies.len() == 1 => {
+                Ok(call_reply(replies.pop().unwrap_or(Value::Null)))
+            }
+            (Ok(other), _) => Ok(Err(NodeError::UnexpectedReply(format!(
+                "to a batch: {other:?}"
+            )))),
+            (Err(error), _) => Ok(Err(error)),
+        })
+    }
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        // A call that is not to be finished is sent (handed to the client at the start), and
+        // nothing follows its answer.
+        let (Some(sent), Some(again), true) = (self.sent.take(), self.again.take(), self.finish)
+        else {
+            return;
+        };
+        let (pipeline, script) = (self.pipeline.clone(), self.script);
+        let finished = async move {
+            if let Err(NodeError::Reply(error)) = sent.await
+                && no_script(&error)
+            {
+                let (reply, _unanswered) = oneshot::channel();
+                let _queued = pipeline.queue(script, again, true, reply);
+            }
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(finished));
+        }
+    }
+}
+
+/// `NOSCRIPT`: the node's script cache does not hold the dispatch script.
+fn no_script(error: &ClientError) -> bool {
+    error.details().starts_with("NOSCRIPT")
+}
+
+/// One call's parts, as a batch sends them.
+struct Parts<'c> {
+    script: &'static Script,
+    keys: &'c [Value],
+    args: &'c [Value],
+}
+
+impl Call {
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            script: self.script,
+            keys: &self.keys,
+            args: &self.args,
+        }
     }
 }
 
@@ -138,7 +325,9 @@ fn dispatch(client: &Client, in_flight: &mut FuturesUnordered<Sent>, batch: Vec<
     if batch.is_empty() {
         return;
     }
-    let send = send(client, &batch, by);
+    let parts: Vec<Parts<'_>> = batch.iter().map(Call::parts).collect();
+    let send = send(client, &parts, by);
+    drop(parts);
     let mut sent: Sent = Box::pin(async move {
         let result = send.await;
         (batch, by, result)
@@ -152,7 +341,7 @@ fn dispatch(client: &Client, in_flight: &mut FuturesUnordered<Sent>, batch: Vec<
 /// The `EVALSHA` (or `EVAL`) of `batch`, built now.
 fn send(
     client: &Client,
-    batch: &[Call],
+    batch: &[Parts<'_>],
     by: By,
 ) -> impl Future<Output = Result<Value, NodeError>> + Send + 'static {
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
@@ -202,9 +391,7 @@ fn settle(
                 let _gone = call.reply.send(Err(unexpected));
             }
         }
-        Err(NodeError::Reply(error))
-            if by == By::Sha1 && error.details().starts_with("NOSCRIPT") =>
-        {
+        Err(NodeError::Reply(error)) if by == By::Sha1 && no_script(&error) => {
             batch.retain(Call::wanted);
             dispatch(client, in_flight, batch, By::Source);
         }
