@@ -72,7 +72,7 @@ impl Connect {
                     }
                 }
             }
-            crate::presence::name_connection(&node.client, &node.label, timeout).await;
+            crate::node::name_connection(&node.client, &node.label, timeout).await;
             node.load_scripts(timeout).await;
             Ok(())
         }))

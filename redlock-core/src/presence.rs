@@ -24,15 +24,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 
 use crate::masters::Masters;
-use crate::node::Node;
+use crate::node::{CONNECTION_NAME, Node};
 use crate::outcome::NodeError;
-
-/// The name every connection of a handle that can send commands carries (`CLIENT SETNAME`).
-pub(crate) const CONNECTION_NAME: &str = "redlock-rs";
 
 /// How old the view may be when a release asks for it: 500 ms.
 pub(crate) const MAX_AGE: Duration = Duration::from_millis(500);
@@ -133,20 +129,6 @@ fn foreign_connection(line: &str) -> bool {
         }
     }
     name != CONNECTION_NAME && !flags.contains(['P', 'S', 'M', 'O'])
-}
-
-/// Names the connection of `client` ([`CONNECTION_NAME`]), within `limit`; a refusal is
-/// logged at debug level (the connection then counts as a foreign client's).
-pub(crate) async fn name_connection<C: ClientLike>(client: &C, label: &str, limit: Duration) {
-    let command = CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false);
-    let args = vec![Value::from("SETNAME"), Value::from(CONNECTION_NAME)];
-    let named = tokio::time::timeout(limit, client.custom::<Value, Value>(command, args))
-        .await
-        .map_err(|_| NodeError::Timeout(limit))
-        .and_then(|named| named.map_err(NodeError::from_fred));
-    if let Err(error) = named {
-        tracing::debug!(node = %label, error = error.detailed(), "could not name the connection (windows for foreign clients stay on)");
-    }
 }
 
 #[cfg(test)]

@@ -101,7 +101,7 @@ impl Waiters {
             let _listener = subscriber.on_reconnect(move |_server| {
                 let named = named.clone();
                 async move {
-                    crate::presence::name_connection(&named, "subscriber", node_timeout).await;
+                    crate::node::name_connection(&named, "subscriber", node_timeout).await;
                     Ok(())
                 }
             });
@@ -119,7 +119,7 @@ impl Waiters {
                 .await
                 .is_ok()
             {
-                crate::presence::name_connection(subscriber, "subscriber", limit).await;
+                crate::node::name_connection(subscriber, "subscriber", limit).await;
             }
         });
         futures_util::future::join_all(connections).await;

@@ -141,11 +141,29 @@ impl Node {
         let _listener = self.client.on_reconnect(move |_server| {
             let (client, label) = (client.clone(), label.clone());
             async move {
-                crate::presence::name_connection(&client, &label, limit).await;
+                name_connection(&client, &label, limit).await;
                 load_scripts(&client, &label, limit).await;
                 Ok(())
             }
         });
+    }
+}
+
+/// The name every connection of a handle that can send commands carries (`CLIENT SETNAME`):
+/// connections without it count as a foreign client's ([`presence`](crate::presence)).
+pub(crate) const CONNECTION_NAME: &str = "redlock-rs";
+
+/// Names the connection of `client` ([`CONNECTION_NAME`]), within `limit`; a refusal is
+/// logged at debug level (the connection then counts as a foreign client's).
+pub(crate) async fn name_connection<C: ClientLike>(client: &C, label: &str, limit: Duration) {
+    let command = CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false);
+    let args = vec![Value::from("SETNAME"), Value::from(CONNECTION_NAME)];
+    let named = tokio::time::timeout(limit, client.custom::<Value, Value>(command, args))
+        .await
+        .map_err(|_| NodeError::Timeout(limit))
+        .and_then(|named| named.map_err(NodeError::from_fred));
+    if let Err(error) = named {
+        tracing::debug!(node = %label, error = error.detailed(), "could not name the connection (windows for foreign clients stay on)");
     }
 }
 
