@@ -86,6 +86,16 @@ impl Targets {
         let met = self.0.iter().filter(|t| t.met).count();
         println!("  {met}/{} targets met", self.0.len());
     }
+
+    /// The safety targets missed (two holders at once in some workload): the run fails on
+    /// them, whatever the speed targets say.
+    pub(crate) fn violations(&self) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .filter(|t| !t.met && t.name.contains("violations"))
+            .map(|t| t.name)
+            .collect()
+    }
 }
 
 /// This process's CPU time so far, user and system, in seconds (`/proc/self/stat`, in clock

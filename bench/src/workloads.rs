@@ -42,6 +42,12 @@ pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> 
         w7(plan, urls, &mut targets).await?;
     }
     targets.print();
+    let violations = targets.violations();
+    anyhow::ensure!(
+        violations.is_empty(),
+        "two holders at once: {}",
+        violations.join(", ")
+    );
     Ok(())
 }
 

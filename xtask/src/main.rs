@@ -283,6 +283,10 @@ fn test() -> anyhow::Result<()> {
         "the macro's UI tests (trybuild compiles its own copy of the dependencies: about 2 min on a fresh machine)",
     );
     cargo(&["test", "-p", "redlock-tests", "--test", "macro_ui"])?;
+    step(
+        "the benchmark as a smoke run (a debug build of every workload, --quick: its figures mean nothing; `cargo xtask bench` measures)",
+    );
+    cargo(&["run", "--quiet", "-p", "redlock-bench", "--", "--quick"])?;
     if nextest_available() {
         // nextest builds every test binary first, then runs each test in its own process
         // under the limits of .config/nextest.toml, which count run time only.

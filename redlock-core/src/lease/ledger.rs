@@ -86,7 +86,9 @@ impl Ledger {
         let _expired = lease.check();
         lease.mark_lost(LostReason::Released);
         telemetry::unheld(&lease.class, lease.mode, lease.acquired_at.elapsed());
-        if let Some(watchdog) = self.watchdog.get() {
+        if lease.auto_extend.is_some()
+            && let Some(watchdog) = self.watchdog.get()
+        {
             watchdog.unwatch(lease.id);
         }
         true
