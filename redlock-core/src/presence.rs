@@ -2,24 +2,28 @@
 //! ([`RedlockBuilder::foreign_window`](crate::RedlockBuilder::foreign_window)) open only while
 //! one could.
 //!
-//! A foreign client (node-redlock, redis-py, redlock-php, a plain `SET NX PX`) polling a key
-//! that our waiters keep handing over leaves no trace on the nodes: its refused `SET NX`
-//! writes nothing. What it cannot hide is its connection. Every connection of a handle that
-//! can send commands is named [`CONNECTION_NAME`] (`CLIENT SETNAME`, at every connection), and
-//! `CLIENT LIST` on a node shows every other one. While no node shows another connection that
-//! could send a command (pub/sub subscribers, replicas, masters and `MONITOR` connections
-//! cannot), nobody but our handles can be polling a key, and a window would idle the key for
-//! nobody; the first such connection turns windows back on.
+//! A foreign client (node-redlock, redis-py, redlock-php, a plain `SET NX PX`, or one of our
+//! own handles with hand-over off, which polls too) polling a key that our waiters keep
+//! handing over leaves no trace on the nodes: its refused `SET NX` writes nothing. What it
+//! cannot hide is its connection. Every connection of a handle with hand-over that can send
+//! commands is named [`CONNECTION_NAME`] (`CLIENT SETNAME`, at every connection), and a check
+//! reads, on every node at once, `CLIENT LIST` (every connection open now) and
+//! `INFO stats` (`total_connections_received`: every connection opened since the last
+//! check, even one that lived for a single attempt). A node counts as having a foreign
+//! client when it lists a connection that is not ours and could send a command (pub/sub
+//! subscribers, replicas, masters and `MONITOR` connections cannot), when a connection was
+//! opened there since the last check (ours, after a reconnection or a new handle, count
+//! once), or when it does not answer the check within the node timeout or refuses it (an
+//! ACL user without `+client|list` or `+info`; and our connections count as foreign where
+//! they could not be named). A node that is down counts as having none: nobody polls it
+//! either.
 //!
-//! The view is read at most every [`MAX_AGE`], and only when it matters: at build time, and
-//! then by a release whose streak makes a window due, which starts a new check in the
-//! background when the last one is older (an idle or uncontended handle checks nothing). A
-//! foreign client therefore counts from at most [`MAX_AGE`] plus one round trip after it
-//! connected, less than the streak a window waits for (twice the window), so its bound is
-//! the one windows give. Erring on the side of windows: a node that refuses `CLIENT LIST`
-//! (an ACL user without `+client|list`), or a connection of ours that could not be named
-//! (without `+client|setname`), counts as a foreign client. A node that does not answer at
-//! all (down, or past the node timeout) is not counted: nobody polls it either.
+//! The view is read only when it matters: at build time, and then by a release whose streak
+//! makes a window due, which waits for a new check (one round trip) when the view is older
+//! than its maximum age: [`MAX_AGE`], or the window if shorter. An idle or uncontended handle
+//! checks nothing. A foreign client that connects is therefore seen by the first due release
+//! after at most that age, which is less than the streak a window waits for (twice the
+//! window): the bound windows give a foreign poller holds from its connection on.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +34,8 @@ use crate::masters::Masters;
 use crate::node::{CONNECTION_NAME, Node};
 use crate::outcome::NodeError;
 
-/// How old the view may be when a release asks for it: 500 ms.
+/// The longest a view may be old when a due release asks for it: 500 ms (the window, if
+/// shorter).
 pub(crate) const MAX_AGE: Duration = Duration::from_millis(500);
 
 /// A handle's view of whether a foreign client could be connected to its nodes.
@@ -38,34 +43,41 @@ pub(crate) const MAX_AGE: Duration = Duration::from_millis(500);
 pub(crate) struct Presence {
     /// What the ages are counted from.
     base: Instant,
+    /// How old the view may be.
+    max_age: Duration,
     /// When the last check ended, in ms since `base`, plus one (0: never checked).
     checked: AtomicU64,
     /// What the last check found (`true` until a check found otherwise).
     foreign: AtomicBool,
     /// A check is running.
     checking: AtomicBool,
-}
-
-impl Default for Presence {
-    fn default() -> Self {
-        Self {
-            base: Instant::now(),
-            checked: AtomicU64::new(0),
-            foreign: AtomicBool::new(true),
-            checking: AtomicBool::new(false),
-        }
-    }
+    /// Each node's `total_connections_received` at the last check (`u64::MAX`: unknown).
+    opened: Vec<AtomicU64>,
 }
 
 impl Presence {
-    /// What the last check found, and whether a new one is due (the view is older than
-    /// [`MAX_AGE`] and no check is running); when it is, the caller must run
+    /// A view of `nodes` nodes, for windows of `window`, never checked yet.
+    pub(crate) fn new(nodes: usize, window: Duration) -> Self {
+        Self {
+            base: Instant::now(),
+            max_age: MAX_AGE.min(window),
+            checked: AtomicU64::new(0),
+            foreign: AtomicBool::new(true),
+            checking: AtomicBool::new(false),
+            opened: (0..nodes).map(|_| AtomicU64::new(u64::MAX)).collect(),
+        }
+    }
+
+    /// What the last check found, and whether a new one is due (the view is older than its
+    /// maximum age and no check is running); when it is, the caller must run
     /// [`check`](Self::check).
     pub(crate) fn view(&self) -> (bool, bool) {
         let foreign = self.foreign.load(Ordering::Acquire);
         let checked = self.checked.load(Ordering::Acquire);
-        let now = self.ms_since_base();
-        let stale = checked == 0 || now.saturating_sub(checked - 1) >= MAX_AGE.as_millis() as u64;
+        let age = self
+            .ms_since_base()
+            .saturating_sub(checked.saturating_sub(1));
+        let stale = checked == 0 || u128::from(age) >= self.max_age.as_millis();
         let due = stale
             && self
                 .checking
@@ -74,10 +86,17 @@ impl Presence {
         (foreign, due)
     }
 
-    /// Reads `CLIENT LIST` on every node at once, each within `limit`, and keeps what it found.
-    pub(crate) async fn check(&self, masters: &Masters, limit: Duration) {
+    /// Checks every node at once, each within `limit`, keeps what it found and returns it.
+    pub(crate) async fn check(&self, masters: &Masters, limit: Duration) -> bool {
+        let checked = self.checked.load(Ordering::Acquire);
+        let since = (checked > 0)
+            .then(|| Duration::from_millis(self.ms_since_base().saturating_sub(checked - 1)));
         let found = futures_util::future::join_all(
-            masters.nodes.iter().map(|node| foreign_on(node, limit)),
+            masters
+                .nodes
+                .iter()
+                .zip(&self.opened)
+                .map(|(node, opened)| foreign_on(node, opened, since, limit)),
         )
         .await;
         let foreign = found.into_iter().any(|foreign| foreign);
@@ -85,11 +104,7 @@ impl Presence {
         self.checked
             .store(self.ms_since_base() + 1, Ordering::Release);
         self.checking.store(false, Ordering::Release);
-    }
-
-    /// Gives up a check that [`view`](Self::view) made due but that could not be started.
-    pub(crate) fn abandon(&self) {
-        self.checking.store(false, Ordering::Release);
+        foreign
     }
 
     fn ms_since_base(&self) -> u64 {
@@ -97,20 +112,69 @@ impl Presence {
     }
 }
 
-/// Whether `node` shows a connection that is not ours and could send commands, or refuses to
-/// say; `false` when it does not answer within `limit`.
-async fn foreign_on(node: &Node, limit: Duration) -> bool {
-    let listed = tokio::time::timeout(limit, node.call("CLIENT", vec![Value::from("LIST")]))
-        .await
-        .unwrap_or(Err(NodeError::Timeout(limit)));
-    match listed {
+/// Whether `node` could have a foreign client (see the module docs); `opened` is its count of
+/// connections received at the last check (`since` ago; `None`: never checked), updated
+/// here.
+async fn foreign_on(
+    node: &Node,
+    opened: &AtomicU64,
+    since: Option<Duration>,
+    limit: Duration,
+) -> bool {
+    let within = |call| async move {
+        tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or(Err(NodeError::Timeout(limit)))
+    };
+    let (listed, stats) = tokio::join!(
+        within(node.call("CLIENT", vec![Value::from("LIST")])),
+        within(node.call("INFO", vec![Value::from("stats")])),
+    );
+    let text = match listed {
         Ok(reply) => match reply.as_str() {
-            Some(text) => text.lines().any(foreign_connection),
-            None => true,
+            Some(text) => text.into_owned(),
+            None => return true,
         },
-        Err(NodeError::Reply(_)) => true,
-        Err(_) => false,
+        Err(NodeError::Reply(_) | NodeError::Timeout(_)) => return true,
+        Err(_) => return false,
+    };
+    if text.lines().any(foreign_connection) {
+        return true;
     }
+    let received = stats.ok().and_then(|reply| {
+        let stats = reply.as_str()?.into_owned();
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix("total_connections_received:"))
+            .and_then(|count| count.trim().parse::<u64>().ok())
+    });
+    let Some(received) = received else {
+        return true;
+    };
+    let before = opened.swap(received, Ordering::AcqRel);
+    match since {
+        // The first check has nothing to compare with: it goes by the list alone.
+        None => false,
+        Some(since) => closed_since(&text, received.saturating_sub(before), since) > 0,
+    }
+}
+
+/// How many of `opened` connections, opened in the last `since`, are no longer in the
+/// `CLIENT LIST` `text`: those opened and closed between two checks (a client that connects
+/// for each attempt). The connections still open that may be among them are those listed
+/// with an age (whole seconds) of at most `since` rounded up, plus one.
+fn closed_since(text: &str, opened: u64, since: Duration) -> u64 {
+    let young = since.as_secs() + 2;
+    let still_open = text
+        .lines()
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|field| field.strip_prefix("age="))
+                .and_then(|age| age.parse::<u64>().ok())
+        })
+        .filter(|&age| age < young)
+        .count() as u64;
+    opened.saturating_sub(still_open)
 }
 
 /// Whether one line of `CLIENT LIST` is a connection that is not ours and could send a
@@ -155,8 +219,22 @@ mod tests {
     }
 
     #[test]
+    fn connections_opened_and_closed_between_checks_are_counted() {
+        let list = "id=3 name=redlock-rs age=0 flags=N\nid=4 name=redlock-rs age=1 flags=N\nid=5 name=redlock-rs age=40 flags=N\n";
+        let half = Duration::from_millis(500);
+        // Two opened since, both still listed (young): nothing closed.
+        assert_eq!(closed_since(list, 2, half), 0);
+        // Three opened, two listed: one came and went.
+        assert_eq!(closed_since(list, 3, half), 1);
+        // Nothing opened.
+        assert_eq!(closed_since(list, 0, half), 0);
+        // An old connection is not among the new ones.
+        assert_eq!(closed_since("id=5 age=40 flags=N", 1, half), 1);
+    }
+
+    #[test]
     fn a_view_is_due_when_never_checked_and_only_one_check_runs_at_once() {
-        let presence = Presence::default();
+        let presence = Presence::new(3, Duration::from_millis(350));
         assert_eq!(presence.view(), (true, true));
         // The check is running: nobody else starts one.
         assert_eq!(presence.view(), (true, false));
@@ -166,5 +244,10 @@ mod tests {
             .store(presence.ms_since_base() + 1, Ordering::Release);
         presence.checking.store(false, Ordering::Release);
         assert_eq!(presence.view(), (false, false));
+        // A window shorter than 500 ms bounds the age: with none, every view is stale.
+        let presence = Presence::new(3, Duration::ZERO);
+        presence.foreign.store(false, Ordering::Release);
+        presence.checked.store(1, Ordering::Release);
+        assert_eq!(presence.view(), (false, true));
     }
 }

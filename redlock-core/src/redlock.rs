@@ -98,6 +98,7 @@ impl Redlock {
             waiters,
         } = parts;
         let runtime = tokio::runtime::Handle::try_current().ok();
+        let masters_len = masters.len();
         Self {
             inner: Arc::new(Inner {
                 masters: Arc::new(masters),
@@ -108,7 +109,7 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 foreign_window,
-                presence: Presence::default(),
+                presence: Presence::new(masters_len, foreign_window),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),
@@ -166,24 +167,20 @@ impl Redlock {
     }
 
     /// Whether a foreign client could be connected to the nodes
-    /// ([`presence`](crate::presence)), as the last check found; starts a new check in the
-    /// background when that one is older than [`MAX_AGE`](crate::presence::MAX_AGE).
-    pub(crate) fn foreign_possible(&self) -> bool {
-        let (foreign, due) = self.inner.presence.view();
-        if due {
-            let redlock = self.clone();
-            let started = self.spawn_background(async move {
-                let inner = redlock.inner();
+    /// ([`presence`](crate::presence)): what the last check found, or, when that is older
+    /// than its maximum age, what a new check finds (one round trip, within the node
+    /// timeout).
+    pub(crate) async fn foreign_possible(&self) -> bool {
+        let inner = &self.inner;
+        match inner.presence.view() {
+            (_, true) => {
                 inner
                     .presence
                     .check(&inner.masters, inner.masters.node_timeout)
-                    .await;
-            });
-            if !started {
-                self.inner.presence.abandon();
+                    .await
             }
+            (foreign, false) => foreign,
         }
-        foreign
     }
 
     /// Runs `work` in a tracked task ([`shutdown`](Self::shutdown) waits for it) on the

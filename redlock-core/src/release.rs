@@ -98,12 +98,13 @@ impl Redlock {
         let millis =
             |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         let window = inner.foreign_window;
+        let window_due = !window.is_zero()
+            && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
+            && self.foreign_possible().await;
         let handover = inner.waiters.is_some().then(|| Handover {
             grace_ms: millis(inner.handover_grace),
             window_ms: millis(window),
-            window_due: !window.is_zero()
-                && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
-                && self.foreign_possible(),
+            window_due,
             busy_ms: millis(busy),
         });
         let handover = handover.as_ref();

@@ -46,6 +46,9 @@ impl RedlockBuilder {
             connect_timeout: self.connect_timeout,
             node_timeout: self.node_timeout,
             require_quorum: self.require_quorum,
+            // A handle with hand-over queues its waiters, which hand-overs serve; one without
+            // polls like a foreign client, and must be seen as one (`presence`).
+            named: !self.handover_grace.is_zero(),
         };
         #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
         let tls = self
@@ -128,7 +131,7 @@ impl RedlockBuilder {
             // on what the nodes show.
             let inner = redlock.inner();
             let _due = inner.presence.view();
-            inner
+            let _foreign = inner
                 .presence
                 .check(&inner.masters, self.connect_timeout)
                 .await;

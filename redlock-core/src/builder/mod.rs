@@ -206,18 +206,22 @@ impl RedlockBuilder {
     /// attempt: that holder counts only its own hold).
     ///
     /// Windows open only while a foreign client could be there: while some node shows a
-    /// connection that is not one of our handles' (`CLIENT LIST`; every handle names its own
-    /// connections `redlock-rs` with `CLIENT SETNAME`; subscribers, replicas and `MONITOR`
-    /// connections do not count). A foreign client cannot poll without a connection, so with
-    /// only our handles on the nodes no window idles the key. The view is at most 500 ms old
-    /// when a release asks for it (less than T), and is read only by releases whose streak
-    /// makes a window due, so the bound above holds from the moment the foreign client
-    /// connects. A node that refuses `CLIENT LIST` (an ACL user without `+client|list`), or
-    /// connections of ours that could not be named (without `+client|setname`), count as a
-    /// foreign client: windows then come as if one were always there. Costs: while a foreign
-    /// connection is open and our load is continuous, a third of the time goes to windows
-    /// (used or not); a `CLIENT LIST` per node at most every 500 ms while a streak is long;
-    /// and a plain attempt's script checks the window marker (inside the same call). Needs hand-over (no effect with
+    /// connection that is not one of our hand-over handles' (`CLIENT LIST`; every handle with
+    /// hand-over names its connections `redlock-rs` with `CLIENT SETNAME`, a handle without
+    /// it polls like a foreign client and is not named; subscribers, replicas and `MONITOR`
+    /// connections do not count), or had a connection opened and closed since the last look
+    /// (`INFO stats`: a client that connects for each attempt). A foreign client cannot poll
+    /// without a connection, so with only our handles on the nodes no window idles the key.
+    /// A release whose streak makes a window due uses a view at most 500 ms old (or `window`,
+    /// if shorter), reading the nodes again first (one round trip) when it is older, so the
+    /// bound above holds from the moment the foreign client connects; an idle or
+    /// uncontended handle reads nothing. A node that does not answer that read within the
+    /// node timeout, or refuses it (an ACL user without `+client|list`, `+info` or
+    /// `+client|setname`), counts as having a foreign client. Costs: while a foreign client
+    /// is connected and our load is continuous, a third of the time goes to windows (used or
+    /// not); a `CLIENT LIST` and an `INFO stats` per node at most every 500 ms while a streak
+    /// is long; and a plain attempt's script checks the window marker (inside the same call).
+    /// Needs hand-over (no effect with
     /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
     /// of a resource: a handle with windows off takes an open window's key like a foreign
     /// client.

@@ -131,17 +131,19 @@ impl Node {
         load_scripts(&self.client, &self.label, limit).await;
     }
 
-    /// Keeps the scripts loaded and the connection named
+    /// Keeps the scripts loaded and, when `named`, the connection named
     /// ([`presence`](crate::presence)): now if connected, and after every (re)connection,
     /// since a restarted node has an empty script cache. The listener holds the client and
     /// the label only: the pipeline task ends with the handle.
-    pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
+    pub(crate) fn keep_scripts_loaded(&self, limit: Duration, named: bool) {
         use fred::interfaces::EventInterface;
         let (client, label) = (self.client.clone(), self.label.clone());
         let _listener = self.client.on_reconnect(move |_server| {
             let (client, label) = (client.clone(), label.clone());
             async move {
-                name_connection(&client, &label, limit).await;
+                if named {
+                    name_connection(&client, &label, limit).await;
+                }
                 load_scripts(&client, &label, limit).await;
                 Ok(())
             }

@@ -42,11 +42,22 @@ const MAX_BATCH: usize = 64;
 /// batches in flight are answered.
 #[derive(Clone)]
 pub(crate) struct Pipeline {
-    tx: mpsc::UnboundedSender<Call>,
+    tx: mpsc::UnboundedSender<Message>,
     client: Client,
     /// Calls made and not yet answered (or given up by their caller, once sent): while there
     /// are none, a call is sent by its caller ([`Pipeline::call`]).
     outstanding: Arc<AtomicUsize>,
+}
+
+/// What the task is handed.
+enum Message {
+    /// A call to send in the next batch.
+    Call(Call),
+    /// A call to be finished, sent by its caller (already handed to the client), whose
+    /// caller stopped waiting: the task awaits its answer like a batch of its own, so that a
+    /// `NOSCRIPT` sends it again by source, in order with the batches after it, on the
+    /// handle's runtime.
+    Adopt(Call, Answer),
 }
 
 /// One script call waiting to be sent.
@@ -164,7 +175,9 @@ impl Pipeline {
             reply,
             _outstanding: again.counted,
         };
-        self.tx.send(call).map_err(|_| NodeError::Disconnected)
+        self.tx
+            .send(Message::Call(call))
+            .map_err(|_| NodeError::Disconnected)
     }
 }
 
@@ -178,8 +191,8 @@ struct Again {
 /// A call sent by its caller ([`Pipeline::call`]): the `EVALSHA` of a batch of one, handed to
 /// the client on the first poll. It answers `Err` with the call when the node answered
 /// `NOSCRIPT` (the task then sends it again, by source). A call to be finished
-/// ([`Call::finish`]) dropped before its answer waits for it in a task, still outstanding, and
-/// is queued to be sent again after a `NOSCRIPT`; any other dropped call stops counting.
+/// ([`Call::finish`]) dropped before its answer is handed to the task, still outstanding,
+/// which awaits the answer ([`Message::Adopt`]); any other dropped call stops counting.
 struct Direct {
     sent: Option<Answer>,
     pipeline: Pipeline,
@@ -254,18 +267,16 @@ impl Drop for Direct {
         else {
             return;
         };
-        let (pipeline, script) = (self.pipeline.clone(), self.script);
-        let finished = async move {
-            if let Err(NodeError::Reply(error)) = sent.await
-                && no_script(&error)
-            {
-                let (reply, _unanswered) = oneshot::channel();
-                let _queued = pipeline.queue(script, again, true, reply);
-            }
+        let (reply, _unanswered) = oneshot::channel();
+        let call = Call {
+            script: self.script,
+            keys: again.keys,
+            args: again.args,
+            finish: true,
+            reply,
+            _outstanding: again.counted,
         };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(finished));
-        }
+        let _adopted = self.pipeline.tx.send(Message::Adopt(call, sent));
     }
 }
 
@@ -293,7 +304,7 @@ impl Call {
 
 /// The task: takes the queued calls as one batch whenever it wakes, hands each batch to the
 /// client before taking the next, and delivers the replies.
-async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Call>) {
+async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Message>) {
     let mut in_flight: FuturesUnordered<Sent> = FuturesUnordered::new();
     loop {
         tokio::select! {
@@ -301,13 +312,17 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Call>) {
             Some((batch, by, result)) = in_flight.next() => {
                 settle(&client, &mut in_flight, batch, by, result);
             }
-            call = rx.recv() => {
-                let Some(first) = call else { break };
-                let mut batch = vec![first];
-                while batch.len() < MAX_BATCH {
-                    match rx.try_recv() {
-                        Ok(call) => batch.push(call),
-                        Err(_) => break,
+            message = rx.recv() => {
+                let Some(message) = message else { break };
+                let mut batch = Vec::new();
+                let mut next = Some(message);
+                while let Some(message) = next.take() {
+                    match message {
+                        Message::Call(call) => batch.push(call),
+                        Message::Adopt(call, answer) => adopt(&mut in_flight, call, answer),
+                    }
+                    if batch.len() < MAX_BATCH {
+                        next = rx.try_recv().ok();
                     }
                 }
                 dispatch(&client, &mut in_flight, batch, By::Sha1);
@@ -317,6 +332,15 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Call>) {
     while let Some((batch, by, result)) = in_flight.next().await {
         settle(&client, &mut in_flight, batch, by, result);
     }
+}
+
+/// Awaits the answer of `call`, sent by its caller as a batch of one, as the task awaits its
+/// own batches ([`Message::Adopt`]).
+fn adopt(in_flight: &mut FuturesUnordered<Sent>, call: Call, answer: Answer) {
+    in_flight.push(Box::pin(async move {
+        let result = answer.await;
+        (vec![call], By::Sha1, result)
+    }));
 }
 
 /// Sends `batch` and hands its command to the client now (the first poll queues it on the
