@@ -145,8 +145,8 @@ pub(crate) const ERROR_MARKER: &str = "redlock:error";
 /// as one `EVALSHA` of it). Its arguments and replies are described in
 /// `scripts/dispatch.lua`.
 pub(crate) struct Batch {
-    /// The text: `prelude.lua`, then every script of [`SCRIPTS`] as a function of its own
-    /// `KEYS` and `ARGV`, then `dispatch.lua`.
+    /// The text: `prelude.lua`, then `script(id)`, which makes the function of the script
+    /// of [`SCRIPTS`] at `id` (of its own `KEYS` and `ARGV`), then `dispatch.lua`.
     pub(crate) source: String,
     /// The SHA-1 of `source`, which `EVALSHA` names it by.
     pub(crate) sha1: String,
@@ -155,13 +155,16 @@ pub(crate) struct Batch {
 /// [`Batch`], built once from [`SCRIPTS`].
 pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|| {
     let mut source = String::from(PRELUDE);
-    source.push_str("local S = {}\n");
+    // Each script's function is made only when a call names it: making all of them at
+    // every batch took more of the node's time than a plain attempt's own commands.
+    source.push_str("local function script(id)\n");
     for script in SCRIPTS {
         source.push_str(&format!(
-            "S[{}] = function(KEYS, ARGV)\n{}\nend\n",
+            "if id == {} then return function(KEYS, ARGV)\n{}\nend end\n",
             script.id, script.source
         ));
     }
+    source.push_str("end\n");
     source.push_str(DISPATCH);
     let sha1 = fred::util::sha1_hash(&source);
     Batch { source, sha1 }

@@ -6,9 +6,10 @@
 --
 -- Redlock step: none; it carries every step's script.
 --
--- Assembled by scripts.rs as prelude.lua, then `local S = {}` and one
--- `S[id] = function(KEYS, ARGV) <script> end` per script (id: its index in SCRIPTS), then this
--- file. Each script reads its own KEYS and ARGV, and returns as a script would.
+-- Assembled by scripts.rs as prelude.lua, then `local function script(id)`, which returns
+-- `function(KEYS, ARGV) <script> end` for the script at `id` (its index in SCRIPTS; made
+-- only for the calls that name it), then this file. Each script reads its own KEYS and ARGV,
+-- and returns as a script would.
 --
 -- KEYS: every call's keys, call after call
 -- ARGV: n       the number of calls
@@ -26,12 +27,12 @@ local out = {}
 local k, a = 1, 2 + 3 * n
 for i = 1, n do
   local h = 3 * i - 1
-  local script, nk, na = S[tonumber(ARGV[h])], tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  local run, nk, na = script(tonumber(ARGV[h])), tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
   local keys, args = {}, {}
   for j = 1, nk do keys[j] = KEYS[k + j - 1] end
   for j = 1, na do args[j] = ARGV[a + j - 1] end
   k, a = k + nk, a + na
-  local ok, reply = pcall(script, keys, args)
+  local ok, reply = pcall(run, keys, args)
   if ok then
     if reply == nil then reply = false end
     out[i] = reply
