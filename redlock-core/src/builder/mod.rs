@@ -44,8 +44,8 @@ pub(crate) const DEFAULT_FENCING_COUNTER_TTL: Duration = Duration::from_secs(600
 pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
 
 /// A window for foreign clients opens once the key has been handed over for this many windows'
-/// lengths without one (T = 2 W): under a continuous load of ours with no foreign client, at
-/// most a third of the time goes to windows nobody uses.
+/// lengths without one (T = 2 W): under a continuous load of ours with a foreign client
+/// connected that does not poll, at most a third of the time goes to windows nobody uses.
 pub(crate) const FOREIGN_WINDOW_EVERY: u32 = 2;
 
 impl Redlock {
