@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use fred::interfaces::KeysInterface;
+use fred::interfaces::{ClientLike, KeysInterface};
 use redlock_tests::{RedisNodes, RedisServer, free_port, plain_client};
 use reqwest::Method;
 
@@ -583,26 +583,44 @@ struct Handover {
     nodes: usize,
 }
 
-/// The value of `key` on every lock node, in order.
-async fn values_on(nodes: &str, key: &str) -> Vec<Option<String>> {
-    let mut values = Vec::new();
+/// One client per lock node, for reading the lock keys. Each connection is named as a
+/// redlock-core handle's (`CLIENT SETNAME redlock-rs`): it only reads, and an unnamed
+/// connection would count as a foreign client that may poll, for which releases open
+/// windows (the README, "Windows only when a foreign client could be there").
+async fn observers(nodes: &str) -> Vec<fred::clients::Client> {
+    let mut clients = Vec::new();
     for url in nodes.split(',') {
         let client = plain_client(url.trim()).await;
+        let _: Result<(), _> = client
+            .custom(
+                fred::types::CustomCommand::new_static(
+                    "CLIENT",
+                    fred::types::ClusterHash::FirstKey,
+                    false,
+                ),
+                vec!["SETNAME", "redlock-rs"],
+            )
+            .await;
+        clients.push(client);
+    }
+    clients
+}
+
+/// The value of `key` on every lock node, in order.
+async fn values_on(clients: &[fred::clients::Client], key: &str) -> Vec<Option<String>> {
+    let mut values = Vec::new();
+    for client in clients {
         values.push(client.get::<Option<String>, _>(key).await.unwrap_or(None));
     }
     values
 }
 
 /// Waits until `key` exists on a majority of the lock nodes.
-async fn until_held(nodes: &str, key: &str) -> anyhow::Result<()> {
-    let mut clients = Vec::new();
-    for url in nodes.split(',') {
-        clients.push(plain_client(url.trim()).await);
-    }
+async fn until_held(clients: &[fred::clients::Client], key: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let mut holding = 0;
-        for client in &clients {
+        for client in clients {
             if client.exists::<u32, _>(key).await.unwrap_or(0) == 1 {
                 holding += 1;
             }
@@ -622,8 +640,9 @@ async fn sigterm_handover(
 ) -> anyhow::Result<Handover> {
     let url = |r: &Replica, ms: u64| format!("{}/jobs/rebuild-search/rebuild?ms={ms}", r.base);
     // Replica 1 starts a long rebuild and holds the lock.
+    let observers = Arc::new(observers(nodes).await);
     let long = tokio::spawn(http.post(url(&replicas[0], 60_000)).send());
-    until_held(nodes, "lock:job:rebuild-search").await?;
+    until_held(&observers, "lock:job:rebuild-search").await?;
     // Replica 2 asks for the same job and waits for the lock.
     let waiter = tokio::spawn({
         let request = http.post(url(&replicas[1], 10)).send();
@@ -640,7 +659,7 @@ async fn sigterm_handover(
     }
     let held_before_signal = held_since.elapsed();
     // Replica-1's token on each node, to tell after it exited a release from an expiry.
-    let tokens = values_on(nodes, "lock:job:rebuild-search").await;
+    let tokens = values_on(&observers, "lock:job:rebuild-search").await;
     let signalled = Instant::now();
     let pid = nix::unistd::Pid::from_raw(i32::try_from(replicas[0].child.id())?);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
@@ -653,10 +672,10 @@ async fn sigterm_handover(
     });
     // As soon as it exited: on how many nodes is its token still there?
     let left = tokio::spawn({
-        let nodes = nodes.to_owned();
+        let observers = Arc::clone(&observers);
         async move {
             let exited = exited.await;
-            let now = values_on(&nodes, "lock:job:rebuild-search").await;
+            let now = values_on(&observers, "lock:job:rebuild-search").await;
             let left = tokens
                 .iter()
                 .zip(&now)
