@@ -18,12 +18,14 @@
 //! they could not be named). A node that is down counts as having none: nobody polls it
 //! either.
 //!
-//! The view is read only when it matters: at build time, and then by a release whose streak
-//! makes a window due, which waits for a new check (one round trip) when the view is older
-//! than its maximum age: [`MAX_AGE`], or the window if shorter. An idle or uncontended handle
-//! checks nothing. A foreign client that connects is therefore seen by the first due release
-//! after at most that age, which is less than the streak a window waits for (twice the
-//! window): the bound windows give a foreign poller holds from its connection on.
+//! The view is read only when it matters: at build time, then in the background whenever a
+//! grant finds the key in a streak of hand-overs (or a due release finds it) and the view is
+//! older than its maximum age: [`MAX_AGE`], or the window if shorter. An idle or uncontended
+//! handle checks nothing. A release never waits for a check (it must not be cut short by a
+//! caller that stops waiting): it decides on the view its grant refreshed. A foreign client
+//! that connects is therefore seen by every handle within that age and one of its holds (the
+//! grant after the age ran out); once seen, the bound windows give holds as for a foreign
+//! client that was always there.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -72,8 +74,9 @@ impl Presence {
     /// maximum age and no check is running); when it is, the caller must run
     /// [`check`](Self::check).
     pub(crate) fn view(&self) -> (bool, bool) {
-        let foreign = self.foreign.load(Ordering::Acquire);
+        // `checked` first: `check` stores `foreign`, then `checked`.
         let checked = self.checked.load(Ordering::Acquire);
+        let foreign = self.foreign.load(Ordering::Acquire);
         let age = self
             .ms_since_base()
             .saturating_sub(checked.saturating_sub(1));
@@ -86,8 +89,22 @@ impl Presence {
         (foreign, due)
     }
 
+    /// Gives up a check that [`view`](Self::view) made due but that could not be started.
+    pub(crate) fn abandon(&self) {
+        self.checking.store(false, Ordering::Release);
+    }
+
     /// Checks every node at once, each within `limit`, keeps what it found and returns it.
+    /// Dropped midway, it keeps nothing, and the next view is due again.
     pub(crate) async fn check(&self, masters: &Masters, limit: Duration) -> bool {
+        /// Ends the check, whichever way it ends.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let _done = Done(&self.checking);
         let checked = self.checked.load(Ordering::Acquire);
         let since = (checked > 0)
             .then(|| Duration::from_millis(self.ms_since_base().saturating_sub(checked - 1)));
@@ -103,7 +120,6 @@ impl Presence {
         self.foreign.store(foreign, Ordering::Release);
         self.checked
             .store(self.ms_since_base() + 1, Ordering::Release);
-        self.checking.store(false, Ordering::Release);
         foreign
     }
 

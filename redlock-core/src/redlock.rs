@@ -167,19 +167,42 @@ impl Redlock {
     }
 
     /// Whether a foreign client could be connected to the nodes
-    /// ([`presence`](crate::presence)): what the last check found, or, when that is older
-    /// than its maximum age, what a new check finds (one round trip, within the node
-    /// timeout).
-    pub(crate) async fn foreign_possible(&self) -> bool {
-        let inner = &self.inner;
-        match inner.presence.view() {
-            (_, true) => {
-                inner
-                    .presence
-                    .check(&inner.masters, inner.masters.node_timeout)
-                    .await
-            }
-            (foreign, false) => foreign,
+    /// ([`presence`](crate::presence)), as the last check found; starts a new check in the
+    /// background when that one is older than its maximum age. Never waits: a release
+    /// decides on it before anything is sent, and must not be cut short by a caller that
+    /// stops waiting.
+    pub(crate) fn foreign_possible(&self) -> bool {
+        let (foreign, due) = self.inner.presence.view();
+        if due {
+            self.start_presence_check();
+        }
+        foreign
+    }
+
+    /// Starts a new check of the view in the background when it is older than its maximum
+    /// age: called when a grant finds the key in a streak of hand-overs, so that the release
+    /// that may open a window decides on a fresh view.
+    pub(crate) fn refresh_presence(&self) {
+        if self.inner.foreign_window.is_zero() {
+            return;
+        }
+        if let (_, true) = self.inner.presence.view() {
+            self.start_presence_check();
+        }
+    }
+
+    /// Runs the check [`Presence::view`] made due, in a tracked background task.
+    fn start_presence_check(&self) {
+        let redlock = self.clone();
+        let started = self.spawn_background(async move {
+            let inner = redlock.inner();
+            let _foreign = inner
+                .presence
+                .check(&inner.masters, inner.masters.node_timeout)
+                .await;
+        });
+        if !started {
+            self.inner.presence.abandon();
         }
     }
 

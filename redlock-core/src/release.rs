@@ -100,7 +100,7 @@ impl Redlock {
         let window = inner.foreign_window;
         let window_due = !window.is_zero()
             && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
-            && self.foreign_possible().await;
+            && self.foreign_possible();
         let handover = inner.waiters.is_some().then(|| Handover {
             grace_ms: millis(inner.handover_grace),
             window_ms: millis(window),

@@ -71,6 +71,11 @@ impl Redlock {
                 .await
             {
                 Ok(granted) => {
+                    if !granted.grant.busy.is_zero() {
+                        // A streak of hand-overs: this lock's release may open a window for
+                        // foreign clients, and decides on a view refreshed now.
+                        self.refresh_presence();
+                    }
                     let queued = state.queued();
                     if let Some(exit) = &mut exit {
                         exit.armed = policy.leaves_queue_after_grant(granted.everywhere);

@@ -212,15 +212,17 @@ impl RedlockBuilder {
     /// connections do not count), or had a connection opened and closed since the last look
     /// (`INFO stats`: a client that connects for each attempt). A foreign client cannot poll
     /// without a connection, so with only our handles on the nodes no window idles the key.
-    /// A release whose streak makes a window due uses a view at most 500 ms old (or `window`,
-    /// if shorter), reading the nodes again first (one round trip) when it is older, so the
-    /// bound above holds from the moment the foreign client connects; an idle or
+    /// The view is read again in the background when a grant finds the key in a streak of
+    /// hand-overs and the view is older than 500 ms (or `window`, if shorter); a release
+    /// decides on it without waiting. A foreign client is seen within that age and one of
+    /// our holds after it connects, and from then on the bound above holds; an idle or
     /// uncontended handle reads nothing. A node that does not answer that read within the
     /// node timeout, or refuses it (an ACL user without `+client|list`, `+info` or
     /// `+client|setname`), counts as having a foreign client. Costs: while a foreign client
     /// is connected and our load is continuous, a third of the time goes to windows (used or
-    /// not); a `CLIENT LIST` and an `INFO stats` per node at most every 500 ms while a streak
-    /// is long; and a plain attempt's script checks the window marker (inside the same call).
+    /// not); a `CLIENT LIST` and an `INFO stats` per node at most every 500 ms (or
+    /// `window`) while the key is in a streak; and a plain attempt's script checks the
+    /// window marker (inside the same call).
     /// Needs hand-over (no effect with
     /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
     /// of a resource: a handle with windows off takes an open window's key like a foreign
