@@ -220,16 +220,9 @@ fn gaps(history: &History, ours: usize) -> Vec<(Instant, Duration)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_poller_gets_in_within_the_bound_while_our_waiters_keep_the_key_busy() {
     let nodes = RedisNodes::start(3);
-    let mut handles = Vec::new();
-    for _ in 0..3 {
-        handles.push(handle(&nodes, W).await);
-    }
-    let history = Arc::new(History::new());
-    let stop = Arc::new(AtomicBool::new(false));
     // Our default retry delay (200 ms + up to 100 ms): what our waiters lose after a foreign
     // hold, which wakes nobody.
-    let wait = LockOptions::default().wait_timeout(Duration::from_secs(30));
-    let load = our_load(handles, "busy", &wait, &history, &stop);
+    let (load, history, stop) = busy_load(&nodes, "busy", &patient()).await;
     let foreign = Foreign::connect(&nodes).await;
     let loaded = Instant::now();
     // Let the load settle into hand-overs.
@@ -384,17 +377,11 @@ async fn windows_come_every_t_and_our_waiters_resume_right_after_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_window_idles_the_key_until_a_foreign_client_connects() {
     let nodes = RedisNodes::start(3);
-    let mut handles = Vec::new();
-    for _ in 0..3 {
-        handles.push(handle(&nodes, W).await);
-    }
-    let history = Arc::new(History::new());
-    let stop = Arc::new(AtomicBool::new(false));
     let wait = LockOptions::default()
         .retry_delay(ms(2_000))
         .retry_jitter(Duration::ZERO)
         .wait_timeout(Duration::from_secs(30));
-    let load = our_load(handles, "alone", &wait, &history, &stop);
+    let (load, history, stop) = busy_load(&nodes, "alone", &wait).await;
     // Only our handles are connected: windows would have come every T + one hold.
     let alone = bound() * 3;
     tokio::time::sleep(alone).await;
@@ -437,11 +424,12 @@ async fn no_window_idles_the_key_until_a_foreign_client_connects() {
     );
 }
 
-/// Starts our load on `resource` (3 handles, windows of W), lets it settle into hand-overs,
-/// and returns it with its history and stop flag.
+/// Starts our load on `resource` (3 handles with windows of W, waiting with `wait`), and
+/// returns it with its history and stop flag.
 async fn busy_load(
     nodes: &RedisNodes,
     resource: &'static str,
+    wait: &LockOptions,
 ) -> (tokio::task::JoinHandle<u64>, Arc<History>, Arc<AtomicBool>) {
     let mut handles = Vec::new();
     for _ in 0..3 {
@@ -449,10 +437,13 @@ async fn busy_load(
     }
     let history = Arc::new(History::new());
     let stop = Arc::new(AtomicBool::new(false));
-    let wait = LockOptions::default().wait_timeout(Duration::from_secs(30));
-    let load = our_load(handles, resource, &wait, &history, &stop);
-    tokio::time::sleep(ms(500)).await;
+    let load = our_load(handles, resource, wait, &history, &stop);
     (load, history, stop)
+}
+
+/// Our default waiting (retry delay 200 ms + up to 100 ms), within 30 s.
+fn patient() -> LockOptions {
+    LockOptions::default().wait_timeout(Duration::from_secs(30))
 }
 
 /// One of our own handles with hand-over off polls like a foreign client (its waiters are
@@ -461,7 +452,8 @@ async fn busy_load(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_without_hand_over_gets_in_like_a_foreign_client() {
     let nodes = RedisNodes::start(3);
-    let (load, history, stop) = busy_load(&nodes, "polled").await;
+    let (load, history, stop) = busy_load(&nodes, "polled", &patient()).await;
+    tokio::time::sleep(ms(500)).await;
     let poller = Redlock::builder()
         .nodes(nodes.urls())
         .handover_grace(Duration::ZERO)
@@ -504,7 +496,8 @@ async fn a_handle_without_hand_over_gets_in_like_a_foreign_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_client_connecting_for_each_attempt_gets_in() {
     let nodes = RedisNodes::start(3);
-    let (load, _history, stop) = busy_load(&nodes, "brief").await;
+    let (load, _history, stop) = busy_load(&nodes, "brief", &patient()).await;
+    tokio::time::sleep(ms(500)).await;
     let mut waits = Vec::new();
     for round in 0..3 {
         tokio::time::sleep(ms(rand::rng().random_range(300..900))).await;

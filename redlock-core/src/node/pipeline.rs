@@ -195,9 +195,10 @@ struct Again {
 /// which awaits the answer ([`Message::Adopt`]); any other dropped call stops counting.
 struct Direct {
     sent: Option<Answer>,
-    pipeline: Pipeline,
+    /// Where a call to be finished is handed when dropped before its answer (`None` for any
+    /// other call).
+    adopt: Option<mpsc::UnboundedSender<Message>>,
     script: &'static Script,
-    finish: bool,
     /// The call, kept for a `NOSCRIPT`.
     again: Option<Again>,
 }
@@ -224,9 +225,8 @@ impl Direct {
         };
         Self {
             sent: Some(sent),
-            pipeline: pipeline.clone(),
+            adopt: finish.then(|| pipeline.tx.clone()),
             script,
-            finish,
             again: Some(Again {
                 keys,
                 args,
@@ -263,7 +263,8 @@ impl Drop for Direct {
     fn drop(&mut self) {
         // A call that is not to be finished is sent (handed to the client at the start), and
         // nothing follows its answer.
-        let (Some(sent), Some(again), true) = (self.sent.take(), self.again.take(), self.finish)
+        let (Some(sent), Some(again), Some(adopt)) =
+            (self.sent.take(), self.again.take(), self.adopt.take())
         else {
             return;
         };
@@ -276,7 +277,7 @@ impl Drop for Direct {
             reply,
             _outstanding: again.counted,
         };
-        let _adopted = self.pipeline.tx.send(Message::Adopt(call, sent));
+        let _adopted = adopt.send(Message::Adopt(call, sent));
     }
 }
 
