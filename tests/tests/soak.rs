@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::interfaces::LuaInterface;
+use fred::interfaces::{ClientLike, LuaInterface};
 use futures_util::future::join_all;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -145,7 +145,20 @@ impl Cluster {
             }
             Nemesis::FlushScripts => {
                 for url in self.nodes.urls() {
-                    let _ = plain_client(&url).await.script_flush(false).await;
+                    // The operator's connection is named as a handle's and closed at once: left
+                    // open and unnamed, it would count as a foreign client for the rest of the
+                    // run, and windows for foreign clients would open that the fault-free
+                    // baseline never had.
+                    let operator = plain_client(&url).await;
+                    let name = fred::types::CustomCommand::new_static(
+                        "CLIENT",
+                        fred::types::ClusterHash::FirstKey,
+                        false,
+                    );
+                    let _: Result<(), _> =
+                        operator.custom(name, vec!["SETNAME", "redlock-rs"]).await;
+                    let _ = operator.script_flush(false).await;
+                    let _ = operator.quit().await;
                 }
             }
             Nemesis::CrashAndCuts {
