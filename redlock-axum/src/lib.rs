@@ -23,6 +23,7 @@
 //!
 //! Every public item is at the crate root (the middleware's parts, [`RedlockService`] and
 //! [`ResponseFuture`], too): there is one path to each.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod extract;
 mod lock;

@@ -65,6 +65,12 @@ pub use token::{EntropyError, Token};
 #[cfg(feature = "macros")]
 pub use redlock_macros::redlock;
 
+/// The `fred` client the nodes are reached through, re-exported on purpose: its one type in
+/// this crate's API, the TLS connector that
+/// [`RedlockBuilder::tls_connector`](crate::RedlockBuilder) takes, then comes from the version
+/// this crate was built with. Every other client error reaches you as [`ClientError`].
+pub use fred;
+
 /// Support for the code `#[redlock]` expands to. Not public API.
 #[doc(hidden)]
 #[path = "macro_support.rs"]

@@ -133,7 +133,7 @@ fn collect(pat: &Pat, names: &mut HashSet<String>) {
 mod tests {
     use super::*;
 
-    include!("../../redlock-template/template_cases.rs");
+    use redlock_template::cases::{Seg, check_cases, seg};
 
     /// The macro's grammar in the table's terms: `segments`, then [`is_place`] per name.
     fn parse(template: &str) -> Result<Vec<Seg>, String> {

@@ -7,7 +7,11 @@
 //! whitespace around the name is ignored. What a name may be is each user's rule: the macro
 //! wants a Rust place bound by the function's arguments (`{id}`, `{job.name}`, `{pair.0}`), the
 //! layer a path parameter of the matched route. The cases both are tested against are in
-//! `template_cases.rs`, beside this crate's manifest.
+//! `src/cases.rs`.
+
+#[cfg(any(test, feature = "cases"))]
+#[doc(hidden)]
+pub mod cases;
 
 /// A piece of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,8 +104,7 @@ pub fn segments(template: &str) -> Result<Vec<Segment>, Malformed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    include!("../template_cases.rs");
+    use crate::cases::{check_cases, seg};
 
     #[test]
     fn the_shared_template_cases() {

@@ -7,22 +7,26 @@
 
 mod install;
 mod layers;
+mod package;
 mod vocabulary;
 
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary>
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|package>
   test   fmt check, the module layering, the public docs' vocabulary, clippy -D warnings,
          every test against real redis-server nodes, the macro's UI tests, the TLS tests
-         over native-tls too, every feature combination of redlock-core linted, doctests
-         (the README's snippets included) and rustdoc
+         over native-tls too, redlock-core's features linted, doctests (the README's
+         snippets included), the published crates packaged, the demo, and rustdoc
   layers each library crate's module import graph, its cycles (none allowed) and, in
          redlock-core, imports against the layer order of ARCHITECTURE.md
   vocabulary
          the READMEs, the CHANGELOG's Unreleased section and the library crates' rustdoc
          checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes)
+  package
+         `cargo package` of every published crate (each built from its package), and each
+         package's files checked: licence texts, README, nothing included from outside it
   demo   5 Redis nodes, 3 shop replicas, concurrent load, a SIGTERM hand-over
   bench  the seven workloads against 5 nodes, beside raw fred and redis-rs floors and rslock
          (args after --: --quick, --only sequential,contended)
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         "soak" => soak(),
         "layers" => layers::check(&workspace_root(), true),
         "vocabulary" => vocabulary::check(&workspace_root()),
+        "package" => package::check(&workspace_root()),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -195,29 +200,62 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
     Ok(targets)
 }
 
-/// `cargo clippy -D warnings` of redlock-core with every combination of its connection
-/// features, `serde` and `metrics` alone and with all, and its unit tests with none.
+/// redlock-core's features. Every `cfg` in its code names one of them, or the TLS pair in
+/// `any(..)` ([`features_used_alone`] checks that), so a feature's code can only break with
+/// that feature alone (a missing item), with none (dead code), or beside the other TLS
+/// feature: those combinations and all together are linted, not the 64 of the power set.
+const CORE_FEATURES: [&str; 6] = [
+    "macros",
+    "tls-rustls",
+    "tls-native",
+    "unix-sockets",
+    "serde",
+    "metrics",
+];
+
+/// Fails if a `cfg` in redlock-core combines features with `all(..)` or `not(..)`: the
+/// combinations [`feature_combinations`] lints would no longer cover every build.
+fn features_used_alone() -> anyhow::Result<()> {
+    let mut pending = vec![workspace_root().join("redlock-core/src")];
+    while let Some(dir) = pending.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|ext| ext != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            for (number, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                if code.contains("all(feature") || code.contains("not(feature") {
+                    bail!(
+                        "{}:{}: a cfg combining features; add the combination to xtask's feature_combinations",
+                        path.display(),
+                        number + 1
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `cargo clippy -D warnings` of redlock-core with no feature, each feature alone, the two
+/// TLS features together and all of them; its unit tests with none.
 fn feature_combinations() -> anyhow::Result<()> {
-    const FEATURES: [&str; 4] = ["macros", "tls-rustls", "tls-native", "unix-sockets"];
-    // `serde` (config/'s `Deserialize`) and `metrics` (telemetry.rs) touch no other
-    // feature's code: each alone and all together, rather than doubling the combinations.
-    // The workspace run has them on (redlock-tests turns them on), the no-feature run off.
-    const INDEPENDENT: [&str; 2] = ["serde", "metrics"];
-    let independent = INDEPENDENT.iter().map(|f| (*f).to_owned()).chain([format!(
-        "{},{}",
-        INDEPENDENT.join(","),
-        FEATURES.join(",")
-    )]);
-    let combinations = (0..1u32 << FEATURES.len()).map(|mask| {
-        let chosen: Vec<&str> = FEATURES
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| mask & (1 << i) != 0)
-            .map(|(_, feature)| *feature)
-            .collect();
-        chosen.join(",")
-    });
-    for features in combinations.chain(independent) {
+    features_used_alone()?;
+    let combinations = std::iter::once(String::new())
+        .chain(CORE_FEATURES.iter().map(|f| (*f).to_owned()))
+        .chain(["tls-rustls,tls-native".to_owned(), CORE_FEATURES.join(",")]);
+    for features in combinations {
         if features.is_empty() {
             // Also the unit tests with no feature at all: the workspace's own run has TLS
             // (redlock-tests turns it on), where `rediss://` without TLS cannot be tested.
@@ -352,7 +390,7 @@ fn test() -> anyhow::Result<()> {
         cargo(&[&["test"][..], &native[..]].concat())?;
     }
     step(
-        "every combination of redlock-core's features compiles, clippy-clean; its unit tests with none",
+        "redlock-core with no feature, each alone, both TLS features and all: clippy-clean; its unit tests with none",
     );
     feature_combinations()?;
     step("doctests");
@@ -362,6 +400,18 @@ fn test() -> anyhow::Result<()> {
     step("the README's snippets and its Cargo.toml snippet (examples/readme)");
     cargo(&["test", "-p", "readme"])?;
     cargo(&["test", "-p", "readme", "--features", "tls", "--doc"])?;
+    step(
+        "the published crates packaged, each built from its package alone, and their files checked (licences, README, nothing included from outside)",
+    );
+    package::check(&workspace_root())?;
+    step(
+        "the demo, as `cargo xtask demo` runs it but in a debug build: 5 nodes, 3 shop replicas, load, a SIGTERM hand-over; fails if its invariant breaks",
+    );
+    cargo(&["build", "--quiet", "-p", "shop", "-p", "demo"])?;
+    cargo_with_env(
+        &[("REDIS_SERVER_BIN", &server.to_string_lossy())],
+        &["run", "--quiet", "-p", "demo"],
+    )?;
     step("rustdoc -D warnings");
     cargo_with_env(
         &[("RUSTDOCFLAGS", "-D warnings")],

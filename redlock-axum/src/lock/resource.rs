@@ -149,7 +149,7 @@ mod tests {
 
     use super::*;
 
-    include!("../../../redlock-template/template_cases.rs");
+    use redlock_template::cases::{Seg, check_cases, seg};
 
     /// The layer's parser ([`Template::parse`]) in the table's terms: its error's reason
     /// mapped back to the kind it names.

@@ -1,41 +1,50 @@
-// The resource-template cases of the grammar both `#[redlock(resource = "..")]` (checked at
-// compile time) and `RedlockLayer::from_template` (checked when the layer is built) parse with
-// redlock-template's `segments`: `include!`d by the unit tests of redlock-template (the
-// grammar), redlock-macros/src/template.rs (plus the macro's rule for names) and
-// redlock-axum/src/lock/resource.rs (the layer's parser).
-//
-// The grammar. A template is a non-empty string (else `Empty`) of literal text and
-// placeholders, read left to right; the first error wins. `{{` and `}}` are a literal `{` and
-// `}`. A placeholder is `{`, a name, `}`, and whitespace around the name is ignored. A `}` that
-// closes nothing is `StrayClose`, a `{` that is never closed is `Unclosed`, a `{` inside a
-// placeholder is `Nested`, and a blank name is `EmptyName`. What a name may be is where the
-// two grammars differ, on purpose: for the macro it is a Rust place, an identifier followed by
-// `.field`s or `.0`-style tuple indexes (else `Name`), whose first identifier one of the
-// function's arguments binds (checked against the signature, so not in this table); at run
-// time it is the name of a path parameter of the matched route, and axum allows any text
-// without braces there (`{user-id}`), so every name is accepted when the layer is built and a
-// name the route lacks is answered `500` per request.
-//
-// Each case: the template, then what the macro's grammar gives, then the runtime's (the same
-// for rows built with `both`). `Ok` lists the segments: `T` literal text with its braces
-// unescaped, `P` a placeholder's trimmed name. `Err` names the error kind, as above.
+//! The resource-template cases of the grammar both `#[redlock(resource = "..")]` (checked at
+//! compile time) and `RedlockLayer::from_template` (checked when the layer is built) parse with
+//! [`segments`](crate::segments): read by the unit tests of this crate (the grammar),
+//! redlock-macros (plus the macro's rule for names) and redlock-axum (the layer's parser),
+//! which turn on the `cases` feature as a dev-dependency. Not part of the API.
+//!
+//! The grammar. A template is a non-empty string (else `Empty`) of literal text and
+//! placeholders, read left to right; the first error wins. `{{` and `}}` are a literal `{` and
+//! `}`. A placeholder is `{`, a name, `}`, and whitespace around the name is ignored. A `}` that
+//! closes nothing is `StrayClose`, a `{` that is never closed is `Unclosed`, a `{` inside a
+//! placeholder is `Nested`, and a blank name is `EmptyName`. What a name may be is where the
+//! two grammars differ, on purpose: for the macro it is a Rust place, an identifier followed by
+//! `.field`s or `.0`-style tuple indexes (else `Name`), whose first identifier one of the
+//! function's arguments binds (checked against the signature, so not in this table); at run
+//! time it is the name of a path parameter of the matched route, and axum allows any text
+//! without braces there (`{user-id}`), so every name is accepted when the layer is built and a
+//! name the route lacks is answered `500` per request.
+//!
+//! Each case: the template, then what the macro's grammar gives, then the runtime's (the same
+//! for rows built with `both`). `Ok` lists the segments: `T` literal text with its braces
+//! unescaped, `P` a placeholder's trimmed name. `Err` names the error kind, as above.
 
-#[allow(dead_code)] // each crate reads one of the two columns
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seg {
+/// A segment as a case writes it.
+pub enum Seg {
+    /// Literal text, braces unescaped.
     T(&'static str),
+    /// A placeholder's trimmed name.
     P(&'static str),
 }
 
-use Seg::{P, T};
+pub use Seg::{P, T};
 
-type Expected = Result<&'static [Seg], &'static str>;
+use crate::Segment;
 
-#[allow(dead_code)] // each crate reads one of the two columns
-struct Case {
-    template: &'static str,
-    macro_grammar: Expected,
-    runtime_grammar: Expected,
+/// Segments, or the name of the error kind.
+pub type Expected = Result<&'static [Seg], &'static str>;
+
+/// One template and what each grammar makes of it.
+#[derive(Debug)]
+pub struct Case {
+    /// The template.
+    pub template: &'static str,
+    /// What the macro's grammar gives.
+    pub macro_grammar: Expected,
+    /// What the layer's grammar gives.
+    pub runtime_grammar: Expected,
 }
 
 const fn both(template: &'static str, expected: Expected) -> Case {
@@ -54,7 +63,8 @@ const fn differ(
     }
 }
 
-const CASES: &[Case] = &[
+/// Every case.
+pub const CASES: &[Case] = &[
     // Text and placeholders.
     both("x", Ok(&[T("x")])),
     both("{id}", Ok(&[P("id")])),
@@ -70,7 +80,10 @@ const CASES: &[Case] = &[
     both("a}}b", Ok(&[T("a}b")])),
     both("{{{id}", Ok(&[T("{"), P("id")])),
     both("{{{id}}}", Ok(&[T("{"), P("id"), T("}")])),
-    both("order:{id}:{{v}}:{item}", Ok(&[T("order:"), P("id"), T(":{v}:"), P("item")])),
+    both(
+        "order:{id}:{{v}}:{item}",
+        Ok(&[T("order:"), P("id"), T(":{v}:"), P("item")]),
+    ),
     // Malformed, for both.
     both("", Err("Empty")),
     both("{}", Err("EmptyName")),
@@ -99,8 +112,7 @@ const CASES: &[Case] = &[
 ];
 
 /// A parsed segment in the table's terms (its text leaked: tests only).
-#[allow(dead_code)] // not every crate needs each helper
-fn seg(segment: &Segment) -> Seg {
+pub fn seg(segment: &Segment) -> Seg {
     let leak = |s: &str| -> &'static str { Box::leak(s.to_owned().into_boxed_str()) };
     match segment {
         Segment::Text(text) => Seg::T(leak(text)),
@@ -109,11 +121,12 @@ fn seg(segment: &Segment) -> Seg {
 }
 
 /// Checks `parse` (segments, or an error kind's name) against one column of every case.
-#[allow(dead_code)] // not every crate needs each helper
-fn check_cases(column: fn(&Case) -> Expected, parse: impl Fn(&str) -> Result<Vec<Seg>, String>) {
+pub fn check_cases(
+    column: fn(&Case) -> Expected,
+    parse: impl Fn(&str) -> Result<Vec<Seg>, String>,
+) {
     for case in CASES {
         let expected = column(case).map(<[Seg]>::to_vec).map_err(str::to_owned);
         assert_eq!(parse(case.template), expected, "{:?}", case.template);
     }
 }
-
