@@ -417,6 +417,20 @@ fn test() -> anyhow::Result<()> {
         &[("RUSTDOCFLAGS", "-D warnings")],
         &["doc", "--workspace", "--no-deps", "--quiet"],
     )?;
+    step(
+        "rustdoc as docs.rs builds it: every feature, each feature-gated item marked (`--cfg docsrs`, nightly features allowed)",
+    );
+    let mut docs_rs = vec!["doc", "--no-deps", "--quiet", "--all-features"];
+    for krate in package::PUBLISHED.iter().filter(|k| **k != "redlock-cli") {
+        docs_rs.extend(["-p", krate]);
+    }
+    cargo_with_env(
+        &[
+            ("RUSTC_BOOTSTRAP", "1"),
+            ("RUSTDOCFLAGS", "--cfg docsrs -D warnings"),
+        ],
+        &docs_rs,
+    )?;
     eprintln!("xtask test: all checks passed");
     Ok(())
 }
