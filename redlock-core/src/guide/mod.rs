@@ -44,7 +44,10 @@ pub mod lock_modes {}
 pub mod attribute {}
 
 #[cfg_attr(not(doctest), doc = include_str!("axum.md"))]
-#[cfg_attr(doctest, doc = "Axum routes (compiled with the workspace's `examples/readme`).")]
+#[cfg_attr(
+    doctest,
+    doc = "Axum routes (compiled with the workspace's `examples/readme`)."
+)]
 pub mod axum {}
 
 #[doc = include_str!("command_line.md")]
