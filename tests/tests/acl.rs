@@ -1,4 +1,4 @@
-//! Each command list the README gives for an ACL user ("Pointing it at your own nodes"), alone:
+//! Each command list the guide gives for an ACL user (redlock-core's guide, "ACL users"), alone:
 //! the base list by itself (acquire, extend, auto-extension, release, the minimum hold, fencing,
 //! a busy error's remaining ttl), and each feature's row with the base list and nothing else,
 //! each feature shown to work, not only to fail soft (the scripts run their optional commands
@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 use redlock_core::{BuildError, Holder, LockOptions, Mode, Redlock};
 use redlock_tests::{RedisServer, within};
 
-/// The README's table of commands for an ACL user ("Pointing it at your own nodes"), read from
-/// the README itself so that the two cannot drift apart: each row's feature and its whole list
+/// The guide's table of commands for an ACL user (`redlock-core/src/guide/configuration.md`),
+/// read from the guide itself so that the two cannot drift apart: each row's feature and its whole list
 /// (`base and …` adds the base list, `the row above and …` the row above's whole list).
 fn readme_lists() -> Vec<(String, Vec<String>)> {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../redlock-core/src/guide/configuration.md");
     let start = readme
         .find("The lock needs these commands")
-        .expect("the README's ACL paragraph");
+        .expect("the guide's ACL paragraph");
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
     for line in readme[start..]
         .lines()
@@ -52,12 +52,12 @@ fn readme_lists() -> Vec<(String, Vec<String>)> {
     rows
 }
 
-/// The whole list of the README's row whose feature starts with `feature`.
+/// The whole list of the guide's row whose feature starts with `feature`.
 fn list(feature: &str) -> Vec<String> {
     readme_lists()
         .into_iter()
         .find(|(f, _)| f.starts_with(feature))
-        .unwrap_or_else(|| panic!("no README row for {feature:?}"))
+        .unwrap_or_else(|| panic!("no guide row for {feature:?}"))
         .1
 }
 

@@ -121,7 +121,7 @@ async fn environment_variables_configure_the_handle_and_override_a_file() {
 
 #[test]
 fn the_readme_table_lists_every_environment_variable() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../redlock-core/src/guide/configuration.md");
     let documented: Vec<&str> = readme
         .lines()
         .filter_map(|line| line.strip_prefix("| `"))

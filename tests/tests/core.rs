@@ -447,7 +447,7 @@ async fn dropping_an_acquisition_mid_attempt_releases_what_it_took() {
 
 #[tokio::test]
 async fn credentials_in_urls_work_with_a_least_privilege_acl_user_and_are_never_echoed() {
-    // The commands the README lists for an ACL user, on `lock:*` keys only (scripts run
+    // The commands the guide lists for an ACL user, on `lock:*` keys only (scripts run
     // under the caller's ACL, so the release script needs GET and DEL).
     let acl = [
         "--user",

@@ -187,7 +187,7 @@ async fn an_awaited_lost_signal_owns_itself_and_fires_at_its_deadline_or_release
     let deadline = guard.lost().deadline();
     // The awaited signal owns itself: `'static`, so it can be spawned with no binding kept.
     let spawned = tokio::spawn(guard.lost().into_future());
-    // The README's form: the temporary signal awaited in `select!`.
+    // The guide's form: the temporary signal awaited in `select!`.
     let worked = tokio::select! {
         () = guard.lost() => false,
         () = tokio::time::sleep(ms(5_000)) => true,

@@ -1,4 +1,4 @@
-//! Liveness of a job that skips when busy: K replicas fire the README's skip job
+//! Liveness of a job that skips when busy: K replicas fire the guide's skip job
 //! (`retry_count = 0`, a minimum hold, skip on `LockError::Busy`) at the same tick, and it must
 //! run on exactly one of them, every tick. The replicas split the vote when each is nearer some
 //! nodes than the others; a split vote is not `Busy` (nobody holds the resource), so they

@@ -1,7 +1,8 @@
 //! `cargo xtask vocabulary`: the public docs speak to users, not to the project's own notes.
 //!
 //! Scans the workspace README, each library crate's README, the CHANGELOG's `Unreleased`
-//! section and the rustdoc (`///`, `//!`) of the library crates ([`CRATES`]) for
+//! section, the rustdoc (`///`, `//!`) and Markdown pages (redlock-core's guide) of the library
+//! crates ([`CRATES`]), and the READMEs of `bench`, `tests` and `examples/demo`, for
 //! internal vocabulary: test ids (`RL-05`), the benchmark's workload numbers (`W2`), seed
 //! numbers (`seed 002`), issue numbers (`issue 15`, `#15`), commit hashes in prose, and "our
 //! reliability notes" (not shipped). A doc names the scenario or the measurement instead ("the
@@ -100,7 +101,11 @@ pub(crate) enum Kind {
     Rust,
 }
 
-/// The files scanned: README.md, CHANGELOG.md, each library crate's README.md and sources.
+/// READMEs outside the library crates that the root README links to as documentation.
+const OTHER_READMES: [&str; 3] = ["bench", "tests", "examples/demo"];
+
+/// The files scanned: README.md, CHANGELOG.md, each library crate's README.md, its sources and
+/// the Markdown files among them (redlock-core's guide pages), and [`OTHER_READMES`].
 fn sources(root: &Path) -> anyhow::Result<Vec<(PathBuf, Kind)>> {
     let mut found = vec![
         (root.join("README.md"), Kind::Markdown),
@@ -112,19 +117,33 @@ fn sources(root: &Path) -> anyhow::Result<Vec<(PathBuf, Kind)>> {
             found.push((readme, Kind::Markdown));
         }
         let mut rust = Vec::new();
-        rust_files(&root.join(krate).join("src"), &mut rust)?;
+        files_with_extension(&root.join(krate).join("src"), "rs", &mut rust)?;
         rust.sort();
         found.extend(rust.into_iter().map(|path| (path, Kind::Rust)));
+        let mut markdown = Vec::new();
+        files_with_extension(&root.join(krate).join("src"), "md", &mut markdown)?;
+        markdown.sort();
+        found.extend(markdown.into_iter().map(|path| (path, Kind::Markdown)));
+    }
+    for dir in OTHER_READMES {
+        let readme = root.join(dir).join("README.md");
+        if readme.is_file() {
+            found.push((readme, Kind::Markdown));
+        }
     }
     Ok(found)
 }
 
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+fn files_with_extension(
+    dir: &Path,
+    extension: &str,
+    found: &mut Vec<PathBuf>,
+) -> anyhow::Result<()> {
     for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = entry?.path();
         if path.is_dir() {
-            rust_files(&path, found)?;
-        } else if path.extension().is_some_and(|e| e == "rs") {
+            files_with_extension(&path, extension, found)?;
+        } else if path.extension().is_some_and(|e| e == extension) {
             found.push(path);
         }
     }

@@ -586,7 +586,7 @@ struct Handover {
 /// One client per lock node, for reading the lock keys. Each connection is named as a
 /// redlock-core handle's (`CLIENT SETNAME redlock-rs`): it only reads, and an unnamed
 /// connection would count as a foreign client that may poll, for which releases open
-/// windows (the README, "Windows only when a foreign client could be there").
+/// windows (redlock-core's guide, "how it works": "Windows only when a foreign client could be there").
 async fn observers(nodes: &str) -> Vec<fred::clients::Client> {
     let mut clients = Vec::new();
     for url in nodes.split(',') {

@@ -248,8 +248,8 @@ impl RedlockBuilder {
     /// another server), the node writes it again and sits out the quarantine from then, on a
     /// marker key with that ttl. No uptime or clock is read: a clock step at boot, before the
     /// node answers its first acquisition, changes nothing; a step during the quarantine
-    /// shortens or lengthens it as it does every key's ttl on that node (see the README's
-    /// "Guarantees and their limits"). A node no handle with the quarantine on has seen yet
+    /// shortens or lengthens it as it does every key's ttl on that node (see the guide's
+    /// [guarantees and their limits](crate::guide::guarantees)). A node no handle with the quarantine on has seen yet
     /// (turning the quarantine on, a new key prefix) cannot be told from one that lost its
     /// data, so it sits out one quarantine too: [`build`](Self::build) runs the check on every
     /// node, so that it starts then. The handles of one key prefix must all have the

@@ -30,8 +30,8 @@
 //!    `every_lock_option_is_an_argument_or_left_out_on_purpose` fails until it is one or the
 //!    other.
 //!
-//! Two tests outside the crate then ask for the new variable: the README's table of
-//! variables (redlock-tests, `config.rs`) and the `redlock` command's choice of the variables
+//! Two tests outside the crate then ask for the new variable: the guide's table of
+//! variables (`guide/configuration.md`; redlock-tests, `config.rs`) and the `redlock` command's choice of the variables
 //! it reads (redlock-cli, `connect.rs`).
 //!
 //! The only option outside the list is [`LockOptions::resource_class`], a metrics label the

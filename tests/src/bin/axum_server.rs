@@ -1,6 +1,6 @@
 //! An axum server in its own process, for the test that stops it with a signal
 //! (tests/axum.rs, `a_signal_releases_the_held_locks_and_the_server_exits_0`), shaped as the
-//! README's "On axum routes" snippet.
+//! axum snippet of the README and the guide.
 //!
 //! `axum_server <node-url>...` serves `POST /hold/{id}` under a `RedlockLayer` on `hold:{id}`
 //! (ttl 30 s, auto-extended) whose handler never answers. It prints `LISTENING <addr>` once
