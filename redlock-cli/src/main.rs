@@ -38,15 +38,17 @@ mod signals;
 mod status;
 
 #[cfg(unix)]
+use args::{Cli, Command};
+#[cfg(unix)]
+use exit::CliError;
+
+#[cfg(unix)]
 fn main() -> std::process::ExitCode {
     use std::io::IsTerminal as _;
     use std::process::ExitCode;
 
     use clap::Parser;
     use clap::error::ErrorKind;
-
-    use args::{Cli, Command};
-    use exit::CliError;
 
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
