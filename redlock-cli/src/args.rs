@@ -5,18 +5,21 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use redlock_core::MAX_RESOURCE_LEN;
+use redlock_core::{MAX_RESOURCE_LEN, Mode};
 
 use crate::exit::EXIT_CODES_HELP;
 
-/// Run a command under a Redlock distributed lock, or show who holds one.
+/// Run a command under a Redlock distributed lock, or show who holds one. For Unix systems
+/// (Linux, macOS, the BSDs): the command runs in a process group of its own, signalled with
+/// Unix signals.
 ///
 /// The nodes are independent Redis masters, from --nodes or the REDLOCK_NODES environment
 /// variable: comma-separated URLs such as redis://user:password@10.0.0.1:6379/0 (rediss://
 /// for TLS). The handle's other REDLOCK_* variables are read too (REDLOCK_KEY_PREFIX,
 /// REDLOCK_NODE_TIMEOUT, REDLOCK_CONNECT_TIMEOUT, REDLOCK_TLS_CA...); the lock options'
 /// variables (REDLOCK_TTL, REDLOCK_MODE, REDLOCK_LOCK_AT_LEAST_FOR...) are not: they belong
-/// to the applications sharing the environment, and the lock is set by the flags.
+/// to the applications sharing the environment, and the lock is set by the flags (--ttl,
+/// --mode, --lock-at-least-for...).
 #[derive(Debug, Parser)]
 #[command(name = "redlock", version, after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
 pub(crate) struct Cli {
@@ -76,6 +79,14 @@ pub(crate) struct RunArgs {
     /// lockAtLeastFor). Released before then, the key is kept until then instead of deleted.
     #[arg(long, value_parser = duration)]
     pub(crate) lock_at_least_for: Option<Duration>,
+    /// Take the lock in a lock mode, shared with holders in compatible modes: `pr` (or
+    /// `read`) is shared by readers, `ex` (or `write`) excludes every other holder but `nl`.
+    /// One of nl, cr, cw, pr, pw, ex (null, concurrent_read, concurrent_write,
+    /// protected_read, protected_write, exclusive), case-insensitive. Without it the lock is
+    /// the plain exclusive one, which also excludes every holder in a mode. Not with
+    /// --lock-at-least-for.
+    #[arg(long, value_name = "MODE", value_parser = mode, conflicts_with = "lock_at_least_for")]
+    pub(crate) mode: Option<Mode>,
     /// Take a fencing token with the lock (needs more nodes to confirm it: 3 of 3, 4 of 5)
     /// and pass it to the command in this environment variable.
     #[arg(long, value_name = "VAR", value_parser = env_var)]
@@ -129,6 +140,11 @@ fn wait(text: &str) -> Result<Duration, String> {
     duration(text)
 }
 
+/// A lock mode, by the names [`Mode`]'s `FromStr` takes (`pr`, `protected_read`, `read`...).
+fn mode(text: &str) -> Result<Mode, String> {
+    text.parse::<Mode>().map_err(|e| e.to_string())
+}
+
 /// A resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes (a NUL byte cannot be in an
 /// argument).
 fn resource(text: &str) -> Result<String, String> {
@@ -178,6 +194,16 @@ mod tests {
         assert!(duration("").is_err());
         assert_eq!(wait("forever"), Ok(Duration::MAX));
         assert_eq!(wait("0s"), Ok(Duration::ZERO));
+        for (name, expected) in [
+            ("nl", Mode::Null),
+            ("PR", Mode::ProtectedRead),
+            ("ex", Mode::Exclusive),
+            ("read", Mode::ProtectedRead),
+        ] {
+            assert_eq!(mode(name), Ok(expected));
+        }
+        let refused = mode("shared").map_err(|e| e.contains("NL, CR, CW, PR, PW, EX"));
+        assert_eq!(refused, Err(true));
         assert!(resource("").is_err());
         assert!(resource(&"x".repeat(MAX_RESOURCE_LEN + 1)).is_err());
         assert_eq!(resource("job:1"), Ok("job:1".to_owned()));

@@ -1,27 +1,29 @@
 //! Exit codes, and the errors that end `redlock` with one of them.
 //!
-//! The codes are sysexits(3)'s where one fits, the shell's for a command that cannot run or
-//! was killed by a signal, 79 (right after sysexits' range) for a lost lock, and Rust's 101
-//! for a panic (a bug: the command's process group is killed as redlock unwinds).
+//! The codes are sysexits(3)'s where one fits (from the `sysexits` crate), the shell's for a
+//! command that cannot run or was killed by a signal, 79 (right after sysexits' range) for a
+//! lost lock, and Rust's 101 for a panic (a bug: the command's process group is killed as
+//! redlock unwinds).
 
 use std::io;
 use std::time::Duration;
 
 use redlock_core::{BuildError, LockError, LostReason};
+use sysexits::ExitCode as Sysexit;
 
 /// Bad usage or configuration (sysexits `EX_USAGE`): arguments, durations, node URLs, no
 /// nodes, nodes that are not independent masters.
-pub(crate) const USAGE: u8 = 64;
+pub(crate) const USAGE: u8 = Sysexit::Usage as u8;
 /// Redis unavailable (sysexits `EX_UNAVAILABLE`): fewer than a quorum of nodes reachable or
 /// answering, or a split vote that nobody won (unlike busy, nobody runs the command).
-pub(crate) const UNAVAILABLE: u8 = 69;
+pub(crate) const UNAVAILABLE: u8 = Sysexit::Unavailable as u8;
 /// Internal error (sysexits `EX_SOFTWARE`).
-pub(crate) const SOFTWARE: u8 = 70;
+pub(crate) const SOFTWARE: u8 = Sysexit::Software as u8;
 /// An operating system error (sysexits `EX_OSERR`): a signal handler or the runtime could not
 /// be set up, waiting for the command failed, no entropy for a token.
-pub(crate) const OS_ERROR: u8 = 71;
+pub(crate) const OS_ERROR: u8 = Sysexit::OsErr as u8;
 /// The resource is busy (sysexits `EX_TEMPFAIL`: try again later); the command did not run.
-pub(crate) const BUSY: u8 = 75;
+pub(crate) const BUSY: u8 = Sysexit::TempFail as u8;
 /// The lock was lost while the command ran (the command was stopped), or found gone when it
 /// was released after the command exited.
 pub(crate) const LOST: u8 = 79;
@@ -152,6 +154,21 @@ impl CliError {
             CliError::Interrupted { signal } => signal_code(*signal as i32),
             CliError::TooFewAnswered { .. } => UNAVAILABLE,
         }
+    }
+
+    /// The error, then each source the text so far does not already say, `: `-separated:
+    /// the line `redlock` prints before exiting.
+    pub(crate) fn with_sources(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let said = cause.to_string();
+            if !text.contains(&said) {
+                text = format!("{text}: {said}");
+            }
+            source = cause.source();
+        }
+        text
     }
 }
 

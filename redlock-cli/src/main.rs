@@ -4,27 +4,52 @@
 //! Modules, bottom up: `exit` (codes and errors), `say` (lines on stderr), `args` (the
 //! command line), `connect` (the lock handle), `signals` and `child` (the command's process
 //! group and the signals passed on to it), `run` and `status` (the two subcommands).
+//!
+//! Unix only (Linux, macOS, the BSDs): the command's process group, the signals passed on to
+//! it and the child subreaper are Unix facilities (through `nix`, a Unix-only dependency).
+//! Elsewhere the build stops with one error saying so, not a cascade of unresolved imports.
 
+#[cfg(not(unix))]
+compile_error!(
+    "redlock-cli (the `redlock` command) supports Unix systems only (Linux, macOS, the BSDs): \
+     it runs the command in a process group of its own and passes Unix signals on to it; \
+     on Windows, build and run it under WSL"
+);
+
+/// Never built: the `compile_error!` above stops a non-Unix build first.
+#[cfg(not(unix))]
+fn main() {}
+
+#[cfg(unix)]
 mod args;
+#[cfg(unix)]
 mod child;
+#[cfg(unix)]
 mod connect;
+#[cfg(unix)]
 mod exit;
+#[cfg(unix)]
 mod run;
+#[cfg(unix)]
 mod say;
+#[cfg(unix)]
 mod signals;
+#[cfg(unix)]
 mod status;
 
-use std::error::Error as _;
-use std::io::IsTerminal as _;
-use std::process::ExitCode;
-
-use clap::Parser;
-use clap::error::ErrorKind;
-
+#[cfg(unix)]
 use args::{Cli, Command};
+#[cfg(unix)]
 use exit::CliError;
 
-fn main() -> ExitCode {
+#[cfg(unix)]
+fn main() -> std::process::ExitCode {
+    use std::io::IsTerminal as _;
+    use std::process::ExitCode;
+
+    use clap::Parser;
+    use clap::error::ErrorKind;
+
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
@@ -46,7 +71,7 @@ fn main() -> ExitCode {
         .without_time()
         .init();
     if let Err(error) = signals::write_from_the_background() {
-        say::say(format_args!("{}", with_sources(&error)));
+        say::say(format_args!("{}", error.with_sources()));
         return ExitCode::from(error.exit_code());
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -68,22 +93,8 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            say::say(format_args!("{}", with_sources(&error)));
+            say::say(format_args!("{}", error.with_sources()));
             ExitCode::from(error.exit_code())
         }
     }
-}
-
-/// `error`, then each source the text so far does not already say, `: `-separated.
-fn with_sources(error: &CliError) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text = format!("{text}: {said}");
-        }
-        source = cause.source();
-    }
-    text
 }

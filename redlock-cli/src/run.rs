@@ -91,18 +91,21 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
     }
 }
 
-/// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing
-/// and a minimum hold if asked.
+/// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing,
+/// a minimum hold and a mode if asked (the lock's validation refuses both at once).
 fn plain_options(args: &RunArgs) -> LockOptions {
-    let options = LockOptions::default()
+    let mut options = LockOptions::default()
         .ttl(args.ttl)
         .wait_timeout(args.wait)
         .auto_extend(true)
         .fencing(args.fencing_env.is_some());
-    match args.lock_at_least_for {
-        Some(at_least) => options.lock_at_least_for(at_least),
-        None => options,
+    if let Some(at_least) = args.lock_at_least_for {
+        options = options.lock_at_least_for(at_least);
     }
+    if let Some(mode) = args.mode {
+        options = options.mode(mode);
+    }
+    options
 }
 
 /// The default lost margin of the lock (`min(ttl / 10, 1 s)`): the time left, between SIGKILL

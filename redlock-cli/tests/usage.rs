@@ -102,6 +102,36 @@ async fn bad_input_exits_64_with_a_clear_message() {
             "leaves no validity",
         ),
         (
+            &[
+                "run",
+                "--resource",
+                "r",
+                "--mode",
+                "shared",
+                "--nodes",
+                UNUSED_NODE,
+                "--",
+                "true",
+            ],
+            "`shared` is not a lock mode; use read, write, or one of NL, CR, CW, PR, PW, EX",
+        ),
+        (
+            &[
+                "run",
+                "--resource",
+                "r",
+                "--mode",
+                "pr",
+                "--lock-at-least-for",
+                "1s",
+                "--nodes",
+                UNUSED_NODE,
+                "--",
+                "true",
+            ],
+            "'--mode <MODE>' cannot be used with '--lock-at-least-for",
+        ),
+        (
             &["status", "", "--nodes", UNUSED_NODE],
             "the resource name is empty",
         ),
@@ -123,12 +153,15 @@ async fn bad_input_exits_64_with_a_clear_message() {
     }
 }
 
-/// `--help` exits 0 and documents every exit code.
+/// `--help` exits 0, documents every exit code, and says the platforms `redlock` supports.
 #[tokio::test]
 async fn help_documents_the_exit_codes() {
     for args in [&["--help"][..], &["run", "--help"], &["status", "--help"]] {
         let help = output(redlock(None, args)).await;
         help.expect(0);
+        if args == ["--help"] {
+            assert!(help.stdout.contains("For Unix systems"), "{help:#?}");
+        }
         for code in [
             "64", "69", "70", "71", "75", "79", "101", "126, 127", "128 + N",
         ] {

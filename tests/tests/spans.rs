@@ -2,6 +2,13 @@
 //! attempts and votes; one per release, explicit, by drop or by `release_all`; a warning when
 //! a lock is lost by expiry; never the token. Alone in its own test binary, with a global
 //! subscriber: the release of a dropped guard runs on another task.
+//!
+//! The spans are read from the `fmt` layer's lines (`FmtSpan::CLOSE` shows every field a span
+//! recorded), not from an ordered mock subscriber such as `tracing-mock`: such a mock checks
+//! every notification against the next expectation, and an instrumented future enters and
+//! exits its span once per poll, as many times as the nodes' answers take to arrive, while
+//! the releases by drop run on other tasks. "Exactly one span closed with these fields" and
+//! "the token in no line" are what the test asserts.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
