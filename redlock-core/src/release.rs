@@ -110,13 +110,18 @@ impl Redlock {
         let handover = handover.as_ref();
         let (token, limit) = (token.expose(), masters.node_timeout);
         let tally = masters
-            .round(masters.quorum, limit, Stop::AtQuorum, |node| async move {
-                let vote = match node.release(keys, token, releasing, handover, limit).await {
-                    Ok(true) => NodeVote::Acquired,
-                    Ok(false) => NodeVote::Held,
-                    Err(e) => NodeVote::Failed(e),
-                };
-                (vote, ())
+            .round(masters.quorum, limit, Stop::AtQuorum, |node| {
+                // Made on every node now: the round returns at quorum, dropping the calls it
+                // has not polled yet, and a release must reach every node all the same.
+                let answer = node.release(keys, token, releasing, handover, limit);
+                async move {
+                    let vote = match answer.await {
+                        Ok(true) => NodeVote::Acquired,
+                        Ok(false) => NodeVote::Held,
+                        Err(e) => NodeVote::Failed(e),
+                    };
+                    (vote, ())
+                }
             })
             .await;
         Released {

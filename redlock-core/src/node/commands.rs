@@ -242,20 +242,20 @@ impl Node {
     /// plain key goes to the longest queued waiter, or opens a window for foreign clients
     /// ([`RELEASE_HANDOVER`]); a lock in a mode removes only its own entry and wakes the
     /// resource's waiters when hand-over is on ([`RELEASE_MODE`]). `Ok(true)` if our key (or
-    /// live entry) was there.
-    pub(crate) async fn release(
+    /// live entry) was there. The call is made now, before the future is polled.
+    pub(crate) fn release(
         &self,
         keys: &ResourceKeys,
         token: &str,
         releasing: Releasing<'_>,
         handover: Option<&Handover>,
         limit: Duration,
-    ) -> Result<bool, NodeError> {
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let key = keys.lock.as_str();
-        let reply = match (releasing, handover) {
+        let answer = match (releasing, handover) {
             (Releasing::Keep { keep_ms }, _) => {
                 let args = [Value::from(token), int_arg(keep_ms), Value::from(KEPT)];
-                self.eval_release(&KEEP, &[key], &args, limit).await?
+                self.eval_release(&KEEP, &[key], &args, limit)
             }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {
                 let marker = match releasing {
@@ -273,7 +273,6 @@ impl Node {
                     None => &[key],
                 };
                 self.eval_release(&RELEASE_MODE, script_keys, &args, limit)
-                    .await?
             }
             (Releasing::Holder { .. }, Some(h)) => {
                 let args = [
@@ -292,14 +291,10 @@ impl Node {
                     keys.window.as_str(),
                 ];
                 self.eval_release(&RELEASE_HANDOVER, &script_keys, &args, limit)
-                    .await?
             }
-            _ => {
-                self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit)
-                    .await?
-            }
+            _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit),
         };
-        Ok(matches!(reply, Value::Integer(1)))
+        async move { Ok(matches!(answer.await?, Value::Integer(1))) }
     }
 
     /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a

@@ -102,16 +102,21 @@ impl Node {
     /// keep the key until its ttl. A release may land late (it deletes only its own token), so
     /// it is always finished. An acquisition is not: its clean-up must reach each node after
     /// it.
-    pub(crate) async fn eval_release(
+    pub(crate) fn eval_release(
         &self,
         script: &'static Script,
         keys: &[&str],
         args: &[Value],
         limit: Duration,
-    ) -> Result<Value, NodeError> {
-        tokio::time::timeout(limit, self.pipeline.call(script, keys, args, true))
-            .await
-            .unwrap_or(Err(NodeError::Timeout(limit)))
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+        // Made now, not on the first poll: a round decided at quorum drops the calls it has
+        // not polled yet, and a release must reach every node.
+        let answer = self.pipeline.issue(script, keys, args, true);
+        async move {
+            tokio::time::timeout(limit, answer)
+                .await
+                .unwrap_or(Err(NodeError::Timeout(limit)))
+        }
     }
 
     /// Completes once every call sent to the node before it has been answered (or failed): a

@@ -116,11 +116,12 @@ impl Pipeline {
     }
 
     /// Runs `script` on `keys` and `args` in the node's next batch, and returns its reply.
-    /// Unbounded in time by itself: every caller bounds it. The call is queued on the first
-    /// poll and sent with the next batch even if this future is dropped first (a dropped
-    /// acquisition's clean-up follows it on the same connection); only a batch sent again
-    /// (after `NOSCRIPT`, or a refusal of the whole batch) leaves out the calls nobody waits
-    /// for any more, unless `finish` (see [`Call::finish`]).
+    /// Unbounded in time by itself: every caller bounds it. The call is made on the first
+    /// poll ([`issue`](Self::issue) makes it at once) and sent with the next batch even if
+    /// this future is dropped first (a dropped acquisition's clean-up follows it on the same
+    /// connection); only a batch sent again (after `NOSCRIPT`, or a refusal of the whole
+    /// batch) leaves out the calls nobody waits for any more, unless `finish` (see
+    /// [`Call::finish`]).
     pub(crate) async fn call(
         &self,
         script: &'static Script,
@@ -128,6 +129,19 @@ impl Pipeline {
         args: &[Value],
         finish: bool,
     ) -> Result<Value, NodeError> {
+        self.issue(script, keys, args, finish).await
+    }
+
+    /// Makes the call now, before the returned future is polled, and returns its answer: a
+    /// call that must be finished (a release) is then sent even if its future is dropped
+    /// unpolled, as a round decided at quorum drops the calls it has not polled yet.
+    pub(crate) fn issue(
+        &self,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[Value],
+        finish: bool,
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
         let keys: Vec<Value> = keys.iter().map(|k| Value::from(*k)).collect();
         let args = args.to_vec();
         // Nothing is waiting to be sent to this node, nor waiting for its answer: the call
@@ -136,49 +150,67 @@ impl Pipeline {
         // before it is queued until after its batch was handed over and answered), so the
         // order holds; the calls made while it is outstanding go through the task and are
         // batched.
-        let outstanding = if self
+        let issued = if self
             .outstanding
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
         {
             let counted = Outstanding(self.outstanding.clone());
-            match Direct::start(self, script, keys, args, finish, counted).await {
-                Ok(answer) => return answer,
-                Err(again) => again,
-            }
+            Issued::Direct(Direct::start(self, script, keys, args, finish, counted))
         } else {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
-            Again {
-                keys,
-                args,
-                counted: Outstanding(self.outstanding.clone()),
-            }
+            let counted = Outstanding(self.outstanding.clone());
+            Issued::Queued(queue(
+                &self.tx,
+                script,
+                Again {
+                    keys,
+                    args,
+                    counted,
+                },
+                finish,
+            ))
         };
-        let (reply, answer) = oneshot::channel();
-        self.queue(script, outstanding, finish, reply)?;
-        answer.await.unwrap_or(Err(NodeError::Disconnected))
+        let tx = self.tx.clone();
+        async move {
+            let answer = match issued {
+                Issued::Direct(direct) => match direct.await {
+                    Ok(answer) => return answer,
+                    // `NOSCRIPT`: sent again by source, through the task.
+                    Err(again) => queue(&tx, script, again, finish)?,
+                },
+                Issued::Queued(answer) => answer?,
+            };
+            answer.await.unwrap_or(Err(NodeError::Disconnected))
+        }
     }
+}
 
-    /// Hands a call to the task.
-    fn queue(
-        &self,
-        script: &'static Script,
-        again: Again,
-        finish: bool,
-        reply: oneshot::Sender<Result<Value, NodeError>>,
-    ) -> Result<(), NodeError> {
-        let call = Call {
-            script,
-            keys: again.keys,
-            args: again.args,
-            finish,
-            reply,
-            _outstanding: again.counted,
-        };
-        self.tx
-            .send(Message::Call(call))
-            .map_err(|_| NodeError::Disconnected)
-    }
+/// A call made: sent by its caller, or queued for the task.
+enum Issued {
+    Direct(Direct),
+    Queued(Result<oneshot::Receiver<Result<Value, NodeError>>, NodeError>),
+}
+
+/// Hands a call to the task; returns where its answer comes.
+fn queue(
+    tx: &mpsc::UnboundedSender<Message>,
+    script: &'static Script,
+    again: Again,
+    finish: bool,
+) -> Result<oneshot::Receiver<Result<Value, NodeError>>, NodeError> {
+    let (reply, answer) = oneshot::channel();
+    let call = Call {
+        script,
+        keys: again.keys,
+        args: again.args,
+        finish,
+        reply,
+        _outstanding: again.counted,
+    };
+    tx.send(Message::Call(call))
+        .map_err(|_| NodeError::Disconnected)?;
+    Ok(answer)
 }
 
 /// A call to be queued: its keys and arguments, counted as outstanding.
@@ -368,7 +400,7 @@ fn send(
     client: &Client,
     batch: &[Parts<'_>],
     by: By,
-) -> impl Future<Output = Result<Value, NodeError>> + Send + 'static {
+) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
     let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
