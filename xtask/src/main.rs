@@ -7,6 +7,7 @@
 
 mod install;
 mod layers;
+mod valkey;
 mod vocabulary;
 
 use std::process::{Command, ExitCode};
@@ -351,6 +352,7 @@ fn test() -> anyhow::Result<()> {
     } else {
         cargo(&[&["test"][..], &native[..]].concat())?;
     }
+    valkey::test()?;
     step(
         "every combination of redlock-core's features compiles, clippy-clean; its unit tests with none",
     );
