@@ -2,21 +2,18 @@
 
 use std::path::PathBuf;
 
-use crate::programs::ServerKind;
-
 /// Why [`TestServer::try_start`](crate::TestServer::try_start) could not start a server.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
     /// No binary: the environment variable is unset and the program is not on `PATH`.
-    #[error(
-        "{} not found: install it, put it on PATH or set {} to its path",
-        kind.program(),
-        kind.env_var()
-    )]
+    #[error("{program} not found: install it, put it on PATH or set {env_var} to its path")]
     NotFound {
-        /// The kind of server asked for.
-        kind: ServerKind,
+        /// The program looked for on `PATH` ([`ServerKind::program`](crate::ServerKind::program)).
+        program: &'static str,
+        /// The environment variable that was unset
+        /// ([`ServerKind::env_var`](crate::ServerKind::env_var)).
+        env_var: &'static str,
     },
     /// The binary could not be run (missing file, not executable, ...), or the server's
     /// working directory could not be made.

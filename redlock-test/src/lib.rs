@@ -59,7 +59,7 @@
 //!
 //! # Features
 //!
-//! `tls`: [`Certificates`] (a throw-away CA and certificates, made with rcgen) and
+//! `tls`: `Certificates` (a throw-away CA and certificates, made with rcgen) and
 //! `ServerOptions::tls`, for servers built with TLS that also serve it.
 
 mod clients;

@@ -52,7 +52,10 @@ impl ServerKind {
     pub fn binary(self) -> Result<PathBuf, StartError> {
         match std::env::var_os(self.env_var()) {
             Some(bin) if !bin.is_empty() => Ok(PathBuf::from(bin)),
-            _ => on_path(self.program()).ok_or(StartError::NotFound { kind: self }),
+            _ => on_path(self.program()).ok_or(StartError::NotFound {
+                program: self.program(),
+                env_var: self.env_var(),
+            }),
         }
     }
 

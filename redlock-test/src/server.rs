@@ -355,7 +355,7 @@ impl TestServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// `rediss://127.0.0.1:<tls port>`, for a server started with [`ServerOptions::tls`].
+    /// `rediss://127.0.0.1:<tls port>`, for a server started with `ServerOptions::tls` (feature `tls`).
     ///
     /// # Panics
     /// If the server was started without TLS.
