@@ -60,7 +60,7 @@ pub(crate) fn test() -> anyhow::Result<()> {
         (install::VALKEY_BIN_ENV, valkey.as_ref()),
         (REQUIRE_VALKEY_ENV, "1"),
     ];
-    run_tests(&both, &["--test", "servers"], None)?;
+    run_tests(&both, &["servers"], None)?;
 
     step(&format!(
         "the server-facing suites again, every node a Valkey one ({}; TLS left out: the wheel's server has none)",
@@ -70,9 +70,7 @@ pub(crate) fn test() -> anyhow::Result<()> {
         ("REDIS_SERVER_BIN", valkey.as_ref()),
         (install::VALKEY_BIN_ENV, valkey.as_ref()),
     ];
-    let targets: Vec<String> = SUITES.iter().map(|s| format!("--test={s}")).collect();
-    let targets: Vec<&str> = targets.iter().map(String::as_str).collect();
-    run_tests(&only_valkey, &targets, Some("tls::"))?;
+    run_tests(&only_valkey, &SUITES, Some("tls::"))?;
     step(&format!(
         "Valkey step passed in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -80,27 +78,28 @@ pub(crate) fn test() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs test targets of redlock-tests with `env`, under nextest when it is there; `skip`
-/// leaves out the tests whose name starts with it.
-fn run_tests(env: &[(&str, &str)], targets: &[&str], skip: Option<&str>) -> anyhow::Result<()> {
-    let mut args = vec!["-p", "redlock-tests"];
-    args.extend_from_slice(targets);
+/// Runs the test binaries `binaries` of redlock-tests with `env`, under nextest when it is
+/// there; `skip` leaves out the tests whose name starts with it. Under nextest the binaries are
+/// picked from the whole workspace's build, which the main test run has just made: nothing is
+/// compiled again (`-p redlock-tests` would unify features differently and rebuild).
+fn run_tests(env: &[(&str, &str)], binaries: &[&str], skip: Option<&str>) -> anyhow::Result<()> {
     if nextest_available() {
-        let filter = skip.map(|prefix| format!("not test(/^{prefix}/)"));
-        let mut full = vec!["nextest", "run"];
-        full.extend_from_slice(&args);
-        if let Some(filter) = &filter {
-            full.extend(["-E", filter.as_str()]);
-        }
-        cargo_with_env(env, &full)
-    } else {
-        let mut full = vec!["test"];
-        full.extend_from_slice(&args);
-        full.extend(["--", "--test-threads", "2"]);
+        let chosen: Vec<String> = binaries.iter().map(|b| format!("binary({b})")).collect();
+        let mut filter = format!("package(redlock-tests) & ({})", chosen.join(" | "));
         if let Some(prefix) = skip {
-            full.extend(["--skip", prefix]);
+            filter.push_str(&format!(" & not test(/^{prefix}/)"));
         }
-        cargo_with_env(env, &full)
+        cargo_with_env(env, &["nextest", "run", "--workspace", "-E", &filter])
+    } else {
+        let mut args = vec!["test", "-p", "redlock-tests"];
+        for binary in binaries {
+            args.extend(["--test", binary]);
+        }
+        args.extend(["--", "--test-threads", "2"]);
+        if let Some(prefix) = skip {
+            args.extend(["--skip", prefix]);
+        }
+        cargo_with_env(env, &args)
     }
 }
 
