@@ -5,8 +5,9 @@
 //!    cluster-mode Valkey node refused (required to run here: it fails instead of skipping
 //!    when Valkey is missing);
 //! 2. the suites that talk to the servers' own behaviour (the core lock, modes, fencing, the
-//!    quarantine, ACL, scripts, foreign keys, the node checks, ...) again with
-//!    `REDIS_SERVER_BIN` naming `valkey-server`, so that every node is a Valkey one.
+//!    quarantine, ACL, scripts, foreign keys, the node checks, ...), and the tests of the
+//!    published harness and of its example, again with `REDIS_SERVER_BIN` naming
+//!    `valkey-server`, so that every node is a Valkey one.
 //!
 //! The wheel's server is built without TLS (it answers `--tls-port` with "Failed finding TLS
 //! support"), so the TLS tests stay on Redis only.
@@ -60,17 +61,17 @@ pub(crate) fn test() -> anyhow::Result<()> {
         (install::VALKEY_BIN_ENV, valkey.as_ref()),
         (REQUIRE_VALKEY_ENV, "1"),
     ];
-    run_tests(&both, &["servers"], None)?;
+    run_tests(&both, &["servers"], None, false)?;
 
     step(&format!(
-        "the server-facing suites again, every node a Valkey one ({}; TLS left out: the wheel's server has none)",
+        "the server-facing suites again, every node a Valkey one ({}; the harness's and its example's tests; TLS left out: the wheel's server has none)",
         SUITES.join(", ")
     ));
     let only_valkey = [
         ("REDIS_SERVER_BIN", valkey.as_ref()),
         (install::VALKEY_BIN_ENV, valkey.as_ref()),
     ];
-    run_tests(&only_valkey, &SUITES, Some("tls::"))?;
+    run_tests(&only_valkey, &SUITES, Some("tls::"), true)?;
     step(&format!(
         "Valkey step passed in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -79,15 +80,24 @@ pub(crate) fn test() -> anyhow::Result<()> {
 }
 
 /// Runs the test binaries `binaries` of redlock-tests with `env`, under nextest when it is
-/// there; `skip` leaves out the tests whose name starts with it. Under nextest the binaries are
+/// there; `skip` leaves out the tests whose name starts with it; `with_harness` adds the tests
+/// of redlock-test and of the example that uses it. Under nextest the binaries are
 /// picked from the whole workspace's build, which the main test run has just made: nothing is
 /// compiled again (`-p redlock-tests` would unify features differently and rebuild).
-fn run_tests(env: &[(&str, &str)], binaries: &[&str], skip: Option<&str>) -> anyhow::Result<()> {
+fn run_tests(
+    env: &[(&str, &str)],
+    binaries: &[&str],
+    skip: Option<&str>,
+    with_harness: bool,
+) -> anyhow::Result<()> {
     if nextest_available() {
         let chosen: Vec<String> = binaries.iter().map(|b| format!("binary({b})")).collect();
         let mut filter = format!("package(redlock-tests) & ({})", chosen.join(" | "));
         if let Some(prefix) = skip {
             filter.push_str(&format!(" & not test(/^{prefix}/)"));
+        }
+        if with_harness {
+            filter = format!("({filter}) | package(redlock-test) | package(harness-demo)");
         }
         cargo_with_env(env, &["nextest", "run", "--workspace", "-E", &filter])
     } else {
@@ -99,7 +109,21 @@ fn run_tests(env: &[(&str, &str)], binaries: &[&str], skip: Option<&str>) -> any
         if let Some(prefix) = skip {
             args.extend(["--skip", prefix]);
         }
-        cargo_with_env(env, &args)
+        cargo_with_env(env, &args)?;
+        if with_harness {
+            cargo_with_env(
+                env,
+                &[
+                    "test",
+                    "-p",
+                    "redlock-test",
+                    "-p",
+                    "harness-demo",
+                    "--tests",
+                ],
+            )?;
+        }
+        Ok(())
     }
 }
 
