@@ -26,7 +26,7 @@ fn build() -> Result<PathBuf, String> {
     if target.is_file() {
         return Ok(target);
     }
-    let gcc = crate::programs::gcc()?;
+    let gcc = gcc()?;
     let source = dir.join(format!("clockshim-{}.c", std::process::id()));
     let partial = dir.join(format!("clockshim-{}.so.part", std::process::id()));
     std::fs::write(&source, SOURCE).map_err(|e| e.to_string())?;
@@ -117,4 +117,22 @@ impl Drop for ClockOffset {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// The C compiler that builds the shim: `gcc` on `PATH`. It is only looked up here;
+/// `cargo xtask test` installs it first on a fresh machine (`xtask/src/install.rs`).
+///
+/// # Errors
+/// A message saying how to get one when there is none.
+pub fn gcc() -> Result<PathBuf, String> {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("gcc"))
+                .find(|candidate| candidate.is_file())
+        })
+        .ok_or_else(|| {
+            "gcc not found on PATH: run `cargo xtask test` (it installs Debian's gcc) or install it"
+                .to_owned()
+        })
 }

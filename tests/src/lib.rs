@@ -1,29 +1,35 @@
-//! Real-server test support: `redis-server` processes on free loopback ports, killed on drop
-//! (modelled on redis-rs's `redis-test`), and the fault
-//! toolkit of the reliability scenarios: a per-node fault [`proxy`], process control
-//! (pause, kill, restart with or without AOF), a wall-clock shim ([`clock`]) and an exclusion
-//! [`checker`] independent of the lock.
-//!
-//! The modules, bottom up: `server` (one process, its port claim), `clients` (plain clients,
-//! key names, probes through a lock handle), `nodes` (a set of servers, probes on all of them,
-//! the lock over them); everything they define is re-exported here.
+//! Real-server test support for this workspace's own tests. The servers, the lock over them,
+//! the views of the keys and the fault proxy are the published `redlock-test` crate,
+//! re-exported here under the names the tests use ([`RedisServer`], [`RedisNodes`]); what
+//! stays here is only ours: a wall-clock shim ([`clock`], an LD_PRELOAD library built with
+//! gcc while the tests run), an exclusion [`checker`] independent of the lock, the
+//! [`workload`]s of the reliability scenarios and log capture.
 
 pub mod checker;
-mod clients;
 pub mod clock;
 mod logs;
-mod nodes;
-pub mod programs;
-pub mod proxy;
-mod server;
-pub mod tls;
 pub mod workload;
 
-pub use clients::{fencing_key, foreign_set_nx, free_within, is_free, plain_client, waiters_key};
 pub use logs::LogCapture;
-pub use nodes::{RedisNodes, proxy_urls, redlock, redlock_with};
-pub use programs::SERVER_BIN_ENV;
-pub use server::{RedisServer, ServerOptions, free_port};
+/// A set of servers (the published crate's `TestNodes`).
+pub use redlock_test::TestNodes as RedisNodes;
+/// One server process (the published crate's `TestServer`).
+pub use redlock_test::TestServer as RedisServer;
+pub use redlock_test::{
+    HeldValue, Holding, SERVER_BIN_ENV, ServerKind, ServerOptions, StartError, VALKEY_BIN_ENV,
+    fencing_key, foreign_set_nx, free_port, free_within, is_free, plain_client, proxy_urls,
+    redlock, redlock_with, waiters_key,
+};
+
+/// The fault proxy (re-exported from `redlock-test`).
+pub mod proxy {
+    pub use redlock_test::{Direction, Fault, Proxy};
+}
+
+/// Test certificates (re-exported from `redlock-test`).
+pub mod tls {
+    pub use redlock_test::Certificates;
+}
 
 use std::time::Duration;
 

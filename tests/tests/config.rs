@@ -146,9 +146,8 @@ mod tls {
 
     /// 3 servers requiring a client certificate the test CA signed.
     fn mutual_tls_nodes(certificates: &Arc<Certificates>) -> RedisNodes {
-        RedisNodes::start_opts(3, |_| ServerOptions {
-            tls: Some((Arc::clone(certificates), true)),
-            ..ServerOptions::default()
+        RedisNodes::start_opts(3, |_| {
+            ServerOptions::default().tls(Arc::clone(certificates), true)
         })
     }
 

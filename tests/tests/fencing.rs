@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redlock_core::{LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::{Fenced, Register};
+use redlock_tests::clock::ClockOffset;
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{
     RedisNodes, RedisServer, ServerOptions, fencing_key, plain_client, proxy_urls, redlock,
@@ -558,14 +559,15 @@ async fn node_time(url: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backward_clock_step_under_half_the_counter_ttl_never_repeats_a_token() {
     const COUNTER: Duration = Duration::from_secs(1);
-    let mut nodes = RedisNodes::start_opts(5, |i| ServerOptions {
-        clock: i == 1,
-        extra: if i == 1 {
-            vec!["--enable-debug-command".into(), "yes".into()]
+    let clock1 = ClockOffset::new();
+    let mut nodes = RedisNodes::start_opts(5, |i| {
+        if i == 1 {
+            ServerOptions::default()
+                .args(["--enable-debug-command", "yes"])
+                .envs(clock1.env())
         } else {
-            Vec::new()
-        },
-        ..ServerOptions::default()
+            ServerOptions::default()
+        }
     });
     let node1 = nodes.servers[1].url();
     let resource = "fence-clock";
@@ -610,7 +612,7 @@ async fn a_backward_clock_step_under_half_the_counter_ttl_never_repeats_a_token(
         .unwrap();
     assert_eq!(gone, None);
     let now = node_time(&node1).await;
-    nodes.servers[1].clock().set(expires_at - 250 - now);
+    clock1.set(expires_at - 250 - now);
     let q_result = q.fenced_write(resource, &[0], &register, 200).await;
     q.proxies[1].heal();
     eprintln!("clock step: P {p_result:?}, Q {q_result:?}");

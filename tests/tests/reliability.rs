@@ -15,6 +15,7 @@ use fred::interfaces::{KeysInterface, LuaInterface};
 use futures_util::future::join_all;
 use redlock_core::{LockError, LockGuard, LockOptions, LostReason, NodeError, NodeVote, Redlock};
 use redlock_tests::checker::{Fenced, History, Register};
+use redlock_tests::clock::ClockOffset;
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::workload::{self, Load};
 use redlock_tests::{
@@ -443,10 +444,8 @@ struct Rl05 {
 /// [`rl05_delayed_restart_past_the_max_ttl`]). 200 trials per variant (5 crashes × 40
 /// resources).
 async fn rl05_variant(restart: Restart) -> Rl05 {
-    let mut nodes = RedisNodes::start_opts(5, |_| ServerOptions {
-        aof: restart == Restart::Aof,
-        ..ServerOptions::default()
-    });
+    let mut nodes =
+        RedisNodes::start_opts(5, |_| ServerOptions::default().aof(restart == Restart::Aof));
     let (pa, pb) = (nodes.proxies(), nodes.proxies());
     let a = handle(proxy_urls(&pa)).await;
     let b = handle_with(
@@ -622,15 +621,16 @@ async fn rl05b_aof_keeps_the_key() {
 /// crashes, B still gets the lock within ttl + retry delay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl06_server_clock_jump() {
-    let nodes = RedisNodes::start_opts(5, |i| ServerOptions {
-        clock: i <= 2,
-        ..ServerOptions::default()
+    let clocks: Vec<ClockOffset> = (0..3).map(|_| ClockOffset::new()).collect();
+    let nodes = RedisNodes::start_opts(5, |i| match clocks.get(i) {
+        Some(clock) => ServerOptions::default().envs(clock.env()),
+        None => ServerOptions::default(),
     });
     // Each shimmed node's offset so far: a jump moves its wall clock further forward.
     let mut offsets = [Duration::ZERO; 3];
     let mut jump = |node: usize, by: Duration| {
         offsets[node] += by;
-        nodes.servers[node].clock().forward(offsets[node]);
+        clocks[node].forward(offsets[node]);
     };
     // A's locks are the set-up, not the test: a scheduling stall past the 50 ms node
     // timeout retries instead of failing the scenario.
@@ -769,9 +769,7 @@ async fn rl06_server_clock_jump() {
         }
     })
     .await;
-    nodes.servers[2]
-        .clock()
-        .set(i64::try_from(offsets[2].as_millis()).unwrap() - 3_600_000);
+    clocks[2].set(i64::try_from(offsets[2].as_millis()).unwrap() - 3_600_000);
     std::mem::forget(guard);
     let node2 = plain_client(&nodes.servers[2].url()).await;
     let started = Instant::now();

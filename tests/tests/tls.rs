@@ -16,9 +16,8 @@ use redlock_tests::{RedisNodes, ServerOptions, within};
 /// `n` servers serving TLS with `certificates` (and plain TCP on their own port, through which
 /// the tests look at the keys); `require`: clients must present a certificate.
 fn tls_nodes(n: usize, certificates: &Arc<Certificates>, require: bool) -> RedisNodes {
-    RedisNodes::start_opts(n, |_| ServerOptions {
-        tls: Some((Arc::clone(certificates), require)),
-        ..ServerOptions::default()
+    RedisNodes::start_opts(n, |_| {
+        ServerOptions::default().tls(Arc::clone(certificates), require)
     })
 }
 

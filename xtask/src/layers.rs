@@ -21,12 +21,13 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 /// The crates whose layering is checked.
-pub(crate) const CRATES: [&str; 5] = [
+pub(crate) const CRATES: [&str; 6] = [
     "redlock-template",
     "redlock-core",
     "redlock-axum",
     "redlock-macros",
     "redlock-cli",
+    "redlock-test",
 ];
 
 /// Module path (`""` for the root, `a::b`) → the modules it imports.

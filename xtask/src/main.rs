@@ -8,6 +8,7 @@
 mod install;
 mod layers;
 mod package;
+mod valkey;
 mod vocabulary;
 
 use std::process::{Command, ExitCode};
@@ -17,8 +18,9 @@ use anyhow::{Context, bail};
 const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|package>
   test   fmt check, the module layering, the public docs' vocabulary, clippy -D warnings,
          every test against real redis-server nodes, the macro's UI tests, the TLS tests
-         over native-tls too, redlock-core's features linted, doctests (the README's
-         snippets included), the published crates packaged, the demo, and rustdoc
+         over native-tls too, the server-facing tests again on Valkey 8.1 and on a mixed
+         Redis/Valkey set, redlock-core's features linted, doctests (the README's snippets
+         included), the published crates packaged, the demo, and rustdoc
   layers each library crate's module import graph, its cycles (none allowed) and, in
          redlock-core, imports against the layer order of ARCHITECTURE.md
   vocabulary
@@ -389,6 +391,7 @@ fn test() -> anyhow::Result<()> {
     } else {
         cargo(&[&["test"][..], &native[..]].concat())?;
     }
+    valkey::test()?;
     step(
         "redlock-core with no feature, each alone, both TLS features and all: clippy-clean; its unit tests with none",
     );

@@ -18,11 +18,12 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, bail};
 
 /// The crates we publish, in dependency order.
-pub(crate) const PUBLISHED: [&str; 5] = [
+pub(crate) const PUBLISHED: [&str; 6] = [
     "redlock-template",
     "redlock-macros",
     "redlock-core",
     "redlock-axum",
+    "redlock-test",
     "redlock-cli",
 ];
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::{KeysInterface, LuaInterface};
 
-use crate::clients::plain_client;
-use crate::server::RedisServer;
+use crate::RedisServer;
+use crate::plain_client;
 
 /// The storage-side fencing check (Kleppmann's), shared by the fenced read and write:
 /// `KEYS[2]` is the highest token seen and `KEYS[3]` the holder that presented it. A token

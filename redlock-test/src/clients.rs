@@ -16,7 +16,11 @@ pub fn fencing_key(key: &str) -> String {
     format!("{key}{}fencing", redlock_core::BOOKKEEPING_SEPARATOR)
 }
 
-/// A plain fred client to one server, for looking at keys from the outside.
+/// A plain fred client to one server, for looking at keys from the outside (2 s command
+/// timeout).
+///
+/// # Panics
+/// If `url` is not a server URL or the server cannot be reached.
 pub async fn plain_client(url: &str) -> fred::clients::Client {
     use fred::interfaces::ClientLike;
     let config = fred::types::config::Config::from_url(url).unwrap_or_else(|e| panic!("{e}"));
@@ -33,6 +37,9 @@ pub async fn plain_client(url: &str) -> fred::clients::Client {
 
 /// Another client's plain `SET key theirs NX PX 10000` on one node: `Some("OK")` if it
 /// took the key.
+///
+/// # Panics
+/// If the server cannot be reached or refuses the command.
 pub async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
     use fred::interfaces::KeysInterface;
     use fred::types::{Expiration, SetOptions};
@@ -49,8 +56,11 @@ pub async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
         .unwrap_or_else(|e| panic!("SET {key} on {url}: {e}"))
 }
 
-/// Another client's view: is `resource` free right now? (One attempt; panics unless the
-/// answer is "acquired" or "busy".)
+/// Another client's view: is `resource` free right now? One attempt to lock it through
+/// `probe` (released at once when it succeeds).
+///
+/// # Panics
+/// Unless the answer is "acquired" or "busy" (e.g. the nodes are unreachable).
 pub async fn is_free(probe: &Redlock, resource: &str) -> bool {
     let once = LockOptions::default().retry_count(0);
     match probe.lock_with(resource, &once).await {
@@ -63,8 +73,11 @@ pub async fn is_free(probe: &Redlock, resource: &str) -> bool {
     }
 }
 
-/// Waits (at most 5 s, polling every 5 ms) until `resource` can be taken; returns how long
-/// that took.
+/// Waits (at most 5 s, polling every 5 ms) until `resource` can be taken through `probe`;
+/// returns how long that took.
+///
+/// # Panics
+/// If it is not free within 5 s.
 pub async fn free_within(probe: &Redlock, resource: &str) -> Duration {
     let started = Instant::now();
     let wait = LockOptions::default()

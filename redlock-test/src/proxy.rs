@@ -1,5 +1,9 @@
-//! A fault-injecting TCP proxy in front of one node (reliability.md §6: the kernel here has no
-//! `netem`, so latency, blackholes, resets and dropped replies are injected in-process).
+//! A fault-injecting TCP proxy in front of one node: latency, blackholes (a cut node, or a
+//! command applied whose reply never arrives) and connection resets, injected in-process, with
+//! no privileges and no kernel support (no `tc netem`).
+//!
+//! Point the lock at the proxies' URLs instead of the servers' ([`TestNodes::proxies`](crate::TestNodes::proxies),
+//! [`proxy_urls`](crate::proxy_urls)) and set faults while the test runs.
 //!
 //! Each [`Proxy`] listens on its own loopback port and forwards to one server. Faults apply
 //! per direction ([`Direction::Request`]: client → server, [`Direction::Reply`]: server →
@@ -87,6 +91,9 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts a proxy to the loopback port `target` on a free port.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound, or the proxies' runtime cannot be built.
     pub fn start(target: u16) -> Self {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -136,13 +143,14 @@ impl Proxy {
         }
     }
 
-    /// Blackholes both directions: a clean partition (connections stay open, nothing passes).
+    /// Blackholes both directions: a clean partition, the node cut off (connections stay
+    /// open, nothing passes).
     pub fn partition(&self) {
         self.set(Direction::Request, Fault::Blackhole);
         self.set(Direction::Reply, Fault::Blackhole);
     }
 
-    /// Both directions back to [`Fault::Pass`].
+    /// Both directions back to [`Fault::Pass`] (connections that lost bytes are reset).
     pub fn heal(&self) {
         self.set(Direction::Request, Fault::Pass);
         self.set(Direction::Reply, Fault::Pass);
@@ -153,6 +161,12 @@ impl Proxy {
         self.state
             .generation
             .send_modify(|g| *g = (*g + 1) % STOPPED);
+    }
+
+    /// Delays both directions by `delay` each way (order kept).
+    pub fn delay(&self, delay: Duration) {
+        self.set(Direction::Request, Fault::Delay(delay));
+        self.set(Direction::Reply, Fault::Delay(delay));
     }
 
     /// Bytes received from clients so far.

