@@ -93,9 +93,10 @@ async fn readers_share_a_resource_and_a_writer_waits_for_them() {
 
 /// Two readers, a writer refused at once (`--mode ex --wait 0s`), then a writer queued behind
 /// the readers: once all have exited, nothing is left on any node. A release round returns at
-/// quorum; the node it had not polled yet must get the release all the same (it is made on
-/// every node before the round is polled), or that node keeps the holder's entry until its
-/// ttl after `redlock` exits. While a release was made on its future's first poll, about two
+/// quorum, and on a loaded machine answers already there at their first poll can decide it
+/// before the last node's call is polled: that node must get the release all the same (it is
+/// made on every node before the round is polled), or it keeps the holder's entry until its
+/// ttl. While a release was made on its future's first poll, about two
 /// runs of thirty rounds in three left an entry behind (not every run: the round must decide
 /// before polling that node).
 #[tokio::test]

@@ -283,6 +283,27 @@ mod tests {
     const YES: Option<NodeVote> = Some(NodeVote::Acquired);
     const NO: Option<NodeVote> = Some(NodeVote::Held);
 
+    /// The premise of making each release before its round is polled
+    /// (`Node::release`): answers that are ready at a call's first poll (a caller thread
+    /// descheduled between sending and awaiting, on a loaded machine) decide a round at quorum
+    /// before the later nodes' calls are ever polled. Work done on the first poll of those
+    /// calls would never happen.
+    #[tokio::test]
+    async fn a_round_can_decide_before_polling_every_call() {
+        let polled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = polled.clone();
+        let mut all = calls(vec![YES, YES]);
+        all.push(Box::pin(async move {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            pending::<()>().await;
+            (2, NodeVote::Acquired, 2)
+        }));
+        let tally = decide(3, 2, LIMIT, Stop::AtQuorum, all).await;
+        assert_eq!(tally.granted, 2);
+        assert_eq!(tally.votes[2], NodeVote::Undecided);
+        assert!(!polled.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
     #[tokio::test]
     async fn a_round_stops_as_soon_as_a_quorum_granted() {
         // Nodes 3 and 4 never answer: a quorum of 3 of 5 is enough, no timeout is waited for.

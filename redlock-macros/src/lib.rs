@@ -49,8 +49,8 @@
 //! inside a placeholder, and an empty `{}` are compile errors. redlock-axum's
 //! `RedlockLayer::from_template` reads the same grammar with the same parser (the
 //! redlock-template crate), except that its names are path parameters (any text without
-//! braces); the full grammar and the cases both are tested against are in redlock-template's
-//! `template_cases.rs`.
+//! braces); redlock-template's docs give the full grammar, and both are tested against its
+//! shared cases.
 //!
 //! ```
 //! use redlock_core::{LockError, Redlock, redlock};

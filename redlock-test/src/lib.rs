@@ -4,7 +4,8 @@
 //!
 //! Tests against real servers catch what a mock cannot: the scripts, the key layout, the ttls
 //! and the server's own checks. Each [`TestServer`] is a child process on a port of its own,
-//! so tests run in parallel (threads or processes) without sharing data.
+//! so tests run in parallel (threads or processes) without sharing data. Unix only: servers
+//! are paused, resumed and killed with signals.
 //!
 //! # Example
 //!
@@ -62,6 +63,10 @@
 //! `tls`: `Certificates` (a throw-away CA and certificates, made with rcgen) and
 //! `ServerOptions::tls`, for servers built with TLS that also serve it.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The servers are paused, resumed and killed with Unix signals.
+#[cfg(not(unix))]
+compile_error!("redlock-test runs servers on Unix only (Linux, macOS, the BSDs)");
 
 mod clients;
 mod error;

@@ -202,8 +202,8 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
     Ok(targets)
 }
 
-/// redlock-core's features. Every `cfg` in its code names one of them, or the TLS pair in
-/// `any(..)` ([`features_used_alone`] checks that), so a feature's code can only break with
+/// redlock-core's features. Every `cfg` in its code names at most one of them, or only the
+/// TLS pair ([`features_used_alone`] checks that), so a feature's code can only break with
 /// that feature alone (a missing item), with none (dead code), or beside the other TLS
 /// feature: those combinations and all together are linted, not the 64 of the power set.
 const CORE_FEATURES: [&str; 6] = [
@@ -215,7 +215,10 @@ const CORE_FEATURES: [&str; 6] = [
     "metrics",
 ];
 
-/// Fails if a `cfg` in redlock-core combines features with `all(..)` or `not(..)`: the
+/// The two features a `cfg` may name together.
+const TLS_PAIR: [&str; 2] = ["tls-rustls", "tls-native"];
+
+/// Fails if a `cfg` in redlock-core names two features other than the TLS pair: the
 /// combinations [`feature_combinations`] lints would no longer cover every build.
 fn features_used_alone() -> anyhow::Result<()> {
     let mut pending = vec![workspace_root().join("redlock-core/src")];
@@ -226,28 +229,65 @@ fn features_used_alone() -> anyhow::Result<()> {
             let path = entry?.path();
             if path.is_dir() {
                 pending.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|ext| ext != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path)?;
-            for (number, line) in text.lines().enumerate() {
-                let code = line.trim_start();
-                if code.starts_with("//") {
-                    continue;
-                }
-                if code.contains("all(feature") || code.contains("not(feature") {
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let text = std::fs::read_to_string(&path)?;
+                if let Some((line, features)) = combined_features(&text) {
                     bail!(
-                        "{}:{}: a cfg combining features; add the combination to xtask's feature_combinations",
+                        "{}:{line}: a cfg naming {features:?} together; add the combination to xtask's feature_combinations",
                         path.display(),
-                        number + 1
                     );
                 }
             }
         }
     }
     Ok(())
+}
+
+/// The first `cfg` (`#[cfg(..)]`, `cfg_attr(..)`, `cfg!(..)`) in `text` that names two
+/// features other than the TLS pair, with its 1-based line and the features. A `cfg` is read
+/// to its closing parenthesis, across lines.
+fn combined_features(text: &str) -> Option<(usize, Vec<String>)> {
+    let mut from = 0;
+    while let Some((start, opener)) = ["cfg(", "cfg_attr(", "cfg!("]
+        .iter()
+        .filter_map(|opener| {
+            text[from..]
+                .find(opener)
+                .map(|at| (from + at, opener.len()))
+        })
+        .min()
+    {
+        let body = start + opener;
+        let mut depth = 1;
+        let mut end = text.len();
+        for (offset, c) in text[body..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = body + offset;
+                break;
+            }
+        }
+        let mut features: Vec<&str> = text[body..end]
+            .split("feature")
+            .skip(1)
+            .filter_map(|rest| rest.trim_start().strip_prefix('='))
+            .filter_map(|rest| rest.trim_start().strip_prefix('"'))
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        features.sort_unstable();
+        features.dedup();
+        let tls_pair_only = features.iter().all(|f| TLS_PAIR.contains(f));
+        if features.len() > 1 && !tls_pair_only {
+            let line = text[..start].matches('\n').count() + 1;
+            return Some((line, features.into_iter().map(str::to_owned).collect()));
+        }
+        from = body;
+    }
+    None
 }
 
 /// `cargo clippy -D warnings` of redlock-core with no feature, each feature alone, the two
@@ -436,4 +476,49 @@ fn test() -> anyhow::Result<()> {
     )?;
     eprintln!("xtask test: all checks passed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{combined_features, features_used_alone};
+
+    #[test]
+    fn redlock_core_names_its_features_alone() {
+        features_used_alone().unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    #[test]
+    fn a_cfg_naming_two_features_is_found_and_one_feature_or_the_tls_pair_is_not() {
+        let allowed = [
+            r#"#[cfg(feature = "metrics")]"#,
+            r#"#[cfg(all(test, feature = "serde"))]"#,
+            r#"#[cfg(all(unix, feature = "metrics"))]"#,
+            r#"#[cfg(any(feature = "tls-rustls", feature = "tls-native"))]"#,
+            r#"#[cfg(not(any(feature = "tls-rustls", feature = "tls-native")))]"#,
+            r#"#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]"#,
+            "no cfg at all",
+        ];
+        for text in allowed {
+            assert_eq!(combined_features(text), None, "{text}");
+        }
+        let refused = [
+            (r#"#[cfg(all(feature = "serde", feature = "metrics"))]"#, 1),
+            (
+                "fn a() {}\n#[cfg(not(any(feature = \"macros\",\n feature = \"tls-native\")))]",
+                2,
+            ),
+            (
+                r#"let x = cfg!(all(feature="metrics", feature="serde"));"#,
+                1,
+            ),
+            (
+                r#"#[cfg(any(feature = "tls-rustls", feature = "tls-native", feature = "serde"))]"#,
+                1,
+            ),
+        ];
+        for (text, line) in refused {
+            let found = combined_features(text).map(|(l, _)| l);
+            assert_eq!(found, Some(line), "{text}");
+        }
+    }
 }

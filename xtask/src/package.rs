@@ -104,22 +104,33 @@ fn problems(files: &BTreeSet<String>, read: impl Fn(&str) -> Option<String>) -> 
 /// The paths `include!`, `include_str!`, `include_bytes!` and `#[path = ".."]` name in `text`,
 /// each with its 1-based line.
 fn included_paths(text: &str) -> Vec<(usize, String)> {
-    const OPENERS: [&str; 4] = [
-        "include!(\"",
-        "include_str!(\"",
-        "include_bytes!(\"",
-        "#[path = \"",
-    ];
+    const MACROS: [&str; 3] = ["include!", "include_str!", "include_bytes!"];
     let mut found = Vec::new();
     for (number, line) in text.lines().enumerate() {
-        for opener in OPENERS {
+        // `include!("..")`, with any blanks before the parenthesis and the string.
+        for name in MACROS {
             let mut rest = line;
-            while let Some(start) = rest.find(opener) {
-                let after = &rest[start + opener.len()..];
-                let Some(end) = after.find('"') else { break };
-                found.push((number + 1, after[..end].to_owned()));
-                rest = &after[end..];
+            while let Some(at) = rest.find(name) {
+                rest = &rest[at + name.len()..];
+                if let Some(path) = rest
+                    .trim_start()
+                    .strip_prefix('(')
+                    .and_then(|r| r.trim_start().strip_prefix('"'))
+                    .and_then(|r| r.split('"').next())
+                {
+                    found.push((number + 1, path.to_owned()));
+                }
             }
+        }
+        // `#[path = ".."]`.
+        if let Some(path) = line
+            .trim_start()
+            .strip_prefix("#[path")
+            .and_then(|r| r.trim_start().strip_prefix('='))
+            .and_then(|r| r.trim_start().strip_prefix('"'))
+            .and_then(|r| r.split('"').next())
+        {
+            found.push((number + 1, path.to_owned()));
         }
     }
     found
@@ -282,7 +293,7 @@ mod tests {
 
     #[test]
     fn included_paths_are_read_from_every_form() {
-        let text = "a include!(\"x.rs\") include_str!(\"y.md\")\n#[path = \"z.rs\"]\ninclude_bytes!(\"w\")";
+        let text = "a include!(\"x.rs\") include_str! ( \"y.md\")\n#[path=\"z.rs\"]\ninclude_bytes!(\"w\")";
         let found: Vec<(usize, String)> = included_paths(text);
         let expected = [(1, "x.rs"), (1, "y.md"), (2, "z.rs"), (3, "w")];
         assert_eq!(

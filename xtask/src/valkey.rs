@@ -43,6 +43,7 @@ const REQUIRE_VALKEY_ENV: &str = "REDLOCK_REQUIRE_VALKEY";
 
 /// The Valkey step of `cargo xtask test` (see the module docs).
 pub(crate) fn test() -> anyhow::Result<()> {
+    suites_exist(&workspace_root())?;
     let valkey = install::valkey_server(&workspace_root())?;
     let redis = install::redis_server()?;
     step(&format!(
@@ -142,6 +143,21 @@ fn version(bin: &Path) -> String {
         .unwrap_or_else(|e| format!("--version failed: {e}"))
 }
 
+/// Every suite of [`SUITES`] and the mixed-set test is a test file of redlock-tests: under
+/// nextest a name that matches no binary would leave that suite out silently.
+fn suites_exist(root: &std::path::Path) -> anyhow::Result<()> {
+    for suite in SUITES.iter().chain(&["servers"]) {
+        let file = root.join("tests/tests").join(format!("{suite}.rs"));
+        if !file.is_file() {
+            anyhow::bail!(
+                "the Valkey step names the suite `{suite}`, but {} does not exist",
+                file.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     /// The step alone: `cargo test -p xtask -- --ignored valkey_step --nocapture`.
@@ -149,5 +165,13 @@ mod tests {
     #[ignore = "installs Valkey and runs test suites: minutes"]
     fn valkey_step() -> anyhow::Result<()> {
         super::test()
+    }
+
+    #[test]
+    fn every_suite_is_a_test_file_and_a_missing_one_is_refused() {
+        super::suites_exist(&crate::workspace_root()).unwrap_or_else(|e| panic!("{e}"));
+        let empty = std::env::temp_dir().join("xtask-no-suites");
+        let error = super::suites_exist(&empty).expect_err("no test files there");
+        assert!(error.to_string().contains("`core`"), "{error}");
     }
 }

@@ -134,7 +134,7 @@ impl RedlockLayer {
     /// value of the path parameter `name` (whitespace around the name is ignored). Unlike the
     /// macro's, a name may be any text without braces, as axum's parameter names; a name the
     /// matched route lacks is answered `500` (and logged) per request. Both parse with the
-    /// redlock-template crate; its `template_cases.rs` holds the full grammar and the cases.
+    /// redlock-template crate, whose docs give the full grammar; every case is tested against both.
     ///
     /// # Errors
     /// [`TemplateError`] if the template is empty, a `{` is empty, nested or never closed, or

@@ -48,7 +48,7 @@ pub(crate) struct Template {
 
 impl Template {
     /// Parses a template with the grammar `#[redlock]` uses (redlock-template's `segments`),
-    /// tested against redlock-template/template_cases.rs.
+    /// tested against redlock-template's shared cases (its `cases` module).
     ///
     /// # Errors
     /// [`TemplateError`] for an empty template, an empty, unclosed or nested `{`, or a `}`
