@@ -363,7 +363,7 @@ pub enum BuildError {
         node: String,
     },
     /// A TLS setting of the builder cannot be used
-    /// ([`tls_ca_pem`](crate::RedlockBuilder::tls_ca_pem) and its siblings): PEM text without
+    /// (`RedlockBuilder::tls_ca_pem` and its siblings, with a TLS feature): PEM text without
     /// a certificate, a malformed certificate, a key that cannot be read or does not fit the
     /// certificate, or a connector given beside the PEM settings. Found before connecting.
     #[error("TLS settings: {reason}")]
