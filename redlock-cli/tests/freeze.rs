@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use redlock_tests::{RedisNodes, redlock as handle, within};
+use redlock_test::{TestNodes, redlock as handle};
+use support::within;
 use support::{
     KillOnDrop, Scratch, await_pid, await_state, finish, ignoring_sigterm, run_script, running,
     send, start,
@@ -54,7 +55,7 @@ async fn died_after(pid: i32, since: Instant) -> Duration {
 /// holder.
 #[tokio::test]
 async fn a_command_frozen_past_the_validity_is_killed_at_once_on_resume() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("frozen");
     let pid_file = scratch.file("pid");
     let run = start(run_script(
@@ -102,7 +103,7 @@ async fn a_command_frozen_past_the_validity_is_killed_at_once_on_resume() {
 /// not 3 s (--grace) after the loss.
 #[tokio::test]
 async fn a_loss_seen_late_kills_the_command_before_the_validity_ends() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("stalled");
     let pid_file = scratch.file("pid");
     let run = start(run_script(

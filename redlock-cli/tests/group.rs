@@ -11,7 +11,8 @@ mod support;
 use std::fs::OpenOptions;
 use std::time::{Duration, Instant};
 
-use redlock_tests::{RedisNodes, within};
+use redlock_test::TestNodes;
+use support::within;
 use support::{
     KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, finish, ignoring_sigterm, lines, output,
     redlock, run_args, run_script, running, start, take_over, until_sigterm,
@@ -36,7 +37,7 @@ fn stand_for_an_init_that_does_not_reap() {
 #[tokio::test]
 async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released() {
     stand_for_an_init_that_does_not_reap();
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("leftover");
     let pid_file = scratch.file("pid");
     let journal = scratch.file("journal");
@@ -95,7 +96,7 @@ async fn what_the_command_leaves_running_is_killed_before_the_lock_is_released()
 #[tokio::test]
 async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
     stand_for_an_init_that_does_not_reap();
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("lost-group");
     let pid_file = scratch.file("pid");
     let script = format!("(trap '' TERM; exec sleep 30) & echo $! > {pid_file}; wait");
@@ -120,7 +121,7 @@ async fn a_lost_lock_kills_the_whole_group_even_after_the_command_exited() {
 /// validity ends (the validity is at most ttl − drift from when the command started).
 #[tokio::test]
 async fn a_command_ignoring_sigterm_is_killed_before_the_validity_ends() {
-    let mut nodes = RedisNodes::start(3);
+    let mut nodes = TestNodes::start(3);
     let scratch = Scratch::new("validity");
     let pid_file = scratch.file("pid");
     let script = ignoring_sigterm(&pid_file);
@@ -182,7 +183,7 @@ async fn a_grace_that_does_not_fit_in_the_ttl_is_refused() {
         .expect(USAGE)
         .says("--grace 10s does not fit in --ttl 2s")
         .says("give a --ttl of at least 16s 800ms");
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     output(redlock(
         Some(&nodes),
         &["run", "--resource", "r", "--", "true"],
@@ -195,7 +196,7 @@ async fn a_grace_that_does_not_fit_in_the_ttl_is_refused() {
 /// stopped and `redlock` exits with 79, not a panic.
 #[tokio::test]
 async fn a_full_stderr_does_not_keep_the_command_running() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("full");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use redlock_tests::RedisNodes;
+use redlock_test::TestNodes;
 use support::{Scratch, await_line, exists, finish, lines, output, redlock, run_script, start};
 
 /// Exit codes, as documented in `redlock --help` and the README.
@@ -20,7 +20,7 @@ const BUSY: i32 = 75;
 /// a waiting `--mode ex` runs only after both readers left.
 #[tokio::test]
 async fn readers_share_a_resource_and_a_writer_waits_for_them() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("modes");
     let journal = scratch.file("journal");
     let go = scratch.file("go");
@@ -101,7 +101,7 @@ async fn readers_share_a_resource_and_a_writer_waits_for_them() {
 /// before polling that node).
 #[tokio::test]
 async fn a_queued_writer_leaves_nothing_on_any_node() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("modes-left");
     for round in 0..30 {
         let resource = format!("queued:{round}");

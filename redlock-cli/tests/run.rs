@@ -11,7 +11,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use redlock_tests::{RedisNodes, redlock as handle, within};
+use redlock_test::{TestNodes, redlock as handle};
+use support::within;
 use support::{
     KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, exists, finish, lines, noting_sigterm,
     output, redlock, run_args, run_script, running, send, start, take_over, term_and_death, tokens,
@@ -28,7 +29,7 @@ const LOST: i32 = 79;
 /// time, all four (each waited for the one before).
 #[tokio::test]
 async fn concurrent_runs_on_one_resource_never_overlap() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("overlap");
     let journal = scratch.file("journal");
     let script = format!("echo enter $N >> {journal}; sleep 0.3; echo leave $N >> {journal}");
@@ -58,7 +59,7 @@ async fn concurrent_runs_on_one_resource_never_overlap() {
 /// the holder released it, the same command runs.
 #[tokio::test]
 async fn a_busy_resource_with_no_wait_exits_75_without_running_the_command() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("busy");
     let marker = scratch.file("ran");
     let script = format!("touch {marker}");
@@ -80,7 +81,7 @@ async fn a_busy_resource_with_no_wait_exits_75_without_running_the_command() {
 /// within the bound (the connect timeout), and the command never runs.
 #[tokio::test]
 async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
-    let mut nodes = RedisNodes::start(3);
+    let mut nodes = TestNodes::start(3);
     let urls = nodes.urls().join(",");
     let scratch = Scratch::new("killed");
     let marker = scratch.file("ran");
@@ -108,7 +109,7 @@ async fn a_killed_node_is_tolerated_and_a_lost_quorum_exits_69() {
 /// may not get to run), and `redlock` exits with 79.
 #[tokio::test]
 async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("lost");
     let journal = scratch.file("journal");
     let script = until_sigterm(&journal, 0, None);
@@ -147,7 +148,7 @@ fn validity() -> Duration {
 /// and `redlock` exits with 79.
 #[tokio::test]
 async fn a_refused_extension_kills_a_command_ignoring_sigterm_at_once() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("refused");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
@@ -206,7 +207,7 @@ async fn a_refused_extension_kills_a_command_ignoring_sigterm_at_once() {
 /// the validity ends; `redlock` exits with 79.
 #[tokio::test]
 async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("grace");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
@@ -257,7 +258,7 @@ async fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
 /// command not found and 126 for one that cannot be run.
 #[tokio::test]
 async fn the_command_exit_status_is_passed_through() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("status");
     let not_executable = scratch.file("plain-file");
     std::fs::write(&not_executable, "not a program").unwrap();
@@ -281,7 +282,7 @@ async fn the_command_exit_status_is_passed_through() {
 /// it the variable is not set.
 #[tokio::test]
 async fn fencing_env_passes_an_increasing_token() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("fencing");
     let journal = scratch.file("tokens");
     let script = format!("echo \"${{FENCE-unset}}\" >> {journal}");
@@ -308,7 +309,7 @@ async fn fencing_env_passes_an_increasing_token() {
 /// and releases the lock on every node before exiting.
 #[tokio::test]
 async fn sigterm_is_passed_on_and_the_lock_released_on_every_node() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("forward");
     let journal = scratch.file("journal");
     let script = until_sigterm(&journal, 5, None);
@@ -326,7 +327,7 @@ async fn sigterm_is_passed_on_and_the_lock_released_on_every_node() {
 /// command never runs, and the waiter leaves the nodes' queues before `redlock` exits.
 #[tokio::test]
 async fn sigint_while_waiting_ends_the_wait_and_leaves_the_queue() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("interrupt");
     let marker = scratch.file("ran");
     let holder = handle(&nodes).await;
@@ -351,7 +352,7 @@ async fn sigint_while_waiting_ends_the_wait_and_leaves_the_queue() {
 /// signal fires before the validity runs out, and the command is stopped (79).
 #[tokio::test]
 async fn losing_the_quorum_while_running_stops_the_command() {
-    let mut nodes = RedisNodes::start(3);
+    let mut nodes = TestNodes::start(3);
     let scratch = Scratch::new("quorum");
     let journal = scratch.file("journal");
     let script = until_sigterm(&journal, 0, None);
@@ -368,7 +369,7 @@ async fn losing_the_quorum_while_running_stops_the_command() {
 /// instead of the command's 0, since the command may have overlapped another holder.
 #[tokio::test]
 async fn a_lock_found_gone_at_release_exits_79() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("gone");
     let journal = scratch.file("journal");
     let go = scratch.file("go");
@@ -389,7 +390,7 @@ async fn a_lock_found_gone_at_release_exits_79() {
 /// passwords); the rest of the environment and `--fencing-env` reach it.
 #[tokio::test]
 async fn the_command_does_not_inherit_the_redlock_variables() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("env");
     let seen = scratch.file("env");
     let script = format!("env > {seen}");
@@ -410,7 +411,7 @@ async fn the_command_does_not_inherit_the_redlock_variables() {
 /// variables are still read: a bad `REDLOCK_NODE_TIMEOUT` is refused (64), naming it.
 #[tokio::test]
 async fn the_applications_lock_variables_are_ignored() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("app-env");
     let journal = scratch.file("journal");
     let go = scratch.file("go");
@@ -451,7 +452,7 @@ async fn the_applications_lock_variables_are_ignored() {
 /// hold ends, so that a replica firing a little later skips (75); after it, the lock is free.
 #[tokio::test]
 async fn a_minimum_hold_keeps_a_quick_job_locked_until_it_ends() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let started = Instant::now();
     output(redlock(
         Some(&nodes),

@@ -12,7 +12,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use redlock_tests::{RedisNodes, within};
+use redlock_test::TestNodes;
+use support::within;
 use support::{
     BIN, KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, await_state, finish, lines, output,
     run_script, send, start, until_sigterm,
@@ -24,7 +25,7 @@ use tokio::io::AsyncWriteExt as _;
 /// command runs); SIGTERM then ends the command as usual.
 #[tokio::test]
 async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("tstp");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
@@ -55,7 +56,7 @@ async fn sigtstp_is_ignored_and_the_lock_stays_extended() {
 /// `redlock` exits with its status.
 #[tokio::test]
 async fn sigquit_sigusr1_and_sigusr2_are_passed_on() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("usr");
     let journal = scratch.file("journal");
     let pid_file = scratch.file("pid");
@@ -81,7 +82,7 @@ async fn sigquit_sigusr1_and_sigusr2_are_passed_on() {
 /// SIGINT to `redlock` reaches it, followed by SIGCONT, so that it handles it and exits.
 #[tokio::test]
 async fn a_stopped_command_is_continued_after_a_signal_passed_on() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("stopped");
     let pid_file = scratch.file("pid");
     let journal = scratch.file("journal");
@@ -102,7 +103,7 @@ async fn a_stopped_command_is_continued_after_a_signal_passed_on() {
 /// `/dev/null` instead; with a pipe, the command reads the pipe.
 #[tokio::test]
 async fn a_terminal_is_not_the_commands_standard_input() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("tty");
     let journal = scratch.file("journal");
     let script = format!("if [ -t 0 ]; then echo tty; else echo not a tty; fi >> {journal}");
@@ -131,7 +132,7 @@ async fn a_terminal_is_not_the_commands_standard_input() {
 /// let the lock expire while the command runs): the job exits 0.
 #[tokio::test]
 async fn a_background_redlock_is_not_stopped_by_writing_to_the_terminal() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("tostop");
     let code = scratch.file("code");
     let job = format!(

@@ -18,8 +18,8 @@ mod support;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use redlock_tests::RedisNodes;
-use redlock_tests::proxy::{Direction, Fault, Proxy};
+use redlock_test::TestNodes;
+use redlock_test::{Direction, Fault, Proxy};
 use support::{Finished, Scratch, finish, lines, redlock, run_args, start};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -162,7 +162,7 @@ struct Replica {
 /// The replicas over `nodes`, the server `down` (if any) killed: each replica lists its own
 /// URL for it, refused as a stopped server refuses (behind a proxy and the gate, a connection
 /// would be accepted and then reset, which makes the CLI's start-up last longer, and vary).
-fn replicas(nodes: &mut RedisNodes, gate: &Arc<Gate>, down: Option<usize>) -> Vec<Replica> {
+fn replicas(nodes: &mut TestNodes, gate: &Arc<Gate>, down: Option<usize>) -> Vec<Replica> {
     if let Some(down) = down {
         nodes.servers[down].kill();
     }
@@ -340,7 +340,7 @@ async fn every_tick_runs_once(
 /// The skew splits the vote: the job still runs once per tick, on one replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skip_job_fired_by_three_replicas_runs_once_per_tick() {
-    let mut nodes = RedisNodes::start(5);
+    let mut nodes = TestNodes::start(5);
     let gate = Gate::new();
     let replicas = replicas(&mut nodes, &gate, None);
     let scratch = Scratch::new("split-skewed");
@@ -354,7 +354,7 @@ async fn a_skip_job_fired_by_three_replicas_runs_once_per_tick() {
 /// and two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_skip_job_runs_once_per_tick_with_a_node_down() {
-    let mut nodes = RedisNodes::start(5);
+    let mut nodes = TestNodes::start(5);
     let gate = Gate::new();
     let replicas = replicas(&mut nodes, &gate, Some(4));
     let scratch = Scratch::new("split-down");
@@ -368,7 +368,7 @@ async fn a_skip_job_runs_once_per_tick_with_a_node_down() {
 /// the minimum hold keeps the key, and they skip (75) instead of running the job again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_firing_after_the_job_is_done_skip_it() {
-    let mut nodes = RedisNodes::start(5);
+    let mut nodes = TestNodes::start(5);
     let gate = Gate::new();
     let replicas = replicas(&mut nodes, &gate, None);
     let scratch = Scratch::new("split-late");

@@ -6,14 +6,14 @@
 mod support;
 
 use nix::sys::signal::Signal;
-use redlock_tests::{RedisNodes, redlock as handle};
+use redlock_test::{TestNodes, redlock as handle};
 use support::{Scratch, await_line, finish, output, redlock, run_script, send, start, tokens};
 
 /// While `redlock run` holds a resource, `status` says it is held, with each node's label
 /// and ttl, and neither its output nor its errors hold the token the nodes keep.
 #[tokio::test]
 async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let scratch = Scratch::new("status-held");
     let journal = scratch.file("journal");
     let script = format!("echo start >> {journal}; exec sleep 30");
@@ -62,7 +62,7 @@ async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
 /// each holder's entry; `--key-prefix` finds a key an application locks under its prefix.
 #[tokio::test]
 async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let readers = redlock_core::Redlock::builder()
         .nodes(nodes.urls())
         .key_prefix("lock:")
@@ -123,7 +123,7 @@ async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
 /// exits 0; with fewer, 69 after printing what it could read.
 #[tokio::test]
 async fn status_shows_nodes_that_do_not_answer() {
-    let mut nodes = RedisNodes::start(3);
+    let mut nodes = TestNodes::start(3);
     let urls = nodes.urls().join(",");
     let holder = handle(&nodes).await;
     let guard = holder.lock("job").await.unwrap();
@@ -148,7 +148,7 @@ async fn status_shows_nodes_that_do_not_answer() {
 /// Output that cannot be written (`>/dev/full`): exit code 71 and a message, not a panic.
 #[tokio::test]
 async fn status_output_that_cannot_be_written_exits_71() {
-    let nodes = RedisNodes::start(3);
+    let nodes = TestNodes::start(3);
     let mut command = redlock(Some(&nodes), &["status", "free"]);
     command.stdout(
         std::fs::OpenOptions::new()

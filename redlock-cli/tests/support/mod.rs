@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redlock_tests::{RedisNodes, foreign_set_nx};
+use redlock_test::{TestNodes, foreign_set_nx};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 
 /// `redlock args...` with `REDLOCK_NODES` set to `nodes` (or unset, for `None`), its output
 /// piped.
-pub fn redlock(nodes: Option<&RedisNodes>, args: &[&str]) -> tokio::process::Command {
+pub fn redlock(nodes: Option<&TestNodes>, args: &[&str]) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(BIN);
     command
         .args(args)
@@ -48,7 +48,7 @@ pub fn run_args<'a>(resource: &'a str, options: &[&'a str], script: &'a str) -> 
 /// `redlock run --resource RESOURCE OPTIONS... -- sh -c SCRIPT` with `REDLOCK_NODES` set to
 /// `nodes`, as [`redlock`] makes it.
 pub fn run_script(
-    nodes: &RedisNodes,
+    nodes: &TestNodes,
     resource: &str,
     options: &[&str],
     script: &str,
@@ -179,7 +179,7 @@ pub async fn term_and_death(
 
 /// Another client takes `resource` from its holder: deletes its keys, then sets its own
 /// (`theirs`) on every node.
-pub async fn take_over(nodes: &RedisNodes, resource: &str) {
+pub async fn take_over(nodes: &TestNodes, resource: &str) {
     nodes.delete(resource).await;
     for url in nodes.urls() {
         assert_eq!(foreign_set_nx(&url, resource).await.as_deref(), Some("OK"));
@@ -307,4 +307,13 @@ impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = nix::sys::signal::killpg(self.0, nix::sys::signal::Signal::SIGKILL);
     }
+}
+
+/// Awaits `future` for at most 10 s; panics with `what` if it takes longer, so that a bug fails
+/// the test instead of hanging it.
+#[allow(dead_code)] // not every test file waits this way
+pub async fn within<F: std::future::IntoFuture>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))
 }
