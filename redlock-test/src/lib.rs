@@ -85,3 +85,8 @@ pub use proxy::{Direction, Fault, Proxy};
 pub use server::{ServerOptions, TestServer, free_port};
 #[cfg(feature = "tls")]
 pub use tls::Certificates;
+
+/// The README's snippet, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeSnippets;
