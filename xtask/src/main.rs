@@ -221,23 +221,19 @@ const TLS_PAIR: [&str; 2] = ["tls-rustls", "tls-native"];
 /// Fails if a `cfg` in redlock-core names two features other than the TLS pair: the
 /// combinations [`feature_combinations`] lints would no longer cover every build.
 fn features_used_alone() -> anyhow::Result<()> {
-    let mut pending = vec![workspace_root().join("redlock-core/src")];
-    while let Some(dir) = pending.pop() {
-        for entry in
-            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
-        {
-            let path = entry?.path();
-            if path.is_dir() {
-                pending.push(path);
-            } else if path.extension().is_some_and(|ext| ext == "rs") {
-                let text = std::fs::read_to_string(&path)?;
-                if let Some((line, features)) = combined_features(&text) {
-                    bail!(
-                        "{}:{line}: a cfg naming {features:?} together; add the combination to xtask's feature_combinations",
-                        path.display(),
-                    );
-                }
-            }
+    let mut sources = Vec::new();
+    vocabulary::files_with_extension(
+        &workspace_root().join("redlock-core/src"),
+        "rs",
+        &mut sources,
+    )?;
+    for path in sources {
+        let text = std::fs::read_to_string(&path)?;
+        if let Some((line, features)) = combined_features(&text) {
+            bail!(
+                "{}:{line}: a cfg naming {features:?} together; add the combination to xtask's feature_combinations",
+                path.display(),
+            );
         }
     }
     Ok(())

@@ -134,7 +134,8 @@ fn sources(root: &Path) -> anyhow::Result<Vec<(PathBuf, Kind)>> {
     Ok(found)
 }
 
-fn files_with_extension(
+/// Every file under `dir` (recursively) whose extension is `extension`, added to `found`.
+pub(crate) fn files_with_extension(
     dir: &Path,
     extension: &str,
     found: &mut Vec<PathBuf>,
