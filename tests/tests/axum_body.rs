@@ -16,7 +16,7 @@ use http::StatusCode;
 use redlock_axum::{HeldLock, RedlockLayer, ShutdownHandle};
 use redlock_core::{LockOptions, LostSignal, Redlock};
 use redlock_tests::{RedisNodes, within};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// A handle with a node timeout of 500 ms: the tests run beside others on 2 cores, and a
@@ -66,6 +66,30 @@ async fn held(nodes: &RedisNodes, resource: &str) {
         }
     })
     .await;
+}
+
+/// The answer a request task gives: the response, or the error that cut it off.
+type Answer = tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>;
+
+/// Spawns `send` until the request it makes holds the lock of `resource` on a majority of
+/// the nodes, and returns that request's task. The layer tries once (`retry_count(0)`): on
+/// a loaded machine that attempt can miss its node timeout and answer `503`, and then nothing
+/// would ever hold the lock; such an answer (or `423`) is a retry, never a pass. At most 5.
+async fn sent_and_held(nodes: &RedisNodes, resource: &str, send: impl Fn() -> Answer) -> Answer {
+    for _ in 0..5 {
+        let mut task = send();
+        tokio::select! {
+            () = held(nodes, resource) => return task,
+            answer = &mut task => {
+                let status = answer.unwrap().unwrap().status();
+                assert!(
+                    status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::LOCKED,
+                    "the request ended with {status} before it was seen holding {resource}"
+                );
+            }
+        }
+    }
+    panic!("5 requests in a row could not take {resource}");
 }
 
 /// A request body that sends one byte every `every`, `bytes` times.
@@ -211,16 +235,13 @@ async fn a_trickled_upload_holds_the_lock_only_until_max_hold() {
     let url = format!("{base}/orders/1");
 
     // 1 byte every 200 ms for 15 s: without a cap it would hold the lock all that time.
-    let trickler = tokio::spawn({
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            http.post(url)
-                .body(trickle(75, Duration::from_millis(200)))
-                .send()
-                .await
-        }
-    });
-    held(&nodes, "order:1").await;
+    let trickler = sent_and_held(&nodes, "order:1", || {
+        let request = http
+            .post(&url)
+            .body(trickle(75, Duration::from_millis(200)));
+        tokio::spawn(request.send())
+    })
+    .await;
     let started = Instant::now();
     let (status, busy) = within("another request to get in", until_not_busy(&http, &url)).await;
     let waited = started.elapsed();
@@ -266,13 +287,34 @@ async fn a_client_that_does_not_read_the_response_holds_the_lock_only_until_max_
     let base = serve(app, ShutdownHandle::new(redlock)).await;
     let address = base.trim_start_matches("http://").to_owned();
 
-    // Sends the request and never reads a byte of the answer.
-    let mut stalled = tokio::net::TcpStream::connect(&address).await.unwrap();
-    stalled
-        .write_all(b"GET /dumps/1 HTTP/1.1\r\nhost: test\r\n\r\n")
-        .await
-        .unwrap();
-    held(&nodes, "dump:1").await;
+    // Sends the request and never reads the answer's body. As in `sent_and_held`, a first
+    // attempt that could not take the lock (`503` or `423`, its status line read) is retried.
+    let mut stalled = None;
+    for _ in 0..5 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream
+            .write_all(b"GET /dumps/1 HTTP/1.1\r\nhost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut status_line = [0; 12];
+        tokio::select! {
+            () = held(&nodes, "dump:1") => {
+                stalled = Some(stream);
+                break;
+            }
+            read = stream.read_exact(&mut status_line) => {
+                read.unwrap();
+                let status = String::from_utf8_lossy(&status_line[9..]).into_owned();
+                if status == "200" {
+                    held(&nodes, "dump:1").await;
+                    stalled = Some(stream);
+                    break;
+                }
+                assert!(status == "503" || status == "423", "answered {status}");
+            }
+        }
+    }
+    let stalled = stalled.expect("5 requests in a row could not take dump:1");
     let started = Instant::now();
     let http = reqwest::Client::new();
     let url = format!("{base}/dumps/1");
@@ -321,16 +363,11 @@ async fn tower_http_timeouts_cut_a_trickling_client_off_and_release_its_lock() {
     let url = format!("{base}/orders/1/pay");
 
     // A pause longer than the body timeout between two bytes: the body read fails.
-    let pauses = tokio::spawn({
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            http.post(url)
-                .body(trickle(10, Duration::from_secs(1)))
-                .send()
-                .await
-        }
-    });
-    held(&nodes, "order:1").await;
+    let pauses = sent_and_held(&nodes, "order:1", || {
+        let request = http.post(&url).body(trickle(10, Duration::from_secs(1)));
+        tokio::spawn(request.send())
+    })
+    .await;
     let started = Instant::now();
     let (status, _) = within("another request to get in", until_not_busy(&http, &url)).await;
     assert_eq!(status, StatusCode::OK);
@@ -345,16 +382,13 @@ async fn tower_http_timeouts_cut_a_trickling_client_off_and_release_its_lock() {
 
     // Bytes often enough for the body timeout, for longer than the request timeout: `408`
     // at the request timeout, and the lock goes with it.
-    let trickles = tokio::spawn({
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            http.post(url)
-                .body(trickle(50, Duration::from_millis(100)))
-                .send()
-                .await
-        }
-    });
-    held(&nodes, "order:1").await;
+    let trickles = sent_and_held(&nodes, "order:1", || {
+        let request = http
+            .post(&url)
+            .body(trickle(50, Duration::from_millis(100)));
+        tokio::spawn(request.send())
+    })
+    .await;
     let started = Instant::now();
     let (status, busy) = within("another request to get in", until_not_busy(&http, &url)).await;
     assert_eq!(status, StatusCode::OK);
