@@ -85,6 +85,39 @@ pub enum InvalidInput {
         /// The quarantine ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
         quarantine: Duration,
     },
+    /// [`LockGuard::detach`](crate::LockGuard::detach) or
+    /// [`LockGuard::downgrade`](crate::LockGuard::downgrade) on a lock that re-entries share:
+    /// it would change the lock under another guard of this process.
+    #[error(
+        "the lock cannot be {action} while re-entries share it (hold count above 1); drop the re-entered guards first"
+    )]
+    Shared {
+        /// `detached` or `downgraded`.
+        action: &'static str,
+    },
+    /// [`LockGuard::downgrade`](crate::LockGuard::downgrade) to a mode that is not weaker
+    /// ([`Mode::weaker_than`](crate::Mode::weaker_than)), or of the plain lock (`from` is
+    /// `None`), which is not held in a mode: take it with `LockOptions::mode(Mode::Exclusive)`
+    /// to downgrade it later.
+    #[error(
+        "{to} is not a downgrade of {}; a downgrade moves to a mode compatible with more holders (EX -> PR for write -> read), and only a lock taken in a mode can move",
+        .from.map_or("the plain lock", crate::Mode::as_str)
+    )]
+    NotADowngrade {
+        /// The mode held; `None` for the plain lock.
+        from: Option<crate::Mode>,
+        /// The mode asked for.
+        to: crate::Mode,
+    },
+    /// [`Redlock::resume_with`](crate::Redlock::resume_with) asked for what the detached lock
+    /// does not have: another mode, fencing it was taken without, or another key prefix.
+    #[error(
+        "the resumption asks for another {option} than the detached lock has; resume it with the detached lock's own (or through a handle with its key prefix)"
+    )]
+    ResumeMismatch {
+        /// `mode`, `fencing` or `key prefix`.
+        option: &'static str,
+    },
     /// A reentrant acquisition inside the scope of a lock that cannot give what it asks for:
     /// the outer lock was taken without fencing, auto-extension or a minimum hold this one
     /// asks for, or with auto-extension capped sooner (`max_hold`, `max_extensions`). Re-entry shares the outer lock, so it could only give less in silence.
@@ -329,6 +362,10 @@ pub enum LostReason {
     /// The lock was released (by its guard, or by `release_all` / `shutdown`).
     #[error("it was released")]
     Released,
+    /// The lock was handed on with [`LockGuard::detach`](crate::LockGuard::detach): it is
+    /// still held, by whoever resumes it, no longer through this guard.
+    #[error("it was detached, to be resumed elsewhere")]
+    Detached,
 }
 
 /// Why a [`Redlock`](crate::Redlock) could not be built.

@@ -62,6 +62,22 @@ impl LockGuard {
         }
     }
 
+    /// The handle this guard's lock was taken through.
+    pub(crate) fn handle(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// This guard's lease.
+    pub(crate) fn lease_ref(&self) -> &Arc<Lease> {
+        self.lease()
+    }
+
+    /// Consumes the guard without releasing its lock or giving back its hold: for a lease
+    /// already taken out of the ledger ([`detach`](Self::detach)).
+    pub(crate) fn forget(mut self) {
+        self.lease = None;
+    }
+
     fn lease(&self) -> &Arc<Lease> {
         // Only `release` and `drop` take the lease, and both consume the guard.
         self.lease
@@ -87,7 +103,7 @@ impl LockGuard {
     /// The mode the lock is held in ([`LockOptions::mode`](crate::LockOptions::mode)); `None`
     /// for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
-        self.lease().mode
+        self.lease().mode.get()
     }
 
     /// The ttl the lock was taken with.
@@ -202,6 +218,57 @@ impl LockGuard {
     ///   is sent).
     pub async fn extend(&self, ttl: Duration) -> Result<Instant, LockError> {
         lease::extend(self.redlock.masters(), self.lease(), ttl).await
+    }
+
+    /// Moves this lock to a weaker mode ([`Mode::weaker_than`]) on every node at once, without
+    /// a gap: each node converts the holder's entry in place, in one script, so the resource
+    /// is never free in between. Write → read is `downgrade(Mode::ProtectedRead)` on a lock
+    /// taken in [`Mode::Exclusive`] or [`Mode::ProtectedWrite`]; waiters the weaker mode
+    /// admits are woken. The validity, the lost signal and the auto-extension stay as they
+    /// are.
+    ///
+    /// Every view of the lock ([`mode`](Self::mode), [`LockInfo::mode`]) says `mode` from
+    /// the moment the downgrade is sent, whatever its outcome: a node that converted admits
+    /// holders compatible with `mode` only, and nodes that did not only exclude more. There
+    /// is no upgrade (it could deadlock two upgraders): release and lock again.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// use std::time::Duration;
+    /// use redlock_core::Mode;
+    ///
+    /// let guard = redlock.lock_mode("catalog", Mode::Exclusive, Duration::from_secs(10)).await?;
+    /// // ... write the catalog, then keep reading it while other readers come in ...
+    /// guard.downgrade(Mode::ProtectedRead).await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`LockError::Invalid`]: `mode` is not weaker than the mode held, or the lock is the
+    ///   plain lock, held in no mode ([`InvalidInput::NotADowngrade`]); re-entries share it
+    ///   ([`InvalidInput::Shared`]). Nothing is sent.
+    /// - [`LockError::Lost`]: the lock can no longer be trusted, or a majority no longer
+    ///   holds it; the lost signal fires;
+    /// - [`LockError::Unavailable`]: too few nodes answered to decide; the lock stays valid,
+    ///   held in `mode` or stronger on each node.
+    ///
+    /// [`InvalidInput::NotADowngrade`]: crate::InvalidInput::NotADowngrade
+    /// [`InvalidInput::Shared`]: crate::InvalidInput::Shared
+    pub async fn downgrade(&self, mode: Mode) -> Result<(), LockError> {
+        let lease = self.lease();
+        if self.hold_count() > 1 {
+            return Err(crate::InvalidInput::Shared {
+                action: "downgraded",
+            }
+            .into());
+        }
+        let channel = if self.redlock.inner().waiters.is_some() {
+            lease.keys.waiters.as_str()
+        } else {
+            ""
+        };
+        lease::downgrade(self.redlock.masters(), lease, mode, channel).await
     }
 
     /// Releases the lock on every node with the compare-and-delete script and reports whether

@@ -8,11 +8,13 @@
 mod acquire;
 mod builder;
 mod connect;
+mod force;
 mod guard;
 mod inspect;
 mod leader;
 mod redlock;
 mod release;
+mod resume;
 mod scoped;
 
 // Below the handle: leases, the masters and one round on them, one node.
@@ -49,6 +51,7 @@ pub use builder::{
 };
 pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
 pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
+pub use force::ForceReleased;
 pub use guard::LockGuard;
 pub use inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_RESOURCE_LEN};
@@ -62,6 +65,7 @@ pub use options::{
 pub use outcome::{ClientError, NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::Redlock;
 pub use release::{ReleaseAllReport, Released};
+pub use resume::DetachedLock;
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
 pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};

@@ -82,6 +82,25 @@ impl Mode {
         )
     }
 
+    /// `true` when `self` is a downgrade of `other`: another mode, compatible with every mode
+    /// `other` is compatible with (and more), so that moving a holder from `other` to `self`
+    /// only ever lets more holders in beside it. EX → PW, PR, CW, CR or NL is one; PR → EX
+    /// is not. See [`LockGuard::downgrade`](crate::LockGuard::downgrade).
+    ///
+    /// ```
+    /// use redlock_core::Mode;
+    ///
+    /// assert!(Mode::ProtectedRead.weaker_than(Mode::Exclusive));
+    /// assert!(!Mode::Exclusive.weaker_than(Mode::ProtectedRead));
+    /// assert!(!Mode::ProtectedRead.weaker_than(Mode::ProtectedRead));
+    /// ```
+    pub fn weaker_than(self, other: Mode) -> bool {
+        self != other
+            && Mode::ALL
+                .into_iter()
+                .all(|m| !other.compatible(m) || self.compatible(m))
+    }
+
     /// The modes compatible with `self`, as the space-separated abbreviations the node
     /// scripts receive.
     pub(crate) fn compatible_list(self) -> String {

@@ -149,7 +149,7 @@ impl Redlock {
                 keep_ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
             },
             None => Releasing::Holder {
-                mode: lease.mode.is_some(),
+                mode: lease.mode.get().is_some(),
                 marker: &lease.marker,
             },
         };

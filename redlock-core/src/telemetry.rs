@@ -83,7 +83,7 @@ impl Classes {
 
 /// The class of a lock on `resource` with `options`: the one the options give
 /// ([`LockOptions::resource_class`]), else [`resource_class`]'s.
-fn class_of(resource: &str, options: &LockOptions) -> String {
+pub(crate) fn class_of(resource: &str, options: &LockOptions) -> String {
     match options.get_resource_class() {
         Some(class) => class.to_owned(),
         None => resource_class(resource),
@@ -126,6 +126,7 @@ fn lost_label(reason: &LostReason) -> &'static str {
         LostReason::Refused(_) => "refused",
         LostReason::Expired => "expired",
         LostReason::Released => "released",
+        LostReason::Detached => "detached",
     }
 }
 
@@ -280,6 +281,11 @@ fn millis(duration: Duration) -> u64 {
 
 /// The span of a holder's release (`redlock.release`); `via` is `explicit`, `drop` or
 /// `release_all`.
+/// The span of one resumption of a detached lock ([`Redlock::resume_with`](crate::Redlock::resume_with)).
+pub(crate) fn resume_span(resource: &str) -> tracing::Span {
+    tracing::info_span!("redlock.resume", redlock.resource = resource)
+}
+
 pub(crate) fn release_span(resource: &str, class: &str, via: &'static str) -> tracing::Span {
     tracing::info_span!(
         "redlock.release",
@@ -315,6 +321,23 @@ pub(crate) fn release_unconfirmed(resource: &str, class: &str, answered: usize, 
     .increment(1);
 }
 
+/// An operator force-released `resource` ([`Redlock::force_release`](crate::Redlock::force_release)):
+/// always a warning, whoever held it, and a count.
+pub(crate) fn force_released(resource: &str, removed: usize, answered: usize, nodes: usize) {
+    tracing::warn!(
+        redlock.resource = resource,
+        redlock.removed = removed,
+        redlock.answered = answered,
+        redlock.nodes = nodes,
+        "lock force-released: any holder still alive may work beside the next one until its next extension is refused"
+    );
+    counter!(
+        "redlock_force_releases_total",
+        "resource_class" => resource_class(resource),
+    )
+    .increment(1);
+}
+
 /// A lease was granted and is now held.
 pub(crate) fn held(class: &str) {
     gauge!("redlock_held", "resource_class" => class.to_owned()).increment(1.0);
@@ -334,7 +357,7 @@ pub(crate) fn unheld(class: &str, mode: Option<Mode>, hold: Duration) {
 /// A held lock can no longer be trusted for `reason` (the first reason only; a release is not
 /// a loss and is not reported here).
 pub(crate) fn lost(resource: &str, class: &str, reason: &LostReason, held_for: Duration) {
-    if matches!(reason, LostReason::Released) {
+    if matches!(reason, LostReason::Released | LostReason::Detached) {
         return;
     }
     tracing::warn!(
@@ -407,6 +430,11 @@ pub fn describe_metrics() {
         "redlock_lost_total",
         Unit::Count,
         "Held locks that could no longer be trusted, by resource class and reason (expired, refused)."
+    );
+    describe_counter!(
+        "redlock_force_releases_total",
+        Unit::Count,
+        "Force-releases an operator made (whoever held the lock), by resource class."
     );
     describe_histogram!(
         "redlock_hold_duration_seconds",

@@ -33,6 +33,13 @@ impl Token {
         Ok(Self(hex))
     }
 
+    /// `value` as a token, if it is one: 40 lowercase hex digits, as [`generate`](Self::generate)
+    /// writes them.
+    pub(crate) fn parse(value: &str) -> Option<Self> {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        (value.len() == TOKEN_BYTES * 2 && value.bytes().all(hex)).then(|| Self(value.to_owned()))
+    }
+
     /// The token's value as written to Redis. Treat it as a secret.
     pub fn expose(&self) -> &str {
         &self.0

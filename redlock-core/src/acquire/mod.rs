@@ -246,7 +246,7 @@ impl Redlock {
 
     /// Turns a grant into a held lease: recorded in the ledger (and handed to the
     /// auto-extension driver), owned by the returned guard.
-    fn register(
+    pub(crate) fn register(
         &self,
         resource: &str,
         class: &str,

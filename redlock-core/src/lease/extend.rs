@@ -54,7 +54,7 @@ async fn extend_once(
     let (key, token, mode) = (
         lease.keys.lock.as_str(),
         lease.token.expose(),
-        lease.mode.is_some(),
+        lease.mode.get().is_some(),
     );
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| async move {

@@ -140,7 +140,7 @@ impl LockInfo {
 
     /// The mode the lock is held in; `None` for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
-        self.lease.mode
+        self.lease.mode.get()
     }
 
     /// The monotonic instant the lock stops being valid: the acquisition's (or the last

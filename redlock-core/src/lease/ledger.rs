@@ -79,13 +79,27 @@ impl Ledger {
     /// Takes a lease out of the ledger and the driver, and fires its lost signal (released);
     /// `false` if it was already retired (e.g. by `release_all`).
     pub(crate) fn retire(&self, lease: &Lease) -> bool {
+        self.take_out(lease, LostReason::Released)
+    }
+
+    /// Takes `lease` out of the ledger and the driver without releasing it, to be resumed
+    /// elsewhere ([`LockGuard::detach`](crate::LockGuard::detach)); its lost signal fires
+    /// (detached). `false` if it is shared by re-entries, or was already retired: it stays as
+    /// it was.
+    pub(crate) fn detach(&self, lease: &Lease) -> bool {
+        lease.holds.load(Ordering::Acquire) == 1 && self.take_out(lease, LostReason::Detached)
+    }
+
+    /// Takes `lease` out of the ledger and the driver, and fires its lost signal with
+    /// `reason` (or expired, if it was past its lost deadline); `false` if it was not there.
+    fn take_out(&self, lease: &Lease, reason: LostReason) -> bool {
         if self.held().remove(&lease.id).is_none() {
             return false;
         }
-        // A lease past its lost deadline is reported lost by expiry, not merely released.
+        // A lease past its lost deadline is reported lost by expiry.
         let _expired = lease.check();
-        lease.mark_lost(LostReason::Released);
-        telemetry::unheld(&lease.class, lease.mode, lease.acquired_at.elapsed());
+        lease.mark_lost(reason);
+        telemetry::unheld(&lease.class, lease.mode.get(), lease.acquired_at.elapsed());
         if lease.auto_extend.is_some()
             && let Some(watchdog) = self.watchdog.get()
         {

@@ -2,6 +2,7 @@
 //! ([`LockInfo`], [`LostSignal`]), the ledger of held leases (with reentrancy), extension and
 //! the auto-extension driver.
 
+mod downgrade;
 mod extend;
 mod info;
 mod ledger;
@@ -9,7 +10,7 @@ mod reentrant;
 mod watchdog;
 
 use std::sync::OnceLock;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -22,6 +23,7 @@ use crate::options::LockOptions;
 use crate::telemetry;
 use crate::token::Token;
 
+pub(crate) use downgrade::downgrade;
 pub(crate) use extend::extend;
 pub use info::{LockInfo, LostFuture, LostSignal};
 pub(crate) use ledger::{Finish, Ledger};
@@ -36,6 +38,35 @@ pub(crate) struct AutoExtend {
     pub(crate) max_extensions: Option<u32>,
 }
 
+/// The mode a lease is held in, which [`LockGuard::downgrade`](crate::LockGuard::downgrade)
+/// weakens while every view of the lock reads it: `None` (the plain lock), or a mode.
+#[derive(Debug)]
+pub(crate) struct HeldMode(AtomicU8);
+
+impl HeldMode {
+    /// Held in `mode`.
+    pub(crate) fn new(mode: Option<Mode>) -> Self {
+        Self(AtomicU8::new(Self::code(mode)))
+    }
+
+    /// The mode it is held in now.
+    pub(crate) fn get(&self) -> Option<Mode> {
+        let code = usize::from(self.0.load(Ordering::Acquire));
+        code.checked_sub(1).and_then(|i| Mode::ALL.get(i).copied())
+    }
+
+    /// From now on held in `mode`.
+    pub(crate) fn set(&self, mode: Mode) {
+        self.0.store(Self::code(Some(mode)), Ordering::Release);
+    }
+
+    /// 0 for `None`, else 1 + the mode's place in [`Mode::ALL`].
+    fn code(mode: Option<Mode>) -> u8 {
+        let place = mode.and_then(|m| Mode::ALL.iter().position(|&other| other == m));
+        place.map_or(0, |i| u8::try_from(i + 1).unwrap_or(0))
+    }
+}
+
 /// What a holder knows about its lock.
 #[derive(Debug)]
 pub(crate) struct Lease {
@@ -46,8 +77,8 @@ pub(crate) struct Lease {
     /// The lock key and its bookkeeping keys.
     pub(crate) keys: ResourceKeys,
     pub(crate) token: Token,
-    /// The mode it is held in; `None` for the plain exclusive lock.
-    pub(crate) mode: Option<Mode>,
+    /// The mode it is held in; `None` for the plain exclusive lock. A downgrade changes it.
+    pub(crate) mode: HeldMode,
     /// A mode request's waiter marker (empty for the plain lock): its release removes the
     /// request's waiter entries.
     pub(crate) marker: String,
@@ -117,7 +148,7 @@ impl Lease {
             class: class.to_owned(),
             keys,
             token,
-            mode: options.get_mode(),
+            mode: HeldMode::new(options.get_mode()),
             marker: grant.marker,
             ttl: options.sent_ttl(),
             drift_factor: options.get_drift_factor(),

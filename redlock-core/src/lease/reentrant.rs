@@ -162,7 +162,7 @@ pub(crate) fn find(handle: usize, key: &str, mode: Option<Mode>) -> Option<Reent
         .find(|link| {
             link.handle == handle
                 && link.lease.keys.lock == key
-                && link.lease.mode == mode
+                && link.lease.mode.get() == mode
                 && link.lease.holds.load(Ordering::Acquire) > 0
         })
         .map(|link| Reentry {

@@ -10,8 +10,8 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE,
-    QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE, FORCE_RELEASE,
+    KEEP, KEPT, LEAVE, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RESUME, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -357,6 +357,81 @@ impl Node {
         Ok(acquire_reply(Ok(reply), "").vote != NodeVote::Acquired)
     }
 
+    /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
+    /// living at least `ttl_ms` ([`RESUME`]), run to completion within `limit`:
+    /// [`NodeVote::Acquired`] if the node held `token` and now holds `next`,
+    /// [`NodeVote::Held`] if it did not hold `token`. The call is made now, before the future
+    /// is polled, so that a round decided at quorum still swaps the token on every node.
+    pub(crate) fn resume(
+        &self,
+        key: &str,
+        (token, next): (&str, &str),
+        ttl_ms: u64,
+        mode: bool,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(next),
+            int_arg(ttl_ms),
+            Value::from(if mode { "1" } else { "0" }),
+        ];
+        vote(self.eval_release(&RESUME, &[key], &args, limit))
+    }
+
+    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), waking the
+    /// resource's waiters on `channel` (empty: nobody), run to completion within `limit`;
+    /// made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if the entry was there
+    /// and moved, [`NodeVote::Held`] otherwise.
+    pub(crate) fn downgrade(
+        &self,
+        key: &str,
+        token: &str,
+        mode: Mode,
+        channel: &str,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(mode.as_str()),
+            Value::from(channel),
+        ];
+        vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
+    }
+
+    /// Removes whoever holds `keys`' resource on one node, whatever their token
+    /// ([`FORCE_RELEASE`]), waking its waiters on `channel` (empty: nobody), run to completion
+    /// within `limit`; made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if a
+    /// holder was removed, [`NodeVote::Held`] if none was there, and `Ok(false)` beside it
+    /// when the key holds data that is not a lock (left as it was).
+    pub(crate) fn force_release(
+        &self,
+        keys: &ResourceKeys,
+        channel: &str,
+        limit: Duration,
+    ) -> impl Future<Output = (NodeVote, bool)> + Send + use<> {
+        let answer = self.eval_release(
+            &FORCE_RELEASE,
+            &[keys.lock.as_str()],
+            &[Value::from(channel)],
+            limit,
+        );
+        async move {
+            match answer.await {
+                Ok(Value::Integer(1)) => (NodeVote::Acquired, false),
+                Ok(Value::Integer(-2)) => (NodeVote::Held, true),
+                Ok(Value::Integer(_)) => (NodeVote::Held, false),
+                Ok(reply) => (
+                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                        "to the force-release script: {reply:?}"
+                    ))),
+                    false,
+                ),
+                Err(e) => (NodeVote::Failed(e), false),
+            }
+        }
+    }
+
     /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain
     /// waiters, or, for a mode request (`mode`), its waiter's entry in the holders' hash
     /// ([`LEAVE`]).
@@ -372,5 +447,14 @@ impl Node {
             Value::from(if mode { "1" } else { "0" }),
         ];
         self.eval(&LEAVE, &[key.as_str()], &args).await.map(drop)
+    }
+}
+
+/// A script call's answer as a vote: `1` granted, any other reply refused, an error failed.
+async fn vote(answer: impl Future<Output = Result<Value, NodeError>>) -> NodeVote {
+    match answer.await {
+        Ok(Value::Integer(1)) => NodeVote::Acquired,
+        Ok(_) => NodeVote::Held,
+        Err(e) => NodeVote::Failed(e),
     }
 }

@@ -111,6 +111,16 @@ pub(crate) static NOOP: Script = Script::new(11, include_str!("scripts/noop.lua"
 /// The quarantine check alone, run when a handle is built (`scripts/quarantine.lua`).
 pub(crate) static QUARANTINE: Script = Script::new(12, include_str!("scripts/quarantine.lua"));
 
+/// A detached lock's token swapped for its resumed holder's (`scripts/resume.lua`).
+pub(crate) static RESUME: Script = Script::new(13, include_str!("scripts/resume.lua"));
+
+/// A holder in a mode moves to a weaker mode (`scripts/downgrade.lua`).
+pub(crate) static DOWNGRADE: Script = Script::new(14, include_str!("scripts/downgrade.lua"));
+
+/// An operator's release of whoever holds a resource (`scripts/force_release.lua`).
+pub(crate) static FORCE_RELEASE: Script =
+    Script::new(15, include_str!("scripts/force_release.lua"));
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -118,7 +128,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 13] = [
+pub(crate) const SCRIPTS: [&Script; 16] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -132,6 +142,9 @@ pub(crate) const SCRIPTS: [&Script; 13] = [
     &KEEP,
     &NOOP,
     &QUARANTINE,
+    &RESUME,
+    &DOWNGRADE,
+    &FORCE_RELEASE,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:

@@ -1,0 +1,105 @@
+//! Force-release: an operator removes whoever holds a resource, whatever their token.
+
+use crate::error::{InvalidInput, LockError};
+use crate::keys::validate_resource;
+use crate::outcome::NodeVote;
+use crate::redlock::Redlock;
+use crate::telemetry;
+
+/// What [`Redlock::force_release`] did on the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ForceReleased {
+    /// Nodes where a holder was there and was removed.
+    pub removed: usize,
+    /// Nodes where the key holds data that is not a lock (another application's key of the
+    /// same name): it was left as it was.
+    pub not_a_lock: usize,
+    /// Nodes that answered.
+    pub answered: usize,
+    /// Nodes in all.
+    pub nodes: usize,
+    /// Nodes needed for a majority.
+    pub quorum: usize,
+}
+
+impl ForceReleased {
+    /// `true` if a holder was removed from at least one node.
+    pub fn removed_any(&self) -> bool {
+        self.removed > 0
+    }
+}
+
+impl Redlock {
+    /// **Breaks the lock on `resource`**: removes whoever holds it on every node, whatever
+    /// their token, and wakes its waiters. For operators, when a holder is known to be dead
+    /// and its ttl is long; also `redlock release --force` on the command line.
+    ///
+    /// It is not a release: the lock's guarantee does not hold across it. A holder that is
+    /// still alive keeps believing it holds the lock until its next extension, which a
+    /// majority then refuses (its lost signal fires, [`LostReason::Refused`]); until then it
+    /// may work beside the next holder. Fencing tokens (taken with
+    /// [`LockOptions::fencing`](crate::LockOptions::fencing)) still order the two at the
+    /// protected resource. Every call logs a warning and counts in
+    /// `redlock_force_releases_total`, whatever it found.
+    ///
+    /// On each node: a string at the lock key is a plain holder's (ours, a foreign Redlock
+    /// client's, a reservation for a waiter, or a key kept for a minimum hold) and is
+    /// deleted; for a resource held in modes, every holder's entry is removed and waiters'
+    /// entries stay. A key that is not a lock of this protocol (another type, or a hash with
+    /// fields we did not write) is left as it is and counted in
+    /// [`ForceReleased::not_a_lock`]. The fencing counter, waiter queue and windows stay.
+    ///
+    /// # Errors
+    /// - [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent);
+    /// - [`LockError::ReleaseUnconfirmed`]: fewer than a quorum of nodes answered (within the
+    ///   node timeout); the nodes that answered were cleared.
+    ///
+    /// [`LostReason::Refused`]: crate::LostReason::Refused
+    pub async fn force_release(&self, resource: &str) -> Result<ForceReleased, LockError> {
+        validate_resource(resource)?;
+        let keys = self.resource_keys(self.key_for(resource));
+        if keys.lock.contains('\0') {
+            return Err(InvalidInput::ReservedResource.into());
+        }
+        let masters = self.masters();
+        let channel = if self.inner().waiters.is_some() {
+            keys.waiters.as_str()
+        } else {
+            ""
+        };
+        // Every node, each within the node timeout, all awaited: the report is exact.
+        let answers = masters
+            .nodes
+            .iter()
+            .map(|node| node.force_release(&keys, channel, masters.node_timeout));
+        let answers = futures_util::future::join_all(answers).await;
+        let mut report = ForceReleased {
+            removed: 0,
+            not_a_lock: 0,
+            answered: 0,
+            nodes: masters.len(),
+            quorum: masters.quorum,
+        };
+        for (vote, not_a_lock) in answers {
+            match vote {
+                NodeVote::Acquired => report.removed += 1,
+                NodeVote::Held if not_a_lock => report.not_a_lock += 1,
+                _ => {}
+            }
+            if matches!(vote, NodeVote::Acquired | NodeVote::Held) {
+                report.answered += 1;
+            }
+        }
+        telemetry::force_released(resource, report.removed, report.answered, report.nodes);
+        if report.answered < report.quorum {
+            return Err(LockError::ReleaseUnconfirmed {
+                resource: resource.to_owned(),
+                answered: report.answered,
+                nodes: report.nodes,
+                quorum: report.quorum,
+            });
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,67 @@
+//! Downgrade: a holder in a mode moves to a weaker one on every node at once, each node
+//! converting its entry in place (`scripts/downgrade.lua`), so the resource is never free in
+//! between.
+
+use std::time::Instant;
+
+use super::Lease;
+use crate::error::{InvalidInput, LockError, LostReason};
+use crate::masters::{Masters, Stop};
+use crate::mode::Mode;
+
+/// Moves `lease` to `to` on `masters`, waking waiters on `channel` (empty: nobody). See
+/// [`LockGuard::downgrade`](crate::LockGuard::downgrade).
+pub(crate) async fn downgrade(
+    masters: &Masters,
+    lease: &Lease,
+    to: Mode,
+    channel: &str,
+) -> Result<(), LockError> {
+    let from = lease.mode.get();
+    if !from.is_some_and(|from| to.weaker_than(from)) {
+        return Err(InvalidInput::NotADowngrade { from, to }.into());
+    }
+    let lost = |reason| LockError::Lost {
+        resource: lease.resource.clone(),
+        reason,
+    };
+    lease.check().map_err(lost)?;
+    // Weaker in every view before anything is sent: a node that converted lets in holders
+    // compatible with `to`, and no view may claim more than the nodes enforce. Nodes left
+    // in `from` only exclude more.
+    lease.mode.set(to);
+    let start = Instant::now();
+    let limit = masters
+        .node_timeout
+        .min(lease.lost_at().saturating_duration_since(start));
+    let (key, token) = (lease.keys.lock.as_str(), lease.token.expose());
+    let tally = masters
+        .round(masters.quorum, limit, Stop::AtDecision, |node| {
+            let answer = node.downgrade(key, token, to, channel, limit);
+            async move { (answer.await, ()) }
+        })
+        .await;
+    let (granted, refused) = (tally.granted, tally.refused);
+    let outcomes = masters.outcomes(tally.votes);
+    tracing::debug!(
+        resource = %lease.resource,
+        mode = %to,
+        converted = granted,
+        refused,
+        "downgrade decided"
+    );
+    if granted >= masters.quorum {
+        return Ok(());
+    }
+    if refused > masters.len() - masters.quorum {
+        let reason = LostReason::Refused(outcomes);
+        lease.mark_lost(reason.clone());
+        return Err(lost(reason));
+    }
+    Err(LockError::Unavailable {
+        resource: lease.resource.clone(),
+        attempts: 1,
+        quorum: masters.quorum,
+        outcomes,
+    })
+}

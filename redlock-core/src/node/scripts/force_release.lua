@@ -1,0 +1,46 @@
+-- FORCE_RELEASE: an operator removes whoever holds a resource on one node, whatever their
+-- token.
+--
+-- Redlock step: none; the release ("Releasing the lock") without the compare. It exists for a
+-- holder known to be dead while its ttl is long, and it breaks the lock's guarantee for a
+-- holder that is still alive: that holder learns it at its next extension, which a majority
+-- refuses (its lost signal fires), and until then it may work beside the next holder.
+--
+-- KEYS: key      the lock key
+-- ARGV: channel  where to wake the waiters (the waiter queue's key; empty: nobody is woken)
+--
+-- Returns 1 if a holder was removed, 0 if the key held none, -2 if the key holds data that is
+-- not a lock (left exactly as it was).
+--
+-- A string at the key is a plain holder (ours, a foreign Redlock client's `SET NX`, a
+-- reservation for a waiter, or a key kept for a minimum hold): it is deleted. A hash is a
+-- resource held in modes: every holder's entry is removed, waiters' entries stay (they are
+-- requests, not holds), and the key's expiry follows the latest one left; a hash with any
+-- field that is not an entry of ours, or a key of another type, is not a lock of ours and is
+-- not touched. Waiters are woken ("*") when a holder was removed.
+local key, channel = KEYS[1], ARGV[1]
+
+local kind = redis.call("type", key).ok
+if kind == "none" then return 0 end
+if kind == "string" then
+  redis.call("del", key)
+  if channel ~= "" then redis.pcall("publish", channel, "*") end
+  return 1
+end
+if kind ~= "hash" then return -2 end
+local entries = redis.call("hgetall", key)
+local holders, latest = {}, 0
+for i = 1, #entries, 2 do
+  local held, expiry, _, waiter = mode_entry(entries[i], entries[i + 1])
+  if not held then return -2 end
+  if waiter then
+    if expiry > latest then latest = expiry end
+  else
+    table.insert(holders, entries[i])
+  end
+end
+if #holders == 0 then return 0 end
+for _, field in ipairs(holders) do redis.call("hdel", key, field) end
+if latest > 0 and redis.call("exists", key) == 1 then redis.call("pexpireat", key, latest) end
+if channel ~= "" then redis.pcall("publish", channel, "*") end
+return 1

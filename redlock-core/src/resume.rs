@@ -1,0 +1,433 @@
+//! Detached locks: a lock handed from one holder to another (a web request to a worker, a
+//! process to its restarted self), resumed or released by its token.
+//!
+//! [`LockGuard::detach`] gives up the guard without releasing the lock and returns a
+//! [`DetachedLock`]. [`Redlock::resume`] takes it up in any process: on every node at once it
+//! swaps the detached token for a fresh one (`scripts/resume.lua`), extending the lock to the
+//! resumed ttl, and holds it when a quorum swapped within the validity. Once a quorum swapped,
+//! the detached token holds fewer than a quorum, so a second resumption of the same
+//! `DetachedLock` fails: at most one holder resumes it.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use tracing::Instrument;
+
+use crate::error::{InvalidInput, LockError, LostReason};
+use crate::guard::LockGuard;
+use crate::keys::validate_resource;
+use crate::lease::Grant;
+use crate::masters::Stop;
+use crate::mode::Mode;
+use crate::node::Releasing;
+use crate::options::LockOptions;
+use crate::redlock::Redlock;
+use crate::release::Released;
+use crate::telemetry;
+use crate::timing;
+use crate::token::Token;
+
+/// A held lock handed on without its guard: what another process needs to resume it
+/// ([`Redlock::resume`]) or release it ([`Redlock::release_detached`]).
+///
+/// **It is a bearer secret**: it carries the lock's token, and whoever has it can take the
+/// lock over or release it. Hand it on only through channels you would trust with a password
+/// (its `Debug` output redacts the token; this crate never logs it). With the `serde` feature
+/// it serializes, token included, for a job queue or a file.
+///
+/// The lock stays held on the nodes until its keys expire unless it is resumed: a detached
+/// lock is not extended by anyone. Its [`valid_until`](Self::valid_until) is the detaching
+/// process's wall-clock reading of the validity left, for information: the nodes decide
+/// whether it is still held when it is resumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetachedLock {
+    resource: String,
+    key: String,
+    token: Token,
+    mode: Option<Mode>,
+    marker: String,
+    ttl: Duration,
+    fencing_token: Option<u64>,
+    valid_until: SystemTime,
+}
+
+impl DetachedLock {
+    /// The locked resource.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The Redis key (key prefix + resource): a handle with another key prefix cannot resume
+    /// it.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The token signing the lock on every node. Treat it as a secret.
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// The mode the lock is held in; `None` for the plain exclusive lock.
+    pub fn mode(&self) -> Option<Mode> {
+        self.mode
+    }
+
+    /// The ttl the lock was taken (or last extended) with: what [`Redlock::resume`] extends it
+    /// to.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The lock's fencing token, if it was taken with one; the resumed lock keeps it.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// When the validity ended, by the wall clock of the process that detached it (its
+    /// monotonic deadline read as `SystemTime`). For information only: clocks of two machines
+    /// differ, and the nodes decide at [`Redlock::resume`].
+    pub fn valid_until(&self) -> SystemTime {
+        self.valid_until
+    }
+}
+
+impl LockGuard {
+    /// Gives up this guard without releasing the lock, and returns what another holder needs
+    /// to resume it ([`Redlock::resume`]) or release it ([`Redlock::release_detached`]): a job
+    /// handed from a web request to a worker, or a holder about to restart.
+    ///
+    /// From here this process no longer holds the lock: the guard's auto-extension stops, its
+    /// lost signal fires ([`LostReason::Detached`]), and neither its drop nor
+    /// [`Redlock::release_all`] releases it. The keys stay on the nodes until their ttl
+    /// unless the lock is resumed; a minimum hold
+    /// ([`LockOptions::lock_at_least_for`]) does not travel with it.
+    ///
+    /// # Errors
+    /// - [`LockError::Lost`]: the lock can no longer be trusted (released, refused, or its
+    ///   validity ran out): there is nothing to hand on; the guard is consumed and the lock
+    ///   released as a drop would;
+    /// - [`LockError::Invalid`] ([`InvalidInput::Shared`]): re-entries share this lock
+    ///   ([`hold_count`](Self::hold_count) above 1); the lock is not handed on, and this
+    ///   guard's hold is given back as a drop would.
+    pub fn detach(self) -> Result<DetachedLock, LockError> {
+        let redlock = self.handle().clone();
+        let lease = std::sync::Arc::clone(self.lease_ref());
+        if let Err(reason) = lease.check() {
+            return Err(LockError::Lost {
+                resource: lease.resource.clone(),
+                reason,
+            });
+        }
+        if !redlock.inner().ledger.detach(&lease) {
+            return Err(InvalidInput::Shared { action: "detached" }.into());
+        }
+        // Out of the ledger: the guard's drop no longer releases it.
+        self.forget();
+        let left = lease.deadline().saturating_duration_since(Instant::now());
+        Ok(DetachedLock {
+            resource: lease.resource.clone(),
+            key: lease.keys.lock.clone(),
+            token: lease.token.clone(),
+            mode: lease.mode.get(),
+            marker: lease.marker.clone(),
+            ttl: lease.ttl,
+            fencing_token: lease.fencing_token,
+            valid_until: SystemTime::now()
+                .checked_add(left)
+                .unwrap_or_else(SystemTime::now),
+        })
+    }
+}
+
+impl Redlock {
+    /// Resumes `detached` with the handle's default options and the detached lock's ttl. See
+    /// [`resume_with`](Self::resume_with).
+    ///
+    /// # Errors
+    /// As [`resume_with`](Self::resume_with).
+    pub async fn resume(&self, detached: &DetachedLock) -> Result<LockGuard, LockError> {
+        let options = self.options().clone().ttl(detached.ttl);
+        self.resume_with(detached, &options).await
+    }
+
+    /// Takes up a lock another guard [detached](LockGuard::detach), here or in another
+    /// process, and returns a guard that extends, auto-extends and releases it like the
+    /// original (with `options`: ttl, auto-extension and its caps, drift, lost margin, minimum
+    /// hold from now).
+    ///
+    /// On every node at once the detached token is swapped for a fresh one and the lock
+    /// extended to `options`' ttl (never shortened). It is held when a quorum swapped within
+    /// the validity, which is counted as an acquisition's: the round's start + ttl − drift
+    /// (distlock spec, steps 1–4), so the guard never claims more than the nodes hold. After
+    /// that the detached token holds fewer than a quorum: the same `DetachedLock` resumed
+    /// again, or released, is refused. A failed resumption swaps the token back where it
+    /// swapped it, so it can be tried again.
+    ///
+    /// The mode and fencing token are the detached lock's.
+    ///
+    /// # Errors
+    /// - [`LockError::Invalid`]: bad options; `options` ask for a mode or fencing the detached
+    ///   lock does not have, or `detached` was taken through another key prefix
+    ///   ([`InvalidInput::ResumeMismatch`]) (nothing is sent);
+    /// - [`LockError::Lost`]: a majority no longer holds the detached token (it expired, was
+    ///   released, or was already resumed);
+    /// - [`LockError::Unavailable`]: too few nodes answered to decide; try again;
+    /// - [`LockError::NoValidity`]: a quorum swapped it too late to be valid; the swap was
+    ///   undone;
+    /// - [`LockError::ShuttingDown`]: the handle is shutting down.
+    pub async fn resume_with(
+        &self,
+        detached: &DetachedLock,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let resource = detached.resource.as_str();
+        validate_resource(resource)?;
+        options.validate()?;
+        self.masters().check_quarantine(options.get_ttl())?;
+        if self.is_shutting_down() {
+            return Err(LockError::ShuttingDown);
+        }
+        let mismatch = |option| Err(InvalidInput::ResumeMismatch { option }.into());
+        if self.key_for(resource) != detached.key {
+            return mismatch("key prefix");
+        }
+        if options.get_mode().is_some_and(|m| Some(m) != detached.mode) {
+            return mismatch("mode");
+        }
+        if options.get_fencing() && detached.fencing_token.is_none() {
+            return mismatch("fencing");
+        }
+        let options = match detached.mode {
+            Some(mode) => options.clone().mode(mode),
+            None => options.clone(),
+        };
+        let span = telemetry::resume_span(resource);
+        self.resume_round(detached, &options).instrument(span).await
+    }
+
+    /// The round of [`resume_with`](Self::resume_with), its checks passed.
+    async fn resume_round(
+        &self,
+        detached: &DetachedLock,
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let resource = detached.resource.as_str();
+        let next = Token::generate().map_err(LockError::Entropy)?;
+        let masters = self.masters();
+        let (ttl, ttl_ms) = (options.sent_ttl(), options.ttl_millis());
+        let drift = timing::drift(ttl, options.get_drift_factor());
+        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let key = detached.key.as_str();
+        let (mode, old) = (detached.mode.is_some(), detached.token.expose());
+        // Armed before anything is sent: whichever way this future ends without a guard
+        // (an error, or dropped midway), the token goes back to the detached one.
+        let mut give_back = GiveBack {
+            redlock: self.clone(),
+            key: detached.key.clone(),
+            tokens: Some((next.clone(), detached.token.clone())),
+            mode,
+        };
+        let start = Instant::now();
+        let tally = masters
+            .round(masters.quorum, limit, Stop::AtDecision, |node| {
+                let answer = node.resume(key, (old, next.expose()), ttl_ms, mode, limit);
+                async move { (answer.await, ()) }
+            })
+            .await;
+        let elapsed = start.elapsed();
+        let (granted, refused) = (tally.granted, tally.refused);
+        let outcomes = masters.outcomes(tally.votes);
+        tracing::debug!(resource, swapped = granted, refused, "resumption decided");
+        if granted >= masters.quorum && elapsed < ttl.saturating_sub(drift) {
+            give_back.tokens = None;
+            let grant = Grant {
+                started: start,
+                valid_until: start + ttl - drift,
+                fencing_token: detached.fencing_token,
+                marker: detached.marker.clone(),
+                busy: Duration::ZERO,
+            };
+            let keys = self.resource_keys(detached.key.clone());
+            let class = telemetry::class_of(resource, options);
+            return Ok(self.register(resource, &class, keys, next, options, grant));
+        }
+        give_back.now().await;
+        if granted >= masters.quorum {
+            return Err(LockError::NoValidity {
+                resource: resource.to_owned(),
+                attempts: 1,
+                elapsed,
+                ttl,
+            });
+        }
+        if refused > masters.len() - masters.quorum {
+            return Err(LockError::Lost {
+                resource: resource.to_owned(),
+                reason: LostReason::Refused(outcomes),
+            });
+        }
+        Err(LockError::Unavailable {
+            resource: resource.to_owned(),
+            attempts: 1,
+            quorum: masters.quorum,
+            outcomes,
+        })
+    }
+
+    /// Releases `detached` on every node (compare-and-delete with its token, waking the
+    /// resource's waiters), from any process: a holder that will not resume a lock it
+    /// detached. A lock already resumed elsewhere holds another token and is not touched.
+    ///
+    /// # Errors
+    /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys
+    /// then expire with their ttl.
+    pub async fn release_detached(&self, detached: DetachedLock) -> Result<Released, LockError> {
+        let keys = self.resource_keys(detached.key.clone());
+        let releasing = Releasing::Holder {
+            mode: detached.mode.is_some(),
+            marker: &detached.marker,
+        };
+        let class = telemetry::resource_class(&detached.resource);
+        let span = telemetry::release_span(&detached.resource, &class, "detached");
+        let released = self
+            .release_key(&keys, &detached.token, releasing, Duration::ZERO)
+            .instrument(span.clone())
+            .await;
+        telemetry::released(&span, released.deleted, released.answered, released.quorum);
+        if released.answered < released.quorum {
+            return Err(LockError::ReleaseUnconfirmed {
+                resource: detached.resource.clone(),
+                answered: released.answered,
+                nodes: released.nodes,
+                quorum: released.quorum,
+            });
+        }
+        Ok(released)
+    }
+}
+
+/// A resumption's swap, undone unless disarmed (`tokens` taken): swaps the fresh token back to
+/// the detached one on every node, now ([`now`](Self::now)) or, when the resumption's future
+/// is dropped midway, in the background on the handle's runtime.
+struct GiveBack {
+    redlock: Redlock,
+    key: String,
+    /// The fresh token and the detached one; `None` once the lock is held.
+    tokens: Option<(Token, Token)>,
+    mode: bool,
+}
+
+impl GiveBack {
+    /// Swaps back on every node, each within the node timeout.
+    async fn now(&mut self) {
+        if let Some(give_back) = self.sends() {
+            give_back.await;
+        }
+    }
+
+    /// The swap back, sent to every node now; `None` if disarmed.
+    fn sends(&mut self) -> Option<impl Future<Output = ()> + Send + use<>> {
+        let (next, old) = self.tokens.take()?;
+        let masters = self.redlock.masters();
+        let limit = masters.node_timeout;
+        // A ttl of 0: the detached lock keeps the expiry it has, never lengthened for a
+        // holder that is not there.
+        let (key, mode) = (self.key.as_str(), self.mode);
+        let answers: Vec<_> = masters
+            .nodes
+            .iter()
+            .map(|node| node.resume(key, (next.expose(), old.expose()), 0, mode, limit))
+            .collect();
+        Some(async move {
+            futures_util::future::join_all(answers).await;
+        })
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if let Some(give_back) = self.sends() {
+            // The calls are already handed to the nodes' pipelines; the task only awaits them.
+            let _spawned = self.redlock.spawn_background(give_back);
+        }
+    }
+}
+
+/// The serialized form of a [`DetachedLock`]: plain fields, durations and times in ms.
+#[cfg(feature = "serde")]
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    resource: String,
+    key: String,
+    token: String,
+    mode: Option<String>,
+    marker: String,
+    ttl_ms: u64,
+    fencing_token: Option<u64>,
+    valid_until_unix_ms: u64,
+}
+
+/// With the `serde` feature: serializes every field, **the token included** (it is a bearer
+/// secret: see [`DetachedLock`]).
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl serde::Serialize for DetachedLock {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let since_epoch = self
+            .valid_until
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        Wire {
+            resource: self.resource.clone(),
+            key: self.key.clone(),
+            token: self.token.expose().to_owned(),
+            mode: self.mode.map(|m| m.as_str().to_owned()),
+            marker: self.marker.clone(),
+            ttl_ms: ms(self.ttl),
+            fencing_token: self.fencing_token,
+            valid_until_unix_ms: ms(since_epoch),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// With the `serde` feature: reads what [`Serialize`](serde::Serialize) wrote, and refuses a
+/// token, mode or marker that no lock of this crate could have.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for DetachedLock {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let wire = Wire::deserialize(deserializer)?;
+        let token = Token::parse(&wire.token)
+            .ok_or_else(|| D::Error::custom("token: not a lock token (40 lowercase hex digits)"))?;
+        let mode = wire
+            .mode
+            .map(|m| m.parse::<Mode>())
+            .transpose()
+            .map_err(D::Error::custom)?;
+        let marker_ok = wire.marker.is_empty()
+            || (wire.marker.len() == 17
+                && wire.marker.starts_with('~')
+                && wire.marker[1..]
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        if !marker_ok {
+            return Err(D::Error::custom("marker: not a waiter marker"));
+        }
+        Ok(Self {
+            resource: wire.resource,
+            key: wire.key,
+            token,
+            mode,
+            marker: wire.marker,
+            ttl: Duration::from_millis(wire.ttl_ms),
+            fencing_token: wire.fencing_token,
+            valid_until: SystemTime::UNIX_EPOCH
+                .checked_add(Duration::from_millis(wire.valid_until_unix_ms))
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        })
+    }
+}
