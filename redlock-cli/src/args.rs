@@ -57,6 +57,14 @@ pub(crate) enum Command {
     /// there. The token is never read out of the nodes.
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// Break a lock: remove whoever holds the resource on every node, whatever their token,
+    /// and wake its waiters (`--force` is required). For a holder known to be dead while its
+    /// ttl is long. A holder that is still alive keeps working until its next extension is
+    /// refused, and may overlap the next holder until then: prefer stopping it. Always logged
+    /// as a warning. A key that is not a lock (another application's data of the same name)
+    /// is left as it is.
+    #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+    Release(ReleaseArgs),
 }
 
 /// `redlock run`.
@@ -109,6 +117,20 @@ pub(crate) struct StatusArgs {
     /// The resource to look at.
     #[arg(value_parser = resource)]
     pub(crate) resource: String,
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+}
+
+/// `redlock release --force`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The resource whose holder to remove.
+    #[arg(value_parser = resource)]
+    pub(crate) resource: String,
+    /// Required: say that you mean to break the lock, whoever holds it (a holder releases its
+    /// own lock when its command exits; there is no release by token here).
+    #[arg(long, required = true)]
+    pub(crate) force: bool,
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 }

@@ -52,8 +52,8 @@ Exit codes of `redlock run`:
   101                 a panic in redlock (a bug); the command's process group was killed
   126, 127            the command could not be run, or was not found
   128 + N             redlock itself got signal N while waiting for the lock
-`redlock status` exits 0 once a quorum of nodes answered (held or not), 69 if fewer did,
-71 if its output cannot be written, 64 for bad usage.";
+`redlock status` and `redlock release --force` exit 0 once a quorum of nodes answered
+(held or not), 69 if fewer did, 71 if their output cannot be written, 64 for bad usage.";
 
 /// Why `redlock` stopped without a status of the command's own.
 #[derive(Debug, thiserror::Error)]

@@ -1,9 +1,9 @@
-//! `redlock`: run a command under a Redlock distributed lock (`redlock run`), or show who
-//! holds a resource (`redlock status`). Exit codes: see [`exit`] and `redlock --help`.
+//! `redlock`: run a command under a Redlock distributed lock (`redlock run`), show who holds
+//! a resource (`redlock status`), or break a dead holder's lock (`redlock release --force`). Exit codes: see [`exit`] and `redlock --help`.
 //!
 //! Modules, bottom up: `exit` (codes and errors), `say` (lines on stderr), `args` (the
 //! command line), `connect` (the lock handle), `signals` and `child` (the command's process
-//! group and the signals passed on to it), `run` and `status` (the two subcommands).
+//! group and the signals passed on to it), `run`, `status` and `release` (the subcommands).
 //!
 //! Unix only (Linux, macOS, the BSDs): the command's process group, the signals passed on to
 //! it and the child subreaper are Unix facilities (through `nix`, a Unix-only dependency).
@@ -28,6 +28,8 @@ mod child;
 mod connect;
 #[cfg(unix)]
 mod exit;
+#[cfg(unix)]
+mod release;
 #[cfg(unix)]
 mod run;
 #[cfg(unix)]
@@ -83,6 +85,7 @@ fn main() -> std::process::ExitCode {
             match cli.command {
                 Command::Run(args) => run::run(args).await,
                 Command::Status(args) => status::status(args).await,
+                Command::Release(args) => release::release(args).await,
             }
         }),
         Err(source) => Err(CliError::Os {

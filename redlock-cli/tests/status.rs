@@ -159,3 +159,74 @@ async fn status_output_that_cannot_be_written_exits_71() {
     let full = output(command).await;
     full.expect(71).says("could not write the status");
 }
+
+/// `release --force` breaks a running holder's lock: every node cleared, the report on
+/// stdout, a warning on stderr (never the token); the holder's next extension is refused and
+/// its command is stopped (exit 79). Without `--force` nothing is sent (usage, 64); a key of
+/// other data is left as it was.
+#[tokio::test]
+async fn release_force_breaks_the_lock_and_the_holder_stops() {
+    let nodes = TestNodes::start(3);
+    let scratch = Scratch::new("release-force");
+    let journal = scratch.file("journal");
+    let script = format!("echo start >> {journal}; exec sleep 30");
+    // A 3 s ttl: extended every second, so the holder learns of the break within about one.
+    let run = start(run_script(
+        &nodes,
+        "stuck-report",
+        &["--ttl", "3s", "--grace", "500ms"],
+        &script,
+    ));
+    await_line(&journal, "start").await;
+    let held = tokens(&nodes.values("stuck-report").await);
+    assert_eq!(held.len(), 3);
+
+    let refused = output(redlock(Some(&nodes), &["release", "stuck-report"])).await;
+    refused.expect(64).says("--force");
+    assert_eq!(tokens(&nodes.values("stuck-report").await), held);
+
+    let forced = output(redlock(
+        Some(&nodes),
+        &["release", "--force", "stuck-report"],
+    ))
+    .await;
+    forced.expect(0);
+    assert!(
+        forced
+            .stdout
+            .starts_with("stuck-report: force-released; a holder removed on 3 of 3 nodes"),
+        "{forced:#?}"
+    );
+    assert!(forced.stderr.contains("force-released"), "{forced:#?}");
+    for token in &held {
+        assert!(!forced.stdout.contains(token.as_str()), "{forced:#?}");
+        assert!(!forced.stderr.contains(token.as_str()), "{forced:#?}");
+    }
+    assert!(
+        nodes
+            .values("stuck-report")
+            .await
+            .iter()
+            .all(Option::is_none)
+    );
+    // The holder's next extension is refused: its command is stopped, and it says so.
+    finish(run).await.expect(79).says("lost");
+
+    // Another application's list of the same name is not a lock.
+    for url in nodes.urls() {
+        use redlock_core::fred::interfaces::ClientLike;
+        use redlock_core::fred::types::{ClusterHash, CustomCommand};
+        let client = redlock_test::plain_client(&url).await;
+        let rpush = CustomCommand::new_static("RPUSH", ClusterHash::FirstKey, false);
+        let args = vec!["app-list".to_owned(), "item".to_owned()];
+        let _: i64 = client.custom(rpush, args).await.unwrap();
+        let _ = client.quit().await;
+    }
+    let other = output(redlock(Some(&nodes), &["release", "--force", "app-list"])).await;
+    other.expect(0);
+    assert!(other.stdout.contains("no holder found"), "{other:#?}");
+    assert!(
+        other.stdout.contains("on 3 nodes the key holds other data"),
+        "{other:#?}"
+    );
+}

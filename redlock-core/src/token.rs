@@ -35,6 +35,7 @@ impl Token {
 
     /// `value` as a token, if it is one: 40 lowercase hex digits, as [`generate`](Self::generate)
     /// writes them.
+    #[cfg(feature = "serde")]
     pub(crate) fn parse(value: &str) -> Option<Self> {
         let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
         (value.len() == TOKEN_BYTES * 2 && value.bytes().all(hex)).then(|| Self(value.to_owned()))
