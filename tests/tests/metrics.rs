@@ -363,3 +363,26 @@ async fn classes_come_from_the_code_never_from_client_data() {
     );
     guard.release().await.unwrap();
 }
+
+/// A detached lock leaves the held gauge of the process that detached it (without a lost
+/// count: it is still held, elsewhere) and joins the resuming one's; a force-release counts
+/// every call, whatever it found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detach_resume_and_force_release_are_counted() {
+    let m = recorded();
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let class = [("resource_class", "m5")];
+    let guard = a.lock_with("m5:job:1", &once()).await.unwrap();
+    assert_eq!(m.gauge("redlock_held", &class), 1.0);
+    let detached = guard.detach().unwrap();
+    assert_eq!(m.gauge("redlock_held", &class), 0.0);
+    assert_eq!(m.counter("redlock_lost_total", &class), 0);
+    let resumed = b.resume(&detached).await.unwrap();
+    assert_eq!(m.gauge("redlock_held", &class), 1.0);
+    assert_eq!(m.counter("redlock_force_releases_total", &class), 0);
+    a.force_release("m5:job:1").await.unwrap();
+    a.force_release("m5:job:1").await.unwrap();
+    assert_eq!(m.counter("redlock_force_releases_total", &class), 2);
+    drop(resumed);
+}

@@ -25,6 +25,8 @@ mod guide {
     struct Axum;
     #[doc = include_str!("../../../redlock-core/src/guide/command_line.md")]
     struct CommandLine;
+    #[doc = include_str!("../../../redlock-core/src/guide/handing_on.md")]
+    struct HandingOn;
     #[doc = include_str!("../../../redlock-core/src/guide/configuration.md")]
     struct Configuration;
     #[doc = include_str!("../../../redlock-core/src/guide/tls.md")]
