@@ -14,7 +14,7 @@ const NODES_VAR: &str = "REDLOCK_NODES";
 /// `REDLOCK_MODE`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
 /// handle refuses as its default, such as `REDLOCK_MODE`, would otherwise stop it).
-const HANDLE_VARS: [&str; 13] = [
+const HANDLE_VARS: [&str; 14] = [
     NODES_VAR,
     "REDLOCK_KEY_PREFIX",
     "REDLOCK_NODE_TIMEOUT",
@@ -25,6 +25,7 @@ const HANDLE_VARS: [&str; 13] = [
     "REDLOCK_QUARANTINE",
     "REDLOCK_FENCING_COUNTER_TTL",
     "REDLOCK_NODE_SET_CHECK",
+    "REDLOCK_OWNER",
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CLIENT_CERT",
     "REDLOCK_TLS_CLIENT_KEY",
@@ -33,9 +34,19 @@ const HANDLE_VARS: [&str; 13] = [
 /// A builder over the nodes of `args`: `--nodes` when given, else the URLs in
 /// `REDLOCK_NODES` (its absence is reported by `build`, before connecting); the handle's
 /// other `REDLOCK_*` settings ([`HANDLE_VARS`]), with `--key-prefix` over
-/// `REDLOCK_KEY_PREFIX`.
+/// `REDLOCK_KEY_PREFIX`. The owner label is `REDLOCK_OWNER`, else `<host>/<pid>`: what
+/// `redlock status` shows for the locks this process takes.
 pub(crate) fn builder(args: &NodeArgs) -> RedlockBuilder {
-    builder_with(args, |var| std::env::var(var).ok())
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    let builder = builder_with(args, |var| std::env::var(var).ok());
+    if std::env::var_os("REDLOCK_OWNER").is_some() {
+        builder
+    } else {
+        builder.owner(format!("{host}/{}", std::process::id()))
+    }
 }
 
 /// [`builder`], with `lookup` giving each variable's value instead of the process

@@ -55,8 +55,11 @@ fn render(status: &ResourceStatus) -> String {
     } else {
         "free"
     };
+    let owner = status
+        .owner()
+        .map_or(String::new(), |owner| format!(" by {owner}"));
     let mut out = format!(
-        "{}: {summary}; holder on {held_on} of {nodes} nodes, {} answered, quorum {}\n",
+        "{}: {summary}{owner}; holder on {held_on} of {nodes} nodes, {} answered, quorum {}\n",
         status.resource,
         status.answered(),
         status.quorum,
@@ -80,13 +83,19 @@ fn describe(holding: &NodeHolding) -> String {
     };
     let mut line = match &holding.holder {
         Holder::None => "free".to_owned(),
-        Holder::Plain => format!("held, {}", ttl(holding.ttl)),
+        Holder::Plain => match &holding.owner {
+            Some(owner) => format!("held by {owner}, {}", ttl(holding.ttl)),
+            None => format!("held, {}", ttl(holding.ttl)),
+        },
         Holder::Reserved => format!("handed over to a waiter, {}", ttl(holding.ttl)),
         Holder::Modes(holders) if holders.is_empty() => "free (mode waiters only)".to_owned(),
         Holder::Modes(holders) => {
             let each: Vec<String> = holders
                 .iter()
-                .map(|h| format!("{} {}", h.mode, ttl(Some(h.ttl))))
+                .map(|h| match &h.owner {
+                    Some(owner) => format!("{} by {owner} {}", h.mode, ttl(Some(h.ttl))),
+                    None => format!("{} {}", h.mode, ttl(Some(h.ttl))),
+                })
                 .collect();
             format!("held in modes: {}", each.join(", "))
         }

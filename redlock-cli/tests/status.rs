@@ -22,6 +22,10 @@ async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
     let held = tokens(&nodes.values("nightly-report").await);
     assert_eq!(held.len(), 3);
 
+    // Labelled `<host>/<pid>` of the `redlock run` that holds it.
+    let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
+    let owner = format!("{host}/{}", run.id().unwrap());
+
     let status = output(redlock(Some(&nodes), &["status", "nightly-report"])).await;
     status.expect(0);
     for token in &held {
@@ -35,14 +39,15 @@ async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
         );
     }
     let lines: Vec<&str> = status.stdout.lines().collect();
-    assert!(
-        lines[0].starts_with("nightly-report: held; holder on 3 of 3 nodes"),
-        "{status:#?}"
-    );
+    let summary = format!("nightly-report: held by {owner}; holder on 3 of 3 nodes");
+    assert!(lines[0].starts_with(&summary), "{status:#?}");
     for (line, url) in lines[1..].iter().zip(nodes.urls()) {
         let label = url.trim_start_matches("redis://");
         assert!(line.contains(label), "{status:#?}");
-        assert!(line.contains("held, ttl "), "{status:#?}");
+        assert!(
+            line.contains(&format!("held by {owner}, ttl ")),
+            "{status:#?}"
+        );
     }
     assert_eq!(lines.len(), 4, "{status:#?}");
 
@@ -69,8 +74,17 @@ async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
         .build()
         .await
         .unwrap();
+    let labelled = redlock_core::Redlock::builder()
+        .nodes(nodes.urls())
+        .key_prefix("lock:")
+        .owner("exporter@web-2")
+        .build()
+        .await
+        .unwrap();
     let first = readers.read_lock("catalog").await.unwrap();
-    let second = readers.read_lock("catalog").await.unwrap();
+    let second = labelled.read_lock("catalog").await.unwrap();
+    // The label is written beside the grant, not awaited by it.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let status = output(redlock(
         Some(&nodes),
         &["status", "catalog", "--key-prefix", "lock:"],
@@ -83,7 +97,11 @@ async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
         3,
         "{status:#?}"
     );
-    assert_eq!(status.stdout.matches(", PR ttl ").count(), 3, "{status:#?}");
+    assert_eq!(
+        status.stdout.matches("PR by exporter@web-2 ttl ").count(),
+        3,
+        "{status:#?}"
+    );
     for token in [first.token().expose(), second.token().expose()] {
         assert!(!status.stdout.contains(token), "token printed: {status:#?}");
     }

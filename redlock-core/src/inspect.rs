@@ -51,6 +51,20 @@ impl ResourceStatus {
             .count()
     }
 
+    /// The plain lock's holder's label ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner))
+    /// when a quorum of nodes show the same one: who holds the resource, or leads.
+    pub fn owner(&self) -> Option<&str> {
+        let labels: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok()?.owner.as_deref())
+            .collect();
+        labels
+            .iter()
+            .find(|label| labels.iter().filter(|l| l == label).count() >= self.quorum)
+            .copied()
+    }
+
     /// `true` when something is at the key on a quorum of nodes ([`Holder::is_present`]): a
     /// plain acquisition is refused (a lock of ours, a foreign client's key, a hand-over in
     /// progress, waiters' entries of a resource held in modes, or someone else's data).
@@ -83,6 +97,11 @@ pub struct NodeHolding {
     /// Waiters for the resource on that node: plain waiters queued for a hand-over, plus the
     /// waiter entries of mode requests that were refused.
     pub waiters: usize,
+    /// The label of the plain lock's holder there
+    /// ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)); `None` without one (a
+    /// holder through a handle without a label, or a foreign client). For holders in modes,
+    /// see [`ModeHolder::owner`].
+    pub owner: Option<String>,
 }
 
 /// Who holds a resource's lock key on one node. Tokens are never read out.
@@ -123,13 +142,16 @@ impl Holder {
 }
 
 /// One holder of a resource held in lock modes, on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ModeHolder {
     /// The mode it holds the resource in.
     pub mode: Mode,
     /// The ttl its entry has left on that node.
     pub ttl: Duration,
+    /// Its label ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)), if its handle
+    /// has one.
+    pub owner: Option<String>,
 }
 
 impl Redlock {
@@ -204,24 +226,32 @@ fn decode(reply: Value) -> Option<NodeHolding> {
         Value::Array(values) => values,
         _ => return None,
     };
-    let (head, entries) = reply.split_at_checked(4)?;
+    let (head, entries) = reply.split_at_checked(5)?;
     let kind = head[0].as_str()?;
     let pttl = head[1].as_i64()?;
     let queued = head[2].as_i64()?;
     // A string reserved for a waiter, or a hash holding someone else's data.
     let flagged = head[3].as_i64()? == 1;
+    let label = |value: &Value| {
+        let label = value.as_str()?;
+        Some((!label.is_empty()).then(|| label.into_owned()))
+    };
+    let mut owner = None;
     let mut waiters = usize::try_from(queued).unwrap_or(0);
     let holder = match &*kind {
         "none" => Holder::None,
         "string" if flagged => Holder::Reserved,
-        "string" => Holder::Plain,
+        "string" => {
+            owner = label(&head[4])?;
+            Holder::Plain
+        }
         "hash" if flagged => Holder::Other {
             kind: "hash".to_owned(),
         },
         "hash" => {
             let mut holders = Vec::new();
-            for entry in entries.chunks(3) {
-                let [mode, ttl, waiter] = entry else {
+            for entry in entries.chunks(4) {
+                let [mode, ttl, waiter, owner] = entry else {
                     return None;
                 };
                 let mode: Mode = mode.as_str()?.parse().ok()?;
@@ -229,7 +259,8 @@ fn decode(reply: Value) -> Option<NodeHolding> {
                 if waiter.as_i64()? == 1 {
                     waiters += 1;
                 } else {
-                    holders.push(ModeHolder { mode, ttl });
+                    let owner = label(owner)?;
+                    holders.push(ModeHolder { mode, ttl, owner });
                 }
             }
             Holder::Modes(holders)
@@ -243,6 +274,7 @@ fn decode(reply: Value) -> Option<NodeHolding> {
         holder,
         ttl,
         waiters,
+        owner,
     })
 }
 
@@ -261,36 +293,58 @@ mod tests {
             1500.into(),
             2.into(),
             0.into(),
+            "web-1/4242".into(),
         ]))
         .unwrap();
         assert_eq!(plain.holder, Holder::Plain);
+        assert_eq!(plain.owner.as_deref(), Some("web-1/4242"));
         assert_eq!(plain.ttl, Some(Duration::from_millis(1500)));
         assert_eq!(plain.waiters, 2);
 
-        let reserved = decode(reply(vec!["string".into(), 20.into(), 0.into(), 1.into()]));
+        let reserved = decode(reply(vec![
+            "string".into(),
+            20.into(),
+            0.into(),
+            1.into(),
+            "".into(),
+        ]));
         assert_eq!(reserved.unwrap().holder, Holder::Reserved);
 
-        let free = decode(reply(vec!["none".into(), (-2).into(), 0.into(), 0.into()])).unwrap();
-        assert_eq!((free.holder.is_present(), free.ttl), (false, None));
+        let free = decode(reply(vec![
+            "none".into(),
+            (-2).into(),
+            0.into(),
+            0.into(),
+            "".into(),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (free.holder.is_present(), free.ttl, free.owner),
+            (false, None, None)
+        );
 
         let modes = decode(reply(vec![
             "hash".into(),
             900.into(),
             0.into(),
             0.into(),
+            "".into(),
             "PR".into(),
             900.into(),
             0.into(),
+            "reader".into(),
             "EX".into(),
             100.into(),
             1.into(),
+            "".into(),
         ]))
         .unwrap();
         assert_eq!(
             modes.holder,
             Holder::Modes(vec![ModeHolder {
                 mode: Mode::ProtectedRead,
-                ttl: Duration::from_millis(900)
+                ttl: Duration::from_millis(900),
+                owner: Some("reader".to_owned()),
             }])
         );
         assert_eq!(modes.waiters, 1);
@@ -301,9 +355,11 @@ mod tests {
             5.into(),
             0.into(),
             0.into(),
+            "".into(),
             "EX".into(),
             5.into(),
             1.into(),
+            "".into(),
         ]))
         .unwrap();
         assert_eq!(waiters_only.holder, Holder::Modes(Vec::new()));
@@ -311,7 +367,13 @@ mod tests {
         assert!(waiters_only.holder.is_present());
 
         // Someone else's hash.
-        let hash = decode(reply(vec!["hash".into(), (-1).into(), 0.into(), 1.into()]));
+        let hash = decode(reply(vec![
+            "hash".into(),
+            (-1).into(),
+            0.into(),
+            1.into(),
+            "".into(),
+        ]));
         let hash = hash.unwrap();
         assert_eq!(
             hash.holder,
@@ -321,7 +383,13 @@ mod tests {
         );
         assert!(hash.holder.is_present());
 
-        let foreign = decode(reply(vec!["list".into(), (-1).into(), 0.into(), 0.into()]));
+        let foreign = decode(reply(vec![
+            "list".into(),
+            (-1).into(),
+            0.into(),
+            0.into(),
+            "".into(),
+        ]));
         let foreign = foreign.unwrap();
         assert!(foreign.holder.is_present());
         assert_eq!(foreign.ttl, None);
@@ -333,7 +401,10 @@ mod tests {
             5.into(),
             0.into(),
             0.into(),
+            "".into(),
             "PR".into(),
+            5.into(),
+            0.into(),
         ]);
         assert_eq!(decode(torn), None);
     }

@@ -107,6 +107,22 @@ fn window(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}window")
 }
 
+/// The label key of the holder of `key` whose token is `token` ([`OWNER`]):
+/// `<key>\0redlock:owner:<digest>`, the digest being the first 16 hex digits of the token's
+/// SHA-1 (what the scripts report as the holder's digest), never the token.
+///
+/// [`OWNER`]: crate::node::scripts::OWNER
+pub(crate) fn owner(key: &str, token: &str) -> String {
+    let digest = fred::util::sha1_hash(token);
+    format!(
+        "{key}{BOOKKEEPING_SEPARATOR}owner:{}",
+        digest.get(..16).unwrap_or(&digest)
+    )
+}
+
+/// The longest owner label, in bytes ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)).
+pub const MAX_OWNER_LEN: usize = 256;
+
 /// The witness of a node's data for the handles of key prefix `prefix`, written by the
 /// quarantine check of every acquire script (quarantine on): it holds the `run_id` of the
 /// server that wrote it. A node where it is missing (`FLUSHALL`, `FLUSHDB`, a restart without

@@ -123,6 +123,20 @@ impl LeaderElection {
         &self.resource
     }
 
+    /// Who leads now: the label of the resource's holder
+    /// ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)) when a quorum of nodes show
+    /// the same one; `None` when nobody leads, or the leader's handle has no label. A read of
+    /// every node ([`Redlock::inspect`]), so any process can observe the election without
+    /// campaigning: `redlock.leader_election("scheduler").leader().await?`. A snapshot: the
+    /// leader may change right after.
+    ///
+    /// # Errors
+    /// As [`Redlock::inspect`].
+    pub async fn leader(&self) -> Result<Option<String>, LockError> {
+        let status = self.redlock.inspect(&self.resource).await?;
+        Ok(status.owner().map(str::to_owned))
+    }
+
     /// Campaigns and leads until shutdown: see [`LeaderElection`]. `term` is called once per
     /// term with its [`Term`]; the future it returns is the leader's work.
     ///

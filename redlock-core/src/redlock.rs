@@ -43,6 +43,8 @@ pub(crate) struct Inner {
     pub(crate) masters: Arc<Masters>,
     pub(crate) defaults: LockOptions,
     key_prefix: String,
+    /// The label stored beside each lock ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)).
+    pub(crate) owner: Option<Arc<str>>,
     /// Every lease handed out and not yet released, and the auto-extension driver.
     pub(crate) ledger: Ledger,
     /// The runtime the handle was built on, which drives its node connections; background
@@ -79,6 +81,8 @@ pub(crate) struct Parts {
     pub(crate) masters: Masters,
     pub(crate) defaults: LockOptions,
     pub(crate) key_prefix: String,
+    /// The owner label ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)).
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) handover_grace: Duration,
     /// Windows for foreign clients: zero when off (or without hand-over), at most
     /// [`MAX_FOREIGN_WINDOW`](crate::MAX_FOREIGN_WINDOW).
@@ -93,6 +97,7 @@ impl Redlock {
             masters,
             defaults,
             key_prefix,
+            owner,
             handover_grace,
             foreign_window,
             waiters,
@@ -104,6 +109,7 @@ impl Redlock {
                 masters: Arc::new(masters),
                 defaults,
                 key_prefix,
+                owner,
                 ledger: Ledger::new(runtime.clone()),
                 runtime,
                 waiters,

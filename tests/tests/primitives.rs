@@ -630,3 +630,158 @@ mod downgrade {
         assert_eq!(nodes.script_calls().await, before, "something was sent");
     }
 }
+
+mod owner {
+    use super::*;
+
+    /// A handle labelled `label` over `nodes`.
+    async fn labelled(nodes: &RedisNodes, label: &str) -> Redlock {
+        Redlock::builder()
+            .nodes(nodes.urls())
+            .owner(label)
+            .build()
+            .await
+            .unwrap()
+    }
+
+    /// The label a quorum shows for `resource`, once it shows `expected` (the label is
+    /// written beside the grant, not awaited by it), within 10 s.
+    async fn shows(handle: &Redlock, resource: &str, expected: Option<&str>) {
+        within(&format!("{resource} to show {expected:?}"), async {
+            loop {
+                let status = handle.inspect(resource).await.unwrap();
+                if status.owner() == expected {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_holders_label_is_shown_while_it_holds_and_never_for_the_next_holder() {
+        let nodes = RedisNodes::start(5);
+        let (web, plain) = (labelled(&nodes, "web-1/4242").await, redlock(&nodes).await);
+        // Auto-extended at a 1 s ttl: the label must follow the extensions.
+        let options = LockOptions::default()
+            .ttl(Duration::from_secs(1))
+            .auto_extend(true);
+        let guard = web.lock_with("report", &options).await.unwrap();
+        shows(&plain, "report", Some("web-1/4242")).await;
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let status = plain.inspect("report").await.unwrap();
+        assert_eq!(status.owner(), Some("web-1/4242"), "{status:#?}");
+        // Keyed by a digest of the token, never the token.
+        for keys in nodes.keys("report*owner*").await {
+            assert_eq!(keys.len(), 1, "{keys:?}");
+            assert!(!keys[0].contains(guard.token().expose()));
+        }
+        guard.release().await.unwrap();
+        assert_eq!(plain.inspect("report").await.unwrap().owner(), None);
+        // The next holder has no label: the one left behind (it expires with its ttl) is
+        // not shown for it.
+        let next = plain.lock("report").await.unwrap();
+        assert_eq!(nodes.keys("report*owner*").await.concat().len(), 5);
+        let status = plain.inspect("report").await.unwrap();
+        assert_eq!(status.owner(), None, "{status:#?}");
+        next.release().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn holders_in_modes_each_show_their_label() {
+        let nodes = RedisNodes::start(3);
+        let (a, b) = (
+            labelled(&nodes, "reader-a").await,
+            labelled(&nodes, "reader-b").await,
+        );
+        let ttl = Duration::from_secs(5);
+        let first = a
+            .lock_mode("shared", Mode::ProtectedRead, ttl)
+            .await
+            .unwrap();
+        let second = b
+            .lock_mode("shared", Mode::ProtectedRead, ttl)
+            .await
+            .unwrap();
+        within("both labels", async {
+            loop {
+                let status = a.inspect("shared").await.unwrap();
+                let labels: Vec<Vec<String>> = status
+                    .nodes
+                    .iter()
+                    .map(|node| match &node.read.as_ref().unwrap().holder {
+                        redlock_core::Holder::Modes(holders) => {
+                            let mut labels: Vec<String> =
+                                holders.iter().filter_map(|h| h.owner.clone()).collect();
+                            labels.sort();
+                            labels
+                        }
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                if labels.iter().all(|l| l == &["reader-a", "reader-b"]) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        first.release().await.unwrap();
+        second.release().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn anyone_can_see_who_leads() {
+        let nodes = RedisNodes::start(5);
+        let (candidate, observer) = (
+            labelled(&nodes, "scheduler@node-3").await,
+            redlock(&nodes).await,
+        );
+        let election = candidate.leader_election("scheduler");
+        let stop = election.shutdown_signal();
+        let (led_tx, led_rx) = tokio::sync::oneshot::channel();
+        let mut led_tx = Some(led_tx);
+        let running = tokio::spawn(election.run(move |term| {
+            if let Some(tx) = led_tx.take() {
+                let _ = tx.send(());
+            }
+            async move { term.ended().await }
+        }));
+        within("a term", led_rx).await.unwrap();
+        let watching = observer.leader_election("scheduler");
+        within("the leader's label", async {
+            while watching.leader().await.unwrap().as_deref() != Some("scheduler@node-3") {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        stop.cancel();
+        within("the election to end", running)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(watching.leader().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_label_that_is_empty_too_long_or_holds_a_control_character_is_refused() {
+        let nodes = RedisNodes::start(1);
+        let long = "x".repeat(redlock_core::MAX_OWNER_LEN + 1);
+        for label in ["", long.as_str(), "web-1\nroot"] {
+            let error = Redlock::builder()
+                .nodes(nodes.urls())
+                .owner(label)
+                .build()
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(
+                    &error,
+                    redlock_core::BuildError::Option { name: "owner", .. }
+                ),
+                "{label:?}: {error:?}"
+            );
+        }
+    }
+}

@@ -264,9 +264,19 @@ impl Redlock {
             token,
             grant,
             options,
-        );
+        )
+        .with_owner(self.inner().owner.as_ref());
         let lease = Arc::new(lease);
         ledger.hold(&lease, self.masters());
+        if let Some(owner) = &lease.owner {
+            // Not awaited: the label is for operators, and the lock is held without it.
+            let keys = (lease.keys.lock.as_str(), owner.key.as_str());
+            let (token, label) = (lease.token.expose(), &*owner.label);
+            let (mode, limit) = (lease.mode.get().is_some(), self.masters().node_timeout);
+            for node in &self.masters().nodes {
+                drop(node.label_holder(keys, (token, label), options.ttl_millis(), mode, limit));
+            }
+        }
         LockGuard::new(self.clone(), lease)
     }
 }

@@ -116,6 +116,7 @@ impl RedlockBuilder {
             masters,
             defaults: self.options,
             key_prefix: self.key_prefix,
+            owner: self.owner.map(std::sync::Arc::from),
             handover_grace: self.handover_grace,
             foreign_window: match waiters {
                 Some(_) => self.foreign_window.min(MAX_FOREIGN_WINDOW),
@@ -146,6 +147,27 @@ impl RedlockBuilder {
             return Err(error);
         }
         self.options.validate()?;
+        if let Some(owner) = &self.owner {
+            let reason = if owner.is_empty() {
+                Some("is empty; give a label such as host/pid/application, or none".to_owned())
+            } else if owner.len() > crate::MAX_OWNER_LEN {
+                Some(format!(
+                    "is {} bytes, more than the {} allowed",
+                    owner.len(),
+                    crate::MAX_OWNER_LEN
+                ))
+            } else if owner.chars().any(char::is_control) {
+                Some("holds a control character (a newline, a tab...)".to_owned())
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(BuildError::Option {
+                    name: "owner",
+                    reason,
+                });
+            }
+        }
         if self.key_prefix.contains('\0') {
             return Err(BuildError::Option {
                 name: "key_prefix",

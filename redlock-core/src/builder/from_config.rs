@@ -82,6 +82,7 @@ impl RedlockBuilder {
             quarantine,
             fencing_counter_ttl,
             node_set_check,
+            owner,
             tls_ca,
             tls_client_cert,
             tls_client_key,
@@ -100,7 +101,8 @@ impl RedlockBuilder {
             .set_if(foreign_window, Self::foreign_window)
             .set_if(quarantine, Self::quarantine)
             .set_if(fencing_counter_ttl, Self::fencing_counter_ttl)
-            .set_if(node_set_check, Self::node_set_check);
+            .set_if(node_set_check, Self::node_set_check)
+            .set_if(owner, Self::owner);
         builder.options = lock.apply(builder.options);
         builder.tls_config(tls_ca, tls_client_cert, tls_client_key)
     }
@@ -131,7 +133,7 @@ mod tests {
     use crate::options::LockOptions;
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 28] = [
+    const SAMPLES: [(&str, &str); 29] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -142,6 +144,7 @@ mod tests {
         ("quarantine", "1h"),
         ("fencing_counter_ttl", "1h"),
         ("node_set_check", "false"),
+        ("owner", "web-1"),
         ("tls_ca", CERT),
         ("tls_client_cert", CERT),
         ("tls_client_key", KEY),

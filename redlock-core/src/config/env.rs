@@ -174,9 +174,10 @@ mod tests {
     }
 
     /// The options whose environment text is taken as it is.
-    const TAKE_ANY_TEXT: [&str; 5] = [
+    const TAKE_ANY_TEXT: [&str; 6] = [
         "nodes",
         "key_prefix",
+        "owner",
         "tls_ca",
         "tls_client_cert",
         "tls_client_key",

@@ -86,6 +86,7 @@ options! {
     /// | `REDLOCK_QUARANTINE` | [`quarantine`](Self::quarantine) | duration |
     /// | `REDLOCK_FENCING_COUNTER_TTL` | [`fencing_counter_ttl`](Self::fencing_counter_ttl) | duration |
     /// | `REDLOCK_NODE_SET_CHECK` | [`node_set_check`](Self::node_set_check) | `true` or `false` |
+    /// | `REDLOCK_OWNER` | [`owner`](Self::owner) | text |
     /// | `REDLOCK_TLS_CA` | [`tls_ca`](Self::tls_ca) | file path, or PEM text |
     /// | `REDLOCK_TLS_CLIENT_CERT` | [`tls_client_cert`](Self::tls_client_cert) | file path, or PEM text |
     /// | `REDLOCK_TLS_CLIENT_KEY` | [`tls_client_key`](Self::tls_client_key) | file path, or PEM text |
@@ -130,6 +131,8 @@ options! {
         fencing_counter_ttl: Duration,
         /// [`RedlockBuilder::node_set_check`](crate::RedlockBuilder::node_set_check).
         node_set_check: bool,
+        /// [`RedlockBuilder::owner`](crate::RedlockBuilder::owner).
+        owner: String,
         /// The CA certificates to trust for `rediss://` nodes, PEM
         /// (`RedlockBuilder::tls_ca_pem`, with a TLS feature). Needs the
         /// `tls-rustls` or `tls-native` feature: without one,

@@ -56,9 +56,16 @@ async fn extend_once(
         lease.token.expose(),
         lease.mode.get().is_some(),
     );
+    let owner = lease.owner.as_ref();
     let tally = masters
-        .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
-            (node.extend(key, token, ttl_ms, mode).await, ())
+        .round(masters.quorum, limit, Stop::AtDecision, |node| {
+            // The label follows the lock's ttl, in the same batch (not awaited: it is for
+            // operators, and decides nothing).
+            if let Some(owner) = owner {
+                let labels = (token, &*owner.label);
+                drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
+            }
+            async move { (node.extend(key, token, ttl_ms, mode).await, ()) }
         })
         .await;
     let (granted, refused) = (tally.granted, tally.refused);

@@ -98,6 +98,9 @@ pub(crate) struct Lease {
     /// How long the key had been busy without a window for foreign clients when it was
     /// granted (the longest streak a granting node reported; see `keys::busy`).
     pub(crate) busy_at_grant: Duration,
+    /// The label written beside the lock, and its key
+    /// ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)); refreshed by extensions.
+    pub(crate) owner: Option<Owner>,
     /// Guards sharing this lease (re-entries + 1); 0 once the last is done.
     pub(crate) holds: AtomicUsize,
     /// The monotonic instant the lock stops being valid; moved forward by extensions.
@@ -106,6 +109,14 @@ pub(crate) struct Lease {
     reason: OnceLock<LostReason>,
     /// When it was seen lost (released, refused, expired): the views' validity ends there.
     ended: OnceLock<Instant>,
+}
+
+/// A holder's label beside its lock: the label and the key it is written at
+/// ([`keys::owner`](crate::keys::owner)).
+#[derive(Debug, Clone)]
+pub(crate) struct Owner {
+    pub(crate) key: String,
+    pub(crate) label: std::sync::Arc<str>,
 }
 
 /// What a successful attempt establishes (Redlock steps 3–4, and the fencing round).
@@ -161,12 +172,22 @@ impl Lease {
                 .get_lock_at_least_for()
                 .and_then(|at_least| acquired_at.checked_add(at_least)),
             busy_at_grant: grant.busy,
+            owner: None,
             holds: AtomicUsize::new(1),
             valid_until: watch::Sender::new(grant.valid_until),
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             ended: OnceLock::new(),
         }
+    }
+
+    /// The lease, labelled `label` (none: unchanged).
+    pub(crate) fn with_owner(mut self, label: Option<&std::sync::Arc<str>>) -> Self {
+        self.owner = label.map(|label| Owner {
+            key: crate::keys::owner(&self.keys.lock, self.token.expose()),
+            label: std::sync::Arc::clone(label),
+        });
+        self
     }
 
     /// The validity deadline the nodes were last confirmed to give (start + ttl − drift of

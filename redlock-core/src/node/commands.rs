@@ -11,7 +11,7 @@ use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
     ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE, FORCE_RELEASE,
-    KEEP, KEPT, LEAVE, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RESUME, Script,
+    KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RESUME, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -430,6 +430,26 @@ impl Node {
                 Err(e) => (NodeVote::Failed(e), false),
             }
         }
+    }
+
+    /// Writes `label` at `owner_key` beside `key` for `ttl_ms` if `token` holds it on this
+    /// node ([`OWNER`]), within `limit`; made now, as [`resume`](Self::resume).
+    /// [`NodeVote::Acquired`] if written.
+    pub(crate) fn label_holder(
+        &self,
+        (key, owner_key): (&str, &str),
+        (token, label): (&str, &str),
+        ttl_ms: u64,
+        mode: bool,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(label),
+            int_arg(ttl_ms),
+            Value::from(if mode { "1" } else { "0" }),
+        ];
+        vote(self.eval_release(&OWNER, &[key, owner_key], &args, limit))
     }
 
     /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain

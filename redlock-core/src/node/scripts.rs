@@ -121,6 +121,9 @@ pub(crate) static DOWNGRADE: Script = Script::new(14, include_str!("scripts/down
 pub(crate) static FORCE_RELEASE: Script =
     Script::new(15, include_str!("scripts/force_release.lua"));
 
+/// A holder's label written beside its lock (`scripts/owner.lua`).
+pub(crate) static OWNER: Script = Script::new(16, include_str!("scripts/owner.lua"));
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -128,7 +131,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 16] = [
+pub(crate) const SCRIPTS: [&Script; 17] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -145,6 +148,7 @@ pub(crate) const SCRIPTS: [&Script; 16] = [
     &RESUME,
     &DOWNGRADE,
     &FORCE_RELEASE,
+    &OWNER,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
