@@ -4,7 +4,7 @@
 use std::io::Write as _;
 use std::time::Duration;
 
-use redlock_core::{ForceReleased, LockError};
+use redlock_core::ForceReleased;
 
 use crate::args::ReleaseArgs;
 use crate::connect::{builder, connect};
@@ -17,28 +17,15 @@ use crate::exit::CliError;
 /// what the nodes that answered did) when fewer than a quorum answered; [`CliError::Os`]
 /// when the output cannot be written.
 pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, CliError> {
-    // Reachable nodes are cleared even if a quorum is not; no waiter subscriptions, but the
-    // waiters of the applications are woken (the handle's hand-over setting decides only
-    // whether this process listens).
+    // Reachable nodes are cleared even if a quorum is not; the applications' waiters are
+    // woken whatever the handle's own hand-over setting.
     let builder = builder(&args.nodes).require_quorum_at_start(false);
     let redlock = connect(builder).await?;
     debug_assert!(args.force, "clap requires --force");
-    let report = match redlock.force_release(&args.resource).await {
-        Ok(report) => report,
-        Err(LockError::ReleaseUnconfirmed {
-            answered,
-            nodes,
-            quorum,
-            ..
-        }) => {
-            return Err(CliError::TooFewAnswered {
-                answered,
-                nodes,
-                quorum,
-            });
-        }
-        Err(error) => return Err(CliError::Lock(error)),
-    };
+    let report = redlock
+        .force_release(&args.resource)
+        .await
+        .map_err(CliError::Lock)?;
     std::io::stdout()
         .write_all(render(&args.resource, &report).as_bytes())
         .and_then(|()| std::io::stdout().flush())
@@ -47,6 +34,13 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, CliError> {
             source,
         })?;
     redlock.shutdown(Duration::from_secs(1)).await;
+    if !report.confirmed() {
+        return Err(CliError::TooFewAnswered {
+            answered: report.answered,
+            nodes: report.nodes,
+            quorum: report.quorum,
+        });
+    }
     Ok(0)
 }
 

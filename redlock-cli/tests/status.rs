@@ -83,8 +83,24 @@ async fn status_shows_holders_in_lock_modes_and_honours_the_key_prefix() {
         .unwrap();
     let first = readers.read_lock("catalog").await.unwrap();
     let second = labelled.read_lock("catalog").await.unwrap();
-    // The label is written beside the grant, not awaited by it.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The label is written beside the grant, not awaited by it: wait until every node has it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let status = labelled.inspect("catalog").await.unwrap();
+        let labelled_on = status
+            .nodes
+            .iter()
+            .filter(|node| {
+                matches!(&node.read.as_ref().unwrap().holder,
+                    redlock_core::Holder::Modes(holders) if holders.iter().any(|h| h.owner.is_some()))
+            })
+            .count();
+        if labelled_on == 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{status:#?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let status = output(redlock(
         Some(&nodes),
         &["status", "catalog", "--key-prefix", "lock:"],
@@ -247,4 +263,10 @@ async fn release_force_breaks_the_lock_and_the_holder_stops() {
         other.stdout.contains("on 3 nodes the key holds other data"),
         "{other:#?}"
     );
+    for holding in nodes.holdings("app-list").await {
+        assert_eq!(
+            holding.value,
+            redlock_test::HeldValue::Other("list".to_owned())
+        );
+    }
 }

@@ -28,6 +28,12 @@ impl ForceReleased {
     pub fn removed_any(&self) -> bool {
         self.removed > 0
     }
+
+    /// `true` if a quorum of nodes answered: the report covers enough nodes for no holder to
+    /// keep a quorum of them.
+    pub fn confirmed(&self) -> bool {
+        self.answered >= self.quorum
+    }
 }
 
 impl Redlock {
@@ -43,17 +49,20 @@ impl Redlock {
     /// protected resource. Every call logs a warning and counts in
     /// `redlock_force_releases_total`, whatever it found.
     ///
-    /// On each node: a string at the lock key is a plain holder's (ours, a foreign Redlock
-    /// client's, a reservation for a waiter, or a key kept for a minimum hold) and is
-    /// deleted; for a resource held in modes, every holder's entry is removed and waiters'
-    /// entries stay. A key that is not a lock of this protocol (another type, or a hash with
-    /// fields we did not write) is left as it is and counted in
+    /// On each node: a string at the lock key with an expiry is a plain holder's (ours, a
+    /// foreign Redlock client's, a reservation for a waiter, or a key kept for a minimum
+    /// hold) and is deleted; for a resource held in modes, every holder's entry is removed
+    /// and waiters' entries stay. A key that is not a lock (a string without an expiry,
+    /// another type, or a hash with fields we did not write) is left as it is and counted in
     /// [`ForceReleased::not_a_lock`]. The fencing counter, waiter queue and windows stay.
     ///
+    /// Every node is awaited, each within the node timeout, and the report says what each
+    /// count of nodes did; [`ForceReleased::confirmed`] is `false` when fewer than a quorum
+    /// answered (the nodes that answered were cleared, the others keep their holder until
+    /// its ttl).
+    ///
     /// # Errors
-    /// - [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent);
-    /// - [`LockError::ReleaseUnconfirmed`]: fewer than a quorum of nodes answered (within the
-    ///   node timeout); the nodes that answered were cleared.
+    /// [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent).
     ///
     /// [`LostReason::Refused`]: crate::LostReason::Refused
     pub async fn force_release(&self, resource: &str) -> Result<ForceReleased, LockError> {
@@ -63,11 +72,8 @@ impl Redlock {
             return Err(InvalidInput::ReservedResource.into());
         }
         let masters = self.masters();
-        let channel = if self.inner().waiters.is_some() {
-            keys.waiters.as_str()
-        } else {
-            ""
-        };
+        // Whether or not this handle listens, the applications' waiters are woken.
+        let channel = keys.waiters.as_str();
         // Every node, each within the node timeout, all awaited: the report is exact.
         let answers = masters
             .nodes
@@ -92,14 +98,6 @@ impl Redlock {
             }
         }
         telemetry::force_released(resource, report.removed, report.answered, report.nodes);
-        if report.answered < report.quorum {
-            return Err(LockError::ReleaseUnconfirmed {
-                resource: resource.to_owned(),
-                answered: report.answered,
-                nodes: report.nodes,
-                quorum: report.quorum,
-            });
-        }
         Ok(report)
     }
 }

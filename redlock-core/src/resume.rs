@@ -3,8 +3,9 @@
 //!
 //! [`LockGuard::detach`] gives up the guard without releasing the lock and returns a
 //! [`DetachedLock`]. [`Redlock::resume`] takes it up in any process: on every node at once it
-//! swaps the detached token for a fresh one (`scripts/resume.lua`), extending the lock to the
-//! resumed ttl, and holds it when a quorum swapped within the validity. Once a quorum swapped,
+//! swaps the detached token for a fresh one (`scripts/resume.lua`), keeping the keys' expiry,
+//! holds it when a quorum swapped while their keys had validity left, and extends it to the
+//! resumed ttl when they had less. Once a quorum swapped,
 //! the detached token holds fewer than a quorum, so a second resumption of the same
 //! `DetachedLock` fails: at most one holder resumes it.
 
@@ -20,6 +21,7 @@ use crate::masters::Stop;
 use crate::mode::Mode;
 use crate::node::Releasing;
 use crate::options::LockOptions;
+use crate::outcome::NodeVote;
 use crate::redlock::Redlock;
 use crate::release::Released;
 use crate::telemetry;
@@ -72,8 +74,7 @@ impl DetachedLock {
         self.mode
     }
 
-    /// The ttl the lock was taken (or last extended) with: what [`Redlock::resume`] extends it
-    /// to.
+    /// The ttl the lock was taken with: what [`Redlock::resume`] extends it to.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
@@ -118,8 +119,15 @@ impl LockGuard {
                 reason,
             });
         }
-        if !redlock.inner().ledger.detach(&lease) {
+        if self.hold_count() > 1 {
             return Err(InvalidInput::Shared { action: "detached" }.into());
+        }
+        if !redlock.inner().ledger.detach(&lease) {
+            // Retired meanwhile (`release_all`, shutdown): nothing to hand on.
+            return Err(LockError::Lost {
+                resource: lease.resource.clone(),
+                reason: lease.check().err().unwrap_or(LostReason::Released),
+            });
         }
         // Out of the ledger: the guard's drop no longer releases it.
         self.forget();
@@ -155,25 +163,30 @@ impl Redlock {
     /// original (with `options`: ttl, auto-extension and its caps, drift, lost margin, minimum
     /// hold from now).
     ///
-    /// On every node at once the detached token is swapped for a fresh one and the lock
-    /// extended to `options`' ttl (never shortened). It is held when a quorum swapped within
-    /// the validity, which is counted as an acquisition's: the round's start + ttl − drift
-    /// (distlock spec, steps 1–4), so the guard never claims more than the nodes hold. After
-    /// that the detached token holds fewer than a quorum: the same `DetachedLock` resumed
-    /// again, or released, is refused. A failed resumption swaps the token back where it
-    /// swapped it, so it can be tried again.
+    /// On every node at once the detached token is swapped for a fresh one, keeping the key's
+    /// expiry; it is held when a quorum swapped. Its validity is what those nodes hold: the
+    /// round's start + the time the quorum's keys have left (the quorum-th longest) − drift
+    /// (distlock spec, steps 1–4, with the keys' remaining life for the ttl), so the guard
+    /// never claims more than the nodes hold. When that is less than `options`' ttl gives, the
+    /// lock is extended to it as any lock is (compare-and-pexpire, counted from that round's
+    /// start); if too few nodes confirm it, the guard is returned with the validity the swap
+    /// gave. After the swap the detached token holds
+    /// fewer than a quorum: the same `DetachedLock` resumed again, or released, is refused. A
+    /// failed resumption swaps the token back where it swapped it (expiries untouched), so it
+    /// can be tried again; a resumption dropped midway does the same in the background.
     ///
     /// The mode and fencing token are the detached lock's.
     ///
     /// # Errors
-    /// - [`LockError::Invalid`]: bad options; `options` ask for a mode or fencing the detached
-    ///   lock does not have, or `detached` was taken through another key prefix
+    /// - [`LockError::Invalid`]: bad options (checked with the detached lock's mode: no
+    ///   minimum hold for a lock in a mode); `options` ask for a mode or fencing the
+    ///   detached lock does not have, or `detached` was taken through another key prefix
     ///   ([`InvalidInput::ResumeMismatch`]) (nothing is sent);
     /// - [`LockError::Lost`]: a majority no longer holds the detached token (it expired, was
     ///   released, or was already resumed);
     /// - [`LockError::Unavailable`]: too few nodes answered to decide; try again;
-    /// - [`LockError::NoValidity`]: a quorum swapped it too late to be valid; the swap was
-    ///   undone;
+    /// - [`LockError::NoValidity`]: a quorum swapped it, but its keys had too little time
+    ///   left to be valid; the swap was undone;
     /// - [`LockError::ShuttingDown`]: the handle is shutting down.
     pub async fn resume_with(
         &self,
@@ -181,31 +194,40 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let resource = detached.resource.as_str();
-        validate_resource(resource)?;
-        options.validate()?;
-        self.masters().check_quarantine(options.get_ttl())?;
-        if self.is_shutting_down() {
-            return Err(LockError::ShuttingDown);
-        }
-        let mismatch = |option| Err(InvalidInput::ResumeMismatch { option }.into());
-        if self.key_for(resource) != detached.key {
-            return mismatch("key prefix");
-        }
+        self.check_detached(detached)?;
         if options.get_mode().is_some_and(|m| Some(m) != detached.mode) {
-            return mismatch("mode");
+            return Err(InvalidInput::ResumeMismatch { option: "mode" }.into());
         }
         if options.get_fencing() && detached.fencing_token.is_none() {
-            return mismatch("fencing");
+            return Err(InvalidInput::ResumeMismatch { option: "fencing" }.into());
         }
         let options = match detached.mode {
             Some(mode) => options.clone().mode(mode),
             None => options.clone(),
         };
+        options.validate()?;
+        self.masters().check_quarantine(options.get_ttl())?;
+        if self.is_shutting_down() {
+            return Err(LockError::ShuttingDown);
+        }
         let span = telemetry::resume_span(resource);
         self.resume_round(detached, &options).instrument(span).await
     }
 
-    /// The round of [`resume_with`](Self::resume_with), its checks passed.
+    /// The checks every use of a detached lock makes before anything is sent: its resource,
+    /// and its key, which must be this handle's key for the resource.
+    fn check_detached(&self, detached: &DetachedLock) -> Result<(), LockError> {
+        validate_resource(&detached.resource)?;
+        if self.key_for(&detached.resource) != detached.key {
+            return Err(InvalidInput::ResumeMismatch {
+                option: "key prefix",
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The swap round of [`resume_with`](Self::resume_with), its checks passed.
     async fn resume_round(
         &self,
         detached: &DetachedLock,
@@ -214,9 +236,7 @@ impl Redlock {
         let resource = detached.resource.as_str();
         let next = Token::generate().map_err(LockError::Entropy)?;
         let masters = self.masters();
-        let (ttl, ttl_ms) = (options.sent_ttl(), options.ttl_millis());
-        let drift = timing::drift(ttl, options.get_drift_factor());
-        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let limit = masters.node_timeout;
         let key = detached.key.as_str();
         let (mode, old) = (detached.mode.is_some(), detached.token.expose());
         // Armed before anything is sent: whichever way this future ends without a guard
@@ -230,36 +250,69 @@ impl Redlock {
         let start = Instant::now();
         let tally = masters
             .round(masters.quorum, limit, Stop::AtDecision, |node| {
-                let answer = node.resume(key, (old, next.expose()), ttl_ms, mode, limit);
-                async move { (answer.await, ()) }
+                node.resume(key, (old, next.expose()), mode, limit)
             })
             .await;
         let elapsed = start.elapsed();
         let (granted, refused) = (tally.granted, tally.refused);
+        // What the swapping nodes have left (no expiry: at least the ttl asked for), the
+        // longest first: the quorum-th is what a quorum holds.
+        let mut left: Vec<Duration> = tally
+            .votes
+            .iter()
+            .zip(&tally.counters)
+            .filter(|(vote, _)| matches!(vote, NodeVote::Acquired))
+            .map(|(_, left)| left.flatten().unwrap_or(options.sent_ttl()))
+            .collect();
+        left.sort_unstable_by(|a, b| b.cmp(a));
         let outcomes = masters.outcomes(tally.votes);
         tracing::debug!(resource, swapped = granted, refused, "resumption decided");
-        if granted >= masters.quorum && elapsed < ttl.saturating_sub(drift) {
-            give_back.tokens = None;
-            let grant = Grant {
-                started: start,
-                valid_until: start + ttl - drift,
-                fencing_token: detached.fencing_token,
-                marker: detached.marker.clone(),
-                busy: Duration::ZERO,
-            };
-            let keys = self.resource_keys(detached.key.clone());
-            let class = telemetry::class_of(resource, options);
-            return Ok(self.register(resource, &class, keys, next, options, grant));
-        }
-        give_back.now().await;
-        if granted >= masters.quorum {
+        if let Some(&held) = left.get(masters.quorum - 1) {
+            let drift = timing::drift(held, options.get_drift_factor());
+            let validity = held.saturating_sub(drift);
+            if elapsed < validity {
+                give_back.tokens = None;
+                let mut valid_until = start + validity;
+                // Extended to the ttl asked for when the keys hold less; if too few nodes
+                // confirm, it is held all the same, until what the swap gave.
+                let (ttl, ttl_drift) = (
+                    options.sent_ttl(),
+                    timing::drift(options.sent_ttl(), options.get_drift_factor()),
+                );
+                if validity < ttl.saturating_sub(ttl_drift) {
+                    let token = next.expose();
+                    let start = Instant::now();
+                    let limit = limit.min(valid_until.saturating_duration_since(start));
+                    let ttl_ms = options.ttl_millis();
+                    let tally = masters
+                        .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
+                            (node.extend(key, token, ttl_ms, mode).await, ())
+                        })
+                        .await;
+                    if tally.granted >= masters.quorum && Instant::now() < valid_until {
+                        valid_until = valid_until.max(start + ttl - ttl_drift);
+                    }
+                }
+                let grant = Grant {
+                    started: start,
+                    valid_until,
+                    fencing_token: detached.fencing_token,
+                    marker: detached.marker.clone(),
+                    busy: Duration::ZERO,
+                };
+                let keys = self.resource_keys(detached.key.clone());
+                let class = telemetry::class_of(resource, options);
+                return Ok(self.register(resource, &class, keys, next, options, grant));
+            }
+            give_back.now().await;
             return Err(LockError::NoValidity {
                 resource: resource.to_owned(),
                 attempts: 1,
                 elapsed,
-                ttl,
+                ttl: held,
             });
         }
+        give_back.now().await;
         if refused > masters.len() - masters.quorum {
             return Err(LockError::Lost {
                 resource: resource.to_owned(),
@@ -279,9 +332,12 @@ impl Redlock {
     /// detached. A lock already resumed elsewhere holds another token and is not touched.
     ///
     /// # Errors
-    /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys
-    /// then expire with their ttl.
+    /// - [`LockError::Invalid`]: a bad resource, or `detached` was taken through another key
+    ///   prefix ([`InvalidInput::ResumeMismatch`]); nothing is sent;
+    /// - [`LockError::ReleaseUnconfirmed`]: fewer than a quorum of nodes answered; the keys
+    ///   then expire with their ttl.
     pub async fn release_detached(&self, detached: DetachedLock) -> Result<Released, LockError> {
+        self.check_detached(&detached)?;
         let keys = self.resource_keys(detached.key.clone());
         let releasing = Releasing::Holder {
             mode: detached.mode.is_some(),
@@ -330,13 +386,12 @@ impl GiveBack {
         let (next, old) = self.tokens.take()?;
         let masters = self.redlock.masters();
         let limit = masters.node_timeout;
-        // A ttl of 0: the detached lock keeps the expiry it has, never lengthened for a
-        // holder that is not there.
+        // Expiries untouched: the detached lock keeps the time it had.
         let (key, mode) = (self.key.as_str(), self.mode);
         let answers: Vec<_> = masters
             .nodes
             .iter()
-            .map(|node| node.resume(key, (next.expose(), old.expose()), 0, mode, limit))
+            .map(|node| node.resume(key, (next.expose(), old.expose()), mode, limit))
             .collect();
         Some(async move {
             futures_util::future::join_all(answers).await;

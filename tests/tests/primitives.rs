@@ -142,19 +142,23 @@ mod resume {
                 .unwrap();
             let options = LockOptions::default().ttl(Duration::from_secs(resumed));
             let guard = b.resume_with(&detached, &options).await.unwrap();
-            // Counted from the round's start, as an acquisition's: at most the ttl asked.
             let left = guard.remaining_validity();
-            assert!(left <= Duration::from_secs(resumed), "{left:?}");
-            // Every node that holds it holds it at least that long (never shortened).
+            // Every node holds it at least as long as the guard claims, and nothing was
+            // shortened: a 10 s lock resumed at 1 s keeps its 10 s; a 1 s lock resumed at
+            // 10 s was extended to 10 s.
             let key = guard.key().to_owned();
             let floor = u64::try_from(left.as_millis()).unwrap();
+            let longest = taken.max(resumed) * 1000;
             for holding in nodes.holdings(&key).await {
                 assert_eq!(holding.value.token(), Some(guard.token().expose()));
+                let ms = u64::try_from(holding.ttl.unwrap().as_millis()).unwrap();
+                assert!(ms >= floor, "{holding:?} for {left:?}");
                 assert!(
-                    holding.ttl.unwrap().as_millis() as u64 >= floor,
-                    "{holding:?}"
+                    ms > longest - 1000,
+                    "{holding:?}: shortened below {longest} ms"
                 );
             }
+            assert!(left > Duration::from_millis(longest - 1500), "{left:?}");
             guard.release().await.unwrap();
         }
     }
@@ -249,12 +253,22 @@ mod resume {
             .await
             .unwrap();
         let detached = a.lock("plain").await.unwrap().detach().unwrap();
-        let before = nodes.script_calls().await;
         let asks = [
             (&a, LockOptions::default().mode(Mode::ProtectedRead), "mode"),
             (&a, LockOptions::default().fencing(true), "fencing"),
             (&prefixed, LockOptions::default(), "key prefix"),
         ];
+        let moded = a
+            .lock_mode("moded", Mode::Exclusive, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .detach()
+            .unwrap();
+        let before = nodes.script_calls().await;
+        // A minimum hold is refused for a lock in a mode, the detached lock's mode included.
+        let at_least = LockOptions::default().lock_at_least_for(Duration::from_secs(1));
+        let error = a.resume_with(&moded, &at_least).await.unwrap_err();
+        assert!(matches!(error, LockError::Invalid(_)), "{error:?}");
         for (handle, options, what) in asks {
             let error = handle.resume_with(&detached, &options).await.unwrap_err();
             assert!(
@@ -273,7 +287,15 @@ mod resume {
         assert!(error.to_string().contains("token"), "{error}");
         // Debug never shows the token.
         assert!(!format!("{detached:?}").contains(detached.token().expose()));
+        // Released through another key prefix: refused before anything is sent.
+        let error = prefixed
+            .release_detached(detached.clone())
+            .await
+            .unwrap_err();
+        assert!(matches!(error, LockError::Invalid(_)), "{error:?}");
+        assert_eq!(nodes.script_calls().await, before, "something was sent");
         a.release_detached(detached).await.unwrap();
+        a.release_detached(moded).await.unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -421,6 +443,35 @@ mod force_release {
         for holding in nodes.holdings("app-queue").await {
             assert_eq!(holding.value, HeldValue::Other("list".to_owned()));
         }
+        // A string without an expiry is an application's value, not a lock: left. A foreign
+        // client's lock (`SET NX PX`) is a holder: removed.
+        for url in nodes.urls() {
+            use fred::interfaces::ClientLike;
+            let client = plain_client(&url).await;
+            let set = fred::types::CustomCommand::new_static(
+                "SET",
+                fred::types::ClusterHash::FirstKey,
+                false,
+            );
+            let _: String = client
+                .custom(set, vec!["app-string".to_owned(), "hello".to_owned()])
+                .await
+                .unwrap();
+        }
+        let report = operator.force_release("app-string").await.unwrap();
+        assert_eq!((report.removed, report.not_a_lock), (0, 5));
+        for holding in nodes.holdings("app-string").await {
+            assert_eq!(holding.value, HeldValue::Token("hello".to_owned()));
+        }
+        for url in nodes.urls() {
+            redlock_tests::foreign_set_nx(&url, "foreign-lock")
+                .await
+                .unwrap();
+        }
+        let report = operator.force_release("foreign-lock").await.unwrap();
+        assert_eq!((report.removed, report.not_a_lock), (5, 0));
+        assert!(report.confirmed());
+        assert!(nodes.is_free("foreign-lock").await);
     }
 
     #[test]
@@ -560,6 +611,84 @@ mod downgrade {
         for proxy in &proxies {
             proxy.heal();
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_that_waited_downgrades_and_readers_are_not_refused_by_its_old_request() {
+        let nodes = RedisNodes::start(5);
+        let (a, b, c) = (
+            redlock(&nodes).await,
+            redlock(&nodes).await,
+            redlock(&nodes).await,
+        );
+        let first = a
+            .lock_mode("queued", Mode::Exclusive, Duration::from_secs(10))
+            .await
+            .unwrap();
+        // A second writer waits (refused at first: its request's entry ranks it), then gets
+        // it when the first releases.
+        let write = LockOptions::default()
+            .mode(Mode::Exclusive)
+            .wait_timeout(Duration::from_secs(5));
+        let waiting = tokio::spawn(async move { b.lock_with("queued", &write).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        first.release().await.unwrap();
+        let writer = within("the second writer", waiting).await.unwrap().unwrap();
+        writer.downgrade(Mode::ProtectedRead).await.unwrap();
+        // A reader asking once is let in: the writer's old request no longer ranks ahead of it.
+        let read = LockOptions::default()
+            .mode(Mode::ProtectedRead)
+            .retry_count(0);
+        let reader = c.lock_with("queued", &read).await.unwrap();
+        reader.release().await.unwrap();
+        writer.release().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_downgrade_without_a_quorum_can_be_tried_again() {
+        let nodes = RedisNodes::start(5);
+        let proxies = nodes.proxies();
+        let a = Redlock::builder()
+            .nodes(redlock_tests::proxy_urls(&proxies))
+            .node_timeout(Duration::from_millis(300))
+            .build()
+            .await
+            .unwrap();
+        let writer = a
+            .lock_mode("again", Mode::Exclusive, Duration::from_secs(10))
+            .await
+            .unwrap();
+        for proxy in &proxies[2..] {
+            proxy.partition();
+        }
+        let error = writer.downgrade(Mode::ProtectedRead).await.unwrap_err();
+        assert!(matches!(error, LockError::Unavailable { .. }), "{error:?}");
+        for proxy in &proxies {
+            proxy.heal();
+        }
+        within("the downgrade tried again", async {
+            loop {
+                match writer.downgrade(Mode::ProtectedRead).await {
+                    Ok(()) => return,
+                    Err(LockError::Unavailable { .. }) => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    Err(error) => panic!("{error:?}"),
+                }
+            }
+        })
+        .await;
+        // A quorum converted (the others may still be on their way, or stay in the stronger
+        // mode: they only exclude more).
+        let converted = mode_holders(&nodes, writer.key())
+            .await
+            .iter()
+            .filter(|holders| holders[0].1.starts_with("PR "))
+            .count();
+        assert!(converted >= 3, "{converted} of 5");
+        // Still no upgrade back.
+        let error = writer.downgrade(Mode::Exclusive).await.unwrap_err();
+        assert!(matches!(error, LockError::Invalid(_)), "{error:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

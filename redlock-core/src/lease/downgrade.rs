@@ -18,7 +18,14 @@ pub(crate) async fn downgrade(
     channel: &str,
 ) -> Result<(), LockError> {
     let from = lease.mode.get();
-    if !from.is_some_and(|from| to.weaker_than(from)) {
+    // A downgrade to the mode the views already show is sent again (a downgrade that too few
+    // nodes confirmed, tried again), as long as it is weaker than the mode taken.
+    let again = from == Some(to)
+        && lease
+            .mode
+            .taken()
+            .is_some_and(|taken| to.weaker_than(taken));
+    if !again && !from.is_some_and(|from| to.weaker_than(from)) {
         return Err(InvalidInput::NotADowngrade { from, to }.into());
     }
     let lost = |reason| LockError::Lost {
@@ -34,10 +41,14 @@ pub(crate) async fn downgrade(
     let limit = masters
         .node_timeout
         .min(lease.lost_at().saturating_duration_since(start));
-    let (key, token) = (lease.keys.lock.as_str(), lease.token.expose());
+    let (key, token, marker) = (
+        lease.keys.lock.as_str(),
+        lease.token.expose(),
+        lease.marker.as_str(),
+    );
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| {
-            let answer = node.downgrade(key, token, to, channel, limit);
+            let answer = node.downgrade(key, (token, marker), to, channel, limit);
             async move { (answer.await, ()) }
         })
         .await;
@@ -51,7 +62,8 @@ pub(crate) async fn downgrade(
         "downgrade decided"
     );
     if granted >= masters.quorum {
-        return Ok(());
+        // Confirmed within the validity only (as an extension is).
+        return lease.check().map_err(lost);
     }
     if refused > masters.len() - masters.quorum {
         let reason = LostReason::Refused(outcomes);

@@ -99,7 +99,11 @@ impl Ledger {
         // A lease past its lost deadline is reported lost by expiry.
         let _expired = lease.check();
         lease.mark_lost(reason);
-        telemetry::unheld(&lease.class, lease.mode.get(), lease.acquired_at.elapsed());
+        telemetry::unheld(
+            &lease.class,
+            lease.mode.taken(),
+            lease.acquired_at.elapsed(),
+        );
         if lease.auto_extend.is_some()
             && let Some(watchdog) = self.watchdog.get()
         {

@@ -41,23 +41,34 @@ pub(crate) struct AutoExtend {
 /// The mode a lease is held in, which [`LockGuard::downgrade`](crate::LockGuard::downgrade)
 /// weakens while every view of the lock reads it: `None` (the plain lock), or a mode.
 #[derive(Debug)]
-pub(crate) struct HeldMode(AtomicU8);
+pub(crate) struct HeldMode {
+    now: AtomicU8,
+    taken: Option<Mode>,
+}
 
 impl HeldMode {
-    /// Held in `mode`.
+    /// Taken in `mode`.
     pub(crate) fn new(mode: Option<Mode>) -> Self {
-        Self(AtomicU8::new(Self::code(mode)))
+        Self {
+            now: AtomicU8::new(Self::code(mode)),
+            taken: mode,
+        }
     }
 
     /// The mode it is held in now.
     pub(crate) fn get(&self) -> Option<Mode> {
-        let code = usize::from(self.0.load(Ordering::Acquire));
+        let code = usize::from(self.now.load(Ordering::Acquire));
         code.checked_sub(1).and_then(|i| Mode::ALL.get(i).copied())
+    }
+
+    /// The mode it was taken in (before any downgrade).
+    pub(crate) fn taken(&self) -> Option<Mode> {
+        self.taken
     }
 
     /// From now on held in `mode`.
     pub(crate) fn set(&self, mode: Mode) {
-        self.0.store(Self::code(Some(mode)), Ordering::Release);
+        self.now.store(Self::code(Some(mode)), Ordering::Release);
     }
 
     /// 0 for `None`, else 1 + the mode's place in [`Mode::ALL`].

@@ -358,35 +358,59 @@ impl Node {
     }
 
     /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
-    /// living at least `ttl_ms` ([`RESUME`]), run to completion within `limit`:
-    /// [`NodeVote::Acquired`] if the node held `token` and now holds `next`,
-    /// [`NodeVote::Held`] if it did not hold `token`. The call is made now, before the future
-    /// is polled, so that a round decided at quorum still swaps the token on every node.
+    /// keeping its expiry ([`RESUME`]), run to completion within `limit`:
+    /// [`NodeVote::Acquired`] with the time the key has left there (`None`: no expiry) if the
+    /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`.
+    /// The call is made now, before the future is polled, so that a round decided at quorum
+    /// still swaps the token on every node.
     pub(crate) fn resume(
         &self,
         key: &str,
         (token, next): (&str, &str),
-        ttl_ms: u64,
         mode: bool,
         limit: Duration,
-    ) -> impl Future<Output = NodeVote> + Send + use<> {
+    ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
         let args = [
             Value::from(token),
             Value::from(next),
-            int_arg(ttl_ms),
             Value::from(if mode { "1" } else { "0" }),
         ];
-        vote(self.eval_release(&RESUME, &[key], &args, limit))
+        let answer = self.eval_release(&RESUME, &[key], &args, limit);
+        async move {
+            match answer.await {
+                Ok(Value::Array(reply)) => match reply.as_slice() {
+                    [Value::Integer(1), Value::Integer(left)] => (
+                        NodeVote::Acquired,
+                        u64::try_from(*left).ok().map(Duration::from_millis),
+                    ),
+                    [Value::Integer(_), _] => (NodeVote::Held, None),
+                    _ => (
+                        NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                            "to the resume script: {reply:?}"
+                        ))),
+                        None,
+                    ),
+                },
+                Ok(reply) => (
+                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                        "to the resume script: {reply:?}"
+                    ))),
+                    None,
+                ),
+                Err(e) => (NodeVote::Failed(e), None),
+            }
+        }
     }
 
-    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), waking the
-    /// resource's waiters on `channel` (empty: nobody), run to completion within `limit`;
+    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), removing
+    /// its request's waiter entry `marker`, waking the resource's waiters on `channel`
+    /// (empty: nobody), run to completion within `limit`;
     /// made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if the entry was there
     /// and moved, [`NodeVote::Held`] otherwise.
     pub(crate) fn downgrade(
         &self,
         key: &str,
-        token: &str,
+        (token, marker): (&str, &str),
         mode: Mode,
         channel: &str,
         limit: Duration,
@@ -395,6 +419,7 @@ impl Node {
             Value::from(token),
             Value::from(mode.as_str()),
             Value::from(channel),
+            Value::from(marker),
         ];
         vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
     }

@@ -12,8 +12,10 @@
 -- Returns 1 if a holder was removed, 0 if the key held none, -2 if the key holds data that is
 -- not a lock (left exactly as it was).
 --
--- A string at the key is a plain holder (ours, a foreign Redlock client's `SET NX`, a
--- reservation for a waiter, or a key kept for a minimum hold): it is deleted. A hash is a
+-- A string at the key with an expiry is a plain holder (ours, a foreign Redlock client's
+-- `SET NX PX`, a reservation for a waiter, or a key kept for a minimum hold): it is deleted.
+-- Every lock has an expiry; a string without one is an application's value, not a lock, and
+-- is left as it is (-2). A hash is a
 -- resource held in modes: every holder's entry is removed, waiters' entries stay (they are
 -- requests, not holds), and the key's expiry follows the latest one left; a hash with any
 -- field that is not an entry of ours, or a key of another type, is not a lock of ours and is
@@ -23,6 +25,7 @@ local key, channel = KEYS[1], ARGV[1]
 local kind = redis.call("type", key).ok
 if kind == "none" then return 0 end
 if kind == "string" then
+  if redis.call("pttl", key) < 0 then return -2 end
   redis.call("del", key)
   if channel ~= "" then redis.pcall("publish", channel, "*") end
   return 1
