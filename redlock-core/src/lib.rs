@@ -57,7 +57,7 @@ pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_EXTEND_FRACTION, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
-    DEFAULT_RETRY_JITTER, DEFAULT_TTL, LockOptions, MAX_QUEUED_WAITERS, MAX_TTL,
+    DEFAULT_RETRY_JITTER, DEFAULT_TTL, LockOptions, MAX_PERMITS, MAX_QUEUED_WAITERS, MAX_TTL,
 };
 pub use outcome::{ClientError, NodeError, NodeOutcome, NodeVote, Outcomes};
 pub use redlock::Redlock;

@@ -159,6 +159,7 @@ impl Acquisition {
             redlock.ttl_ms = ttl_ms,
             redlock.nodes = nodes,
             redlock.quorum = quorum,
+            redlock.permits = tracing::field::Empty,
             redlock.outcome = tracing::field::Empty,
             redlock.attempts = tracing::field::Empty,
             redlock.wait_ms = tracing::field::Empty,
@@ -167,6 +168,9 @@ impl Acquisition {
             redlock.votes.failed = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        if let Some(permits) = options.get_permits() {
+            span.record("redlock.permits", permits);
+        }
         Self {
             span,
             class,

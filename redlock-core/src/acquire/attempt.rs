@@ -30,6 +30,9 @@ pub(super) enum AttemptFailure {
     Fence(Outcomes),
     /// A quorum granted it, but too late: no validity was left after this long.
     NoValidity(Duration),
+    /// A semaphore's permit: nodes granted slots, but different ones, none on a quorum
+    /// (concurrent requests took the free slots in different orders).
+    Scattered(Outcomes),
 }
 
 /// Whether a refused plain attempt was a split vote: no holder of the resource has a quorum,
@@ -215,6 +218,7 @@ impl Redlock {
                     AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
+                slot: None,
             },
             everywhere: granted_by == masters.len(),
         })

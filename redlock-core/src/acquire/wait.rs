@@ -40,6 +40,7 @@ impl Redlock {
         &self,
         resource: &str,
         keys: ResourceKeys,
+        slots: Option<Vec<ResourceKeys>>,
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
@@ -66,10 +67,18 @@ impl Redlock {
                 (None, true) => AcquireKind::Queued(&waiter),
                 (None, false) => AcquireKind::Plain,
             };
-            let failure = match self
-                .attempt(&keys, &token, options, kind, acquisition)
-                .await
-            {
+            let attempt = match &slots {
+                Some(slots) => {
+                    let waiter = state.listening().then_some(&waiter);
+                    self.attempt_permit(&keys, slots, &token, options, waiter, acquisition)
+                        .await
+                }
+                None => {
+                    self.attempt(&keys, &token, options, kind, acquisition)
+                        .await
+                }
+            };
+            let failure = match attempt {
                 Ok(granted) => {
                     if !granted.grant.busy.is_zero() {
                         // A streak of hand-overs: this lock's release may open a window for
@@ -81,6 +90,14 @@ impl Redlock {
                         exit.armed = policy.leaves_queue_after_grant(granted.everywhere);
                     }
                     let class = acquisition.class();
+                    // A permit's lease holds its slot's keys.
+                    let slot = granted.grant.slot.and_then(|s| usize::try_from(s).ok());
+                    let keys = match (slots, slot) {
+                        (Some(mut slots), Some(slot)) if slot < slots.len() => {
+                            slots.swap_remove(slot)
+                        }
+                        _ => keys,
+                    };
                     let guard = self.register(resource, class, keys, token, options, granted.grant);
                     if let Err(error) = decide::keep_grant(self.is_shutting_down()) {
                         // Shutdown began during the attempt: refuse, and release what was

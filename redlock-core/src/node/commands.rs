@@ -8,10 +8,10 @@ use fred::types::Value;
 use rand::Rng;
 
 use super::Node;
-use super::replies::{AcquireReply, acquire_reply, fence_reply};
+use super::replies::{AcquireReply, PermitReply, acquire_reply, fence_reply, permit_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE,
-    QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT,
+    LEAVE, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -103,6 +103,23 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
+}
+
+/// One attempt's request for a permit of a semaphore to every node (Redlock step 2 on the
+/// semaphore's slots).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PermitRequest<'a> {
+    /// The semaphore's queue keys (its `waiters` is the queue and channel).
+    pub(crate) queue: &'a ResourceKeys,
+    /// Its slots, in the order the node should try them.
+    pub(crate) slots: &'a [ResourceKeys],
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    /// The waiter, once it has joined the queue: a slot reserved for it is taken first, a
+    /// refusal keeps its place.
+    pub(crate) waiter: Option<&'a Waiter>,
+    /// The quarantine check.
+    pub(crate) quarantine: &'a QuarantineCheck,
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -220,6 +237,41 @@ impl Node {
                     .await
             }
         }
+    }
+
+    /// One node's answer to a permit request ([`ACQUIRE_PERMIT`]): the slot it granted
+    /// (`SET NX PX` of the first free slot in the request's order, or the one reserved for
+    /// the waiter), or a refusal when every slot is busy.
+    pub(crate) async fn acquire_permit(&self, request: &PermitRequest<'_>) -> PermitReply {
+        let PermitRequest {
+            queue,
+            slots,
+            token,
+            ttl_ms,
+            waiter,
+            quarantine,
+        } = *request;
+        let (witness, marker) = if quarantine.ms == 0 {
+            (queue.waiters.as_str(), queue.waiters.as_str())
+        } else {
+            (quarantine.witness.as_str(), quarantine.marker.as_str())
+        };
+        let mut keys = Vec::with_capacity(slots.len() + 3);
+        keys.extend([witness, marker, queue.waiters.as_str()]);
+        keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(quarantine.ms),
+            Value::from(waiter.map_or("", |w| w.marker.as_str())),
+            Value::Integer(waiter.map_or(0, |w| w.score_ms)),
+            int_arg(QUEUE_TTL_MS),
+        ];
+        permit_reply(
+            self.eval(&ACQUIRE_PERMIT, &keys, &args).await,
+            &queue.lock,
+            slots.len(),
+        )
     }
 
     /// Runs an acquire script on `keys`, followed by the fencing counter's and floor's keys

@@ -111,6 +111,13 @@ pub(crate) static NOOP: Script = Script::new(11, include_str!("scripts/noop.lua"
 /// The quarantine check alone, run when a handle is built (`scripts/quarantine.lua`).
 pub(crate) static QUARANTINE: Script = Script::new(12, include_str!("scripts/quarantine.lua"));
 
+/// An attempt at one permit of a counting semaphore: the first free slot in the client's
+/// order, `SET NX PX` ([`LockOptions::permits`], `scripts/acquire_permit.lua`).
+///
+/// [`LockOptions::permits`]: crate::LockOptions::permits
+pub(crate) static ACQUIRE_PERMIT: Script =
+    Script::new(13, include_str!("scripts/acquire_permit.lua"));
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -118,7 +125,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 13] = [
+pub(crate) const SCRIPTS: [&Script; 14] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -132,6 +139,7 @@ pub(crate) const SCRIPTS: [&Script; 13] = [
     &KEEP,
     &NOOP,
     &QUARANTINE,
+    &ACQUIRE_PERMIT,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
@@ -189,6 +197,17 @@ mod tests {
             ACQUIRE_QUEUED.source.contains(&check),
             "{}",
             ACQUIRE_QUEUED.source
+        );
+    }
+
+    #[test]
+    fn the_permit_script_enforces_the_queue_cap_and_takes_slots_with_nx() {
+        let check = format!("< {MAX_QUEUED_WAITERS} then");
+        assert!(ACQUIRE_PERMIT.source.contains(&check));
+        assert!(
+            ACQUIRE_PERMIT
+                .source
+                .contains(r#"token, "NX", "PX", ttl_ms"#)
         );
     }
 
