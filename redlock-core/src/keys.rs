@@ -12,8 +12,8 @@
 use crate::error::InvalidInput;
 
 /// What follows the lock key in every other key the lock writes: `"\0redlock:"`, then the
-/// kind (`waiters`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>` and `permit-waiters`). Resources and key prefixes may not hold a
-/// NUL byte.
+/// kind (`waiters`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>` and
+/// `permit-waiters`). Resources and key prefixes may not hold a NUL byte.
 pub const BOOKKEEPING_SEPARATOR: &str = "\0redlock:";
 
 /// The longest resource name, in bytes.

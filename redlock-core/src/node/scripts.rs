@@ -37,6 +37,12 @@
 //! every node, so the order is one across nodes and the first waiter is never refused by
 //! another's entry). A stream of readers therefore cannot pass a waiting writer.
 //!
+//! A counting semaphore of K permits is K plain locks on its slots' keys
+//! ([`keys`](crate::keys): the lock key followed by `permit:<i>`), whose waiters share one
+//! queue (`permit-waiters`). [`ACQUIRE_PERMIT`] takes the first free slot (or the one a
+//! hand-over reserved for the waiter) with `SET NX PX`; a slot is released, extended and handed
+//! over by the plain lock's scripts.
+//!
 //! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
 //! opened; the named waiter attempts after it), or [`WAKE_ALL`].
