@@ -172,7 +172,7 @@ impl Redlock {
         &self,
         key: String,
         permits: u32,
-    ) -> (crate::keys::ResourceKeys, Vec<crate::keys::ResourceKeys>) {
+    ) -> (crate::keys::ResourceKeys, crate::keys::PermitSlots) {
         crate::keys::ResourceKeys::permits(&self.inner.key_prefix, key, permits)
     }
 

@@ -285,6 +285,37 @@ async fn a_release_wakes_a_waiter_not_its_retry_delay() {
 }
 
 #[tokio::test]
+async fn a_newcomer_does_not_pass_an_earlier_waiter_but_a_crashed_one_stops_counting() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let held = redlock.lock_with("job", &options).await.unwrap();
+    // A waiter that started long ago, queued on every node and still attempting: the one
+    // free slot is its.
+    let key = redlock.key_for("job");
+    let (queue, alive) = (
+        format!("{key}\0redlock:permit-waiters"),
+        format!("{key}\0redlock:permit-alive"),
+    );
+    let earlier = "~00000000000000aa".to_owned();
+    nodes.zadd(&queue, &["1".to_owned(), earlier.clone()]).await;
+    nodes
+        .zadd(&alive, &["99999999999999".to_owned(), earlier.clone()])
+        .await;
+    let once = options.clone().retry_count(0);
+    let refused = redlock.lock_with("job", &once).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    // It stopped attempting: its entry stops counting, and the newcomer gets the slot.
+    nodes.zadd(&alive, &["1".to_owned(), earlier.clone()]).await;
+    let granted = redlock.lock_with("job", &once).await.unwrap();
+    assert_ne!(granted.info().slot(), held.info().slot());
+    // Its stale entry was dropped from the queue on the way.
+    assert!(nodes.keys(&queue).await.iter().all(Vec::is_empty));
+    granted.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_permits_are_refused_before_anything_is_sent() {
     let nodes = RedisNodes::start(5);
     let redlock = redlock(&nodes).await;

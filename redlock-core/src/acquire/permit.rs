@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::attempt::{AttemptFailure, Granted, Split};
-use crate::keys::ResourceKeys;
+use crate::keys::{PermitSlots, ResourceKeys};
 use crate::lease::Grant;
 use crate::masters::Stop;
 use crate::node::{PermitRequest, Releasing, Waiter};
@@ -24,6 +24,17 @@ use crate::redlock::Redlock;
 use crate::telemetry::Acquisition;
 use crate::timing;
 use crate::token::Token;
+
+/// Who asks for a permit, as a waiter.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PermitAsk<'a> {
+    /// The acquisition's waiter identity (its rank is its wait start).
+    pub(super) waiter: &'a Waiter,
+    /// It has joined the semaphore's queue: a refusal keeps its place, and renews its entry.
+    pub(super) queued: bool,
+    /// How long its entry counts after this attempt, in ms.
+    pub(super) alive_ms: u64,
+}
 
 /// What one round's answers come to, slot by slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,29 +76,34 @@ impl SlotTally {
 
 impl Redlock {
     /// One attempt at a permit with `token`: every node takes the first free slot of
-    /// `slots` (ascending), or the one a release reserved for `waiter`; a slot granted by a
+    /// `slots` (ascending), or the one a release reserved for the waiter, unless as many
+    /// earlier waiters as free slots are queued there; a slot granted by a
     /// quorum within the validity is held, and every other slot taken is released on every
     /// node (in the background once granted; before returning otherwise). Dropped midway,
     /// it releases every slot in the background.
     pub(super) async fn attempt_permit(
         &self,
         queue: &ResourceKeys,
-        slots: &[ResourceKeys],
+        slots: &PermitSlots,
         token: &Token,
         options: &LockOptions,
-        waiter: Option<&Waiter>,
+        asking: PermitAsk<'_>,
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
+        let PermitSlots { alive, slots } = slots;
         let masters = self.masters();
         let ttl = options.sent_ttl();
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
         let request = PermitRequest {
             queue,
+            alive,
             slots,
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
-            waiter,
+            waiter: asking.waiter,
+            queued: asking.queued,
+            alive_ms: asking.alive_ms,
             quarantine: &masters.quarantine_check,
         };
         let request = &request;

@@ -10,9 +10,10 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
+use super::permit::PermitAsk;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::keys::ResourceKeys;
+use crate::keys::{PermitSlots, ResourceKeys};
 use crate::node::{AcquireKind, ModeRequest, Waiter};
 use crate::options::LockOptions;
 use crate::redlock::Redlock;
@@ -40,7 +41,7 @@ impl Redlock {
         &self,
         resource: &str,
         keys: ResourceKeys,
-        slots: Option<Vec<ResourceKeys>>,
+        slots: Option<PermitSlots>,
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
@@ -69,8 +70,12 @@ impl Redlock {
             };
             let attempt = match &slots {
                 Some(slots) => {
-                    let waiter = state.listening().then_some(&waiter);
-                    self.attempt_permit(&keys, slots, &token, options, waiter, acquisition)
+                    let asking = PermitAsk {
+                        waiter: &waiter,
+                        queued: state.listening(),
+                        alive_ms: self.intent_ttl_ms(options),
+                    };
+                    self.attempt_permit(&keys, slots, &token, options, asking, acquisition)
                         .await
                 }
                 None => {
@@ -93,8 +98,8 @@ impl Redlock {
                     // A permit's lease holds its slot's keys.
                     let slot = granted.grant.slot.and_then(|s| usize::try_from(s).ok());
                     let keys = match (slots, slot) {
-                        (Some(mut slots), Some(slot)) if slot < slots.len() => {
-                            slots.swap_remove(slot)
+                        (Some(mut slots), Some(slot)) if slot < slots.slots.len() => {
+                            slots.slots.swap_remove(slot)
                         }
                         _ => keys,
                     };
@@ -221,7 +226,7 @@ impl Redlock {
     /// the entry's expiry (the node's clock in ms plus this) an integer the scripts' Lua
     /// writes exactly: a `node_timeout(Duration::MAX)` used to give `u64::MAX`, which Lua
     /// wrote as `9.2233720368548e+18`, an entry no script could read.
-    fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
+    pub(super) fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
         let node_timeout = self.masters().node_timeout.min(crate::options::MAX_TTL);
         let between = options
             .get_retry_delay()

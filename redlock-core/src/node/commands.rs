@@ -111,13 +111,18 @@ pub(crate) struct AcquireRequest<'a> {
 pub(crate) struct PermitRequest<'a> {
     /// The semaphore's queue keys (its `waiters` is the queue and channel).
     pub(crate) queue: &'a ResourceKeys,
+    /// Until when each queued waiter counts (`keys::permit_alive`).
+    pub(crate) alive: &'a str,
     /// Its slots, in the order the node should try them.
     pub(crate) slots: &'a [ResourceKeys],
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
-    /// The waiter, once it has joined the queue: a slot reserved for it is taken first, a
-    /// refusal keeps its place.
-    pub(crate) waiter: Option<&'a Waiter>,
+    /// The acquisition's waiter: ranked by its wait start among the queued waiters.
+    pub(crate) waiter: &'a Waiter,
+    /// It has joined the queue: a slot reserved for it is taken first, a refusal keeps its
+    /// place and renews its entry for `alive_ms`.
+    pub(crate) queued: bool,
+    pub(crate) alive_ms: u64,
     /// The quarantine check.
     pub(crate) quarantine: &'a QuarantineCheck,
 }
@@ -245,10 +250,13 @@ impl Node {
     pub(crate) async fn acquire_permit(&self, request: &PermitRequest<'_>) -> PermitReply {
         let PermitRequest {
             queue,
+            alive,
             slots,
             token,
             ttl_ms,
             waiter,
+            queued,
+            alive_ms,
             quarantine,
         } = *request;
         let (witness, marker) = if quarantine.ms == 0 {
@@ -256,16 +264,17 @@ impl Node {
         } else {
             (quarantine.witness.as_str(), quarantine.marker.as_str())
         };
-        let mut keys = Vec::with_capacity(slots.len() + 3);
-        keys.extend([witness, marker, queue.waiters.as_str()]);
+        let mut keys = Vec::with_capacity(slots.len() + 4);
+        keys.extend([witness, marker, queue.waiters.as_str(), alive]);
         keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
         let args = [
             Value::from(token),
             int_arg(ttl_ms),
             int_arg(quarantine.ms),
-            Value::from(waiter.map_or("", |w| w.marker.as_str())),
-            Value::Integer(waiter.map_or(0, |w| w.score_ms)),
+            Value::from(if queued { waiter.marker.as_str() } else { "" }),
+            Value::Integer(waiter.score_ms),
             int_arg(QUEUE_TTL_MS),
+            int_arg(alive_ms),
         ];
         permit_reply(
             self.eval(&ACQUIRE_PERMIT, &keys, &args).await,

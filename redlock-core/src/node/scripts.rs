@@ -39,9 +39,10 @@
 //!
 //! A counting semaphore of K permits is K plain locks on its slots' keys
 //! ([`keys`](crate::keys): the lock key followed by `permit:<i>`), whose waiters share one
-//! queue (`permit-waiters`). [`ACQUIRE_PERMIT`] takes the first free slot (or the one a
-//! hand-over reserved for the waiter) with `SET NX PX`; a slot is released, extended and handed
-//! over by the plain lock's scripts.
+//! queue (`permit-waiters`, with `permit-alive`: until when each waiter counts, on the node's
+//! clock). [`ACQUIRE_PERMIT`] takes the slot a hand-over reserved for the waiter, or the first
+//! free slot with `SET NX PX` unless as many earlier waiters as free slots still count; a slot
+//! is released, extended and handed over by the plain lock's scripts.
 //!
 //! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
