@@ -198,6 +198,62 @@ async fn a_partition_and_a_node_restarted_empty_keep_at_most_k() {
 }
 
 #[tokio::test]
+async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default()
+        .permits(2)
+        .ttl(ms(500))
+        .auto_extend(true);
+    let guard = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(guard.permits(), Some(2));
+    let slot = guard.info().slot().unwrap();
+    let slot_key = format!("{}\0redlock:permit:{slot}", redlock.key_for("job"));
+    // Held three ttls by auto-extension, on the slot's key.
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(guard.is_valid() && !guard.info().lost().is_lost());
+    let token = guard.token().expose().to_owned();
+    let held = nodes.values(&slot_key).await;
+    assert!(
+        held.iter().filter(|v| v.as_deref() == Some(&token)).count() >= 3,
+        "{held:?}"
+    );
+    // An explicit extension extends the slot.
+    guard.extend(ms(5_000)).await.unwrap();
+    assert!(
+        nodes
+            .pttls(&slot_key)
+            .await
+            .iter()
+            .filter(|&&t| t > 1_000)
+            .count()
+            >= 3
+    );
+    // Released: the lost signal fires, the views end, the slot is free everywhere.
+    let info = guard.info();
+    assert!(guard.release().await.unwrap().was_held());
+    assert!(info.lost().is_lost() && !info.is_valid());
+    nodes.gone_everywhere(&slot_key).await;
+    // A dropped guard releases its slot; a shutdown releases every permit held.
+    let dropped = redlock.lock_with("job", &options).await.unwrap();
+    let slot = dropped.info().slot().unwrap();
+    drop(dropped);
+    let key = redlock.key_for("job");
+    nodes
+        .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
+        .await;
+    let _one = redlock.lock_with("job", &options).await.unwrap();
+    let _two = redlock.lock_with("job", &options).await.unwrap();
+    let report = redlock.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released, ["job", "job"], "{report:?}");
+    for slot in 0..2 {
+        nodes
+            .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
+            .await;
+    }
+}
+
+#[tokio::test]
 async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
     let nodes = RedisNodes::start(5);
     let (a, b, c) = (
