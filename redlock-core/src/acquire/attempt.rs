@@ -84,6 +84,9 @@ pub(super) struct Granted {
     pub(super) grant: Grant,
     /// Every node granted it (so a queued waiter left the queue on all of them).
     pub(super) everywhere: bool,
+    /// A semaphore's permit: the keys of the slot held, which its lease keeps (`None` for a
+    /// lock: the lease keeps the resource's keys).
+    pub(super) slot_keys: Option<ResourceKeys>,
 }
 
 impl Redlock {
@@ -221,6 +224,7 @@ impl Redlock {
                 slot: None,
             },
             everywhere: granted_by == masters.len(),
+            slot_keys: None,
         })
     }
 }

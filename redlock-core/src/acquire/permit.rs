@@ -183,6 +183,7 @@ impl Redlock {
                 slot: u32::try_from(slot).ok(),
             },
             everywhere,
+            slot_keys: slots.get(slot).cloned(),
         })
     }
 }

@@ -96,13 +96,7 @@ impl Redlock {
                     }
                     let class = acquisition.class();
                     // A permit's lease holds its slot's keys.
-                    let slot = granted.grant.slot.and_then(|s| usize::try_from(s).ok());
-                    let keys = match (slots, slot) {
-                        (Some(mut slots), Some(slot)) if slot < slots.slots.len() => {
-                            slots.slots.swap_remove(slot)
-                        }
-                        _ => keys,
-                    };
+                    let keys = granted.slot_keys.unwrap_or(keys);
                     let guard = self.register(resource, class, keys, token, options, granted.grant);
                     if let Err(error) = decide::keep_grant(self.is_shutting_down()) {
                         // Shutdown began during the attempt: refuse, and release what was
