@@ -345,8 +345,8 @@ impl LockOptions {
     /// majority within its validity like the lock, so extension, auto-extension, the lost
     /// signal and release work as for the lock. Each attempt is one round: every node takes
     /// the first free slot for the request, and the request holds the slot a majority gave
-    /// it. A semaphore of 1 permit is a lock on its one slot, which excludes only other
-    /// semaphores of 1 permit on the resource, not the resource's plain lock. See the guide,
+    /// it. A semaphore of 1 permit is a lock on its one slot: it does not exclude the resource's
+    /// plain lock, which is another key. See the guide,
     /// [`guide::semaphore`](crate::guide::semaphore).
     ///
     /// From 1 to [`MAX_PERMITS`] ([`InvalidInput::ZeroPermits`],
