@@ -262,9 +262,10 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
         redlock(&nodes).await,
     );
     let options = LockOptions::default().permits(2).ttl(ms(1_000));
+    // Before the attempt: every node's key expires at least the ttl after this.
+    let asked = Instant::now();
     let crashed = a.lock_with("job", &options).await.unwrap();
     let crashed_slot = crashed.info().slot().unwrap();
-    let granted = Instant::now();
     // The holder crashes: its guard is never released, and its handle goes.
     std::mem::forget(crashed);
     drop(a);
