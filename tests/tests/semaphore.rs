@@ -285,15 +285,16 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
     let guard = within("the crashed permit", c.lock_with("job", &waiting))
         .await
         .unwrap();
-    let after = granted.elapsed();
+    let after = asked.elapsed();
     assert_eq!(guard.info().slot(), Some(crashed_slot));
+    // Not before the crashed permit's ttl (Redis counts whole ms), and soon after it.
     assert!(
-        after >= ms(950),
-        "granted {after:?} after the crashed grant"
+        after >= ms(998),
+        "granted {after:?} after the crashed attempt"
     );
     assert!(
-        after < ms(2_000),
-        "granted {after:?} after the crashed grant"
+        after < ms(2_500),
+        "granted {after:?} after the crashed attempt"
     );
     guard.release().await.unwrap();
     kept.release().await.unwrap();
