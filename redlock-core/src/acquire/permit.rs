@@ -17,7 +17,7 @@ use super::attempt::{AttemptFailure, Granted, Split};
 use crate::keys::{PermitSlots, ResourceKeys};
 use crate::lease::Grant;
 use crate::masters::Stop;
-use crate::node::{PermitRequest, Releasing, Waiter};
+use crate::node::{PermitRequest, Waiter};
 use crate::options::LockOptions;
 use crate::outcome::NodeVote;
 use crate::redlock::Redlock;
@@ -225,19 +225,18 @@ impl<'a> SlotCleanup<'a> {
         self.pending = (0..self.slots.len()).collect();
     }
 
-    /// Releases the pending slots on every node, one round per slot, at once.
+    /// Releases the pending slots on every node, in one round ([`release_slots`]).
     async fn run(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
-        let (redlock, token) = (self.redlock, self.token);
-        let releases = pending.into_iter().map(|slot| {
-            redlock.release_key(
-                &self.slots[slot],
-                token,
-                Releasing::Attempt { mode: false },
-                Duration::ZERO,
-            )
-        });
-        futures_util::future::join_all(releases).await;
+        let pending = self.take_keys();
+        release_slots(self.redlock, &pending, self.token).await;
+    }
+
+    /// The lock keys of the pending slots, which are no longer pending.
+    fn take_keys(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|slot| self.slots[slot].lock.clone())
+            .collect()
     }
 }
 
@@ -246,24 +245,37 @@ impl Drop for SlotCleanup<'_> {
         if self.pending.is_empty() {
             return;
         }
-        let redlock = self.redlock.clone();
-        let token = self.token.clone();
-        let slots: Vec<ResourceKeys> = std::mem::take(&mut self.pending)
-            .into_iter()
-            .map(|slot| self.slots[slot].clone())
-            .collect();
+        let (redlock, token, pending) =
+            (self.redlock.clone(), self.token.clone(), self.take_keys());
         self.redlock.spawn_background(async move {
-            let releases = slots.iter().map(|slot| {
-                redlock.release_key(
-                    slot,
-                    &token,
-                    Releasing::Attempt { mode: false },
-                    Duration::ZERO,
-                )
-            });
-            futures_util::future::join_all(releases).await;
+            release_slots(&redlock, &pending, &token).await;
         });
     }
+}
+
+/// Releases `token` from each of the slot keys `slots` that holds it, on every node at once
+/// (`RELEASE_SLOTS`: one call per node, however many slots), decided at quorum like a
+/// release; every node's call is made before the round is polled, and runs to completion.
+async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
+    if slots.is_empty() {
+        return;
+    }
+    let masters = redlock.masters();
+    let keys: Vec<&str> = slots.iter().map(String::as_str).collect();
+    let (keys, token, limit) = (&keys, token.expose(), masters.node_timeout);
+    masters
+        .round(masters.quorum, limit, Stop::AtQuorum, |node| {
+            let answer = node.release_slots(keys, token, limit);
+            async move {
+                let vote = match answer.await {
+                    Ok(true) => NodeVote::Acquired,
+                    Ok(false) => NodeVote::Held,
+                    Err(e) => NodeVote::Failed(e),
+                };
+                (vote, ())
+            }
+        })
+        .await;
 }
 
 #[cfg(test)]

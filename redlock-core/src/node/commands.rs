@@ -11,7 +11,7 @@ use super::Node;
 use super::replies::{AcquireReply, PermitReply, acquire_reply, fence_reply, permit_reply};
 use super::scripts::{
     ACQUIRE, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT,
-    LEAVE, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
+    LEAVE, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -356,6 +356,20 @@ impl Node {
             _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit),
         };
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
+    }
+
+    /// Releases `token` from every one of `slots` that holds it on one node
+    /// ([`RELEASE_SLOTS`]), run to completion within `limit` ([`Node::eval_release`]): the
+    /// clean-up of a permit attempt. `Ok(true)` if some slot held it. The call is made now,
+    /// before the future is polled.
+    pub(crate) fn release_slots(
+        &self,
+        slots: &[&str],
+        token: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
+        async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
     }
 
     /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a

@@ -41,8 +41,9 @@
 //! ([`keys`](crate::keys): the lock key followed by `permit:<i>`), whose waiters share one
 //! queue (`permit-waiters`, with `permit-alive`: until when each waiter counts, on the node's
 //! clock). [`ACQUIRE_PERMIT`] takes the slot a hand-over reserved for the waiter, or the first
-//! free slot with `SET NX PX` unless as many earlier waiters as free slots still count; a slot
-//! is released, extended and handed over by the plain lock's scripts.
+//! free slot with `SET NX PX` unless as many earlier waiters as free slots still count; a held
+//! slot is released, extended and handed over by the plain lock's scripts, and what a failed
+//! (or partly granted) attempt took is released by [`RELEASE_SLOTS`], one call per node.
 //!
 //! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
@@ -125,6 +126,11 @@ pub(crate) static QUARANTINE: Script = Script::new(12, include_str!("scripts/qua
 pub(crate) static ACQUIRE_PERMIT: Script =
     Script::new(13, include_str!("scripts/acquire_permit.lua"));
 
+/// The clean-up of a permit attempt: compare-and-delete over several slots in one call
+/// (`scripts/release_slots.lua`).
+pub(crate) static RELEASE_SLOTS: Script =
+    Script::new(14, include_str!("scripts/release_slots.lua"));
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -132,7 +138,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 14] = [
+pub(crate) const SCRIPTS: [&Script; 15] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -147,6 +153,7 @@ pub(crate) const SCRIPTS: [&Script; 14] = [
     &NOOP,
     &QUARANTINE,
     &ACQUIRE_PERMIT,
+    &RELEASE_SLOTS,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
