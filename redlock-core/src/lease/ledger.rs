@@ -85,7 +85,13 @@ impl Ledger {
         // A lease past its lost deadline is reported lost by expiry, not merely released.
         let _expired = lease.check();
         lease.mark_lost(LostReason::Released);
-        telemetry::unheld(&lease.class, lease.mode, lease.acquired_at.elapsed());
+        let permit = lease.permit.is_some();
+        telemetry::unheld(
+            &lease.class,
+            lease.mode,
+            permit,
+            lease.acquired_at.elapsed(),
+        );
         if lease.auto_extend.is_some()
             && let Some(watchdog) = self.watchdog.get()
         {
