@@ -127,14 +127,14 @@ async fn at_most_k_holders_across_handles_and_all_k_used() {
     assert!(nodes.values(&key).await.iter().all(Option::is_none));
 }
 
-/// A handle over its own proxies, with the quarantine on (covering the permits' ttl).
-async fn proxied(nodes: &RedisNodes, quarantine: Duration) -> (Redlock, Vec<Proxy>) {
+/// A handle over its own proxies, with a default `ttl` and `quarantine` (zero: off).
+async fn proxied(nodes: &RedisNodes, ttl: Duration, quarantine: Duration) -> (Redlock, Vec<Proxy>) {
     let proxies = nodes.proxies();
     let redlock = Redlock::builder()
         .nodes(proxy_urls(&proxies))
         .node_timeout(ms(100))
         .quarantine(quarantine)
-        .lock_options(LockOptions::default().ttl(quarantine))
+        .lock_options(LockOptions::default().ttl(ttl))
         .build()
         .await
         .unwrap();
@@ -170,7 +170,7 @@ async fn a_partition_and_a_node_restarted_empty_keep_at_most_k() {
     let mut handles = Vec::new();
     let mut proxies = Vec::new();
     for _ in 0..8 {
-        let (handle, own) = proxied(&nodes, ttl).await;
+        let (handle, own) = proxied(&nodes, ttl, ttl).await;
         handles.push(handle);
         proxies.push(own);
     }
@@ -215,6 +215,61 @@ async fn a_partition_and_a_node_restarted_empty_keep_at_most_k() {
     kinds.dedup();
     println!("{} holds, peak {peak}, errors: {kinds:?}", seen.granted);
     assert!(seen.granted >= 10, "{seen:?}");
+}
+
+/// Two holders fill a semaphore of 2 through nodes {0, 1, 2} (3 and 4 cut off from them);
+/// node 0 restarts empty, forgetting both slots; a third client that reaches only nodes
+/// {0, 3, 4} then asks for a permit while both holders are valid. Returns whether it got one.
+async fn third_after_a_restart(quarantine: Duration) -> bool {
+    let mut nodes = RedisNodes::start(5);
+    let ttl = ms(3_000);
+    let options = LockOptions::default().permits(2).ttl(ttl);
+    let (a, pa) = proxied(&nodes, ttl, quarantine).await;
+    let (b, pb) = proxied(&nodes, ttl, quarantine).await;
+    let (c, pc) = proxied(&nodes, ttl, quarantine).await;
+    if !quarantine.is_zero() {
+        past_quarantine(&c, &nodes, &options).await;
+    }
+    for own in [&pa, &pb] {
+        own[3].partition();
+        own[4].partition();
+    }
+    let first = a.lock_with("job", &options).await.unwrap();
+    let second = b.lock_with("job", &options).await.unwrap();
+    nodes.servers[0].restart();
+    pc[1].partition();
+    pc[2].partition();
+    let third = c
+        .lock_with(
+            "job",
+            &options.clone().retry_delay(ms(50)).wait_timeout(ms(1_000)),
+        )
+        .await;
+    // Both holders are still valid.
+    assert!(first.is_valid() && second.is_valid());
+    match third {
+        Ok(guard) => {
+            assert!(guard.is_valid());
+            true
+        }
+        Err(error) => {
+            assert!(error.is_unavailable(), "{error}");
+            assert!(error.to_string().contains("quarantine"), "{error}");
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_node_restarted_empty_sits_out_so_no_third_holder_gets_in() {
+    assert!(!third_after_a_restart(ms(3_000)).await);
+}
+
+/// The negative control: without the quarantine, the restarted node grants a slot it forgot,
+/// and a third holder of a semaphore of 2 gets in while both others are valid.
+#[tokio::test]
+async fn without_the_quarantine_a_node_restarted_empty_lets_a_third_holder_in() {
+    assert!(third_after_a_restart(Duration::ZERO).await);
 }
 
 #[tokio::test]
