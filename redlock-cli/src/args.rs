@@ -95,6 +95,17 @@ pub(crate) struct RunArgs {
     /// --lock-at-least-for.
     #[arg(long, value_name = "MODE", value_parser = mode, conflicts_with = "lock_at_least_for")]
     pub(crate) mode: Option<Mode>,
+    /// Take one of this many permits of a counting semaphore on the resource instead of its
+    /// lock: at most that many commands run at once on the resource across every machine
+    /// (1 to 1024; every run on the resource must give the same number). Not with --mode or
+    /// --fencing-env.
+    #[arg(
+        long,
+        value_name = "K",
+        value_parser = clap::value_parser!(u32).range(1..=1024),
+        conflicts_with_all = ["mode", "fencing_env"]
+    )]
+    pub(crate) permits: Option<u32>,
     /// Take a fencing token with the lock (needs more nodes to confirm it: 3 of 3, 4 of 5)
     /// and pass it to the command in this environment variable.
     #[arg(long, value_name = "VAR", value_parser = env_var)]

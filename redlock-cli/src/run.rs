@@ -92,7 +92,8 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
 }
 
 /// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing,
-/// a minimum hold and a mode if asked (the lock's validation refuses both at once).
+/// a minimum hold, a mode and permits if asked (the lock's validation refuses what does not go
+/// together).
 fn plain_options(args: &RunArgs) -> LockOptions {
     let mut options = LockOptions::default()
         .ttl(args.ttl)
@@ -104,6 +105,9 @@ fn plain_options(args: &RunArgs) -> LockOptions {
     }
     if let Some(mode) = args.mode {
         options = options.mode(mode);
+    }
+    if let Some(permits) = args.permits {
+        options = options.permits(permits);
     }
     options
 }

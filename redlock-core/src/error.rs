@@ -151,6 +151,27 @@ pub enum InvalidInput {
         "lock_at_least_for applies to the plain exclusive lock only, not to a lock taken in a mode"
     )]
     AtLeastWithMode,
+    /// A semaphore of zero permits ([`LockOptions::permits`](crate::LockOptions::permits)).
+    #[error("permits is zero; a semaphore needs at least one permit")]
+    ZeroPermits,
+    /// More permits than [`MAX_PERMITS`](crate::MAX_PERMITS).
+    #[error("permits {permits} is above the cap {max}: every attempt reads each slot on each node")]
+    PermitsAboveCap {
+        /// The permits asked for.
+        permits: u32,
+        /// The cap.
+        max: u32,
+    },
+    /// A semaphore's permit was asked with an option it cannot give: a `mode` (a permit is a
+    /// plain lock on one slot), `fencing` (the holders of different slots share no order), or
+    /// `reentrant` (re-entry follows the resource's lock, not a slot), for a leader election
+    /// (`leader election`: one leader per term), or a permit was detached (`detach`: a
+    /// permit is not handed on).
+    #[error("permits cannot be combined with {option}; remove one of the two")]
+    PermitsWith {
+        /// The option: `mode`, `fencing`, `reentrant`, `leader election` or `detach`.
+        option: &'static str,
+    },
 }
 
 /// Why a lock could not be taken or released.

@@ -106,6 +106,13 @@ impl LockGuard {
         self.lease().mode.get()
     }
 
+    /// For a permit of a counting semaphore
+    /// ([`LockOptions::permits`](crate::LockOptions::permits)): the semaphore's permits;
+    /// `None` for a lock. See [`LockInfo::slot`](crate::LockInfo::slot) for the slot held.
+    pub fn permits(&self) -> Option<u32> {
+        self.lease().permit.map(|permit| permit.permits)
+    }
+
     /// The ttl the lock was taken with.
     pub fn ttl(&self) -> Duration {
         self.lease().ttl

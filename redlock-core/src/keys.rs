@@ -12,8 +12,8 @@
 use crate::error::InvalidInput;
 
 /// What follows the lock key in every other key the lock writes: `"\0redlock:"`, then the
-/// kind (`waiters`, `fencing`, `busy` or `window`). Resources and key prefixes may not hold a
-/// NUL byte.
+/// kind (`waiters`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>`,
+/// `permit-waiters` and `permit-alive`). Resources and key prefixes may not hold a NUL byte.
 pub const BOOKKEEPING_SEPARATOR: &str = "\0redlock:";
 
 /// The longest resource name, in bytes.
@@ -77,6 +77,58 @@ impl ResourceKeys {
             lock,
         }
     }
+}
+
+impl ResourceKeys {
+    /// The keys of a semaphore's permits on the lock key `lock`
+    /// ([`LockOptions::permits`](crate::LockOptions::permits)): its waiter queue's keys
+    /// (the lock key's, with [`permit_waiters`] for the waiters), and its slots'.
+    pub(crate) fn permits(prefix: &str, lock: String, permits: u32) -> (Self, PermitSlots) {
+        let queue = permit_waiters(&lock);
+        let slots = PermitSlots {
+            alive: permit_alive(&lock),
+            slots: (0..permits)
+                .map(|slot| Self {
+                    waiters: queue.clone(),
+                    ..Self::new(prefix, permit_slot(&lock, slot))
+                })
+                .collect(),
+        };
+        let base = Self {
+            waiters: queue,
+            ..Self::new(prefix, lock)
+        };
+        (base, slots)
+    }
+}
+
+/// The keys of a semaphore's slots, and of its waiters' liveness.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitSlots {
+    /// [`permit_alive`].
+    pub(crate) alive: String,
+    /// Each slot's keys ([`permit_slot`]): a plain lock whose waiters are the semaphore's,
+    /// so that a slot's release hands it to the semaphore's longest waiter.
+    pub(crate) slots: Vec<ResourceKeys>,
+}
+
+/// The lock key of slot `slot` (from 0) of the semaphore on `key`: a plain Redlock lock,
+/// whose holder holds one of the semaphore's permits.
+fn permit_slot(key: &str, slot: u32) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}permit:{slot}")
+}
+
+/// The sorted set of the waiters for a permit of the semaphore on `key`; also the channel
+/// its slots' releases publish their hand-overs on.
+fn permit_waiters(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}permit-waiters")
+}
+
+/// Until when (ms of the node's clock) each waiter in [`permit_waiters`] counts: a sorted set
+/// of the same markers scored by that instant, renewed at each of the waiter's attempts, so
+/// that the entry of a waiter that crashed stops holding back the ones behind it.
+fn permit_alive(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}permit-alive")
 }
 
 /// The sorted set of waiters queued for `key`; also the channel a release publishes the
@@ -207,6 +259,15 @@ mod tests {
         let plain = ResourceKeys::new("", "job".to_owned());
         assert_eq!(plain.fencing_floor, "\0redlock:fencing-floor");
         assert!(!all.contains(&prefixed.fencing_floor));
+        // A semaphore's slots and queue follow the lock key too, apart from the lock's own.
+        let (base, slots) = ResourceKeys::permits("lock:", "lock:order:1".to_owned(), 2);
+        assert_eq!(base.lock, "lock:order:1");
+        assert_eq!(base.waiters, "lock:order:1\0redlock:permit-waiters");
+        assert_eq!(slots.alive, "lock:order:1\0redlock:permit-alive");
+        let slots = &slots.slots;
+        assert_eq!(slots[1].lock, "lock:order:1\0redlock:permit:1");
+        assert!(slots.iter().all(|slot| slot.waiters == base.waiters));
+        assert!(!all.contains(&base.waiters) && !all.contains(&slots[0].lock));
         // A plain resource named like 0.1.0's suffixes is not ours any more.
         assert_ne!(waiters("x"), "x:waiters");
         assert_ne!(fencing("x"), "x:fencing-counter");

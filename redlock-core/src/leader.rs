@@ -152,6 +152,10 @@ impl LeaderElection {
         if self.options.get_mode().is_some() {
             return Err(InvalidInput::LeaderWithMode.into());
         }
+        if self.options.get_permits().is_some() {
+            let option = "leader election";
+            return Err(InvalidInput::PermitsWith { option }.into());
+        }
         let resource = self.resource.as_str();
         let options = self
             .options

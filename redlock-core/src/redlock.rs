@@ -172,6 +172,16 @@ impl Redlock {
         crate::keys::ResourceKeys::new(&self.inner.key_prefix, key)
     }
 
+    /// The keys of a semaphore of `permits` permits on the lock key `key`: its queue's, and
+    /// its slots' ([`ResourceKeys::permits`](crate::keys::ResourceKeys::permits)).
+    pub(crate) fn permit_keys(
+        &self,
+        key: String,
+        permits: u32,
+    ) -> (crate::keys::ResourceKeys, crate::keys::PermitSlots) {
+        crate::keys::ResourceKeys::permits(&self.inner.key_prefix, key, permits)
+    }
+
     /// Whether a foreign client could be connected to the nodes
     /// ([`presence`](crate::presence)), as the last check found; starts a new check in the
     /// background when that one is older than its maximum age. Never waits: a release

@@ -154,8 +154,14 @@ impl Redlock {
             },
         };
         let span = telemetry::release_span(&lease.resource, &lease.class, via);
+        // A permit's slot is a key of ours only: no foreign client polls it, so its release
+        // never opens a window for one (it hands the slot over).
+        let busy = match lease.permit {
+            Some(_) => Duration::ZERO,
+            None => lease.busy(),
+        };
         let released = self
-            .release_key(&lease.keys, &lease.token, releasing, lease.busy())
+            .release_key(&lease.keys, &lease.token, releasing, busy)
             .instrument(span.clone())
             .await;
         telemetry::released(&span, released.deleted, released.answered, released.quorum);

@@ -108,7 +108,8 @@ impl LockGuard {
     ///   validity ran out): there is nothing to hand on; the guard is consumed and the lock
     ///   released as a drop would;
     /// - [`LockError::Invalid`] ([`InvalidInput::Shared`]): re-entries share this lock
-    ///   ([`hold_count`](Self::hold_count) above 1); the lock is not handed on, and this
+    ///   ([`hold_count`](Self::hold_count) above 1); ([`InvalidInput::PermitsWith`]): it is a
+    ///   semaphore's permit, which cannot be handed on. The lock is not handed on, and this
     ///   guard's hold is given back as a drop would.
     pub fn detach(self) -> Result<DetachedLock, LockError> {
         let redlock = self.handle().clone();
@@ -121,6 +122,9 @@ impl LockGuard {
         }
         if self.hold_count() > 1 {
             return Err(InvalidInput::Shared { action: "detached" }.into());
+        }
+        if lease.permit.is_some() {
+            return Err(InvalidInput::PermitsWith { option: "detach" }.into());
         }
         if !redlock.inner().ledger.detach(&lease) {
             // Retired meanwhile (`release_all`, shutdown): nothing to hand on.
@@ -299,6 +303,7 @@ impl Redlock {
                     fencing_token: detached.fencing_token,
                     marker: detached.marker.clone(),
                     busy: Duration::ZERO,
+                    slot: None,
                 };
                 let keys = self.resource_keys(detached.key.clone());
                 let class = telemetry::class_of(resource, options);

@@ -53,6 +53,9 @@ pub const OTHER_CLASS: &str = "other";
 /// The label of a lock taken without a mode (the plain exclusive lock).
 const PLAIN: &str = "plain";
 
+/// The `mode` label of a semaphore's permit ([`LockOptions::permits`]).
+const PERMIT: &str = "permit";
+
 /// The class a resource is labelled by: its text up to the first `:` (`order:42` →
 /// `order`), or all of it when it has none. The first [`MAX_RESOURCE_CLASSES`] classes seen
 /// by the process keep their name; every later one is [`OTHER_CLASS`], so a resource built
@@ -112,6 +115,11 @@ fn mode_label(mode: Option<Mode>) -> &'static str {
     mode.map_or(PLAIN, Mode::as_str)
 }
 
+/// The `mode` label of a lock in `mode`, or of a semaphore's permit (`permit`).
+fn kind_label(mode: Option<Mode>, permit: bool) -> &'static str {
+    if permit { PERMIT } else { mode_label(mode) }
+}
+
 fn vote_label(vote: &NodeVote) -> &'static str {
     match vote {
         NodeVote::Acquired => "acquired",
@@ -136,7 +144,8 @@ fn lost_label(reason: &LostReason) -> &'static str {
 pub(crate) struct Acquisition {
     span: tracing::Span,
     class: String,
-    mode: Option<Mode>,
+    /// Its `mode` label ([`kind_label`]).
+    kind: &'static str,
     started: Instant,
     attempts: u32,
     contended: bool,
@@ -151,15 +160,17 @@ impl Acquisition {
         quorum: usize,
     ) -> Self {
         let class = class_of(resource, options);
-        let (mode, ttl_ms) = (options.get_mode(), options.ttl_millis());
+        let kind = kind_label(options.get_mode(), options.get_permits().is_some());
+        let ttl_ms = options.ttl_millis();
         let span = tracing::info_span!(
             "redlock.acquire",
             redlock.resource = resource,
             redlock.resource_class = class.as_str(),
-            redlock.mode = mode_label(mode),
+            redlock.mode = kind,
             redlock.ttl_ms = ttl_ms,
             redlock.nodes = nodes,
             redlock.quorum = quorum,
+            redlock.permits = tracing::field::Empty,
             redlock.outcome = tracing::field::Empty,
             redlock.attempts = tracing::field::Empty,
             redlock.wait_ms = tracing::field::Empty,
@@ -168,10 +179,13 @@ impl Acquisition {
             redlock.votes.failed = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
+        if let Some(permits) = options.get_permits() {
+            span.record("redlock.permits", permits);
+        }
         Self {
             span,
             class,
-            mode,
+            kind,
             started: Instant::now(),
             attempts: 0,
             contended: false,
@@ -247,7 +261,7 @@ impl Acquisition {
             redlock.wait_ms = millis(wait),
             "acquisition ended"
         );
-        let (class, mode) = (&self.class, mode_label(self.mode));
+        let (class, mode) = (&self.class, self.kind);
         histogram!(
             "redlock_acquire_duration_seconds",
             "resource_class" => class.clone(),
@@ -344,12 +358,12 @@ pub(crate) fn held(class: &str) {
 }
 
 /// A lease stopped being held after `hold` (released, or lost and then released).
-pub(crate) fn unheld(class: &str, mode: Option<Mode>, hold: Duration) {
+pub(crate) fn unheld(class: &str, mode: Option<Mode>, permit: bool, hold: Duration) {
     gauge!("redlock_held", "resource_class" => class.to_owned()).decrement(1.0);
     histogram!(
         "redlock_hold_duration_seconds",
         "resource_class" => class.to_owned(),
-        "mode" => mode_label(mode),
+        "mode" => kind_label(mode, permit),
     )
     .record(hold.as_secs_f64());
 }

@@ -47,9 +47,12 @@ pub(crate) struct Args {
     /// `"EX"`); default none, the plain exclusive lock.
     #[darling(default)]
     pub(crate) mode: Option<ModeArg>,
-    /// Re-enter a lock the task already holds (default `true`).
+    /// Re-enter a lock the task already holds (default `true`; `false` with `permits`).
     #[darling(default)]
     pub(crate) reentrant: Option<bool>,
+    /// Take one of this many permits of a counting semaphore on the resource.
+    #[darling(default)]
+    pub(crate) permits: Option<u32>,
     /// What a busy resource does: `"error"` (return `LockError::Busy`, the default) or
     /// `"skip"` (skip the body and return `Ok(None)` / `Ok(T::default())`).
     #[darling(default)]
@@ -86,6 +89,27 @@ impl Args {
             return Err(at_least.error(
                 "`lock_at_least_for` is longer than the `ttl`: the minimum hold must fit in the ttl",
             ));
+        }
+        if args.permits.is_some() {
+            let refused = if args.mode.is_some() {
+                Some("mode")
+            } else if args.fencing {
+                Some("fencing")
+            } else if args.reentrant == Some(true) {
+                Some("reentrant")
+            } else {
+                None
+            };
+            if let Some(option) = refused {
+                return Err(darling::Error::custom(format!(
+                    "`permits` cannot be combined with `{option}`: remove one of the two"
+                )));
+            }
+            if args.permits == Some(0) {
+                return Err(darling::Error::custom(
+                    "`permits` is zero: a semaphore needs at least one permit",
+                ));
+            }
         }
         if let (Some(pool), Some(_)) = (&args.pool, &args.redlock) {
             return Err(

@@ -108,8 +108,10 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
             let variant = &mode.0;
             quote! { .mode(#krate::Mode::#variant) }
         }),
+        args.permits.map(|n| quote! { .permits(#n) }),
     ];
-    let reentrant = args.reentrant.unwrap_or(true);
+    // A permit is never re-entered (`LockOptions::permits`).
+    let reentrant = args.reentrant.unwrap_or(args.permits.is_none());
     let bind_guard = args.guard.as_ref().map(|name| {
         quote! { let #name: #krate::LockInfo = __redlock_info; }
     });

@@ -27,6 +27,7 @@
 //! | `on_busy = "skip"` | when the resource is busy (other holders kept it on every attempt: `LockError::is_busy`), skip the body and return `Ok(None)` for `Result<Option<T>, E>`, or `Ok(T::default())` for `Result<T, E>` with `T: Default` (a debug event is logged); every other lock error (unavailable, invalid, shutting down) is still returned. A success type without `Default` is a compile error at the return type; `"error"` returns `LockError::Busy` | `"error"` |
 //! | `guard = lock` | binds `lock: LockInfo` in the body: fencing token, validity, lost signal | — |
 //! | `reentrant = false` | by default an annotated fn awaited inside the body of another that holds the resource (in the same mode, through the same handle) shares that lock (hold count) instead of waiting for itself; sibling calls of one task (`join!`) and spawned tasks are other holders. `false` treats the nested call as any other holder | `true` |
+//! | `permits = 3` | take one of this many permits of a counting semaphore on the resource instead of its lock: at most that many bodies run at once across every process (see redlock-core's `guide::semaphore`); not with `mode`, `fencing` or `reentrant = true` (refused at compile time), and re-entry is off by default with it | none |
 //! | `pool = "name"` | a handle registered with `redlock_core::registry::register` (Hyperf's `poolName`) | `"default"` |
 //! | `redlock = expr` | the handle as an expression in scope (`state.redlock`, an argument) | — |
 //! | `crate = "path"` | where redlock-core is, if re-exported | `::redlock_core` |

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// The lock options `#[redlock]` takes as arguments, each with an attribute that gives it.
 /// `expand` maps each to the `LockOptions` setter of the same name.
-const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
+const LOCK_OPTION_ARGS: [(&str, &str); 13] = [
     ("ttl", r#"ttl = "1s""#),
     ("retry_count", "retry_count = 3"),
     ("retry_delay", r#"retry_delay = "50ms""#),
@@ -21,6 +21,7 @@ const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
     ("fencing", "fencing"),
     ("mode", r#"mode = "read""#),
     ("reentrant", "reentrant = false"),
+    ("permits", "permits = 3"),
 ];
 
 /// The lock options it takes no argument for: tunings of auto-extension and of the lost

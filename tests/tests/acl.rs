@@ -65,7 +65,7 @@ fn list(feature: &str) -> Vec<String> {
 fn the_readme_lists_the_commands_each_feature_needs() {
     let rows = readme_lists();
     let features: Vec<&str> = rows.iter().map(|(f, _)| f.as_str()).collect();
-    assert_eq!(rows.len(), 7, "{features:?}");
+    assert_eq!(rows.len(), 8, "{features:?}");
     let base = list("Base");
     for needed in [
         "+set",
@@ -415,6 +415,52 @@ async fn lock_modes_work_with_their_row() {
     let w = b.lock_with("acl:modes", &writer).await.unwrap();
     w.extend(Duration::from_secs(5)).await.unwrap();
     w.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_work_with_their_row() {
+    let servers = servers(&list("Counting semaphores"));
+    let (a, b) = (handle(&servers).await, handle(&servers).await);
+    let permits = LockOptions::default()
+        .permits(2)
+        .ttl(Duration::from_secs(5));
+    let first = a.lock_with("acl:sem", &permits).await.unwrap();
+    let second = b.lock_with("acl:sem", &permits).await.unwrap();
+    let once = permits.clone().retry_count(0);
+    let refused = b.lock_with("acl:sem", &once).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    second.extend(Duration::from_secs(5)).await.unwrap();
+    // A waiter queued on every node is woken by a release, not its 4 s retry delay.
+    let patient = permits
+        .clone()
+        .retry_count(2)
+        .retry_delay(PATIENCE)
+        .retry_jitter(Duration::ZERO);
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let guard = b.lock_with("acl:sem", &patient).await.unwrap();
+            let waited = started.elapsed();
+            guard.release().await.unwrap();
+            waited
+        })
+    };
+    let queue = format!("{}\0redlock:permit-waiters", a.key_for("acl:sem"));
+    within("the waiter to queue", async {
+        loop {
+            let queued = on_each(&servers, "ZCARD", &[&queue]).await;
+            if queued.iter().all(|n| n.as_i64().unwrap_or(0) > 0) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(first.release().await.unwrap().was_held());
+    let waited = within("the waiter", waiter).await.unwrap();
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    assert!(second.release().await.unwrap().was_held());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -468,6 +468,60 @@ async fn reads_share_a_route_and_writes_take_it_alone_by_method() {
 }
 
 #[tokio::test]
+async fn permits_let_that_many_requests_of_a_route_in_at_once() {
+    let nodes = RedisNodes::start(5);
+    let redlock = handle(&nodes).await;
+    let (open_tx, open_rx) = tokio::sync::watch::channel(false);
+    let (entered_tx, mut entered_rx) = mpsc::unbounded_channel::<Option<u32>>();
+    // Each export waits inside the handler until the test opens the gate.
+    let export = move |lock: HeldLock| {
+        let (mut open, entered) = (open_rx.clone(), entered_tx.clone());
+        async move {
+            let _ = entered.send(lock.slot());
+            let _ = open.wait_for(|open| *open).await;
+            "exported"
+        }
+    };
+    let options = LockOptions::default().retry_count(0).permits(2);
+    let app = Router::new()
+        .route("/export/{tenant}", post(export))
+        .route_layer(
+            RedlockLayer::from_template(redlock.clone(), "export:{tenant}")
+                .unwrap()
+                .options(options),
+        );
+    let (base, _server) = serve(app, ShutdownHandle::new(redlock)).await;
+    let http = reqwest::Client::new();
+    let url = format!("{base}/export/t1");
+    let exports: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(http.post(&url).send()))
+        .collect();
+    // Both are inside their handlers at once, each on its own slot.
+    let mut slots = Vec::new();
+    for _ in 0..2 {
+        let slot = within("an export to enter", entered_rx.recv()).await;
+        slots.push(slot.unwrap().unwrap());
+    }
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1]);
+    let third = http.post(&url).send().await.unwrap();
+    assert_eq!(third.status(), StatusCode::LOCKED, "a third export is busy");
+    // Another tenant's semaphore is another resource.
+    let other = tokio::spawn(http.post(format!("{base}/export/t2")).send());
+    within("another tenant's export", entered_rx.recv()).await;
+    open_tx.send(true).unwrap();
+    for export in exports {
+        let response = within("an export", export).await.unwrap().unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    let other = within("another tenant's export", other)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+}
+
+#[tokio::test]
 async fn a_closure_picks_each_requests_lock_mode() {
     use redlock_core::Mode;
     let nodes = RedisNodes::start(3);

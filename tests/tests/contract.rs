@@ -8,9 +8,10 @@
 //! delete a held lock's hold on a quorum and extend it (refused), shut a handle down with any
 //! timeout (`Duration::ZERO` to `Duration::MAX`) and rebuild it, lock over another
 //! application's hash at the key, sleep until ttls run out — on three resources, so that they
-//! collide (the foreign hashes on a fourth). After every step, checks against what the nodes
-//! really hold and what the test saw, each a pure function over plain data with its own unit
-//! tests (inputs they must reject and inputs they must accept):
+//! collide (the foreign hashes on a fourth), and permits of a semaphore of two on a fifth, whose
+//! slots the checks treat as resources of their own. After every step, checks against what the
+//! nodes really hold and what the test saw, each a pure function over plain data with its own
+//! unit tests (inputs they must reject and inputs they must accept):
 //!
 //! 1. [`check_validity`]: no guard that still claims validity claims it (or a lost deadline)
 //!    later than its key lives on a quorum of the nodes;
@@ -56,6 +57,21 @@ fn ms(n: u64) -> Duration {
 // ---------------------------------------------------------------------------------------------
 // The oracle: plain data and pure checks.
 // ---------------------------------------------------------------------------------------------
+
+/// The semaphore among the resources, of [`PERMITS`] permits: each permit is the plain lock of
+/// one slot, which the checks treat as a resource of its own ([`checked_resource`]): two valid
+/// holders of one slot would be two holders of one lock, and there are [`PERMITS`] slots.
+const SEMAPHORE: &str = "contract:sem";
+const PERMITS: u32 = 2;
+
+/// The resource the checks know a guard's lock by: its resource, or for a permit its slot's
+/// (`contract:sem#1`).
+fn checked_resource(guard: &LockGuard) -> String {
+    match guard.info().slot() {
+        Some(slot) => format!("{}#{slot}", guard.resource()),
+        None => guard.resource().to_owned(),
+    }
+}
 
 /// Nodes, and the majority that must hold a valid lock.
 const NODES: usize = 5;
@@ -1003,7 +1019,7 @@ impl Live {
         let lost_deadline = lost.deadline();
         (valid_until > now && !lost.is_lost()).then(|| Claim {
             who: self.label.clone(),
-            resource: self.guard.resource().to_owned(),
+            resource: checked_resource(&self.guard),
             token: self.guard.token().expose().to_owned(),
             mode: self.guard.mode(),
             valid_until,
@@ -1016,6 +1032,8 @@ impl Live {
 #[derive(Debug, Default)]
 struct Stats {
     locked: u64,
+    /// Permits of the semaphore taken.
+    permits: u64,
     /// Plain locks taken by the lock step (the others are in modes).
     locked_plain: u64,
     busy: u64,
@@ -1351,9 +1369,14 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         handles.push(handle(&nodes, h).await);
     }
     let resources: Vec<String> = (0..3).map(|i| format!("contract:{i}")).collect();
+    let semaphore_key = handles[0].key_for(SEMAPHORE);
     let keys = resources
         .iter()
         .map(|r| (r.clone(), handles[0].key_for(r)))
+        .chain((0..PERMITS).map(|slot| {
+            let key = format!("{semaphore_key}\0redlock:permit:{slot}");
+            (format!("{SEMAPHORE}#{slot}"), key)
+        }))
         .collect();
     let observer = Observer::new(&nodes, keys).await;
     let mut rng = StdRng::seed_from_u64(seed);
@@ -1384,6 +1407,9 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             op => op,
         };
         match op {
+            Op::Lock if rng.random_bool(0.2) => {
+                lock_permit(&mut run, &mut rng, &handles, &mut live).await;
+            }
             Op::Lock => lock(&mut run, &mut rng, &handles, &resources, &mut live).await,
             Op::Extend => extend(&mut run, &mut rng, &mut live).await,
             Op::Release => release(&mut run, &mut rng, &mut live).await,
@@ -1463,6 +1489,31 @@ async fn lock(
             ));
         }
         let kind = (options.get_reentrant(), options.get_auto_extend());
+        live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
+    }
+}
+
+/// Takes a permit of the semaphore through a random handle, with a random ttl and wait, and
+/// auto-extension now and then (a permit takes no mode, fencing or re-entry).
+async fn lock_permit(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
+    let handle = rng.random_range(0..handles.len());
+    let mut options = LockOptions::default()
+        .ttl(ms(rng.random_range(200..=3000)))
+        .permits(PERMITS);
+    options = random_wait(rng, options);
+    if rng.random_bool(0.25) {
+        options = options.auto_extend(true);
+    }
+    let label = run.label(handle, SEMAPHORE, &options);
+    let result = within("a permit", handles[handle].lock_with(SEMAPHORE, &options)).await;
+    let outcome = match &result {
+        Ok(guard) => format!("held, slot {:?}", guard.info().slot()),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!("permit {label}: {outcome}"));
+    if let Some(guard) = acquired(run, result, &label) {
+        run.stats.permits += 1;
+        let kind = (false, options.get_auto_extend());
         live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
     }
 }
@@ -1624,6 +1675,11 @@ async fn release(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
 async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
     let index = rng.random_range(0..live.len());
     let outer = &live[index];
+    if outer.guard.permits().is_some() {
+        // A permit has no scope to re-enter (its lock is its slot's).
+        run.note(format!("nest in {}: a permit, skipped", outer.label));
+        return;
+    }
     let (outer_reentrant, outer_auto) = (outer.reentrant, outer.auto);
     let via = if rng.random_bool(0.8) {
         outer.handle
@@ -1841,7 +1897,7 @@ async fn refuse(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>, observer:
     let held = &live[index];
     let (label, resource, token) = (
         held.label.clone(),
-        held.guard.resource().to_owned(),
+        checked_resource(&held.guard),
         held.guard.token().expose().to_owned(),
     );
     let lost = held.guard.lost();
@@ -2321,15 +2377,16 @@ async fn shutdown(
         {
             continue;
         }
+        let checked = checked_resource(&held.guard);
         let claim = Claim {
             who: held.label.clone(),
-            resource: resource.to_owned(),
+            resource: checked.clone(),
             token: held.guard.token().expose().to_owned(),
             mode: held.guard.mode(),
             valid_until: ended_by,
             lost_deadline: ended_by,
         };
-        if let Some(views) = nodes_now.views.get(resource)
+        if let Some(views) = nodes_now.views.get(&checked)
             && let Err(message) = check_gone(&claim, views)
         {
             run.fail(&format!(

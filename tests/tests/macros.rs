@@ -440,3 +440,36 @@ fn compile_time_duration_checks_agree_with_validate() {
         .validate()
         .unwrap();
 }
+
+#[redlock(resource = "export:{tenant}", redlock = fx.redlock, permits = 2, guard = info)]
+async fn export(
+    fx: &Fixture,
+    tenant: &str,
+    go: &tokio::sync::watch::Receiver<bool>,
+) -> Result<u32, LockError> {
+    assert_eq!(info.permits(), Some(2));
+    let slot = info.slot().unwrap();
+    let _ = (&fx.nodes, tenant);
+    let _ = go.clone().wait_for(|go| *go).await;
+    Ok(slot)
+}
+
+#[tokio::test]
+async fn permits_let_two_bodies_in_and_refuse_a_third() {
+    let fx = fixture().await;
+    let (open, go) = tokio::sync::watch::channel(false);
+    let (first, second, third) = within("the three bodies", async {
+        tokio::join!(export(&fx, "t", &go), export(&fx, "t", &go), async {
+            // Once the two others are in, the third is busy (no retries on this handle).
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let third = export(&fx, "t", &go).await;
+            open.send_replace(true);
+            third
+        })
+    })
+    .await;
+    let mut slots = [first.unwrap(), second.unwrap()];
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1]);
+    assert!(third.unwrap_err().is_busy());
+}

@@ -386,3 +386,24 @@ async fn detach_resume_and_force_release_are_counted() {
     assert_eq!(m.counter("redlock_force_releases_total", &class), 2);
     drop(resumed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_is_measured_with_the_mode_label_permit() {
+    let m = recorded();
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let permit = [("resource_class", "m7"), ("mode", "permit")];
+    let guard = a.lock_with("m7:export", &once().permits(2)).await.unwrap();
+    assert_eq!(m.gauge("redlock_held", &[("resource_class", "m7")]), 1.0);
+    let acquired = [permit[0], permit[1], ("outcome", "acquired")];
+    assert_eq!(
+        m.samples("redlock_acquire_duration_seconds", &acquired)
+            .len(),
+        1
+    );
+    assert_eq!(m.samples("redlock_acquire_attempts", &permit), vec![1.0]);
+    guard.release().await.unwrap();
+    assert_eq!(m.samples("redlock_hold_duration_seconds", &permit).len(), 1);
+    let plain = [("resource_class", "m7"), ("mode", "plain")];
+    assert!(m.find("redlock_acquire_attempts", &plain).is_empty());
+}

@@ -64,7 +64,7 @@ async fn every_script_loads_under_the_sha_the_code_sends() {
         "scripts:free:waiters".into(),
     ];
     let status = run(&client, "EVAL", args).await;
-    let expected: Vec<Value> = vec!["none".into(), (-2).into(), 0.into(), 0.into()];
+    let expected: Vec<Value> = vec!["none".into(), (-2).into(), 0.into(), 0.into(), "".into()];
     assert_eq!(status, Value::Array(expected));
 }
 

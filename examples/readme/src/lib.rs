@@ -19,6 +19,8 @@ mod guide {
     struct LeaderElection;
     #[doc = include_str!("../../../redlock-core/src/guide/lock_modes.md")]
     struct LockModes;
+    #[doc = include_str!("../../../redlock-core/src/guide/semaphore.md")]
+    struct Semaphore;
     #[doc = include_str!("../../../redlock-core/src/guide/attribute.md")]
     struct Attribute;
     #[doc = include_str!("../../../redlock-core/src/guide/axum.md")]

@@ -108,7 +108,8 @@ impl Config {
 /// The options each request's lock is taken with: `options` with `auto_extend` applied, the
 /// hold capped (the layer's `max_hold`, else the options' own cap, else
 /// [`DEFAULT_MAX_HOLD`]), and made reentrant (so that `#[redlock]` functions the handler
-/// calls on the same resource share the lock).
+/// calls on the same resource share the lock), unless it is a semaphore's permit
+/// (`LockOptions::permits`), which is never re-entered.
 fn request_options(
     options: &LockOptions,
     auto_extend: bool,
@@ -121,12 +122,21 @@ fn request_options(
         .clone()
         .auto_extend(auto_extend)
         .max_hold(max_hold)
-        .reentrant(true)
+        .reentrant(options.get_permits().is_none())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_permit_per_request_is_not_made_reentrant() {
+        let lock = request_options(&LockOptions::default(), true, None);
+        assert!(lock.get_reentrant());
+        let permit = request_options(&LockOptions::default().permits(3), true, None);
+        assert!(!permit.get_reentrant());
+        assert_eq!(permit.validate(), Ok(()));
+    }
 
     #[test]
     fn the_hold_is_capped_by_the_layer_else_the_options_else_the_default() {

@@ -30,6 +30,9 @@ pub(super) enum AttemptFailure {
     Fence(Outcomes),
     /// A quorum granted it, but too late: no validity was left after this long.
     NoValidity(Duration),
+    /// A semaphore's permit: nodes granted slots, but different ones, none on a quorum
+    /// (concurrent requests took the free slots in different orders).
+    Scattered(Outcomes),
 }
 
 /// Whether a refused plain attempt was a split vote: no holder of the resource has a quorum,
@@ -81,6 +84,9 @@ pub(super) struct Granted {
     pub(super) grant: Grant,
     /// Every node granted it (so a queued waiter left the queue on all of them).
     pub(super) everywhere: bool,
+    /// A semaphore's permit: the keys of the slot held, which its lease keeps (`None` for a
+    /// lock: the lease keeps the resource's keys).
+    pub(super) slot_keys: Option<ResourceKeys>,
 }
 
 impl Redlock {
@@ -215,8 +221,10 @@ impl Redlock {
                     AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
+                slot: None,
             },
             everywhere: granted_by == masters.len(),
+            slot_keys: None,
         })
     }
 }

@@ -155,6 +155,12 @@ impl Policy<'_> {
                 outcomes,
             },
             AttemptFailure::Votes { outcomes, .. } => self.refused(attempts, outcomes),
+            AttemptFailure::Scattered(outcomes) => LockError::SplitVote {
+                resource,
+                attempts,
+                quorum,
+                outcomes,
+            },
         }
     }
 
@@ -281,6 +287,12 @@ impl LoopState {
                 Step::GiveUp(policy.error(self.attempts, failure))
             };
         }
+        if matches!(failure, AttemptFailure::Scattered(_)) {
+            // Slots are free: a short random delay, not the retry delay or a wait.
+            return Step::SplitRetry {
+                spread: SPLIT_BACKOFF,
+            };
+        }
         if !self.listening && policy.queue && policy.worth_queueing(&failure) {
             self.listening = true;
             self.free_attempt = true;
@@ -302,6 +314,11 @@ impl LoopState {
     /// token); one that names a holder the last attempt named too does not: that holder
     /// stays.
     fn resolvable_split(&mut self, failure: &AttemptFailure) -> bool {
+        if let AttemptFailure::Scattered(_) = failure {
+            // Every request released what it took: attempting again may resolve it.
+            self.last_refusing.clear();
+            return true;
+        }
         let AttemptFailure::Votes {
             split, refusing, ..
         } = failure
@@ -681,6 +698,29 @@ mod tests {
         assert!(
             matches!(error, LockError::Busy { attempts: 7, .. }),
             "{error:?}"
+        );
+    }
+
+    #[test]
+    fn scattered_permits_are_attempted_again_soon_then_reported_as_a_split() {
+        let policy = policy(Deadline::Retries(1));
+        let (mut state, now) = (LoopState::default(), Instant::now());
+        let scattered = || AttemptFailure::Scattered(outcomes("+++++"));
+        // Within the retries: a short random delay, not the retry delay.
+        let step = fail(&mut state, &policy, scattered(), now);
+        assert!(
+            matches!(step, Step::SplitRetry { spread } if spread == 20 * MS),
+            "{step:?}"
+        );
+        // Past them: the split's attempts, then the split reported.
+        for _ in 0..SPLIT_RETRIES {
+            let step = fail(&mut state, &policy, scattered(), now);
+            assert!(matches!(step, Step::SplitRetry { .. }), "{step:?}");
+        }
+        let step = fail(&mut state, &policy, scattered(), now);
+        assert!(
+            matches!(step, Step::GiveUp(LockError::SplitVote { .. })),
+            "{step:?}"
         );
     }
 

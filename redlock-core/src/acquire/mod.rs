@@ -6,6 +6,7 @@
 mod attempt;
 mod decide;
 mod fence;
+mod permit;
 mod wait;
 
 use std::sync::Arc;
@@ -140,8 +141,16 @@ impl Redlock {
         let mut acquisition =
             Acquisition::start(resource, options, self.node_count(), self.quorum());
         let span = acquisition.span().clone();
+        // A semaphore's permit: the queue's keys, and the slots' (`permits` only).
+        let (keys, slots) = match options.get_permits() {
+            Some(permits) => {
+                let (queue, slots) = self.permit_keys(key, permits);
+                (queue, Some(slots))
+            }
+            None => (self.resource_keys(key), None),
+        };
         let result = self
-            .acquire_loop(resource, self.resource_keys(key), options, &mut acquisition)
+            .acquire_loop(resource, keys, slots, options, &mut acquisition)
             .instrument(span)
             .await;
         acquisition.end(result.as_ref().map(|_| ()));

@@ -10,9 +10,10 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
+use super::permit::PermitAsk;
 use crate::error::LockError;
 use crate::guard::LockGuard;
-use crate::keys::ResourceKeys;
+use crate::keys::{PermitSlots, ResourceKeys};
 use crate::node::{AcquireKind, ModeRequest, Waiter};
 use crate::options::LockOptions;
 use crate::redlock::Redlock;
@@ -40,6 +41,7 @@ impl Redlock {
         &self,
         resource: &str,
         keys: ResourceKeys,
+        slots: Option<PermitSlots>,
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
@@ -66,10 +68,22 @@ impl Redlock {
                 (None, true) => AcquireKind::Queued(&waiter),
                 (None, false) => AcquireKind::Plain,
             };
-            let failure = match self
-                .attempt(&keys, &token, options, kind, acquisition)
-                .await
-            {
+            let attempt = match &slots {
+                Some(slots) => {
+                    let asking = PermitAsk {
+                        waiter: &waiter,
+                        queued: state.listening(),
+                        alive_ms: self.intent_ttl_ms(options),
+                    };
+                    self.attempt_permit(&keys, slots, &token, options, asking, acquisition)
+                        .await
+                }
+                None => {
+                    self.attempt(&keys, &token, options, kind, acquisition)
+                        .await
+                }
+            };
+            let failure = match attempt {
                 Ok(granted) => {
                     if !granted.grant.busy.is_zero() {
                         // A streak of hand-overs: this lock's release may open a window for
@@ -81,6 +95,8 @@ impl Redlock {
                         exit.armed = policy.leaves_queue_after_grant(granted.everywhere);
                     }
                     let class = acquisition.class();
+                    // A permit's lease holds its slot's keys.
+                    let keys = granted.slot_keys.unwrap_or(keys);
                     let guard = self.register(resource, class, keys, token, options, granted.grant);
                     if let Err(error) = decide::keep_grant(self.is_shutting_down()) {
                         // Shutdown began during the attempt: refuse, and release what was
@@ -204,7 +220,7 @@ impl Redlock {
     /// the entry's expiry (the node's clock in ms plus this) an integer the scripts' Lua
     /// writes exactly: a `node_timeout(Duration::MAX)` used to give `u64::MAX`, which Lua
     /// wrote as `9.2233720368548e+18`, an entry no script could read.
-    fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
+    pub(super) fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
         let node_timeout = self.masters().node_timeout.min(crate::options::MAX_TTL);
         let between = options
             .get_retry_delay()

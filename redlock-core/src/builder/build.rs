@@ -190,6 +190,14 @@ impl RedlockBuilder {
                 ),
             });
         }
+        if let Some(permits) = self.options.get_permits() {
+            return Err(BuildError::Option {
+                name: "permits",
+                reason: format!(
+                    "default permits ({permits}) would make every lock() of the handle a semaphore's permit; give them per acquisition (LockOptions::permits, #[redlock(permits = ..)])"
+                ),
+            });
+        }
         for (name, value) in [
             ("node_timeout", self.node_timeout),
             ("connect_timeout", self.connect_timeout),

@@ -133,7 +133,7 @@ mod tests {
     use crate::options::LockOptions;
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 29] = [
+    const SAMPLES: [(&str, &str); 30] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -163,6 +163,7 @@ mod tests {
         ("fencing", "true"),
         ("reentrant", "true"),
         ("mode", "read"),
+        ("permits", "3"),
     ];
 
     #[test]

@@ -115,6 +115,12 @@ lock_options! {
         /// [`BuildError::Option`](crate::BuildError::Option), since it would make every lock
         /// of the handle shared.
         mode: Mode => LockOptions::mode, LockOptions::get_mode;
+        /// [`LockOptions::permits`]. For the options of one resource
+        /// ([`apply`](Self::apply)): as the handle's default, it fails
+        /// [`build`](crate::RedlockBuilder::build) with
+        /// [`BuildError::Option`](crate::BuildError::Option), since it would make every lock
+        /// of the handle a semaphore's permit.
+        permits: u32 => LockOptions::permits, LockOptions::get_permits;
     }
 }
 
@@ -178,7 +184,7 @@ mod tests {
         // The metrics label a lock's code gives, not data to configure.
         const NOT_DATA: [&str; 1] = ["resource_class"];
         let mut options = debug_fields(&format!("{:?}", LockOptions::default()));
-        assert_eq!(options.len(), 16, "{options:?}");
+        assert_eq!(options.len(), 17, "{options:?}");
         options.retain(|field| !NOT_DATA.contains(&field.as_str()));
         assert_eq!(options, set(LockConfig::FIELDS));
     }

@@ -105,6 +105,7 @@ options! {
     /// | `REDLOCK_FENCING` | [`lock.fencing`](LockConfig::fencing) | `true` or `false` |
     /// | `REDLOCK_REENTRANT` | [`lock.reentrant`](LockConfig::reentrant) | `true` or `false` |
     /// | `REDLOCK_MODE` | [`lock.mode`](LockConfig::mode) | lock mode: `read`, `write`, `NL` … `EX` (a `LockConfig` of one resource; as the handle's default, `build()` refuses it) |
+    /// | `REDLOCK_PERMITS` | [`lock.permits`](LockConfig::permits) | whole number, 1 to 1024 (a `LockConfig` of one resource; as the handle's default, `build()` refuses it) |
     ///
     /// `Debug` shows how many node URLs there are, not the URLs (they may hold passwords),
     /// nor PEM text.

@@ -8,25 +8,26 @@
 //! 2. [Leader election](leader_election): one leader at a time among replicas.
 //! 3. [Lock modes](lock_modes): read/write locks, the six modes of a distributed lock manager,
 //!    and the write → read downgrade.
-//! 4. [The attribute](attribute): `#[redlock(...)]` on an async fn; jobs every replica
+//! 4. [Counting semaphores](semaphore): at most K holders of a resource at once.
+//! 5. [The attribute](attribute): `#[redlock(...)]` on an async fn; jobs every replica
 //!    schedules.
-//! 5. [Axum routes](axum): the tower layer, what the client gets (`423`, `503`), graceful
+//! 6. [Axum routes](axum): the tower layer, what the client gets (`423`, `503`), graceful
 //!    shutdown.
-//! 6. [The command line](command_line): `redlock run` for cron jobs and ops scripts; `redlock
+//! 7. [The command line](command_line): `redlock run` for cron jobs and ops scripts; `redlock
 //!    release --force` for a dead holder's lock.
-//! 7. [Handing a lock on](handing_on): detach it here, resume or release it elsewhere by its
+//! 8. [Handing a lock on](handing_on): detach it here, resume or release it elsewhere by its
 //!    token.
-//! 8. [Configuration](configuration): your own nodes, a file, the environment, ACL users.
-//! 9. [TLS](tls): `rediss://`, a private CA, mutual TLS.
-//! 10. [Metrics and tracing](metrics).
+//! 9. [Configuration](configuration): your own nodes, a file, the environment, ACL users.
+//! 10. [TLS](tls): `rediss://`, a private CA, mutual TLS.
+//! 11. [Metrics and tracing](metrics).
 //!
 //! Understanding it:
 //!
-//! 11. [How it works](how_it_works): the algorithm, hand-over to waiters, windows for foreign
+//! 12. [How it works](how_it_works): the algorithm, hand-over to waiters, windows for foreign
 //!     clients, lock modes, keys.
-//! 12. [Fencing tokens](fencing): ordering the holders' writes at your storage.
-//! 13. [Guarantees and their limits](guarantees), in the words of the tests; the quarantine.
-//! 14. [Working beside other clients](other_clients): node-redlock, redis-py, redlock-php and
+//! 13. [Fencing tokens](fencing): ordering the holders' writes at your storage.
+//! 14. [Guarantees and their limits](guarantees), in the words of the tests; the quarantine.
+//! 15. [Working beside other clients](other_clients): node-redlock, redis-py, redlock-php and
 //!     other handles on the same keys.
 //!
 //! Every snippet in these pages is compiled by the workspace's tests.
@@ -46,6 +47,9 @@ pub mod handing_on {}
 
 #[doc = include_str!("lock_modes.md")]
 pub mod lock_modes {}
+
+#[doc = include_str!("semaphore.md")]
+pub mod semaphore {}
 
 #[doc = include_str!("attribute.md")]
 pub mod attribute {}

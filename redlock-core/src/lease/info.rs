@@ -143,6 +143,20 @@ impl LockInfo {
         self.lease.mode.get()
     }
 
+    /// For a permit of a counting semaphore
+    /// ([`LockOptions::permits`](crate::LockOptions::permits)): the semaphore's permits;
+    /// `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.lease.permit.map(|permit| permit.permits)
+    }
+
+    /// For a permit of a counting semaphore: the slot held, from 0 to
+    /// [`permits`](Self::permits) − 1 (the permit is the plain lock of that slot); `None`
+    /// for a lock.
+    pub fn slot(&self) -> Option<u32> {
+        self.lease.permit.map(|permit| permit.slot)
+    }
+
     /// The monotonic instant the lock stops being valid: the acquisition's (or the last
     /// confirmed extension's) start + ttl − drift (distlock spec, step 4). Once the lock is
     /// lost — released, an extension refused by a majority, or its lost deadline passed (see

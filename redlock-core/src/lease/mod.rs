@@ -93,6 +93,9 @@ pub(crate) struct Lease {
     /// A mode request's waiter marker (empty for the plain lock): its release removes the
     /// request's waiter entries.
     pub(crate) marker: String,
+    /// A semaphore's permit: how many permits it has, and the slot held (from 0); its
+    /// `keys` are the slot's. `None` for a lock.
+    pub(crate) permit: Option<Permit>,
     /// The ttl sent at acquisition (and by default at each extension).
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
@@ -130,6 +133,15 @@ pub(crate) struct Owner {
     pub(crate) label: std::sync::Arc<str>,
 }
 
+/// Which permit of a semaphore a lease holds ([`LockOptions::permits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Permit {
+    /// The semaphore's permits.
+    pub(crate) permits: u32,
+    /// The slot held, from 0.
+    pub(crate) slot: u32,
+}
+
 /// What a successful attempt establishes (Redlock steps 3–4, and the fencing round).
 #[derive(Debug)]
 pub(crate) struct Grant {
@@ -142,6 +154,8 @@ pub(crate) struct Grant {
     pub(crate) marker: String,
     /// The longest streak of hand-overs a granting node reported ([`Lease::busy_at_grant`]).
     pub(crate) busy: Duration,
+    /// For a semaphore's permit, the slot a quorum granted (from 0).
+    pub(crate) slot: Option<u32>,
 }
 
 impl Lease {
@@ -172,6 +186,10 @@ impl Lease {
             token,
             mode: HeldMode::new(options.get_mode()),
             marker: grant.marker,
+            permit: options
+                .get_permits()
+                .zip(grant.slot)
+                .map(|(permits, slot)| Permit { permits, slot }),
             ttl: options.sent_ttl(),
             drift_factor: options.get_drift_factor(),
             lost_margin: options.get_lost_margin(),
@@ -327,6 +345,7 @@ pub(crate) mod tests {
             fencing_token: None,
             marker: String::new(),
             busy: Duration::ZERO,
+            slot: None,
         };
         let keys = ResourceKeys::new("lock:", "lock:r".to_owned());
         Lease::new(

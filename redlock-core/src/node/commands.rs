@@ -8,10 +8,11 @@ use fred::types::Value;
 use rand::Rng;
 
 use super::Node;
-use super::replies::{AcquireReply, acquire_reply, fence_reply};
+use super::replies::{AcquireReply, PermitReply, acquire_reply, fence_reply, permit_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE, FORCE_RELEASE,
-    KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RESUME, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE,
+    FORCE_RELEASE, KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE,
+    RELEASE_SLOTS, RESUME, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -103,6 +104,28 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
+}
+
+/// One attempt's request for a permit of a semaphore to every node (Redlock step 2 on the
+/// semaphore's slots).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PermitRequest<'a> {
+    /// The semaphore's queue keys (its `waiters` is the queue and channel).
+    pub(crate) queue: &'a ResourceKeys,
+    /// Until when each queued waiter counts (`keys::permit_alive`).
+    pub(crate) alive: &'a str,
+    /// Its slots, in the order the node should try them.
+    pub(crate) slots: &'a [ResourceKeys],
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    /// The acquisition's waiter: ranked by its wait start among the queued waiters.
+    pub(crate) waiter: &'a Waiter,
+    /// It has joined the queue: a slot reserved for it is taken first, a refusal keeps its
+    /// place and renews its entry for `alive_ms`.
+    pub(crate) queued: bool,
+    pub(crate) alive_ms: u64,
+    /// The quarantine check.
+    pub(crate) quarantine: &'a QuarantineCheck,
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -222,6 +245,45 @@ impl Node {
         }
     }
 
+    /// One node's answer to a permit request ([`ACQUIRE_PERMIT`]): the slot it granted
+    /// (`SET NX PX` of the first free slot in the request's order, or the one reserved for
+    /// the waiter), or a refusal when every slot is busy.
+    pub(crate) async fn acquire_permit(&self, request: &PermitRequest<'_>) -> PermitReply {
+        let PermitRequest {
+            queue,
+            alive,
+            slots,
+            token,
+            ttl_ms,
+            waiter,
+            queued,
+            alive_ms,
+            quarantine,
+        } = *request;
+        let (witness, marker) = if quarantine.ms == 0 {
+            (queue.waiters.as_str(), queue.waiters.as_str())
+        } else {
+            (quarantine.witness.as_str(), quarantine.marker.as_str())
+        };
+        let mut keys = Vec::with_capacity(slots.len() + 4);
+        keys.extend([witness, marker, queue.waiters.as_str(), alive]);
+        keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(quarantine.ms),
+            Value::from(if queued { waiter.marker.as_str() } else { "" }),
+            Value::Integer(waiter.score_ms),
+            int_arg(QUEUE_TTL_MS),
+            int_arg(alive_ms),
+        ];
+        permit_reply(
+            self.eval(&ACQUIRE_PERMIT, &keys, &args).await,
+            &queue.lock,
+            slots.len(),
+        )
+    }
+
     /// Runs an acquire script on `keys`, followed by the fencing counter's and floor's keys
     /// when given, and reads its `{1 | 0 | -1, counter[, busy]}` reply.
     async fn acquire_script(
@@ -295,6 +357,20 @@ impl Node {
             _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit),
         };
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
+    }
+
+    /// Releases `token` from every one of `slots` that holds it on one node
+    /// ([`RELEASE_SLOTS`]), run to completion within `limit` ([`Node::eval_release`]): the
+    /// clean-up of a permit attempt. `Ok(true)` if some slot held it. The call is made now,
+    /// before the future is polled.
+    pub(crate) fn release_slots(
+        &self,
+        slots: &[&str],
+        token: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
+        async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
     }
 
     /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a

@@ -20,7 +20,8 @@ use pipeline::Pipeline;
 use scripts::{BATCH, Script};
 
 pub(crate) use commands::{
-    AcquireKind, AcquireRequest, Handover, ModeRequest, QuarantineCheck, Releasing, Waiter,
+    AcquireKind, AcquireRequest, Handover, ModeRequest, PermitRequest, QuarantineCheck, Releasing,
+    Waiter,
 };
 
 /// A client for one independent master, its script pipeline, and its display label

@@ -83,6 +83,56 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> Acqui
     }
 }
 
+/// One node's answer to a permit request.
+#[derive(Debug)]
+pub(crate) struct PermitReply {
+    /// Granted (some slot), refused (every slot busy), or failed.
+    pub(crate) vote: NodeVote,
+    /// When granted, the slot taken: its index in the request's order (from 0).
+    pub(crate) slot: Option<usize>,
+    /// When refused, how long until the earliest busy slot expires, in ms.
+    pub(crate) left_ms: Option<u64>,
+}
+
+/// The `{1, 0, slot} | {0, 0, 0, left, "permits"} | {-1 | -3, 0}` reply of the permit
+/// script on the semaphore of `key`, with `slots` slots (a slot outside them is an
+/// unexpected reply).
+pub(super) fn permit_reply(
+    reply: Result<Value, NodeError>,
+    key: &str,
+    slots: usize,
+) -> PermitReply {
+    let slot = match &reply {
+        Ok(Value::Array(parts)) => parts.get(2).and_then(Value::as_i64),
+        _ => None,
+    };
+    let AcquireReply { vote, left_ms, .. } = acquire_reply(reply, key);
+    match vote {
+        NodeVote::Acquired => match slot
+            .and_then(|slot| usize::try_from(slot).ok())
+            .filter(|slot| (1..=slots).contains(slot))
+        {
+            Some(slot) => PermitReply {
+                vote,
+                slot: Some(slot - 1),
+                left_ms: None,
+            },
+            None => PermitReply {
+                vote: NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                    "to the permit script: slot {slot:?} of {slots}"
+                ))),
+                slot: None,
+                left_ms: None,
+            },
+        },
+        vote => PermitReply {
+            vote,
+            slot: None,
+            left_ms,
+        },
+    }
+}
+
 /// A fencing counter from a script reply (an integer, or its decimal string).
 /// Decimal strings above `u64::MAX` (only a foreign legacy key can hold one) saturate.
 fn counter(value: &Value) -> Option<u64> {
@@ -145,6 +195,33 @@ mod tests {
             acquire_reply(Ok(Value::from("OK")), "k").vote,
             NodeVote::Failed(NodeError::UnexpectedReply(_))
         ));
+    }
+
+    #[test]
+    fn permit_replies_name_the_slot_from_zero() {
+        let reply = |parts: Vec<Value>| permit_reply(Ok(Value::Array(parts)), "k", 3);
+        let granted = reply(vec![1.into(), 0.into(), 2.into()]);
+        assert_eq!((granted.vote, granted.slot), (NodeVote::Acquired, Some(1)));
+        let busy = reply(vec![
+            0.into(),
+            0.into(),
+            0.into(),
+            900.into(),
+            "permits".into(),
+        ]);
+        assert_eq!(
+            (busy.vote, busy.slot, busy.left_ms),
+            (NodeVote::Held, None, Some(900))
+        );
+        for wrong in [0, 4] {
+            let odd = reply(vec![1.into(), 0.into(), wrong.into()]);
+            assert!(matches!(
+                odd.vote,
+                NodeVote::Failed(NodeError::UnexpectedReply(_))
+            ));
+        }
+        let quarantined = reply(vec![(-1).into(), 0.into()]);
+        assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
     }
 
     #[test]

@@ -37,6 +37,14 @@
 //! every node, so the order is one across nodes and the first waiter is never refused by
 //! another's entry). A stream of readers therefore cannot pass a waiting writer.
 //!
+//! A counting semaphore of K permits is K plain locks on its slots' keys
+//! ([`keys`](crate::keys): the lock key followed by `permit:<i>`), whose waiters share one
+//! queue (`permit-waiters`, with `permit-alive`: until when each waiter counts, on the node's
+//! clock). [`ACQUIRE_PERMIT`] takes the slot a hand-over reserved for the waiter, or the first
+//! free slot with `SET NX PX` unless as many earlier waiters as free slots still count; a held
+//! slot is released, extended and handed over by the plain lock's scripts, and what a failed
+//! (or partly granted) attempt took is released by [`RELEASE_SLOTS`], one call per node.
+//!
 //! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
 //! opened; the named waiter attempts after it), or [`WAKE_ALL`].
@@ -111,18 +119,30 @@ pub(crate) static NOOP: Script = Script::new(11, include_str!("scripts/noop.lua"
 /// The quarantine check alone, run when a handle is built (`scripts/quarantine.lua`).
 pub(crate) static QUARANTINE: Script = Script::new(12, include_str!("scripts/quarantine.lua"));
 
+/// An attempt at one permit of a counting semaphore: the first free slot in the client's
+/// order, `SET NX PX` ([`LockOptions::permits`], `scripts/acquire_permit.lua`).
+///
+/// [`LockOptions::permits`]: crate::LockOptions::permits
+pub(crate) static ACQUIRE_PERMIT: Script =
+    Script::new(13, include_str!("scripts/acquire_permit.lua"));
+
+/// The clean-up of a permit attempt: compare-and-delete over several slots in one call
+/// (`scripts/release_slots.lua`).
+pub(crate) static RELEASE_SLOTS: Script =
+    Script::new(14, include_str!("scripts/release_slots.lua"));
+
 /// A detached lock's token swapped for its resumed holder's (`scripts/resume.lua`).
-pub(crate) static RESUME: Script = Script::new(13, include_str!("scripts/resume.lua"));
+pub(crate) static RESUME: Script = Script::new(15, include_str!("scripts/resume.lua"));
 
 /// A holder in a mode moves to a weaker mode (`scripts/downgrade.lua`).
-pub(crate) static DOWNGRADE: Script = Script::new(14, include_str!("scripts/downgrade.lua"));
+pub(crate) static DOWNGRADE: Script = Script::new(16, include_str!("scripts/downgrade.lua"));
 
 /// An operator's release of whoever holds a resource (`scripts/force_release.lua`).
 pub(crate) static FORCE_RELEASE: Script =
-    Script::new(15, include_str!("scripts/force_release.lua"));
+    Script::new(17, include_str!("scripts/force_release.lua"));
 
 /// A holder's label written beside its lock (`scripts/owner.lua`).
-pub(crate) static OWNER: Script = Script::new(16, include_str!("scripts/owner.lua"));
+pub(crate) static OWNER: Script = Script::new(18, include_str!("scripts/owner.lua"));
 
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
@@ -131,7 +151,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 17] = [
+pub(crate) const SCRIPTS: [&Script; 19] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -145,6 +165,8 @@ pub(crate) const SCRIPTS: [&Script; 17] = [
     &KEEP,
     &NOOP,
     &QUARANTINE,
+    &ACQUIRE_PERMIT,
+    &RELEASE_SLOTS,
     &RESUME,
     &DOWNGRADE,
     &FORCE_RELEASE,
@@ -206,6 +228,17 @@ mod tests {
             ACQUIRE_QUEUED.source.contains(&check),
             "{}",
             ACQUIRE_QUEUED.source
+        );
+    }
+
+    #[test]
+    fn the_permit_script_enforces_the_queue_cap_and_takes_slots_with_nx() {
+        let check = format!("< {MAX_QUEUED_WAITERS} then");
+        assert!(ACQUIRE_PERMIT.source.contains(&check));
+        assert!(
+            ACQUIRE_PERMIT
+                .source
+                .contains(r#"token, "NX", "PX", ttl_ms"#)
         );
     }
 

@@ -115,6 +115,36 @@ impl History {
 }
 
 impl History {
+    /// The most holds at one instant, with the holds at the first instant it was reached:
+    /// the oracle of a counting semaphore, whose holds may overlap up to its permits and
+    /// no further. A hold that ends when another starts does not overlap it.
+    pub fn max_overlap(&self) -> (usize, Vec<Hold>) {
+        let holds = self.holds();
+        // Starts (+1) and ends (-1) by time, an end before a start at the same instant.
+        let mut events: Vec<(Instant, i8, usize)> = Vec::with_capacity(holds.len() * 2);
+        for (i, hold) in holds.iter().enumerate() {
+            if hold.start < hold.end {
+                events.push((hold.start, 1, i));
+                events.push((hold.end, -1, i));
+            }
+        }
+        events.sort_by_key(|&(at, delta, _)| (at, delta));
+        let (mut open, mut peak, mut at_peak): (Vec<usize>, usize, Vec<Hold>) =
+            (Vec::new(), 0, Vec::new());
+        for (_, delta, i) in events {
+            if delta > 0 {
+                open.push(i);
+                if open.len() > peak {
+                    peak = open.len();
+                    at_peak = open.iter().map(|&j| holds[j]).collect();
+                }
+            } else {
+                open.retain(|&j| j != i);
+            }
+        }
+        (peak, at_peak)
+    }
+
     /// Pairs of overlapping holds, split by whether their modes allow it: `(conflicts,
     /// shared)`. A conflict is two holds in incompatible modes (or a plain hold and any other)
     /// at once; shared pairs show that compatible holders really did hold together.
@@ -158,6 +188,26 @@ mod tests {
         let at = |ms| t0 + Duration::from_millis(ms);
         // Released at `end`, valid until later: the hold ends at the release.
         history.record_mode(holder, mode, at(start), at(end + 1_000), at(end));
+    }
+
+    #[test]
+    fn the_semaphore_oracle_counts_holds_at_once_and_rejects_four_of_three() {
+        let t0 = Instant::now();
+        // Three at once at most: a chain of holds where each ends as the fourth starts.
+        let history = hold(t0, 0, None, 0, 30);
+        add(&history, t0, 1, None, 10, 40);
+        add(&history, t0, 2, None, 20, 50);
+        add(&history, t0, 3, None, 30, 60);
+        let (peak, _) = history.max_overlap();
+        assert_eq!(peak, 3);
+        // Four overlapping intervals with three permits: the oracle must reject them.
+        add(&history, t0, 4, None, 25, 26);
+        let (peak, at_peak) = history.max_overlap();
+        assert!(peak > 3, "four overlapping holds passed as {peak}");
+        let mut holders: Vec<usize> = at_peak.iter().map(|h| h.holder).collect();
+        holders.sort_unstable();
+        assert_eq!(holders, [0, 1, 2, 4]);
+        assert_eq!(History::new().max_overlap().0, 0);
     }
 
     #[test]

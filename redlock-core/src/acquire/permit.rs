@@ -1,0 +1,307 @@
+//! One attempt at a permit of a counting semaphore ([`LockOptions::permits`]): Redlock steps
+//! 1–5 on the semaphore's slots, in one round.
+//!
+//! A semaphore of K permits is K plain locks, one per slot. Every node takes, for the attempt,
+//! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which;
+//! the attempt holds a permit when one slot was granted by a quorum within the validity, and
+//! releases every other slot it took, on every node (step 5). The order is ascending slot
+//! order for every request, so that concurrent requests race for the lowest free slot as they
+//! would for one lock: two requests that meet with two slots free each get one (every node
+//! gives slot 0 to one and slot 1 to the other, so the request that has slot 0 on a majority
+//! has it there, and the other has slot 1 on that same majority).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use super::attempt::{AttemptFailure, Granted, Split};
+use crate::keys::{PermitSlots, ResourceKeys};
+use crate::lease::Grant;
+use crate::masters::Stop;
+use crate::node::{PermitRequest, Waiter};
+use crate::options::LockOptions;
+use crate::outcome::NodeVote;
+use crate::redlock::Redlock;
+use crate::telemetry::Acquisition;
+use crate::timing;
+use crate::token::Token;
+
+/// Who asks for a permit, as a waiter.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PermitAsk<'a> {
+    /// The acquisition's waiter identity (its rank is its wait start).
+    pub(super) waiter: &'a Waiter,
+    /// It has joined the semaphore's queue: a refusal keeps its place, and renews its entry.
+    pub(super) queued: bool,
+    /// How long its entry counts after this attempt, in ms.
+    pub(super) alive_ms: u64,
+}
+
+/// What one round's answers come to, slot by slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum SlotTally {
+    /// This slot (from 0) was granted by a quorum: the permit is held.
+    Won(usize),
+    /// No slot has a quorum, and the nodes that refused (every slot busy) or did not answer
+    /// leave none possible: the semaphore is busy, or the nodes unavailable.
+    Refused,
+    /// A quorum answered and nodes granted slots, but different ones, none on a quorum:
+    /// concurrent requests took
+    /// the free slots in different orders on different nodes. Attempting again after a short
+    /// random delay resolves it.
+    Scattered,
+}
+
+impl SlotTally {
+    /// The tally of `granted` (per node, the slot it granted, if any), `refused` nodes having
+    /// found every slot busy, with `quorum` nodes needed. Each node grants one slot per
+    /// attempt, so at most one slot has a quorum.
+    pub(super) fn of(granted: &[Option<usize>], refused: usize, quorum: usize) -> Self {
+        let mut counts: Vec<(usize, usize)> = Vec::new();
+        for slot in granted.iter().flatten() {
+            match counts.iter_mut().find(|(s, _)| s == slot) {
+                Some((_, count)) => *count += 1,
+                None => counts.push((*slot, 1)),
+            }
+        }
+        let answered = granted.iter().flatten().count() + refused;
+        if let Some(&(slot, _)) = counts.iter().find(|(_, count)| *count >= quorum) {
+            Self::Won(slot)
+        } else if counts.is_empty() || refused >= quorum || answered < quorum {
+            Self::Refused
+        } else {
+            Self::Scattered
+        }
+    }
+}
+
+impl Redlock {
+    /// One attempt at a permit with `token`: every node takes the first free slot of
+    /// `slots` (ascending), or the one a release reserved for the waiter, unless as many
+    /// earlier waiters as free slots are queued there; a slot granted by a
+    /// quorum within the validity is held, and every other slot taken is released on every
+    /// node (in the background once granted; before returning otherwise). Dropped midway,
+    /// it releases every slot in the background.
+    pub(super) async fn attempt_permit(
+        &self,
+        queue: &ResourceKeys,
+        slots: &PermitSlots,
+        token: &Token,
+        options: &LockOptions,
+        asking: PermitAsk<'_>,
+        acquisition: &mut Acquisition,
+    ) -> Result<Granted, AttemptFailure> {
+        let PermitSlots { alive, slots } = slots;
+        let masters = self.masters();
+        let ttl = options.sent_ttl();
+        let drift = timing::drift(ttl, options.get_drift_factor());
+        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let request = PermitRequest {
+            queue,
+            alive,
+            slots,
+            token: token.expose(),
+            ttl_ms: options.ttl_millis(),
+            waiter: asking.waiter,
+            queued: asking.queued,
+            alive_ms: asking.alive_ms,
+            quarantine: &masters.quarantine_check,
+        };
+        let request = &request;
+        let mut cleanup = SlotCleanup::new(self, slots, token);
+
+        // Step 1: the monotonic clock, read before the first SET is sent.
+        let start = Instant::now();
+        // Step 2: every node at once; every node is heard out (within the limit), since
+        // which slot each granted decides the attempt.
+        let tally = masters
+            .round(masters.len(), limit, Stop::AtQuorum, |node| async move {
+                let reply = node.acquire_permit(request).await;
+                (reply.vote, (reply.slot, reply.left_ms))
+            })
+            .await;
+        let granted: Vec<Option<usize>> = tally
+            .counters
+            .iter()
+            .map(|c| c.as_ref().and_then(|(slot, _)| *slot))
+            .collect();
+        let unknown = tally
+            .votes
+            .iter()
+            .any(|vote| !matches!(vote, NodeVote::Acquired | NodeVote::Held));
+        let decided = SlotTally::of(&granted, tally.refused, masters.quorum);
+        let everywhere = granted.iter().all(Option::is_some);
+        // Step 5's set: every slot some node granted, and every slot when some node did not
+        // answer (its SET may still land); the slot won is kept.
+        let won = match decided {
+            SlotTally::Won(slot) => Some(slot),
+            SlotTally::Refused | SlotTally::Scattered => None,
+        };
+        cleanup.keep_only(&granted, unknown, won);
+        let mut outcomes = masters.outcomes(tally.votes);
+        outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
+            c.as_ref()
+                .and_then(|(_, left)| *left)
+                .map(Duration::from_millis)
+        }));
+        tracing::debug!(
+            granted = outcomes.acquired(),
+            held = outcomes.held(),
+            failed = outcomes.failed(),
+            slot = won,
+            elapsed_us = start.elapsed().as_micros() as u64,
+            %outcomes,
+            "permit attempt decided"
+        );
+        acquisition.voted(&outcomes);
+        let Some(slot) = won else {
+            cleanup.run().await;
+            return Err(match decided {
+                SlotTally::Scattered => AttemptFailure::Scattered(outcomes),
+                SlotTally::Won(_) | SlotTally::Refused => AttemptFailure::Votes {
+                    outcomes,
+                    split: Split::No,
+                    refusing: Vec::new(),
+                },
+            });
+        };
+        // Steps 3–4: elapsed time and validity = ttl − elapsed − drift.
+        let elapsed = start.elapsed();
+        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
+            cleanup.release_all_slots();
+            cleanup.run().await;
+            return Err(AttemptFailure::NoValidity(elapsed));
+        }
+        // The other slots taken go in the background: the permit is held already.
+        drop(cleanup);
+        Ok(Granted {
+            grant: Grant {
+                started: start,
+                valid_until: start + ttl - drift,
+                fencing_token: None,
+                marker: String::new(),
+                busy: Duration::ZERO,
+                slot: u32::try_from(slot).ok(),
+            },
+            everywhere,
+            slot_keys: slots.get(slot).cloned(),
+        })
+    }
+}
+
+/// Releases an attempt's slots on every node (step 5): on [`run`](Self::run), or in the
+/// background when dropped with slots left to release. Until
+/// [`keep_only`](Self::keep_only) narrows it, every slot.
+struct SlotCleanup<'a> {
+    redlock: &'a Redlock,
+    slots: &'a [ResourceKeys],
+    token: &'a Token,
+    /// The slots (indices into `slots`) still to release.
+    pending: BTreeSet<usize>,
+}
+
+impl<'a> SlotCleanup<'a> {
+    fn new(redlock: &'a Redlock, slots: &'a [ResourceKeys], token: &'a Token) -> Self {
+        Self {
+            redlock,
+            slots,
+            token,
+            pending: (0..slots.len()).collect(),
+        }
+    }
+
+    /// Narrows the release to the slots some node `granted`, or every slot when some node's
+    /// answer is `unknown`, less the slot `won`.
+    fn keep_only(&mut self, granted: &[Option<usize>], unknown: bool, won: Option<usize>) {
+        if !unknown {
+            self.pending = granted.iter().flatten().copied().collect();
+        }
+        if let Some(won) = won {
+            self.pending.remove(&won);
+        }
+    }
+
+    /// Widens the release to every slot (the slot won included).
+    fn release_all_slots(&mut self) {
+        self.pending = (0..self.slots.len()).collect();
+    }
+
+    /// Releases the pending slots on every node, in one round ([`release_slots`]).
+    async fn run(&mut self) {
+        let pending = self.take_keys();
+        release_slots(self.redlock, &pending, self.token).await;
+    }
+
+    /// The lock keys of the pending slots, which are no longer pending.
+    fn take_keys(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|slot| self.slots[slot].lock.clone())
+            .collect()
+    }
+}
+
+impl Drop for SlotCleanup<'_> {
+    fn drop(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let (redlock, token, pending) =
+            (self.redlock.clone(), self.token.clone(), self.take_keys());
+        self.redlock.spawn_background(async move {
+            release_slots(&redlock, &pending, &token).await;
+        });
+    }
+}
+
+/// Releases `token` from each of the slot keys `slots` that holds it, on every node at once
+/// (`RELEASE_SLOTS`: one call per node, however many slots), decided at quorum like a
+/// release; every node's call is made before the round is polled, and runs to completion.
+async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
+    if slots.is_empty() {
+        return;
+    }
+    let masters = redlock.masters();
+    let keys: Vec<&str> = slots.iter().map(String::as_str).collect();
+    let (keys, token, limit) = (&keys, token.expose(), masters.node_timeout);
+    masters
+        .round(masters.quorum, limit, Stop::AtQuorum, |node| {
+            let answer = node.release_slots(keys, token, limit);
+            async move {
+                let vote = match answer.await {
+                    Ok(true) => NodeVote::Acquired,
+                    Ok(false) => NodeVote::Held,
+                    Err(e) => NodeVote::Failed(e),
+                };
+                (vote, ())
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_is_won_on_a_quorum_and_only_then() {
+        let q = 3;
+        // Two requests met on five nodes with two slots free: each node gave slot 0 to one.
+        let first = [Some(0), Some(0), Some(0), Some(1), Some(1)];
+        assert_eq!(SlotTally::of(&first, 0, q), SlotTally::Won(0));
+        let second = [Some(1), Some(1), Some(1), Some(0), Some(0)];
+        assert_eq!(SlotTally::of(&second, 0, q), SlotTally::Won(1));
+        // Three requests took three slots in different orders: nobody has a quorum.
+        let scattered = [Some(0), Some(1), Some(2), Some(0), Some(1)];
+        assert_eq!(SlotTally::of(&scattered, 0, q), SlotTally::Scattered);
+        // A majority found every slot busy: busy, whatever the others granted.
+        let busy = [Some(0), Some(1), None, None, None];
+        assert_eq!(SlotTally::of(&busy, 3, q), SlotTally::Refused);
+        // Nothing granted (refusals, failures): refused.
+        assert_eq!(SlotTally::of(&[None; 5], 2, q), SlotTally::Refused);
+        // Two grants of one slot, the other nodes down: too few answered.
+        let short = [Some(2), Some(2), None, None, None];
+        assert_eq!(SlotTally::of(&short, 0, q), SlotTally::Refused);
+        // Two grants, two refusals, one node down: the slots were free on two.
+        assert_eq!(SlotTally::of(&short, 2, q), SlotTally::Scattered);
+    }
+}

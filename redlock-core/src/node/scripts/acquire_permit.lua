@@ -1,0 +1,108 @@
+-- ACQUIRE_PERMIT: an attempt at one permit of a counting semaphore on one node.
+--
+-- Redlock step 2 (acquire the lock in every instance with the same key and random value), for
+-- a semaphore of K permits: K plain locks, one per slot. The node takes the first free slot in
+-- the client's order with `SET NX PX`; the client holds a permit when one slot was granted by
+-- a quorum, and releases every other slot it took (step 5).
+--
+-- KEYS: witness_key    the node's data witness (quarantine_check in prelude.lua)
+--       marker_key     the quarantine marker
+--       queue_key      the semaphore's waiter queue (a sorted set of markers scored by wait
+--                      start), also the channel its slots' releases publish hand-overs on
+--       alive_key      until when each queued waiter counts (a sorted set of the same markers
+--                      scored by ms of the node's clock)
+--       slot_key...    the K slots' lock keys, in the order the client prefers them
+-- ARGV: token          the attempt's token
+--       ttl_ms         the permit's ttl, in ms
+--       quarantine_ms  the quarantine, in ms (0: off)
+--       marker         the waiter's marker (`~` and 16 hex digits) once it has joined the
+--                      queue; empty before
+--       score          the waiter's wait start, ms since the Unix epoch (its rank)
+--       queue_ttl_ms   how long the queue outlives this attempt
+--       alive_ms       how long the waiter's entry counts after this attempt
+--
+-- Returns `{1, 0, slot}` when granted (`slot` the 1-based index of the slot taken, in the
+-- order of KEYS), `{0, 0, 0, left, "permits"}` when refused (`left` the ms until the earliest
+-- busy slot expires, -1 if unknown), `{-1, 0}` quarantined, `{-3, 0}` a handle with another
+-- quarantine (prelude.lua).
+--
+-- A slot reserved for this waiter by a release's hand-over (release_handover.lua: the slot's
+-- value is the waiter's marker) is taken at once. Otherwise the first free slot, unless the
+-- waiters queued here that started waiting before this one (and still count) are at least as
+-- many as the free slots: those are theirs, so a newcomer does not pass them. The entries of
+-- waiters that stopped attempting (crashed) stop counting `alive_ms` after their last attempt,
+-- and are dropped here as they are met (at most K + 32 entries are read per attempt). A queued waiter granted a slot leaves the
+-- queue; one refused keeps its place (`ZADD NX`, at most MAX_QUEUED_WAITERS (1024) entries)
+-- and renews its entry. The queue commands run under `pcall`: without them (ACL) it is an
+-- attempt without hand-over or ranking.
+local witness_key, marker_key, queue_key, alive_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
+local marker, score, queue_ttl_ms, alive_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local first_slot = 5
+
+local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
+if quarantined then return quarantined end
+local function refused(earliest)
+  if marker ~= "" then
+    if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
+      redis.pcall("zadd", queue_key, "NX", score, marker)
+    end
+    redis.pcall("pexpire", queue_key, queue_ttl_ms)
+    local now = node_now_or_nil()
+    if now then
+      redis.pcall("zadd", alive_key, now + tonumber(alive_ms), marker)
+      redis.pcall("pexpire", alive_key, queue_ttl_ms)
+    end
+  end
+  return {0, 0, 0, earliest, "permits"}
+end
+local function take(i, reserved)
+  if reserved then
+    redis.call("set", KEYS[i], token, "PX", ttl_ms)
+  elseif not redis.call("set", KEYS[i], token, "NX", "PX", ttl_ms) then
+    return nil
+  end
+  if marker ~= "" then
+    redis.pcall("zrem", queue_key, marker)
+    redis.pcall("zrem", alive_key, marker)
+  end
+  return {1, 0, i - first_slot + 1}
+end
+
+local free, count, earliest = nil, 0, -1
+for i = first_slot, #KEYS do
+  local current = redis.pcall("get", KEYS[i])
+  if marker ~= "" and current == marker then
+    return take(i, true) or refused(earliest)
+  end
+  if not current then
+    count = count + 1
+    if not free then free = i end
+  else
+    local left = ms_left(KEYS[i])
+    if left > 0 and (earliest < 0 or left < earliest) then earliest = left end
+  end
+end
+if not free then return refused(earliest) end
+-- The waiters ahead of this one, while they are fewer than the free slots: those queued here
+-- that started waiting before it and still count; the entries that stopped counting are
+-- dropped on the way. Without the node's clock, no ranking.
+local now = node_now_or_nil()
+if now then
+  local before =
+    redis.pcall("zrangebyscore", queue_key, "-inf", "(" .. score, "LIMIT", 0, count + 32)
+  if type(before) == "table" then
+    local ahead = 0
+    for _, other in ipairs(before) do
+      local counts_until = tonumber(redis.pcall("zscore", alive_key, other))
+      if counts_until and counts_until > now then
+        ahead = ahead + 1
+        if ahead >= count then return refused(earliest) end
+      else
+        redis.pcall("zrem", queue_key, other)
+        redis.pcall("zrem", alive_key, other)
+      end
+    end
+  end
+end
+return take(free, false) or refused(earliest)

@@ -1,0 +1,498 @@
+//! A counting semaphore (`LockOptions::permits`) against 5 real redis-server processes: at
+//! most K holders at once across separate handles, and all K used; the bound kept under a
+//! partition and a node restarted empty with the quarantine on; a crashed holder's permit
+//! freed at its ttl; a release waking a waiter at once; bad input refused before anything is
+//! sent.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use redlock_core::{BuildError, InvalidInput, LockError, LockOptions, Mode, Redlock};
+use redlock_tests::checker::History;
+use redlock_tests::proxy::Proxy;
+use redlock_tests::{RedisNodes, proxy_urls, redlock, within};
+
+const K: u32 = 3;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A permit of `K` with a short ttl, waiting up to 5 s.
+fn permit() -> LockOptions {
+    LockOptions::default()
+        .permits(K)
+        .ttl(ms(2_000))
+        .retry_delay(ms(50))
+        .retry_jitter(ms(50))
+        .wait_timeout(Duration::from_secs(5))
+}
+
+/// What the lockers of a workload saw.
+#[derive(Debug, Default)]
+struct Seen {
+    granted: usize,
+    errors: Vec<String>,
+}
+
+/// Each handle loops acquire → hold (5–30 ms) → release on `resource` for `run_for`, every
+/// hold recorded in `history` (from the grant to the release, or the validity if sooner).
+async fn workload(
+    handles: &[Redlock],
+    resource: &str,
+    options: &LockOptions,
+    run_for: Duration,
+    history: &Arc<History>,
+) -> Seen {
+    let until = Instant::now() + run_for;
+    let lockers = handles.iter().enumerate().map(|(i, redlock)| {
+        let (redlock, options, history) = (redlock.clone(), options.clone(), Arc::clone(history));
+        let resource = resource.to_owned();
+        tokio::spawn(async move {
+            let mut seen = Seen::default();
+            while Instant::now() < until {
+                match redlock.lock_with(&resource, &options).await {
+                    Ok(guard) => {
+                        let start = Instant::now();
+                        let info = guard.info();
+                        assert_eq!(info.permits(), options.get_permits());
+                        assert!(info.slot().unwrap() < options.get_permits().unwrap());
+                        assert_eq!(info.resource(), resource);
+                        let hold = rand::rng().random_range(5..=30);
+                        tokio::time::sleep(ms(hold)).await;
+                        let end = Instant::now();
+                        history.record(i, start, guard.valid_until(), end);
+                        let _ = guard.release().await;
+                        seen.granted += 1;
+                    }
+                    Err(error) => {
+                        seen.errors.push(error.to_string());
+                        tokio::time::sleep(ms(20)).await;
+                    }
+                }
+            }
+            seen
+        })
+    });
+    let mut all = Seen::default();
+    let bound = run_for + Duration::from_secs(20);
+    let results = tokio::time::timeout(bound, futures_util::future::join_all(lockers))
+        .await
+        .expect("the lockers to finish");
+    for seen in results {
+        let seen = seen.unwrap();
+        all.granted += seen.granted;
+        all.errors.extend(seen.errors);
+    }
+    all
+}
+
+/// Checks the history: never more than `K` holds at once.
+fn at_most_k(history: &History) -> usize {
+    let (peak, at_peak) = history.max_overlap();
+    assert!(
+        peak <= K as usize,
+        "{peak} holders at once with {K} permits: {at_peak:#?}"
+    );
+    peak
+}
+
+#[tokio::test]
+async fn at_most_k_holders_across_handles_and_all_k_used() {
+    let nodes = RedisNodes::start(5);
+    let mut handles = Vec::new();
+    for _ in 0..8 {
+        handles.push(redlock(&nodes).await);
+    }
+    let history = Arc::new(History::new());
+    let seen = workload(&handles, "export:t1", &permit(), ms(3_000), &history).await;
+    let peak = at_most_k(&history);
+    println!(
+        "{} holds, peak {peak}, {} errors",
+        seen.granted,
+        seen.errors.len()
+    );
+    assert_eq!(peak, K as usize, "the permits were not all used at once");
+    assert!(seen.granted >= 30, "{seen:?}");
+    // The slots are the permits: nothing is left behind after the last release.
+    let key = handles[0].key_for("export:t1");
+    for slot in 0..K {
+        let slot_key = format!("{key}\0redlock:permit:{slot}");
+        nodes.gone_everywhere(&slot_key).await;
+    }
+    // The resource's own lock key is never written.
+    assert!(nodes.values(&key).await.iter().all(Option::is_none));
+}
+
+/// A handle over its own proxies, with a default `ttl` and `quarantine` (zero: off).
+async fn proxied(nodes: &RedisNodes, ttl: Duration, quarantine: Duration) -> (Redlock, Vec<Proxy>) {
+    let proxies = nodes.proxies();
+    let redlock = Redlock::builder()
+        .nodes(proxy_urls(&proxies))
+        .node_timeout(ms(100))
+        .quarantine(quarantine)
+        .lock_options(LockOptions::default().ttl(ttl))
+        .build()
+        .await
+        .unwrap();
+    (redlock, proxies)
+}
+
+/// Waits until every node is past its quarantine (a fresh server sits one out first): a
+/// permit lands on every node.
+async fn past_quarantine(redlock: &Redlock, nodes: &RedisNodes, options: &LockOptions) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let key = redlock.key_for("probe");
+    loop {
+        if let Ok(guard) = redlock.lock_with("probe", options).await {
+            tokio::time::sleep(ms(20)).await;
+            let slot = guard.info().slot().unwrap();
+            let slot_key = format!("{key}\0redlock:permit:{slot}");
+            let everywhere = nodes.values(&slot_key).await.iter().all(Option::is_some);
+            guard.release().await.unwrap();
+            if everywhere {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "a node stayed in quarantine");
+        tokio::time::sleep(ms(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_partition_and_a_node_restarted_empty_keep_at_most_k() {
+    let mut nodes = RedisNodes::start(5);
+    let ttl = ms(1_000);
+    let options = permit().ttl(ttl);
+    let mut handles = Vec::new();
+    let mut proxies = Vec::new();
+    for _ in 0..8 {
+        let (handle, own) = proxied(&nodes, ttl, ttl).await;
+        handles.push(handle);
+        proxies.push(own);
+    }
+    past_quarantine(&handles[0], &nodes, &options).await;
+    let history = Arc::new(History::new());
+    let running = {
+        let (handles, options, history) = (handles.clone(), options.clone(), Arc::clone(&history));
+        tokio::spawn(
+            async move { workload(&handles, "export:t2", &options, ms(5_000), &history).await },
+        )
+    };
+    // Half the handles lose nodes 3 and 4 for a while.
+    tokio::time::sleep(ms(1_000)).await;
+    for own in &proxies[..4] {
+        own[3].partition();
+        own[4].partition();
+    }
+    // A granting node restarted empty: it forgot every slot it held, and sits out the
+    // quarantine rather than granting them again.
+    tokio::time::sleep(ms(1_000)).await;
+    nodes.servers[0].restart();
+    tokio::time::sleep(ms(500)).await;
+    // The restarted node saw its loss at the next attempt, and sits the quarantine out.
+    let marker = nodes.values("\0redlock:quarantine").await;
+    assert!(
+        marker[0].is_some(),
+        "no quarantine on the restarted node: {marker:?}"
+    );
+    tokio::time::sleep(ms(1_000)).await;
+    for own in &proxies[..4] {
+        own[3].heal();
+        own[4].heal();
+    }
+    let seen = within("the workload", running).await.unwrap();
+    let peak = at_most_k(&history);
+    let mut kinds: Vec<&str> = seen
+        .errors
+        .iter()
+        .map(|e| e.split(':').next().unwrap_or(e))
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    println!("{} holds, peak {peak}, errors: {kinds:?}", seen.granted);
+    assert!(seen.granted >= 10, "{seen:?}");
+}
+
+/// Two holders fill a semaphore of 2 through nodes {0, 1, 2} (3 and 4 cut off from them);
+/// node 0 restarts empty, forgetting both slots; a third client that reaches only nodes
+/// {0, 3, 4} then asks for a permit while both holders are valid. Returns whether it got one.
+async fn third_after_a_restart(quarantine: Duration) -> bool {
+    let mut nodes = RedisNodes::start(5);
+    let ttl = ms(3_000);
+    let options = LockOptions::default().permits(2).ttl(ttl);
+    let (a, pa) = proxied(&nodes, ttl, quarantine).await;
+    let (b, pb) = proxied(&nodes, ttl, quarantine).await;
+    let (c, pc) = proxied(&nodes, ttl, quarantine).await;
+    if !quarantine.is_zero() {
+        past_quarantine(&c, &nodes, &options).await;
+    }
+    for own in [&pa, &pb] {
+        own[3].partition();
+        own[4].partition();
+    }
+    let first = a.lock_with("job", &options).await.unwrap();
+    let second = b.lock_with("job", &options).await.unwrap();
+    nodes.servers[0].restart();
+    pc[1].partition();
+    pc[2].partition();
+    let third = c
+        .lock_with(
+            "job",
+            &options.clone().retry_delay(ms(50)).wait_timeout(ms(1_000)),
+        )
+        .await;
+    // Both holders are still valid.
+    assert!(first.is_valid() && second.is_valid());
+    match third {
+        Ok(guard) => {
+            assert!(guard.is_valid());
+            true
+        }
+        Err(error) => {
+            assert!(error.is_unavailable(), "{error}");
+            assert!(error.to_string().contains("quarantine"), "{error}");
+            false
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_node_restarted_empty_sits_out_so_no_third_holder_gets_in() {
+    assert!(!third_after_a_restart(ms(3_000)).await);
+}
+
+/// The negative control: without the quarantine, the restarted node grants a slot it forgot,
+/// and a third holder of a semaphore of 2 gets in while both others are valid.
+#[tokio::test]
+async fn without_the_quarantine_a_node_restarted_empty_lets_a_third_holder_in() {
+    assert!(third_after_a_restart(Duration::ZERO).await);
+}
+
+#[tokio::test]
+async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default()
+        .permits(2)
+        .ttl(ms(500))
+        .auto_extend(true);
+    let guard = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(guard.permits(), Some(2));
+    let slot = guard.info().slot().unwrap();
+    let slot_key = format!("{}\0redlock:permit:{slot}", redlock.key_for("job"));
+    // Held three ttls by auto-extension, on the slot's key.
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(guard.is_valid() && !guard.info().lost().is_lost());
+    let token = guard.token().expose().to_owned();
+    let held = nodes.values(&slot_key).await;
+    assert!(
+        held.iter().filter(|v| v.as_deref() == Some(&token)).count() >= 3,
+        "{held:?}"
+    );
+    // An explicit extension extends the slot.
+    guard.extend(ms(5_000)).await.unwrap();
+    assert!(
+        nodes
+            .pttls(&slot_key)
+            .await
+            .iter()
+            .filter(|&&t| t > 1_000)
+            .count()
+            >= 3
+    );
+    // Released: the lost signal fires, the views end, the slot is free everywhere.
+    let info = guard.info();
+    assert!(guard.release().await.unwrap().was_held());
+    assert!(info.lost().is_lost() && !info.is_valid());
+    nodes.gone_everywhere(&slot_key).await;
+    // A dropped guard releases its slot; a shutdown releases every permit held.
+    let dropped = redlock.lock_with("job", &options).await.unwrap();
+    let slot = dropped.info().slot().unwrap();
+    drop(dropped);
+    let key = redlock.key_for("job");
+    nodes
+        .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
+        .await;
+    let _one = redlock.lock_with("job", &options).await.unwrap();
+    let _two = redlock.lock_with("job", &options).await.unwrap();
+    let report = redlock.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released, ["job", "job"], "{report:?}");
+    for slot in 0..2 {
+        nodes
+            .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, c) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let options = LockOptions::default().permits(2).ttl(ms(1_000));
+    // Before the attempt: every node's key expires at least the ttl after this.
+    let asked = Instant::now();
+    let crashed = a.lock_with("job", &options).await.unwrap();
+    let crashed_slot = crashed.info().slot().unwrap();
+    // The holder crashes: its guard is never released, and its handle goes.
+    std::mem::forget(crashed);
+    drop(a);
+    let kept = b.lock_with("job", &options).await.unwrap();
+    assert_ne!(kept.info().slot().unwrap(), crashed_slot);
+    // Both permits held: a third is busy at once.
+    let busy = c
+        .lock_with("job", &options.clone().retry_count(0))
+        .await
+        .unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    // Waiting, it gets the crashed holder's slot once its ttl has passed.
+    let waiting = options
+        .clone()
+        .retry_delay(ms(50))
+        .wait_timeout(Duration::from_secs(5));
+    let guard = within("the crashed permit", c.lock_with("job", &waiting))
+        .await
+        .unwrap();
+    let after = asked.elapsed();
+    assert_eq!(guard.info().slot(), Some(crashed_slot));
+    // Not before the crashed permit's ttl (Redis counts whole ms), and soon after it.
+    assert!(
+        after >= ms(998),
+        "granted {after:?} after the crashed attempt"
+    );
+    assert!(
+        after < ms(2_500),
+        "granted {after:?} after the crashed attempt"
+    );
+    guard.release().await.unwrap();
+    kept.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_wakes_a_waiter_not_its_retry_delay() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, c) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let first = a.lock_with("job", &options).await.unwrap();
+    let second = b.lock_with("job", &options).await.unwrap();
+    // A waiter whose retry delay alone would make it wait 10 s.
+    let waiting = options
+        .clone()
+        .retry_delay(ms(10_000))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(30));
+    let key = c.key_for("job");
+    let waiter = tokio::spawn(async move { c.lock_with("job", &waiting).await });
+    // Until it has queued on every node.
+    let queue = format!("{key}\0redlock:permit-waiters");
+    within("the waiter to queue", async {
+        while nodes.keys(&queue).await.iter().any(Vec::is_empty) {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let slot = second.info().slot();
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let guard = within("the waiter", waiter).await.unwrap().unwrap();
+    let woken_after = released.elapsed();
+    assert!(
+        woken_after < ms(1_000),
+        "woken {woken_after:?} after the release"
+    );
+    // It was handed the released slot.
+    assert_eq!(guard.info().slot(), slot);
+    guard.release().await.unwrap();
+    first.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_newcomer_does_not_pass_an_earlier_waiter_but_a_crashed_one_stops_counting() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let held = redlock.lock_with("job", &options).await.unwrap();
+    // A waiter that started long ago, queued on every node and still attempting: the one
+    // free slot is its.
+    let key = redlock.key_for("job");
+    let (queue, alive) = (
+        format!("{key}\0redlock:permit-waiters"),
+        format!("{key}\0redlock:permit-alive"),
+    );
+    let earlier = "~00000000000000aa".to_owned();
+    nodes.zadd(&queue, &["1".to_owned(), earlier.clone()]).await;
+    nodes
+        .zadd(&alive, &["99999999999999".to_owned(), earlier.clone()])
+        .await;
+    let once = options.clone().retry_count(0);
+    let refused = redlock.lock_with("job", &once).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    // It stopped attempting: its entry stops counting, and the newcomer gets the slot.
+    nodes.zadd(&alive, &["1".to_owned(), earlier.clone()]).await;
+    let granted = redlock.lock_with("job", &once).await.unwrap();
+    assert_ne!(granted.info().slot(), held.info().slot());
+    // Its stale entry was dropped from the queue on the way.
+    assert!(nodes.keys(&queue).await.iter().all(Vec::is_empty));
+    granted.release().await.unwrap();
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_permits_are_refused_before_anything_is_sent() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let before = nodes.script_calls().await;
+    let invalid = |result: Result<redlock_core::LockGuard, LockError>| match result {
+        Err(LockError::Invalid(input)) => input,
+        other => panic!("not refused as invalid: {other:?}"),
+    };
+    let zero = LockOptions::default().permits(0);
+    assert_eq!(
+        invalid(redlock.lock_with("r", &zero).await),
+        InvalidInput::ZeroPermits
+    );
+    let many = LockOptions::default().permits(redlock_core::MAX_PERMITS + 1);
+    assert!(matches!(
+        invalid(redlock.lock_with("r", &many).await),
+        InvalidInput::PermitsAboveCap { .. }
+    ));
+    for (options, option) in [
+        (LockOptions::default().mode(Mode::ProtectedRead), "mode"),
+        (LockOptions::default().fencing(true), "fencing"),
+        (LockOptions::default().reentrant(true), "reentrant"),
+    ] {
+        let options = options.permits(3);
+        assert_eq!(
+            invalid(redlock.lock_with("r", &options).await),
+            InvalidInput::PermitsWith { option }
+        );
+    }
+    assert_eq!(nodes.script_calls().await, before, "something was sent");
+    // As a handle's default, permits would make every lock a permit: refused at build.
+    let built = Redlock::builder()
+        .nodes(nodes.urls())
+        .lock_options(LockOptions::default().permits(3))
+        .build()
+        .await;
+    assert!(
+        matches!(
+            built,
+            Err(BuildError::Option {
+                name: "permits",
+                ..
+            })
+        ),
+        "{built:?}"
+    );
+}
