@@ -85,6 +85,32 @@ pub enum InvalidInput {
         /// The quarantine ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
         quarantine: Duration,
     },
+    /// [`Redlock::lock_many`](crate::Redlock::lock_many) was given no resource.
+    #[error(
+        "no resource given; name the resources to lock together, e.g. [\"account:1\", \"account:2\"]"
+    )]
+    NoResources,
+    /// [`Redlock::lock_many`](crate::Redlock::lock_many) was given more resources than the
+    /// cap.
+    #[error("{len} resources given, more than the {max} one lock can take together")]
+    TooManyResources {
+        /// How many distinct resources were given.
+        len: usize,
+        /// The cap ([`MAX_RESOURCES`](crate::MAX_RESOURCES)).
+        max: usize,
+    },
+    /// A lock of several resources ([`Redlock::lock_many`](crate::Redlock::lock_many)) was
+    /// asked with an option it cannot give: a `mode`, `permits`, `fencing` (one token would
+    /// have to order several resources' writers), `reentrant` (re-entry follows one
+    /// resource's lock), `lock_at_least_for`, or it was detached (`detach`).
+    #[error(
+        "a lock of several resources cannot be taken with {option}; take it without, or lock the resources one by one"
+    )]
+    ManyWith {
+        /// The option: `mode`, `permits`, `fencing`, `reentrant`, `lock_at_least_for` or
+        /// `detach`.
+        option: &'static str,
+    },
     /// [`LockGuard::detach`](crate::LockGuard::detach) or
     /// [`LockGuard::downgrade`](crate::LockGuard::downgrade) on a lock that re-entries share:
     /// it would change the lock under another guard of this process.

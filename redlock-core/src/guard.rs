@@ -85,9 +85,18 @@ impl LockGuard {
             .unwrap_or_else(|| unreachable!("lease taken before the guard was consumed"))
     }
 
-    /// The locked resource.
+    /// The locked resource (for a lock of several, the first of [`resources`](Self::resources)).
     pub fn resource(&self) -> &str {
         &self.lease().resource
+    }
+
+    /// Every resource the lock holds: the one resource, or, for a lock of several
+    /// ([`Redlock::lock_many`]), each of them, sorted.
+    pub fn resources(&self) -> Vec<&str> {
+        let lease = self.lease();
+        std::iter::once(lease.resource.as_str())
+            .chain(lease.also.iter().map(|(resource, _)| resource.as_str()))
+            .collect()
     }
 
     /// The Redis key (key prefix + resource).

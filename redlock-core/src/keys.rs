@@ -172,6 +172,10 @@ pub(crate) fn owner(key: &str, token: &str) -> String {
     )
 }
 
+/// The most resources one lock of several ([`Redlock::lock_many`](crate::Redlock::lock_many))
+/// takes together: each is a key in one script call per node.
+pub const MAX_RESOURCES: usize = 64;
+
 /// The longest owner label, in bytes ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)).
 pub const MAX_OWNER_LEN: usize = 256;
 

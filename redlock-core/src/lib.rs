@@ -54,7 +54,7 @@ pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
 pub use force::ForceReleased;
 pub use guard::LockGuard;
 pub use inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
-pub use keys::{BOOKKEEPING_SEPARATOR, MAX_OWNER_LEN, MAX_RESOURCE_LEN};
+pub use keys::{BOOKKEEPING_SEPARATOR, MAX_OWNER_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use leader::{LeaderElection, Term};
 pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};

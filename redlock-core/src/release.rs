@@ -160,12 +160,55 @@ impl Redlock {
             Some(_) => Duration::ZERO,
             None => lease.busy(),
         };
-        let released = self
-            .release_key(&lease.keys, &lease.token, releasing, busy)
-            .instrument(span.clone())
-            .await;
+        let released = if lease.also.is_empty() {
+            self.release_key(&lease.keys, &lease.token, releasing, busy)
+                .instrument(span.clone())
+                .await
+        } else {
+            let mut keys = vec![lease.keys.clone()];
+            keys.extend(lease.also.iter().map(|(_, keys)| keys.clone()));
+            self.release_keys(&keys, &lease.token, true)
+                .instrument(span.clone())
+                .await
+        };
         telemetry::released(&span, released.deleted, released.answered, released.quorum);
         released
+    }
+
+    /// Releases a lock of several resources, `keys` all signed by `token`, on every node at
+    /// once (compare-and-delete on each key in one call per node), decided at quorum as
+    /// [`release_key`](Self::release_key) is; with `wake`, each key's queued waiters are woken
+    /// (nothing is handed over: a waiter of one resource attempts at once). A node counts as
+    /// deleted when every key held our token there.
+    pub(crate) async fn release_keys(
+        &self,
+        keys: &[ResourceKeys],
+        token: &Token,
+        wake: bool,
+    ) -> Released {
+        let masters = self.masters();
+        let (token, limit) = (token.expose(), masters.node_timeout);
+        let tally = masters
+            .round(masters.quorum, limit, Stop::AtQuorum, |node| {
+                // Made on every node now, as a single key's release is.
+                let answer = node.release_many(keys, token, wake, limit);
+                async move {
+                    let vote = match answer.await {
+                        Ok(true) => NodeVote::Acquired,
+                        Ok(false) => NodeVote::Held,
+                        Err(e) => NodeVote::Failed(e),
+                    };
+                    (vote, ())
+                }
+            })
+            .await;
+        Released {
+            deleted: tally.granted,
+            answered: tally.granted + tally.refused,
+            nodes: masters.len(),
+            quorum: masters.quorum,
+            kept: false,
+        }
     }
 
     /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`

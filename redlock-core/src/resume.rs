@@ -109,7 +109,8 @@ impl LockGuard {
     ///   released as a drop would;
     /// - [`LockError::Invalid`] ([`InvalidInput::Shared`]): re-entries share this lock
     ///   ([`hold_count`](Self::hold_count) above 1); ([`InvalidInput::PermitsWith`]): it is a
-    ///   semaphore's permit, which cannot be handed on. The lock is not handed on, and this
+    ///   semaphore's permit, which cannot be handed on; ([`InvalidInput::ManyWith`]): it is a
+    ///   lock of several resources ([`Redlock::lock_many`]), which cannot either. The lock is not handed on, and this
     ///   guard's hold is given back as a drop would.
     pub fn detach(self) -> Result<DetachedLock, LockError> {
         let redlock = self.handle().clone();
@@ -125,6 +126,9 @@ impl LockGuard {
         }
         if lease.permit.is_some() {
             return Err(InvalidInput::PermitsWith { option: "detach" }.into());
+        }
+        if !lease.also.is_empty() {
+            return Err(InvalidInput::ManyWith { option: "detach" }.into());
         }
         if !redlock.inner().ledger.detach(&lease) {
             // Retired meanwhile (`release_all`, shutdown): nothing to hand on.
@@ -304,6 +308,7 @@ impl Redlock {
                     marker: detached.marker.clone(),
                     busy: Duration::ZERO,
                     slot: None,
+                    also: Vec::new(),
                 };
                 let keys = self.resource_keys(detached.key.clone());
                 let class = telemetry::class_of(resource, options);

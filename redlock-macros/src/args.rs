@@ -12,7 +12,12 @@ use syn::{Expr, LitStr};
 #[derive(Debug, FromMeta)]
 pub(crate) struct Args {
     /// The resource template, e.g. `"order:{order_id}"`.
-    pub(crate) resource: LitStr,
+    #[darling(default)]
+    pub(crate) resource: Option<LitStr>,
+    /// Several resource templates, taken together, all or none (`Redlock::lock_many`), e.g.
+    /// `["account:{from}", "account:{to}"]`.
+    #[darling(default)]
+    pub(crate) resources: Option<Vec<LitStr>>,
     /// Lock ttl (`"30s"`, `"500ms"`, or an integer of milliseconds).
     #[darling(default)]
     pub(crate) ttl: Option<Millis>,
@@ -75,6 +80,45 @@ impl Args {
     pub(crate) fn parse(attr: TokenStream) -> darling::Result<Self> {
         let items = NestedMeta::parse_meta_list(attr)?;
         let args = Self::from_list(&items)?;
+        match (&args.resource, &args.resources) {
+            (None, None) => {
+                return Err(darling::Error::custom(
+                    "name what to lock: `resource = \"order:{id}\"`, or `resources = [\"account:{from}\", \"account:{to}\"]` for several at once",
+                ));
+            }
+            (Some(resource), Some(_)) => {
+                return Err(darling::Error::custom(
+                    "give either `resource` or `resources`, not both",
+                )
+                .with_span(&resource.span()));
+            }
+            (None, Some(list)) if list.is_empty() => {
+                return Err(darling::Error::custom(
+                    "`resources` is empty: name at least one resource template",
+                ));
+            }
+            _ => {}
+        }
+        if args.resources.is_some() {
+            let refused = if args.mode.is_some() {
+                Some("mode")
+            } else if args.fencing {
+                Some("fencing")
+            } else if args.permits.is_some() {
+                Some("permits")
+            } else if args.lock_at_least_for.is_some() {
+                Some("lock_at_least_for")
+            } else if args.reentrant == Some(true) {
+                Some("reentrant")
+            } else {
+                None
+            };
+            if let Some(option) = refused {
+                return Err(darling::Error::custom(format!(
+                    "`resources` (a lock of several resources) cannot be combined with `{option}`: remove one of the two"
+                )));
+            }
+        }
         if let (Some(max_hold), false) = (&args.max_hold, args.auto_extend) {
             return Err(max_hold.error("`max_hold` caps auto-extension: add `auto_extend`"));
         }

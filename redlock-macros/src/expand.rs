@@ -38,16 +38,56 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
             ));
         }
     };
-    let template = Template::parse(&args.resource, &sig)?;
+    // `resource = ".."`, or the templates of `resources = [..]` (`Args::parse` checked that
+    // exactly one is given, and not an empty list).
+    let literals: Vec<&syn::LitStr> = match (&args.resource, &args.resources) {
+        (Some(resource), _) => vec![resource],
+        (None, Some(resources)) => resources.iter().collect(),
+        (None, None) => Vec::new(),
+    };
+    let templates = literals
+        .iter()
+        .map(|literal| Template::parse(literal, &sig))
+        .collect::<syn::Result<Vec<_>>>()?;
+    let (Some(template), Some(first)) = (templates.first(), literals.first()) else {
+        return Err(syn::Error::new(
+            sig.ident.span(),
+            "`#[redlock]` needs `resource` or `resources`",
+        ));
+    };
     let krate = args
         .krate
         .clone()
         .unwrap_or_else(|| syn::parse_quote!(::redlock_core));
 
-    let format = &template.format;
-    let format_args = &template.args;
-    let resource = quote_spanned! {args.resource.span()=>
-        ::std::format!(#format #(, #format_args)*)
+    let rendered: Vec<TokenStream> = templates
+        .iter()
+        .zip(&literals)
+        .map(|(template, literal)| {
+            let format = &template.format;
+            let format_args = &template.args;
+            quote_spanned! {literal.span()=>
+                ::std::format!(#format #(, #format_args)*)
+            }
+        })
+        .collect();
+    let many = args.resources.is_some();
+    // One resource: its name. Several: every name, and, for messages, the names joined.
+    let resource = if many {
+        quote_spanned! {first.span()=> __redlock_resources.join(", ") }
+    } else {
+        rendered[0].clone()
+    };
+    let resources = many.then(|| {
+        quote! {
+            let __redlock_resources: ::std::vec::Vec<::std::string::String> =
+                ::std::vec![#(#rendered),*];
+        }
+    });
+    let lock_call = if many {
+        quote! { __redlock_handle.lock_many_with(&__redlock_resources, &__redlock_options).await }
+    } else {
+        quote! { __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await }
     };
     let lock_result = quote_spanned! {ret.span()=>
         <#ret as #krate::__private::LockResult>
@@ -110,8 +150,9 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         }),
         args.permits.map(|n| quote! { .permits(#n) }),
     ];
-    // A permit is never re-entered (`LockOptions::permits`).
-    let reentrant = args.reentrant.unwrap_or(args.permits.is_none());
+    // A permit, or a lock of several resources, is never re-entered (`LockOptions::permits`,
+    // `Redlock::lock_many`).
+    let reentrant = args.reentrant.unwrap_or(args.permits.is_none() && !many);
     let bind_guard = args.guard.as_ref().map(|name| {
         quote! { let #name: #krate::LockInfo = __redlock_info; }
     });
@@ -137,13 +178,14 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
+            #resources
             let __redlock_resource: ::std::string::String = #resource;
             let __redlock_guard = {
                 #handle
                 let __redlock_options = ::core::clone::Clone::clone(__redlock_handle.options())
                     .reentrant(#reentrant)
                     #(#setters)*;
-                match __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await {
+                match #lock_call {
                     ::core::result::Result::Ok(guard) => guard,
                     #skip_busy
                     ::core::result::Result::Err(error) => return #lock_result::from_lock_error(error),

@@ -12,7 +12,8 @@
 //!
 //! | argument | meaning | default |
 //! |---|---|---|
-//! | `resource = "order:{id}"` | the resource; `{name}` / `{name.field}` interpolate arguments, including names bound by patterns such as `Path(id): Path<u64>` | required |
+//! | `resource = "order:{id}"` | the resource; `{name}` / `{name.field}` interpolate arguments, including names bound by patterns such as `Path(id): Path<u64>` | required, or `resources` |
+//! | `resources = ["account:{from}", "account:{to}"]` | several resources taken together, all or none (`Redlock::lock_many`: no deadlock whatever the overlap with other sets); each a template as for `resource`; not with `mode`, `fencing`, `permits`, `lock_at_least_for` or `reentrant = true` (refused at compile time), and never re-entered | instead of `resource` |
 //! | `ttl = "30s"` | lock ttl (`"30s"`, `"200ms"`, `"1m"`, or an integer of ms); refused at compile time: zero, above 24 h (`MAX_TTL`), or not longer than the drift allowance `ttl × drift_factor + 2 ms` (with the `drift_factor` given here, else 0), e.g. `"2ms"` | the handle's |
 //! | `retry_count = 3` | retries after the first attempt | the handle's |
 //! | `retry_delay = "200ms"` | base delay between attempts; refused at compile time: zero together with a zero `retry_jitter` when retries can happen (`retry_count` not 0, or `wait_timeout` given) | the handle's |

@@ -31,7 +31,15 @@ const LEFT_TO_THE_HANDLE: [&str; 3] = ["extend_fraction", "max_extensions", "los
 
 /// Its arguments that are not lock options: the resource, what to do when it is busy,
 /// the guard's binding, the handle, and where redlock-core is.
-const NOT_LOCK_OPTIONS: [&str; 6] = ["resource", "on_busy", "guard", "pool", "redlock", "crate"];
+const NOT_LOCK_OPTIONS: [&str; 7] = [
+    "resource",
+    "resources",
+    "on_busy",
+    "guard",
+    "pool",
+    "redlock",
+    "crate",
+];
 
 fn set<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
     names.into_iter().map(str::to_owned).collect()

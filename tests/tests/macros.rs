@@ -473,3 +473,40 @@ async fn permits_let_two_bodies_in_and_refuse_a_third() {
     assert_eq!(slots, [0, 1]);
     assert!(third.unwrap_err().is_busy());
 }
+
+/// `resources = [..]`: both accounts locked together for the body, all or none, released
+/// after it; a transfer to the same account locks it once.
+#[redlock(resources = ["account:{from}", "account:{to}"], redlock = fx.redlock, guard = lock)]
+async fn transfer(fx: &Fixture, from: u32, to: u32) -> Result<Vec<String>, AppError> {
+    let held: Vec<String> = lock.resources().into_iter().map(str::to_owned).collect();
+    for resource in &held {
+        assert!(
+            !is_free(&fx.probe, resource).await,
+            "{resource} not held in the body"
+        );
+    }
+    Ok(held)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_lock_every_template_together() {
+    let fx = fixture().await;
+    let held = transfer(&fx, 7, 3).await.unwrap();
+    assert_eq!(held, ["account:3", "account:7"]);
+    assert!(is_free(&fx.probe, "account:3").await && is_free(&fx.probe, "account:7").await);
+    assert_eq!(transfer(&fx, 5, 5).await.unwrap(), ["account:5"]);
+    // One of them busy: the whole lock is refused, and the other was not left taken.
+    let busy = fx.probe.lock("account:9").await.unwrap();
+    assert!(matches!(
+        transfer(&fx, 8, 9).await,
+        Err(AppError::Lock(LockError::Busy { .. }))
+    ));
+    assert!(
+        fx.nodes
+            .values("account:8")
+            .await
+            .iter()
+            .all(Option::is_none)
+    );
+    busy.release().await.unwrap();
+}

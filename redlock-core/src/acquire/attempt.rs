@@ -54,7 +54,7 @@ pub(super) enum Split {
 
 impl Split {
     /// The split of `votes`, where `holders` names who refused on each node.
-    fn of(votes: &[NodeVote], holders: &[Option<&str>], quorum: usize) -> Self {
+    pub(super) fn of(votes: &[NodeVote], holders: &[Option<&str>], quorum: usize) -> Self {
         let mut named: Vec<(&str, usize)> = Vec::new();
         for holder in holders.iter().flatten() {
             match named.iter_mut().find(|(name, _)| name == holder) {
@@ -222,6 +222,7 @@ impl Redlock {
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
                 slot: None,
+                also: Vec::new(),
             },
             everywhere: granted_by == masters.len(),
             slot_keys: None,

@@ -6,8 +6,12 @@
 mod attempt;
 mod decide;
 mod fence;
+mod many;
 mod permit;
 mod wait;
+
+use many::ManyKeys;
+use wait::Target;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -142,15 +146,126 @@ impl Redlock {
             Acquisition::start(resource, options, self.node_count(), self.quorum());
         let span = acquisition.span().clone();
         // A semaphore's permit: the queue's keys, and the slots' (`permits` only).
-        let (keys, slots) = match options.get_permits() {
+        let (keys, target) = match options.get_permits() {
             Some(permits) => {
                 let (queue, slots) = self.permit_keys(key, permits);
-                (queue, Some(slots))
+                (queue, Target::Permit(slots))
             }
-            None => (self.resource_keys(key), None),
+            None => (self.resource_keys(key), Target::Lock),
         };
         let result = self
-            .acquire_loop(resource, keys, slots, options, &mut acquisition)
+            .acquire_loop(resource, keys, target, options, &mut acquisition)
+            .instrument(span)
+            .await;
+        acquisition.end(result.as_ref().map(|_| ()));
+        result
+    }
+
+    /// Acquires every resource of `resources` at once with the default options: see
+    /// [`lock_many_with`](Self::lock_many_with).
+    ///
+    /// # Errors
+    /// As [`lock_many_with`](Self::lock_many_with).
+    pub async fn lock_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<LockGuard, LockError> {
+        let options = self.options().clone().reentrant(false);
+        self.lock_many_with(resources, &options).await
+    }
+
+    /// Acquires several resources at once, all or none, under one guard: a transfer that
+    /// locks `account:{from}` and `account:{to}`. Each is the plain exclusive lock of its
+    /// resource, so a lock of one of them (`lock`, `#[redlock]`, the axum layer, a foreign
+    /// client's `SET NX`) excludes this one and is excluded by it.
+    ///
+    /// On each node one script takes every resource's key or none (a key already there
+    /// refuses the whole attempt, and nothing is written), and the lock is held when a quorum
+    /// of nodes took them all within the validity (distlock spec, steps 1–5, the quorum
+    /// counted over nodes). The guard extends, auto-extends and releases every key together;
+    /// an extension counts a node only where every key still holds its token. Repeated
+    /// resources count once; one resource is [`lock_with`](Self::lock_with).
+    ///
+    /// **No deadlock, for any overlap of sets**: an attempt never keeps part of its set while
+    /// it waits (each node takes all or none, and a failed attempt releases what it took on
+    /// every node before the next), so nobody holds some resources while waiting for others.
+    /// Two requests for overlapping sets that meet split the nodes and both fail; they attempt
+    /// again after random delays (the retry jitter), which tell them apart as they do two
+    /// contenders for one resource: no livelock beyond that of one lock. A lock of several
+    /// does not join the resources' waiter queues: it attempts at its retry delays (`retry_*`,
+    /// `wait_timeout`), and a release of one of its resources wakes it no sooner.
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
+    /// let guard = redlock.lock_many(&["account:1", "account:2"]).await?;
+    /// assert_eq!(guard.resources(), ["account:1", "account:2"]);
+    /// // ... move the money ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`LockError::Invalid`]: no resource, more than [`MAX_RESOURCES`](crate::MAX_RESOURCES),
+    ///   a bad resource, bad options, or options a lock of several cannot give
+    ///   ([`InvalidInput::ManyWith`]: a mode, permits, fencing, re-entry, a minimum hold);
+    ///   nothing is sent;
+    /// - otherwise as [`lock_with`](Self::lock_with): [`LockError::Busy`] when a holder of one
+    ///   of them kept it on every attempt.
+    pub async fn lock_many_with<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        options: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let mut names: Vec<&str> = resources.iter().map(AsRef::as_ref).collect();
+        names.sort_unstable();
+        names.dedup();
+        if names.is_empty() {
+            return Err(InvalidInput::NoResources.into());
+        }
+        if names.len() > crate::MAX_RESOURCES {
+            return Err(InvalidInput::TooManyResources {
+                len: names.len(),
+                max: crate::MAX_RESOURCES,
+            }
+            .into());
+        }
+        let refused = if options.get_mode().is_some() {
+            Some("mode")
+        } else if options.get_permits().is_some() {
+            Some("permits")
+        } else if options.get_fencing() {
+            Some("fencing")
+        } else if options.get_reentrant() {
+            Some("reentrant")
+        } else if options.get_lock_at_least_for().is_some() {
+            Some("lock_at_least_for")
+        } else {
+            None
+        };
+        if let Some(option) = refused {
+            return Err(InvalidInput::ManyWith { option }.into());
+        }
+        if let [one] = names.as_slice() {
+            return self.lock_with(one, options).await;
+        }
+        let mut many = Vec::with_capacity(names.len());
+        for name in &names {
+            validate_resource(name)?;
+            let key = self.key_for(name);
+            if key.contains('\0') {
+                return Err(InvalidInput::ReservedResource.into());
+            }
+            many.push(((*name).to_owned(), self.resource_keys(key)));
+        }
+        options.validate()?;
+        self.masters().check_quarantine(options.get_ttl())?;
+        if self.is_shutting_down() {
+            return Err(LockError::ShuttingDown);
+        }
+        let first = names[0];
+        let mut acquisition = Acquisition::start(first, options, self.node_count(), self.quorum());
+        let span = acquisition.span().clone();
+        let keys = many[0].1.clone();
+        let target = Target::Many(ManyKeys { resources: many });
+        let result = self
+            .acquire_loop(first, keys, target, options, &mut acquisition)
             .instrument(span)
             .await;
         acquisition.end(result.as_ref().map(|_| ()));

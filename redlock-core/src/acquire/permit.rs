@@ -181,6 +181,7 @@ impl Redlock {
                 marker: String::new(),
                 busy: Duration::ZERO,
                 slot: u32::try_from(slot).ok(),
+                also: Vec::new(),
             },
             everywhere,
             slot_keys: slots.get(slot).cloned(),

@@ -10,6 +10,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
+use super::many::ManyKeys;
 use super::permit::PermitAsk;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -20,6 +21,17 @@ use crate::redlock::Redlock;
 use crate::telemetry::Acquisition;
 use crate::token::Token;
 use crate::waiters::{Listener, WaitTiming, Wake};
+
+/// What an acquisition takes: one resource's lock, a permit of a semaphore (its slots), or
+/// several resources at once.
+pub(super) enum Target {
+    /// The resource's lock (plain, queued or in a mode).
+    Lock,
+    /// One of the semaphore's slots ([`LockOptions::permits`]).
+    Permit(PermitSlots),
+    /// Every resource of the set ([`Redlock::lock_many`]).
+    Many(ManyKeys),
+}
 
 /// A waiter that saw another waiter named attempts this long after the grace if nothing else
 /// happened: by then the reservation has expired if the named waiter did not take it.
@@ -41,11 +53,17 @@ impl Redlock {
         &self,
         resource: &str,
         keys: ResourceKeys,
-        slots: Option<PermitSlots>,
+        target: Target,
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
-        let policy = self.policy(resource, options, Instant::now());
+        let mut policy = self.policy(resource, options, Instant::now());
+        if let Target::Many(_) = target {
+            // No queue for a lock of several resources: it attempts again after its retry
+            // delays (a waiter of one resource's queue would hold a place there while it
+            // waits for the others).
+            policy.queue = false;
+        }
         let mut state = LoopState::default();
         let waiter = Waiter::draw();
         let request = options
@@ -68,8 +86,8 @@ impl Redlock {
                 (None, true) => AcquireKind::Queued(&waiter),
                 (None, false) => AcquireKind::Plain,
             };
-            let attempt = match &slots {
-                Some(slots) => {
+            let attempt = match &target {
+                Target::Permit(slots) => {
                     let asking = PermitAsk {
                         waiter: &waiter,
                         queued: state.listening(),
@@ -78,7 +96,8 @@ impl Redlock {
                     self.attempt_permit(&keys, slots, &token, options, asking, acquisition)
                         .await
                 }
-                None => {
+                Target::Many(many) => self.attempt_many(many, &token, options, acquisition).await,
+                Target::Lock => {
                     self.attempt(&keys, &token, options, kind, acquisition)
                         .await
                 }

@@ -65,7 +65,14 @@ async fn extend_once(
                 let labels = (token, &*owner.label);
                 drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
             }
-            async move { (node.extend(key, token, ttl_ms, mode).await, ()) }
+            let many = (!lease.also.is_empty()).then(|| lease.lock_keys());
+            async move {
+                let vote = match many {
+                    Some(keys) => node.extend_many(&keys, token, ttl_ms).await,
+                    None => node.extend(key, token, ttl_ms, mode).await,
+                };
+                (vote, ())
+            }
         })
         .await;
     let (granted, refused) = (tally.granted, tally.refused);

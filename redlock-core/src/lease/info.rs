@@ -130,6 +130,19 @@ impl LockInfo {
         &self.lease.resource
     }
 
+    /// Every resource the lock holds: the one resource, or, for a lock of several
+    /// ([`Redlock::lock_many`](crate::Redlock::lock_many)), each of them, sorted.
+    pub fn resources(&self) -> Vec<&str> {
+        std::iter::once(self.lease.resource.as_str())
+            .chain(
+                self.lease
+                    .also
+                    .iter()
+                    .map(|(resource, _)| resource.as_str()),
+            )
+            .collect()
+    }
+
     /// The fencing token, if the lock was taken with
     /// [`LockOptions::fencing`](crate::LockOptions::fencing): strictly greater than every
     /// earlier holder's. Pass it to storage, which must refuse writes with a token lower than

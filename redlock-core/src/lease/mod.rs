@@ -93,6 +93,10 @@ pub(crate) struct Lease {
     /// A mode request's waiter marker (empty for the plain lock): its release removes the
     /// request's waiter entries.
     pub(crate) marker: String,
+    /// For a lock of several resources ([`Redlock::lock_many`](crate::Redlock::lock_many)):
+    /// the resources after the first (`resource`, `keys`), with their keys, all signed by
+    /// `token` and extended and released together. Empty for a lock of one resource.
+    pub(crate) also: Vec<(String, ResourceKeys)>,
     /// A semaphore's permit: how many permits it has, and the slot held (from 0); its
     /// `keys` are the slot's. `None` for a lock.
     pub(crate) permit: Option<Permit>,
@@ -156,6 +160,8 @@ pub(crate) struct Grant {
     pub(crate) busy: Duration,
     /// For a semaphore's permit, the slot a quorum granted (from 0).
     pub(crate) slot: Option<u32>,
+    /// For a lock of several resources, the resources after the first, with their keys.
+    pub(crate) also: Vec<(String, ResourceKeys)>,
 }
 
 impl Lease {
@@ -186,6 +192,7 @@ impl Lease {
             token,
             mode: HeldMode::new(options.get_mode()),
             marker: grant.marker,
+            also: grant.also,
             permit: options
                 .get_permits()
                 .zip(grant.slot)
@@ -208,6 +215,13 @@ impl Lease {
             reason: OnceLock::new(),
             ended: OnceLock::new(),
         }
+    }
+
+    /// Every lock key the lease holds: its resource's, then those of [`also`](Self::also).
+    pub(crate) fn lock_keys(&self) -> Vec<&str> {
+        std::iter::once(self.keys.lock.as_str())
+            .chain(self.also.iter().map(|(_, keys)| keys.lock.as_str()))
+            .collect()
     }
 
     /// The lease, labelled `label` (none: unchanged).
@@ -346,6 +360,7 @@ pub(crate) mod tests {
             marker: String::new(),
             busy: Duration::ZERO,
             slot: None,
+            also: Vec::new(),
         };
         let keys = ResourceKeys::new("lock:", "lock:r".to_owned());
         Lease::new(

@@ -10,9 +10,9 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, PermitReply, acquire_reply, fence_reply, permit_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE,
-    FORCE_RELEASE, KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE,
-    RELEASE_SLOTS, RESUME, Script,
+    ACQUIRE, ACQUIRE_MANY, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, DOWNGRADE, EXTEND,
+    EXTEND_MANY, EXTEND_MODE, FENCE, FORCE_RELEASE, KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE,
+    RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS, RESUME, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -371,6 +371,73 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
         async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
+    }
+
+    /// Releases a lock of several resources on one node ([`RELEASE_SLOTS`] over every
+    /// resource's key, waking each one's waiters when `wake`), run to completion within
+    /// `limit`; made now. `Ok(true)` if every key held our token.
+    pub(crate) fn release_many(
+        &self,
+        keys: &[ResourceKeys],
+        token: &str,
+        wake: bool,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
+        if wake {
+            all.extend(keys.iter().map(|k| k.waiters.as_str()));
+        }
+        let args = [
+            Value::from(token),
+            Value::from(if wake { "1" } else { "0" }),
+        ];
+        let answer = self.eval_release(&RELEASE_SLOTS, &all, &args, limit);
+        let n = keys.len();
+        async move {
+            Ok(
+                matches!(answer.await?, Value::Integer(deleted) if usize::try_from(deleted).is_ok_and(|d| d == n)),
+            )
+        }
+    }
+
+    /// One node's vote for a lock of several resources ([`ACQUIRE_MANY`]): every key set to
+    /// `token` for `ttl_ms`, or none (a key that exists, or an open window, refuses it all).
+    pub(crate) async fn acquire_many(
+        &self,
+        keys: &[ResourceKeys],
+        token: &str,
+        ttl_ms: u64,
+        quarantine: &QuarantineCheck,
+        windowed: bool,
+    ) -> AcquireReply {
+        let first = keys.first().map_or("", |k| k.lock.as_str());
+        let (witness, marker) = if quarantine.ms == 0 {
+            (first, first)
+        } else {
+            (quarantine.witness.as_str(), quarantine.marker.as_str())
+        };
+        let mut all = Vec::with_capacity(2 + 2 * keys.len());
+        all.extend([witness, marker]);
+        all.extend(keys.iter().map(|k| k.lock.as_str()));
+        all.extend(keys.iter().map(|k| k.window.as_str()));
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(quarantine.ms),
+            Value::from(if windowed { "1" } else { "0" }),
+        ];
+        acquire_reply(self.eval(&ACQUIRE_MANY, &all, &args).await, first)
+    }
+
+    /// Compare-and-pexpire of a lock of several resources on one node ([`EXTEND_MANY`]):
+    /// [`NodeVote::Acquired`] if every key held our token and now lives `ttl_ms`.
+    pub(crate) async fn extend_many(&self, keys: &[&str], token: &str, ttl_ms: u64) -> NodeVote {
+        let args = [Value::from(token), int_arg(ttl_ms)];
+        match self.eval(&EXTEND_MANY, keys, &args).await {
+            Ok(Value::Integer(1)) => NodeVote::Acquired,
+            Ok(_) => NodeVote::Held,
+            Err(e) => NodeVote::Failed(e),
+        }
     }
 
     /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a

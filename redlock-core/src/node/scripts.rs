@@ -144,6 +144,14 @@ pub(crate) static FORCE_RELEASE: Script =
 /// A holder's label written beside its lock (`scripts/owner.lua`).
 pub(crate) static OWNER: Script = Script::new(18, include_str!("scripts/owner.lua"));
 
+/// An attempt at several resources at once, all or none on each node
+/// (`scripts/acquire_many.lua`).
+pub(crate) static ACQUIRE_MANY: Script = Script::new(19, include_str!("scripts/acquire_many.lua"));
+
+/// The extension of a lock of several resources, all or none on each node
+/// (`scripts/extend_many.lua`).
+pub(crate) static EXTEND_MANY: Script = Script::new(20, include_str!("scripts/extend_many.lua"));
+
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
 
@@ -151,7 +159,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 19] = [
+pub(crate) const SCRIPTS: [&Script; 21] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -171,6 +179,8 @@ pub(crate) const SCRIPTS: [&Script; 19] = [
     &DOWNGRADE,
     &FORCE_RELEASE,
     &OWNER,
+    &ACQUIRE_MANY,
+    &EXTEND_MANY,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:

@@ -1,20 +1,33 @@
--- RELEASE_SLOTS: compare-and-delete over a semaphore's slots, the clean-up of a permit attempt.
+-- RELEASE_SLOTS: compare-and-delete over several lock keys in one call: the clean-up of a
+-- permit attempt, and the release (or clean-up) of a lock of several resources.
 --
--- Redlock step 5 (on failure, unlock every instance), for an attempt at a permit: the node
--- may have given the attempt any one slot, and a node whose answer was not heard may still
--- do so (its call lands later, before this one in the node's order), so every slot the
--- attempt may hold is released in one call rather than one release per slot.
+-- Redlock step 5 (on failure, unlock every instance), and the release ("Releasing the lock"),
+-- over several keys signed by one token:
+-- - a permit attempt: the node may have given the attempt any one slot, and a node whose
+--   answer was not heard may still do so (its call lands later, before this one in the
+--   node's order), so every slot the attempt may hold is released in one call rather than
+--   one release per slot;
+-- - a lock of several resources (acquire_many.lua): every resource's key at once.
 --
--- KEYS: slot_key...  the slots' lock keys
--- ARGV: token        the attempt's token
+-- KEYS: key...    the lock keys; with `wake`, followed by as many waiter queues (also their
+--                 wake-up channels): KEYS[1 .. n] the keys, KEYS[n + 1 .. 2n] the queues
+-- ARGV: token     the holder's (or the attempt's) token
+--       wake      optional: "1" to wake the waiters of each key deleted that has waiters
+--                 queued ("*", every waiter attempts), when releasing a holder's lock
 --
--- Deletes each slot key that still holds `token` (release.lua on each). Returns how many it
--- deleted.
-local token = ARGV[1]
+-- Deletes each key that still holds `token` (release.lua on each); a key another holder has
+-- is left. Returns how many it deleted.
+local token, wake = ARGV[1], ARGV[2] == "1"
+local n = #KEYS
+if wake then n = #KEYS / 2 end
 local deleted = 0
-for i = 1, #KEYS do
+for i = 1, n do
   if redis.pcall("get", KEYS[i]) == token then
     deleted = deleted + redis.call("del", KEYS[i])
+    if wake then
+      local queued = redis.pcall("zcard", KEYS[n + i])
+      if type(queued) == "number" and queued > 0 then redis.pcall("publish", KEYS[n + i], "*") end
+    end
   end
 end
 return deleted

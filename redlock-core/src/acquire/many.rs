@@ -1,0 +1,172 @@
+//! One attempt at a lock of several resources ([`Redlock::lock_many`]): Redlock steps 1–5
+//! with every resource's key taken on each node by one script, all or none, and the quorum
+//! counted over nodes.
+//!
+//! No deadlock: an attempt never keeps part of a set. On each node it takes every key or none
+//! (`ACQUIRE_MANY` checks them all before writing any), and a failed attempt releases what it
+//! took on every node before the next one (step 5): nobody holds some resources while waiting
+//! for others, so two requests for overlapping sets never wait for each other. No livelock
+//! beyond the lock's own: two requests that meet split the nodes between them and both fail,
+//! then attempt again after random delays (the retry jitter, and a split's short random
+//! delays), which tell them apart as they do contenders for one resource (distlock spec,
+//! "Retry on failure").
+
+use std::time::{Duration, Instant};
+
+use super::attempt::{AttemptFailure, Granted, Split};
+use crate::keys::ResourceKeys;
+use crate::lease::Grant;
+use crate::masters::Stop;
+use crate::options::LockOptions;
+use crate::redlock::Redlock;
+use crate::telemetry::Acquisition;
+use crate::timing;
+use crate::token::Token;
+
+/// The resources of a lock of several, in the order their keys are sent: sorted, without
+/// repeats. The first is the lease's own; the others ride along ([`Grant::also`]).
+#[derive(Debug, Clone)]
+pub(crate) struct ManyKeys {
+    pub(crate) resources: Vec<(String, ResourceKeys)>,
+}
+
+impl ManyKeys {
+    /// Every resource's keys, in order.
+    fn keys(&self) -> Vec<ResourceKeys> {
+        self.resources
+            .iter()
+            .map(|(_, keys)| keys.clone())
+            .collect()
+    }
+}
+
+impl Redlock {
+    /// One attempt at every resource of `many` with `token`. A failed attempt releases what
+    /// it took on every node before it returns (step 5); dropped midway, it releases in the
+    /// background.
+    pub(super) async fn attempt_many(
+        &self,
+        many: &ManyKeys,
+        token: &Token,
+        options: &LockOptions,
+        acquisition: &mut Acquisition,
+    ) -> Result<Granted, AttemptFailure> {
+        let masters = self.masters();
+        let ttl = options.sent_ttl();
+        let drift = timing::drift(ttl, options.get_drift_factor());
+        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let keys = many.keys();
+        let windowed = !self.inner().foreign_window.is_zero();
+        let (keys_ref, quarantine) = (&keys, &masters.quarantine_check);
+        let ttl_ms = options.ttl_millis();
+        let mut cleanup = ManyCleanup {
+            redlock: self,
+            keys: keys_ref,
+            token,
+            armed: true,
+        };
+
+        // Step 1: the monotonic clock, read before the first SET is sent.
+        let start = Instant::now();
+        // Step 2: every node at once, each taking every key or none; heard out when refused
+        // (within the same limit), so that a split is told from a holder as for one key.
+        let tally = masters
+            .round(masters.quorum, limit, Stop::AtQuorum, |node| async move {
+                let reply = node
+                    .acquire_many(keys_ref, token.expose(), ttl_ms, quarantine, windowed)
+                    .await;
+                (reply.vote, (reply.left_ms, reply.holder))
+            })
+            .await;
+        let granted_by = tally.granted;
+        let holders: Vec<Option<&str>> = tally
+            .counters
+            .iter()
+            .map(|c| c.as_ref().and_then(|(_, holder)| holder.as_deref()))
+            .collect();
+        let split = Split::of(&tally.votes, &holders, masters.quorum);
+        let mut outcomes = masters.outcomes(tally.votes);
+        outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
+            c.as_ref()
+                .and_then(|(left, _)| *left)
+                .map(Duration::from_millis)
+        }));
+        tracing::debug!(
+            resources = many.resources.len(),
+            granted = outcomes.acquired(),
+            held = outcomes.held(),
+            failed = outcomes.failed(),
+            elapsed_us = start.elapsed().as_micros() as u64,
+            %outcomes,
+            "attempt at several resources decided"
+        );
+        acquisition.voted(&outcomes);
+        if granted_by < masters.quorum {
+            cleanup.run().await;
+            let mut refusing: Vec<String> = match split {
+                Split::No => Vec::new(),
+                Split::Possible | Split::Certain => {
+                    holders.iter().flatten().map(|h| (*h).to_owned()).collect()
+                }
+            };
+            refusing.sort_unstable();
+            refusing.dedup();
+            return Err(AttemptFailure::Votes {
+                outcomes,
+                split,
+                refusing,
+            });
+        }
+        // Steps 3–4.
+        let elapsed = start.elapsed();
+        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
+            cleanup.run().await;
+            return Err(AttemptFailure::NoValidity(elapsed));
+        }
+        cleanup.armed = false;
+        Ok(Granted {
+            grant: Grant {
+                started: start,
+                valid_until: start + ttl - drift,
+                fencing_token: None,
+                marker: String::new(),
+                busy: Duration::ZERO,
+                slot: None,
+                also: many.resources.iter().skip(1).cloned().collect(),
+            },
+            everywhere: granted_by == masters.len(),
+            slot_keys: None,
+        })
+    }
+}
+
+/// Releases an attempt's keys on every node unless disarmed (step 5); if dropped while armed
+/// (the acquire future was cancelled), the release is spawned instead.
+struct ManyCleanup<'a> {
+    redlock: &'a Redlock,
+    keys: &'a [ResourceKeys],
+    token: &'a Token,
+    armed: bool,
+}
+
+impl ManyCleanup<'_> {
+    /// Releases now, on every node (nobody is woken: nothing was held).
+    async fn run(&mut self) {
+        self.armed = false;
+        self.redlock
+            .release_keys(self.keys, self.token, false)
+            .await;
+    }
+}
+
+impl Drop for ManyCleanup<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (redlock, keys, token) = (self.redlock.clone(), self.keys.to_vec(), self.token.clone());
+        self.redlock.spawn_background(async move {
+            redlock.release_keys(&keys, &token, false).await;
+        });
+    }
+}
