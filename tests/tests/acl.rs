@@ -237,6 +237,19 @@ async fn the_base_list_alone_locks_extends_auto_extends_and_releases() {
         .await
         .unwrap();
 
+    // Several resources at once (GET to see a key, SET, PEXPIRE, DEL), extended and released.
+    let many = a.lock_many(&["acl:x", "acl:y"]).await.unwrap();
+    many.extend(Duration::from_secs(20)).await.unwrap();
+    let busy = b.lock_with("acl:y", &once).await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert!(many.release().await.unwrap().was_held());
+    b.lock_many_with(&["acl:x", "acl:y"], &once)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
     // Auto-extension: a 1 s lock held for 2.5 s, another handle refused all along.
     let auto = LockOptions::default()
         .ttl(Duration::from_secs(1))

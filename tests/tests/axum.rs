@@ -482,13 +482,13 @@ async fn permits_let_that_many_requests_of_a_route_in_at_once() {
             "exported"
         }
     };
-    let options = LockOptions::default().retry_count(0).permits(2);
     let app = Router::new()
         .route("/export/{tenant}", post(export))
         .route_layer(
             RedlockLayer::from_template(redlock.clone(), "export:{tenant}")
                 .unwrap()
-                .options(options),
+                .options(LockOptions::default().retry_count(0))
+                .concurrency_limit(2),
         );
     let (base, _server) = serve(app, ShutdownHandle::new(redlock)).await;
     let http = reqwest::Client::new();

@@ -75,9 +75,11 @@ async fn a_set_is_taken_all_or_none_and_a_refusal_leaves_nothing_behind() {
         assert_eq!(holding(&nodes, key, &token).await, 5, "{key}");
     }
     // Each is the plain lock of its resource: a single holder, or a reader, is refused.
-    assert!(a.lock_with("c", &once()).await.is_err());
+    let error = a.lock_with("c", &once()).await.unwrap_err();
+    assert!(error.is_busy(), "{error:?}");
     let read = once().mode(Mode::ProtectedRead);
-    assert!(a.lock_with("a", &read).await.is_err());
+    let error = a.lock_with("a", &read).await.unwrap_err();
+    assert!(error.is_busy(), "{error:?}");
     assert!(guard.release().await.unwrap().was_held());
     for key in ["a", "b", "c"] {
         assert!(free_everywhere(&nodes, key).await, "{key}");
@@ -132,6 +134,38 @@ async fn sets_that_overlap_in_a_cycle_never_deadlock_and_never_overlap() {
         assert!(overlaps.is_empty(), "{}: {overlaps:?}", names[i]);
         assert!(history.len() > 6, "{}: {}", names[i], history.len());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiters_of_each_resource() {
+    let nodes = RedisNodes::start(5);
+    let (a, b, c) = (
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+        redlock(&nodes).await,
+    );
+    let guard = a.lock_many(&["w1", "w2"]).await.unwrap();
+    // Retries 5 s apart: only a wake-up gets them in sooner. One waits for w1 as a plain
+    // waiter (queued), the other for w2 as a reader (listening, not queued).
+    let patient = LockOptions::default()
+        .retry_count(3)
+        .retry_delay(Duration::from_secs(5))
+        .retry_jitter(Duration::ZERO);
+    let plain = tokio::spawn({
+        let patient = patient.clone();
+        async move { b.lock_with("w1", &patient).await }
+    });
+    let reader =
+        tokio::spawn(async move { c.lock_with("w2", &patient.mode(Mode::ProtectedRead)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let plain = within("the plain waiter", plain).await.unwrap().unwrap();
+    let reader = within("the reader", reader).await.unwrap().unwrap();
+    let waited = released.elapsed();
+    assert!(waited < Duration::from_secs(2), "woken after {waited:?}");
+    plain.release().await.unwrap();
+    reader.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

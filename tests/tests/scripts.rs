@@ -138,3 +138,58 @@ async fn the_handle_runs_its_scripts_by_their_sha() {
         "an EVAL was needed: {stats}"
     );
 }
+
+/// The lock of several resources is all or none on one node, seen at the script itself (a
+/// failed attempt's clean-up cannot hide a partial write here): with one key of the set
+/// present, the attempt is refused and writes none of the others; with none, it writes all.
+#[tokio::test]
+async fn a_set_is_taken_all_or_none_on_one_node() {
+    let server = RedisServer::start();
+    let client = plain_client(&server.url()).await;
+    let [dispatch, _] = sent_scripts();
+    let sha1 = dispatch.sha1.unwrap();
+    run(
+        &client,
+        "SCRIPT",
+        vec!["LOAD".into(), dispatch.source.into()],
+    )
+    .await;
+    // ACQUIRE_MANY is script 19: KEYS witness, marker, the lock keys, their windows; ARGV
+    // token, ttl_ms, quarantine_ms, windowed.
+    let attempt = |token: &'static str| -> Vec<Value> {
+        let keys = ["many:a", "many:a", "many:a", "many:b", "many:c"];
+        let windows = ["many:a:w", "many:b:w", "many:c:w"];
+        let mut args: Vec<Value> = vec![sha1.into(), 8.into()];
+        args.extend(keys.iter().chain(&windows).map(|k| Value::from(*k)));
+        args.extend([1.into(), 19.into(), 8.into(), 4.into()]);
+        args.extend([token.into(), 10_000.into(), 0.into(), "0".into()]);
+        args
+    };
+    let set = vec!["many:b".into(), "theirs".into(), "PX".into(), 10_000.into()];
+    run(&client, "SET", set).await;
+    let refused = run(&client, "EVALSHA", attempt("t1")).await;
+    let Value::Array(replies) = refused else {
+        panic!("{refused:?}")
+    };
+    let Value::Array(reply) = &replies[0] else {
+        panic!("{replies:?}")
+    };
+    assert_eq!(reply[0], Value::Integer(0), "{reply:?}");
+    for key in ["many:a", "many:c"] {
+        let value = run(&client, "GET", vec![key.into()]).await;
+        assert_eq!(value, Value::Null, "{key} was written by a refused attempt");
+    }
+    run(&client, "DEL", vec!["many:b".into()]).await;
+    let granted = run(&client, "EVALSHA", attempt("t2")).await;
+    let Value::Array(replies) = granted else {
+        panic!("{granted:?}")
+    };
+    let Value::Array(reply) = &replies[0] else {
+        panic!("{replies:?}")
+    };
+    assert_eq!(reply[0], Value::Integer(1), "{reply:?}");
+    for key in ["many:a", "many:b", "many:c"] {
+        let value = run(&client, "GET", vec![key.into()]).await;
+        assert_eq!(value, Value::from("t2"), "{key}");
+    }
+}

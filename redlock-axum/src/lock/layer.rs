@@ -163,6 +163,20 @@ impl RedlockLayer {
         self
     }
 
+    /// A concurrency limit across every replica: each request takes one of `permits` permits
+    /// of a counting semaphore on its resource ([`LockOptions::permits`]) instead of the
+    /// resource's lock, so at most `permits` requests per resource run at once, fleet-wide
+    /// ("at most 3 exports per tenant"); the others are answered as for a busy lock (`423`,
+    /// after the options' retries). Set it after [`options`](Self::options), which replaces
+    /// the options it sets. A permit takes no mode: with [`mode`](Self::mode),
+    /// [`mode_by_method`](Self::mode_by_method) or [`mode_from_fn`](Self::mode_from_fn) every
+    /// request is refused (`500`, `InvalidInput::PermitsWith` logged).
+    #[must_use]
+    pub fn concurrency_limit(mut self, permits: u32) -> Self {
+        self.config.options = self.config.options.clone().permits(permits);
+        self
+    }
+
     /// Takes every request's lock in `mode` ([`LockOptions::mode`]; default: the mode of the
     /// [`options`](Self::options), none unless set there: the plain exclusive lock). The last
     /// of `mode`, [`mode_by_method`](Self::mode_by_method) and

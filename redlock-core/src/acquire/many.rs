@@ -79,12 +79,18 @@ impl Redlock {
             })
             .await;
         let granted_by = tally.granted;
-        let holders: Vec<Option<&str>> = tally
+        // Who refused it on each node, key by key (`<i>:<holder>`, comma-separated).
+        let named: Vec<Vec<&str>> = tally
             .counters
             .iter()
-            .map(|c| c.as_ref().and_then(|(_, holder)| holder.as_deref()))
+            .map(|c| {
+                c.as_ref()
+                    .and_then(|(_, holder)| holder.as_deref())
+                    .map_or_else(Vec::new, |all| all.split(',').collect())
+            })
             .collect();
-        let split = Split::of(&tally.votes, &holders, masters.quorum);
+        let split = split_of_many(&tally.votes, &named, many.resources.len(), masters.quorum);
+        let holders: Vec<Option<&str>> = named.iter().flatten().map(|h| Some(*h)).collect();
         let mut outcomes = masters.outcomes(tally.votes);
         outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
             c.as_ref()
@@ -140,6 +146,37 @@ impl Redlock {
     }
 }
 
+/// The split of an attempt at `keys` resources, where `named` lists, per node, who refused it
+/// on each busy key (`<i>:<holder>`): a resource one holder has on a quorum makes the whole
+/// set busy ([`Split::No`]); otherwise the set is split when every busy resource is
+/// ([`Split::Certain`] when each is certainly split, else [`Split::Possible`]).
+fn split_of_many(
+    votes: &[crate::outcome::NodeVote],
+    named: &[Vec<&str>],
+    keys: usize,
+    quorum: usize,
+) -> Split {
+    let mut split = None;
+    for key in 1..=keys {
+        let prefix = format!("{key}:");
+        let holders: Vec<Option<&str>> = named
+            .iter()
+            .map(|on_node| on_node.iter().copied().find(|h| h.starts_with(&prefix)))
+            .collect();
+        if holders.iter().all(Option::is_none) {
+            continue;
+        }
+        match Split::of(votes, &holders, quorum) {
+            Split::No => return Split::No,
+            Split::Possible => split = Some(Split::Possible),
+            Split::Certain => {
+                split.get_or_insert(Split::Certain);
+            }
+        }
+    }
+    split.unwrap_or(Split::No)
+}
+
 /// Releases an attempt's keys on every node unless disarmed (step 5); if dropped while armed
 /// (the acquire future was cancelled), the release is spawned instead.
 struct ManyCleanup<'a> {
@@ -168,5 +205,25 @@ impl Drop for ManyCleanup<'_> {
         self.redlock.spawn_background(async move {
             redlock.release_keys(&keys, &token, false).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::NodeVote;
+
+    #[test]
+    fn a_resource_held_on_a_quorum_makes_the_set_busy_whatever_else_is_split() {
+        let held = [NodeVote::Held, NodeVote::Held, NodeVote::Held];
+        // b held by H everywhere; a briefly taken by two contenders on two nodes.
+        let named = [vec!["1:c1", "2:h"], vec!["1:c2", "2:h"], vec!["2:h"]];
+        assert_eq!(split_of_many(&held, &named, 2, 2), Split::No);
+        // Nobody has a quorum of either: a split.
+        let named = [vec!["1:c1"], vec!["1:c2"], vec!["2:c3"]];
+        assert_eq!(split_of_many(&held, &named, 2, 2), Split::Certain);
+        // One holder of a on a quorum: busy.
+        let named = [vec!["1:h"], vec!["1:h"], vec!["2:c3"]];
+        assert_eq!(split_of_many(&held, &named, 2, 2), Split::No);
     }
 }

@@ -12,8 +12,9 @@
 -- KEYS: key...    the lock keys; with `wake`, followed by as many waiter queues (also their
 --                 wake-up channels): KEYS[1 .. n] the keys, KEYS[n + 1 .. 2n] the queues
 -- ARGV: token     the holder's (or the attempt's) token
---       wake      optional: "1" to wake the waiters of each key deleted that has waiters
---                 queued ("*", every waiter attempts), when releasing a holder's lock
+--       wake      optional: "1" to wake the waiters of each key deleted ("*" on its queue's
+--                 channel: every waiter attempts; requests in a mode refused by the string
+--                 listen there without being queued), when releasing a holder's lock
 --
 -- Deletes each key that still holds `token` (release.lua on each); a key another holder has
 -- is left. Returns how many it deleted.
@@ -24,10 +25,7 @@ local deleted = 0
 for i = 1, n do
   if redis.pcall("get", KEYS[i]) == token then
     deleted = deleted + redis.call("del", KEYS[i])
-    if wake then
-      local queued = redis.pcall("zcard", KEYS[n + i])
-      if type(queued) == "number" and queued > 0 then redis.pcall("publish", KEYS[n + i], "*") end
-    end
+    if wake then redis.pcall("publish", KEYS[n + i], "*") end
   end
 end
 return deleted
