@@ -13,7 +13,7 @@ use rand::Rng;
 use redlock_core::{BuildError, InvalidInput, LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::History;
 use redlock_tests::proxy::Proxy;
-use redlock_tests::{RedisNodes, proxy_urls, redlock, within};
+use redlock_tests::{RedisNodes, plain_client, proxy_urls, redlock, within};
 
 const K: u32 = 3;
 
@@ -29,6 +29,44 @@ fn permit() -> LockOptions {
         .retry_delay(ms(50))
         .retry_jitter(ms(50))
         .wait_timeout(Duration::from_secs(5))
+}
+
+/// Slot `slot`'s key of the semaphore on the lock key `key`.
+fn slot_key(key: &str, slot: u32) -> String {
+    format!("{key}\0redlock:permit:{slot}")
+}
+
+/// Waits at most 1 s until `key`'s value on every node is `expected`.
+async fn values_soon(nodes: &RedisNodes, key: &str, expected: &[Option<String>]) {
+    let deadline = Instant::now() + ms(1_000);
+    loop {
+        let values = nodes.values(key).await;
+        if values == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key:?} is {values:?}, not {expected:?}, after 1 s"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// `command key [args]` on node `i` only, from a plain client.
+async fn on_node<T: fred::types::FromValue>(
+    nodes: &RedisNodes,
+    i: usize,
+    command: &'static str,
+    args: Vec<String>,
+) -> T {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+    plain_client(&nodes.servers[i].url())
+        .await
+        .custom(cmd, args)
+        .await
+        .unwrap()
 }
 
 /// What the lockers of a workload saw.
@@ -495,4 +533,65 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
         ),
         "{built:?}"
     );
+}
+
+/// Node `i`'s `key` deleted from a plain client.
+async fn delete_on(nodes: &RedisNodes, i: usize, key: &str) {
+    let _: i64 = on_node(nodes, i, "DEL", vec![key.to_owned()]).await;
+}
+
+#[tokio::test]
+async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let first = redlock.lock_with("job", &options).await.unwrap();
+    let second = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(
+        (first.info().slot(), second.info().slot()),
+        (Some(0), Some(1))
+    );
+    // Slot 0 held on nodes {0, 1}, slot 1 on {1, 2} (extensions that missed a node): both
+    // holders valid, the semaphore full.
+    let key = redlock.key_for("job");
+    delete_on(&nodes, 2, &slot_key(&key, 0)).await;
+    delete_on(&nodes, 0, &slot_key(&key, 1)).await;
+    // Each attempt: node 0 grants slot 1, node 1 refuses, node 2 grants slot 0. Neither slot
+    // was free on two nodes: busy, not a split polled every few ms.
+    let before = nodes.script_calls().await;
+    let error = redlock
+        .lock_with("job", &options.clone().retry_count(3))
+        .await
+        .unwrap_err();
+    let calls: Vec<u64> = nodes
+        .script_calls()
+        .await
+        .iter()
+        .zip(&before)
+        .map(|(after, before)| after - before)
+        .collect();
+    println!("script calls per node: {calls:?}");
+    assert!(error.is_busy(), "{error}");
+    // Five attempts (the first, three retries, the one after joining the queue), their
+    // clean-ups and the leave, and a script's first load: a split's ten attempts would be more.
+    assert!(
+        calls.iter().all(|&n| n <= 14),
+        "script calls per node: {calls:?}"
+    );
+    // What the attempts took was released; the holders keep theirs.
+    let token = |guard: &redlock_core::LockGuard| Some(guard.token().expose().to_owned());
+    values_soon(
+        &nodes,
+        &slot_key(&key, 0),
+        &[token(&first), token(&first), None],
+    )
+    .await;
+    values_soon(
+        &nodes,
+        &slot_key(&key, 1),
+        &[None, token(&second), token(&second)],
+    )
+    .await;
+    first.release().await.unwrap();
+    second.release().await.unwrap();
 }
