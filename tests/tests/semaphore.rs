@@ -69,6 +69,15 @@ async fn on_node<T: fred::types::FromValue>(
         .unwrap()
 }
 
+/// `ZCARD key` on every node.
+async fn zcards(nodes: &RedisNodes, key: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for i in 0..nodes.servers.len() {
+        out.push(on_node(nodes, i, "ZCARD", vec![key.to_owned()]).await);
+    }
+    out
+}
+
 /// What the lockers of a workload saw.
 #[derive(Debug, Default)]
 struct Seen {
@@ -594,4 +603,76 @@ async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
     .await;
     first.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiters_that_leave_leave_no_alive_entries() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(1).ttl(ms(30_000));
+    let held = redlock.lock_with("job", &options).await.unwrap();
+    let key = redlock.key_for("job");
+    let (queue, alive) = (
+        format!("{key}\0redlock:permit-waiters"),
+        format!("{key}\0redlock:permit-alive"),
+    );
+    // Four waiters give up at their wait timeout, two more are dropped while they wait.
+    let waiting = options.clone().retry_delay(ms(50)).retry_jitter(ms(10));
+    let timing_out = (0..4).map(|_| {
+        let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(400)));
+        async move { redlock.lock_with("job", &waiting).await }
+    });
+    let dropped = (0..2).map(|_| {
+        let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(10_000)));
+        async move { tokio::time::timeout(ms(400), redlock.lock_with("job", &waiting)).await }
+    });
+    let (timed_out, dropped) = within("the waiters", async {
+        futures_util::future::join(
+            futures_util::future::join_all(timing_out),
+            futures_util::future::join_all(dropped),
+        )
+        .await
+    })
+    .await;
+    assert!(
+        timed_out
+            .iter()
+            .all(|r| r.as_ref().is_err_and(LockError::is_busy))
+    );
+    assert!(
+        dropped.iter().all(Result::is_err),
+        "a dropped waiter was granted"
+    );
+    // They left the queue, and their entries in the alive set with it.
+    let deadline = Instant::now() + ms(1_000);
+    loop {
+        let (queued, counted) = (zcards(&nodes, &queue).await, zcards(&nodes, &alive).await);
+        if queued.iter().all(|&n| n == 0) && counted.iter().all(|&n| n == 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queued {queued:?}, alive entries {counted:?}"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_alive_entry_no_longer_queued_is_dropped_by_the_next_attempt() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let key = redlock.key_for("job");
+    let alive = format!("{key}\0redlock:permit-alive");
+    // A waiter a release's hand-over popped from the queue, that never came back: its entry
+    // still counts for a long while, but it is queued nowhere.
+    let gone = "~00000000000000bb".to_owned();
+    nodes
+        .zadd(&alive, &["99999999999999".to_owned(), gone])
+        .await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let guard = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(zcards(&nodes, &alive).await, [0, 0, 0]);
+    guard.release().await.unwrap();
 }

@@ -38,7 +38,12 @@
 -- queued waiter granted a slot leaves the queue; one refused keeps its place (`ZADD NX`, at
 -- most MAX_QUEUED_WAITERS (1024) entries) and renews its entry. The queue commands run under
 -- `pcall`: without them (ACL) it is an attempt without hand-over or ranking.
-
+--
+-- `alive_key` holds entries of queued waiters only: a waiter that leaves (leave.lua) leaves
+-- both sets, and each attempt drops the entries that stopped counting and, among the 8 that
+-- count for the shortest time, those no longer queued (a waiter a release's hand-over popped
+-- from the queue and that never came back), so that the set stays within the queue's size
+-- plus the waiters that left within the last `alive_ms`.
 local witness_key, marker_key, queue_key, alive_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
 local marker, score, queue_ttl_ms, alive_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
@@ -47,6 +52,17 @@ local first_slot = 5
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
 local now = node_now_or_nil()
+if now then
+  redis.pcall("zremrangebyscore", alive_key, "-inf", now)
+  local soonest = redis.pcall("zrange", alive_key, 0, 7)
+  if type(soonest) == "table" then
+    for _, other in ipairs(soonest) do
+      if redis.pcall("zscore", queue_key, other) == false then
+        redis.pcall("zrem", alive_key, other)
+      end
+    end
+  end
+end
 local function refused(earliest)
   if marker ~= "" then
     if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
