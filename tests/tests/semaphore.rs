@@ -1,8 +1,10 @@
-//! A counting semaphore (`LockOptions::permits`) against 5 real redis-server processes: at
-//! most K holders at once across separate handles, and all K used; the bound kept under a
-//! partition and a node restarted empty with the quarantine on; a crashed holder's permit
-//! freed at its ttl; a release waking a waiter at once; bad input refused before anything is
-//! sent.
+//! A counting semaphore (`LockOptions::permits`) against real redis-server processes (5, or
+//! 3): at most K holders at once across separate handles, and all K used; the bound kept
+//! under a partition and a node restarted empty with the quarantine on; a crashed holder's
+//! permit freed at its ttl; a release waking a waiter at once; bad input refused before
+//! anything is sent; a full semaphore whose holders missed nodes answered as busy, not as a
+//! split; a split round's slots released; the waiters' entries gone with them. Where a
+//! release or a clean-up is checked, the ttl is 30 s and the keys must be gone within 1 s.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
@@ -34,6 +36,12 @@ fn permit() -> LockOptions {
 /// Slot `slot`'s key of the semaphore on the lock key `key`.
 fn slot_key(key: &str, slot: u32) -> String {
     format!("{key}\0redlock:permit:{slot}")
+}
+
+/// Waits at most 1 s until `key` is absent on every node. The tests that use it hold their
+/// permits with a 30 s ttl: only a release or a clean-up, never the expiry, makes it pass.
+async fn gone_soon(nodes: &RedisNodes, key: &str) {
+    values_soon(nodes, key, &vec![None; nodes.servers.len()]).await;
 }
 
 /// Waits at most 1 s until `key`'s value on every node is `expected`.
@@ -155,7 +163,9 @@ async fn at_most_k_holders_across_handles_and_all_k_used() {
         handles.push(redlock(&nodes).await);
     }
     let history = Arc::new(History::new());
-    let seen = workload(&handles, "export:t1", &permit(), ms(3_000), &history).await;
+    // A long ttl: the slots left behind below are gone by their releases, not their expiry.
+    let options = permit().ttl(ms(30_000));
+    let seen = workload(&handles, "export:t1", &options, ms(3_000), &history).await;
     let peak = at_most_k(&history);
     println!(
         "{} holds, peak {peak}, {} errors",
@@ -167,8 +177,7 @@ async fn at_most_k_holders_across_handles_and_all_k_used() {
     // The slots are the permits: nothing is left behind after the last release.
     let key = handles[0].key_for("export:t1");
     for slot in 0..K {
-        let slot_key = format!("{key}\0redlock:permit:{slot}");
-        nodes.gone_everywhere(&slot_key).await;
+        gone_soon(&nodes, &slot_key(&key, slot)).await;
     }
     // The resource's own lock key is never written.
     assert!(nodes.values(&key).await.iter().all(Option::is_none));
@@ -355,23 +364,22 @@ async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
     let info = guard.info();
     assert!(guard.release().await.unwrap().was_held());
     assert!(info.lost().is_lost() && !info.is_valid());
-    nodes.gone_everywhere(&slot_key).await;
-    // A dropped guard releases its slot; a shutdown releases every permit held.
-    let dropped = redlock.lock_with("job", &options).await.unwrap();
+    // Extended to 5 s: gone within 1 s only by the release.
+    gone_soon(&nodes, &slot_key).await;
+    // A dropped guard releases its slot; a shutdown releases every permit held (a 30 s
+    // ttl: gone within 1 s only by their releases).
+    let long = LockOptions::default().permits(2).ttl(ms(30_000));
+    let dropped = redlock.lock_with("job", &long).await.unwrap();
     let slot = dropped.info().slot().unwrap();
     drop(dropped);
     let key = redlock.key_for("job");
-    nodes
-        .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
-        .await;
-    let _one = redlock.lock_with("job", &options).await.unwrap();
-    let _two = redlock.lock_with("job", &options).await.unwrap();
+    gone_soon(&nodes, &self::slot_key(&key, slot)).await;
+    let _one = redlock.lock_with("job", &long).await.unwrap();
+    let _two = redlock.lock_with("job", &long).await.unwrap();
     let report = redlock.shutdown(Duration::from_secs(5)).await;
     assert_eq!(report.released, ["job", "job"], "{report:?}");
     for slot in 0..2 {
-        nodes
-            .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
-            .await;
+        gone_soon(&nodes, &self::slot_key(&key, slot)).await;
     }
 }
 
@@ -544,6 +552,18 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
     );
 }
 
+/// Node `i`'s slot `slot` of `key` written from a plain client with a 30 s ttl: a holder's
+/// (or a holder's extension's) key on that node alone.
+async fn plant(nodes: &RedisNodes, i: usize, key: &str, value: &str) {
+    let args = vec![
+        key.to_owned(),
+        value.to_owned(),
+        "PX".into(),
+        "30000".into(),
+    ];
+    let _: String = on_node(nodes, i, "SET", args).await;
+}
+
 /// Node `i`'s `key` deleted from a plain client.
 async fn delete_on(nodes: &RedisNodes, i: usize, key: &str) {
     let _: i64 = on_node(nodes, i, "DEL", vec![key.to_owned()]).await;
@@ -603,6 +623,41 @@ async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
     .await;
     first.release().await.unwrap();
     second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_scattered_round_releases_every_slot_it_took() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let key = redlock.key_for("job");
+    // Slots held by others: slot 0 on nodes {0, 1, 4}, slot 1 on {2, 3, 4}. Each attempt
+    // takes slot 1 on nodes 0 and 1, slot 0 on 2 and 3, slot 2 on 4: no slot on three,
+    // and slot 2 was free on all five: a split, attempted again and given up as one.
+    for i in [0, 1, 4] {
+        plant(&nodes, i, &slot_key(&key, 0), "zero").await;
+    }
+    for i in [2, 3, 4] {
+        plant(&nodes, i, &slot_key(&key, 1), "one").await;
+    }
+    let options = LockOptions::default()
+        .permits(3)
+        .ttl(ms(30_000))
+        .retry_count(0);
+    let error = within("the split attempts", redlock.lock_with("job", &options))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LockError::SplitVote { .. }),
+        "not a split: {error}"
+    );
+    // Nothing of the attempts is left: the planted keys only (a 30 s ttl, so not by expiry).
+    let zero = Some("zero".to_owned());
+    let one = Some("one".to_owned());
+    let expected = [zero.clone(), zero.clone(), None, None, zero];
+    values_soon(&nodes, &slot_key(&key, 0), &expected).await;
+    let expected = [None, None, one.clone(), one.clone(), one];
+    values_soon(&nodes, &slot_key(&key, 1), &expected).await;
+    gone_soon(&nodes, &slot_key(&key, 2)).await;
 }
 
 #[tokio::test]
