@@ -2,9 +2,11 @@
 //! 1–5 on the semaphore's slots, in one round.
 //!
 //! A semaphore of K permits is K plain locks, one per slot. Every node takes, for the attempt,
-//! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which;
-//! the attempt holds a permit when one slot was granted by a quorum within the validity, and
-//! releases every other slot it took, on every node (step 5). The order is ascending slot
+//! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which,
+//! with the slots that were free for the request; the attempt holds a permit when one slot
+//! was granted by a quorum within the validity, and releases every other slot it took, on
+//! every node (step 5). With no slot on a quorum, it is a split only if some slot was free on
+//! enough nodes for one; otherwise the semaphore is busy ([`SlotTally`]). The order is ascending slot
 //! order for every request, so that concurrent requests race for the lowest free slot as they
 //! would for one lock: two requests that meet with two slots free each get one (every node
 //! gives slot 0 to one and slot 1 to the other, so the request that has slot 0 on a majority
