@@ -1,8 +1,10 @@
-//! A counting semaphore (`LockOptions::permits`) against 5 real redis-server processes: at
-//! most K holders at once across separate handles, and all K used; the bound kept under a
-//! partition and a node restarted empty with the quarantine on; a crashed holder's permit
-//! freed at its ttl; a release waking a waiter at once; bad input refused before anything is
-//! sent.
+//! A counting semaphore (`LockOptions::permits`) against real redis-server processes (5, or
+//! 3): at most K holders at once across separate handles, and all K used; the bound kept
+//! under a partition and a node restarted empty with the quarantine on; a crashed holder's
+//! permit freed at its ttl; a release waking a waiter at once; bad input refused before
+//! anything is sent; a full semaphore whose holders missed nodes answered as busy, not as a
+//! split; a split round's slots released; the waiters' entries gone with them. Where a
+//! release or a clean-up is checked, the ttl is 30 s and the keys must be gone within 1 s.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
@@ -13,7 +15,7 @@ use rand::Rng;
 use redlock_core::{BuildError, InvalidInput, LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::History;
 use redlock_tests::proxy::Proxy;
-use redlock_tests::{RedisNodes, proxy_urls, redlock, within};
+use redlock_tests::{RedisNodes, plain_client, proxy_urls, redlock, within};
 
 const K: u32 = 3;
 
@@ -29,6 +31,59 @@ fn permit() -> LockOptions {
         .retry_delay(ms(50))
         .retry_jitter(ms(50))
         .wait_timeout(Duration::from_secs(5))
+}
+
+/// Slot `slot`'s key of the semaphore on the lock key `key`.
+fn slot_key(key: &str, slot: u32) -> String {
+    format!("{key}\0redlock:permit:{slot}")
+}
+
+/// Waits at most 1 s until `key` is absent on every node. The tests that use it hold their
+/// permits with a 30 s ttl: only a release or a clean-up, never the expiry, makes it pass.
+async fn gone_soon(nodes: &RedisNodes, key: &str) {
+    values_soon(nodes, key, &vec![None; nodes.servers.len()]).await;
+}
+
+/// Waits at most 1 s until `key`'s value on every node is `expected`.
+async fn values_soon(nodes: &RedisNodes, key: &str, expected: &[Option<String>]) {
+    let deadline = Instant::now() + ms(1_000);
+    loop {
+        let values = nodes.values(key).await;
+        if values == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key:?} is {values:?}, not {expected:?}, after 1 s"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+/// `command key [args]` on node `i` only, from a plain client.
+async fn on_node<T: fred::types::FromValue>(
+    nodes: &RedisNodes,
+    i: usize,
+    command: &'static str,
+    args: Vec<String>,
+) -> T {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
+    plain_client(&nodes.servers[i].url())
+        .await
+        .custom(cmd, args)
+        .await
+        .unwrap()
+}
+
+/// `ZCARD key` on every node.
+async fn zcards(nodes: &RedisNodes, key: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for i in 0..nodes.servers.len() {
+        out.push(on_node(nodes, i, "ZCARD", vec![key.to_owned()]).await);
+    }
+    out
 }
 
 /// What the lockers of a workload saw.
@@ -108,7 +163,9 @@ async fn at_most_k_holders_across_handles_and_all_k_used() {
         handles.push(redlock(&nodes).await);
     }
     let history = Arc::new(History::new());
-    let seen = workload(&handles, "export:t1", &permit(), ms(3_000), &history).await;
+    // A long ttl: the slots left behind below are gone by their releases, not their expiry.
+    let options = permit().ttl(ms(30_000));
+    let seen = workload(&handles, "export:t1", &options, ms(3_000), &history).await;
     let peak = at_most_k(&history);
     println!(
         "{} holds, peak {peak}, {} errors",
@@ -120,8 +177,7 @@ async fn at_most_k_holders_across_handles_and_all_k_used() {
     // The slots are the permits: nothing is left behind after the last release.
     let key = handles[0].key_for("export:t1");
     for slot in 0..K {
-        let slot_key = format!("{key}\0redlock:permit:{slot}");
-        nodes.gone_everywhere(&slot_key).await;
+        gone_soon(&nodes, &slot_key(&key, slot)).await;
     }
     // The resource's own lock key is never written.
     assert!(nodes.values(&key).await.iter().all(Option::is_none));
@@ -308,23 +364,22 @@ async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
     let info = guard.info();
     assert!(guard.release().await.unwrap().was_held());
     assert!(info.lost().is_lost() && !info.is_valid());
-    nodes.gone_everywhere(&slot_key).await;
-    // A dropped guard releases its slot; a shutdown releases every permit held.
-    let dropped = redlock.lock_with("job", &options).await.unwrap();
+    // Extended to 5 s: gone within 1 s only by the release.
+    gone_soon(&nodes, &slot_key).await;
+    // A dropped guard releases its slot; a shutdown releases every permit held (a 30 s
+    // ttl: gone within 1 s only by their releases).
+    let long = LockOptions::default().permits(2).ttl(ms(30_000));
+    let dropped = redlock.lock_with("job", &long).await.unwrap();
     let slot = dropped.info().slot().unwrap();
     drop(dropped);
     let key = redlock.key_for("job");
-    nodes
-        .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
-        .await;
-    let _one = redlock.lock_with("job", &options).await.unwrap();
-    let _two = redlock.lock_with("job", &options).await.unwrap();
+    gone_soon(&nodes, &self::slot_key(&key, slot)).await;
+    let _one = redlock.lock_with("job", &long).await.unwrap();
+    let _two = redlock.lock_with("job", &long).await.unwrap();
     let report = redlock.shutdown(Duration::from_secs(5)).await;
     assert_eq!(report.released, ["job", "job"], "{report:?}");
     for slot in 0..2 {
-        nodes
-            .gone_everywhere(&format!("{key}\0redlock:permit:{slot}"))
-            .await;
+        gone_soon(&nodes, &self::slot_key(&key, slot)).await;
     }
 }
 
@@ -495,4 +550,184 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
         ),
         "{built:?}"
     );
+}
+
+/// Node `i`'s slot `slot` of `key` written from a plain client with a 30 s ttl: a holder's
+/// (or a holder's extension's) key on that node alone.
+async fn plant(nodes: &RedisNodes, i: usize, key: &str, value: &str) {
+    let args = vec![
+        key.to_owned(),
+        value.to_owned(),
+        "PX".into(),
+        "30000".into(),
+    ];
+    let _: String = on_node(nodes, i, "SET", args).await;
+}
+
+/// Node `i`'s `key` deleted from a plain client.
+async fn delete_on(nodes: &RedisNodes, i: usize, key: &str) {
+    let _: i64 = on_node(nodes, i, "DEL", vec![key.to_owned()]).await;
+}
+
+#[tokio::test]
+async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let first = redlock.lock_with("job", &options).await.unwrap();
+    let second = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(
+        (first.info().slot(), second.info().slot()),
+        (Some(0), Some(1))
+    );
+    // Slot 0 held on nodes {0, 1}, slot 1 on {1, 2} (extensions that missed a node): both
+    // holders valid, the semaphore full.
+    let key = redlock.key_for("job");
+    delete_on(&nodes, 2, &slot_key(&key, 0)).await;
+    delete_on(&nodes, 0, &slot_key(&key, 1)).await;
+    // Each attempt: node 0 grants slot 1, node 1 refuses, node 2 grants slot 0. Neither slot
+    // was free on two nodes: busy, not a split polled every few ms.
+    let before = nodes.script_calls().await;
+    let error = redlock
+        .lock_with("job", &options.clone().retry_count(3))
+        .await
+        .unwrap_err();
+    let calls: Vec<u64> = nodes
+        .script_calls()
+        .await
+        .iter()
+        .zip(&before)
+        .map(|(after, before)| after - before)
+        .collect();
+    println!("script calls per node: {calls:?}");
+    assert!(error.is_busy(), "{error}");
+    // Five attempts (the first, three retries, the one after joining the queue), their
+    // clean-ups and the leave, and a script's first load: a split's ten attempts would be more.
+    assert!(
+        calls.iter().all(|&n| n <= 14),
+        "script calls per node: {calls:?}"
+    );
+    // What the attempts took was released; the holders keep theirs.
+    let token = |guard: &redlock_core::LockGuard| Some(guard.token().expose().to_owned());
+    values_soon(
+        &nodes,
+        &slot_key(&key, 0),
+        &[token(&first), token(&first), None],
+    )
+    .await;
+    values_soon(
+        &nodes,
+        &slot_key(&key, 1),
+        &[None, token(&second), token(&second)],
+    )
+    .await;
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_scattered_round_releases_every_slot_it_took() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let key = redlock.key_for("job");
+    // Slots held by others: slot 0 on nodes {0, 1, 4}, slot 1 on {2, 3, 4}. Each attempt
+    // takes slot 1 on nodes 0 and 1, slot 0 on 2 and 3, slot 2 on 4: no slot on three,
+    // and slot 2 was free on all five: a split, attempted again and given up as one.
+    for i in [0, 1, 4] {
+        plant(&nodes, i, &slot_key(&key, 0), "zero").await;
+    }
+    for i in [2, 3, 4] {
+        plant(&nodes, i, &slot_key(&key, 1), "one").await;
+    }
+    let options = LockOptions::default()
+        .permits(3)
+        .ttl(ms(30_000))
+        .retry_count(0);
+    let error = within("the split attempts", redlock.lock_with("job", &options))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LockError::SplitVote { .. }),
+        "not a split: {error}"
+    );
+    // Nothing of the attempts is left: the planted keys only (a 30 s ttl, so not by expiry).
+    let zero = Some("zero".to_owned());
+    let one = Some("one".to_owned());
+    let expected = [zero.clone(), zero.clone(), None, None, zero];
+    values_soon(&nodes, &slot_key(&key, 0), &expected).await;
+    let expected = [None, None, one.clone(), one.clone(), one];
+    values_soon(&nodes, &slot_key(&key, 1), &expected).await;
+    gone_soon(&nodes, &slot_key(&key, 2)).await;
+}
+
+#[tokio::test]
+async fn waiters_that_leave_leave_no_alive_entries() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(1).ttl(ms(30_000));
+    let held = redlock.lock_with("job", &options).await.unwrap();
+    let key = redlock.key_for("job");
+    let (queue, alive) = (
+        format!("{key}\0redlock:permit-waiters"),
+        format!("{key}\0redlock:permit-alive"),
+    );
+    // Four waiters give up at their wait timeout, two more are dropped while they wait.
+    let waiting = options.clone().retry_delay(ms(50)).retry_jitter(ms(10));
+    let timing_out = (0..4).map(|_| {
+        let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(400)));
+        async move { redlock.lock_with("job", &waiting).await }
+    });
+    let dropped = (0..2).map(|_| {
+        let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(10_000)));
+        async move { tokio::time::timeout(ms(400), redlock.lock_with("job", &waiting)).await }
+    });
+    let (timed_out, dropped) = within("the waiters", async {
+        futures_util::future::join(
+            futures_util::future::join_all(timing_out),
+            futures_util::future::join_all(dropped),
+        )
+        .await
+    })
+    .await;
+    assert!(
+        timed_out
+            .iter()
+            .all(|r| r.as_ref().is_err_and(LockError::is_busy))
+    );
+    assert!(
+        dropped.iter().all(Result::is_err),
+        "a dropped waiter was granted"
+    );
+    // They left the queue, and their entries in the alive set with it.
+    let deadline = Instant::now() + ms(1_000);
+    loop {
+        let (queued, counted) = (zcards(&nodes, &queue).await, zcards(&nodes, &alive).await);
+        if queued.iter().all(|&n| n == 0) && counted.iter().all(|&n| n == 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "queued {queued:?}, alive entries {counted:?}"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_alive_entry_no_longer_queued_is_dropped_by_the_next_attempt() {
+    let nodes = RedisNodes::start(3);
+    let redlock = redlock(&nodes).await;
+    let key = redlock.key_for("job");
+    let alive = format!("{key}\0redlock:permit-alive");
+    // A waiter a release's hand-over popped from the queue, that never came back: its entry
+    // still counts for a long while, but it is queued nowhere.
+    let gone = "~00000000000000bb".to_owned();
+    nodes
+        .zadd(&alive, &["99999999999999".to_owned(), gone])
+        .await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let guard = redlock.lock_with("job", &options).await.unwrap();
+    assert_eq!(zcards(&nodes, &alive).await, [0, 0, 0]);
+    guard.release().await.unwrap();
 }

@@ -30,8 +30,9 @@ pub(super) enum AttemptFailure {
     Fence(Outcomes),
     /// A quorum granted it, but too late: no validity was left after this long.
     NoValidity(Duration),
-    /// A semaphore's permit: nodes granted slots, but different ones, none on a quorum
-    /// (concurrent requests took the free slots in different orders).
+    /// A semaphore's permit: nodes granted slots, but different ones, none on a quorum,
+    /// while some slot was free on enough nodes for one (concurrent requests took the free
+    /// slots in different orders). Without such a slot the semaphore is busy: a refusal.
     Scattered(Outcomes),
 }
 

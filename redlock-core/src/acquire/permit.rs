@@ -2,15 +2,17 @@
 //! 1–5 on the semaphore's slots, in one round.
 //!
 //! A semaphore of K permits is K plain locks, one per slot. Every node takes, for the attempt,
-//! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which;
-//! the attempt holds a permit when one slot was granted by a quorum within the validity, and
-//! releases every other slot it took, on every node (step 5). The order is ascending slot
+//! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which,
+//! with the slots that were free for the request; the attempt holds a permit when one slot
+//! was granted by a quorum within the validity, and releases every other slot it took, on
+//! every node (step 5). With no slot on a quorum, it is a split only if some slot was free on
+//! enough nodes for one; otherwise the semaphore is busy ([`SlotTally`]). The order is ascending slot
 //! order for every request, so that concurrent requests race for the lowest free slot as they
 //! would for one lock: two requests that meet with two slots free each get one (every node
 //! gives slot 0 to one and slot 1 to the other, so the request that has slot 0 on a majority
 //! has it there, and the other has slot 1 on that same majority).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use super::attempt::{AttemptFailure, Granted, Split};
@@ -41,32 +43,43 @@ pub(super) struct PermitAsk<'a> {
 pub(super) enum SlotTally {
     /// This slot (from 0) was granted by a quorum: the permit is held.
     Won(usize),
-    /// No slot has a quorum, and the nodes that refused (every slot busy) or did not answer
-    /// leave none possible: the semaphore is busy, or the nodes unavailable.
+    /// No slot has a quorum, and none could have had one: no slot was free for the request
+    /// on enough nodes (counting those that did not answer) to make a quorum, or too few
+    /// answered. The semaphore is busy (its holders' slots missed different nodes), or the
+    /// nodes unavailable.
     Refused,
-    /// A quorum answered and nodes granted slots, but different ones, none on a quorum:
-    /// concurrent requests took
-    /// the free slots in different orders on different nodes. Attempting again after a short
-    /// random delay resolves it.
+    /// No slot has a quorum, but some slot was free on enough nodes for one: concurrent
+    /// requests took the free slots in different orders on different nodes. Attempting
+    /// again after a short random delay resolves it.
     Scattered,
 }
 
 impl SlotTally {
-    /// The tally of `granted` (per node, the slot it granted, if any), `refused` nodes having
-    /// found every slot busy, with `quorum` nodes needed. Each node grants one slot per
-    /// attempt, so at most one slot has a quorum.
-    pub(super) fn of(granted: &[Option<usize>], refused: usize, quorum: usize) -> Self {
-        let mut counts: Vec<(usize, usize)> = Vec::new();
+    /// The tally of `granted` (per node, the slot it granted, if any) and `free` (per node,
+    /// the slots that were free for the request there; none where it was refused or no
+    /// answer came), `refused` nodes having found no slot free for it, with `quorum` nodes
+    /// needed. Each node grants one slot per attempt, so at most one slot has a quorum.
+    pub(super) fn of(
+        granted: &[Option<usize>],
+        free: &[Vec<usize>],
+        refused: usize,
+        quorum: usize,
+    ) -> Self {
+        let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
         for slot in granted.iter().flatten() {
-            match counts.iter_mut().find(|(s, _)| s == slot) {
-                Some((_, count)) => *count += 1,
-                None => counts.push((*slot, 1)),
-            }
+            *counts.entry(*slot).or_default() += 1;
+        }
+        if let Some((&slot, _)) = counts.iter().find(|(_, count)| **count >= quorum) {
+            return Self::Won(slot);
         }
         let answered = granted.iter().flatten().count() + refused;
-        if let Some(&(slot, _)) = counts.iter().find(|(_, count)| *count >= quorum) {
-            Self::Won(slot)
-        } else if counts.is_empty() || refused >= quorum || answered < quorum {
+        let silent = granted.len().saturating_sub(answered);
+        let mut free_on: BTreeMap<usize, usize> = BTreeMap::new();
+        for slot in free.iter().flatten() {
+            *free_on.entry(*slot).or_default() += 1;
+        }
+        let reachable = free_on.values().any(|count| count + silent >= quorum);
+        if counts.is_empty() || answered < quorum || !reachable {
             Self::Refused
         } else {
             Self::Scattered
@@ -116,19 +129,28 @@ impl Redlock {
         let tally = masters
             .round(masters.len(), limit, Stop::AtQuorum, |node| async move {
                 let reply = node.acquire_permit(request).await;
-                (reply.vote, (reply.slot, reply.left_ms))
+                (reply.vote, (reply.slot, reply.left_ms, reply.free))
             })
             .await;
         let granted: Vec<Option<usize>> = tally
             .counters
             .iter()
-            .map(|c| c.as_ref().and_then(|(slot, _)| *slot))
+            .map(|c| c.as_ref().and_then(|(slot, _, _)| *slot))
+            .collect();
+        let free: Vec<Vec<usize>> = tally
+            .counters
+            .iter()
+            .map(|c| {
+                c.as_ref()
+                    .map(|(_, _, free)| free.clone())
+                    .unwrap_or_default()
+            })
             .collect();
         let unknown = tally
             .votes
             .iter()
             .any(|vote| !matches!(vote, NodeVote::Acquired | NodeVote::Held));
-        let decided = SlotTally::of(&granted, tally.refused, masters.quorum);
+        let decided = SlotTally::of(&granted, &free, tally.refused, masters.quorum);
         let everywhere = granted.iter().all(Option::is_some);
         // Step 5's set: every slot some node granted, and every slot when some node did not
         // answer (its SET may still land); the slot won is kept.
@@ -140,7 +162,7 @@ impl Redlock {
         let mut outcomes = masters.outcomes(tally.votes);
         outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
             c.as_ref()
-                .and_then(|(_, left)| *left)
+                .and_then(|(_, left, _)| *left)
                 .map(Duration::from_millis)
         }));
         tracing::debug!(
@@ -283,26 +305,65 @@ async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
 mod tests {
     use super::*;
 
+    /// Each node's free slots, as the script reports them (none where it refused).
+    fn free_sets(sets: &[&[usize]]) -> Vec<Vec<usize>> {
+        sets.iter().map(|set| set.to_vec()).collect()
+    }
+
     #[test]
     fn a_slot_is_won_on_a_quorum_and_only_then() {
         let q = 3;
         // Two requests met on five nodes with two slots free: each node gave slot 0 to one.
         let first = [Some(0), Some(0), Some(0), Some(1), Some(1)];
-        assert_eq!(SlotTally::of(&first, 0, q), SlotTally::Won(0));
+        let both = free_sets(&[&[0, 1], &[0, 1], &[0, 1], &[1], &[1]]);
+        assert_eq!(SlotTally::of(&first, &both, 0, q), SlotTally::Won(0));
         let second = [Some(1), Some(1), Some(1), Some(0), Some(0)];
-        assert_eq!(SlotTally::of(&second, 0, q), SlotTally::Won(1));
-        // Three requests took three slots in different orders: nobody has a quorum.
-        let scattered = [Some(0), Some(1), Some(2), Some(0), Some(1)];
-        assert_eq!(SlotTally::of(&scattered, 0, q), SlotTally::Scattered);
+        let both = free_sets(&[&[1], &[1], &[1], &[0, 1], &[0, 1]]);
+        assert_eq!(SlotTally::of(&second, &both, 0, q), SlotTally::Won(1));
         // A majority found every slot busy: busy, whatever the others granted.
         let busy = [Some(0), Some(1), None, None, None];
-        assert_eq!(SlotTally::of(&busy, 3, q), SlotTally::Refused);
+        let free = free_sets(&[&[0, 1], &[1], &[], &[], &[]]);
+        assert_eq!(SlotTally::of(&busy, &free, 3, q), SlotTally::Refused);
         // Nothing granted (refusals, failures): refused.
-        assert_eq!(SlotTally::of(&[None; 5], 2, q), SlotTally::Refused);
+        assert_eq!(
+            SlotTally::of(&[None; 5], &vec![Vec::new(); 5], 2, q),
+            SlotTally::Refused
+        );
         // Two grants of one slot, the other nodes down: too few answered.
         let short = [Some(2), Some(2), None, None, None];
-        assert_eq!(SlotTally::of(&short, 0, q), SlotTally::Refused);
-        // Two grants, two refusals, one node down: the slots were free on two.
-        assert_eq!(SlotTally::of(&short, 2, q), SlotTally::Scattered);
+        let free = free_sets(&[&[2], &[2], &[], &[], &[]]);
+        assert_eq!(SlotTally::of(&short, &free, 0, q), SlotTally::Refused);
+        // Two grants, two refusals, one node down: slot 2 was free on two, and the silent
+        // node makes three.
+        assert_eq!(SlotTally::of(&short, &free, 2, q), SlotTally::Scattered);
+    }
+
+    #[test]
+    fn requests_that_met_with_slots_free_are_a_split() {
+        let q = 3;
+        // Three requests took three free slots in different orders on five nodes: this one
+        // found slot 2 free everywhere (nobody took it before it on any node).
+        let scattered = [Some(0), Some(1), Some(2), Some(0), Some(1)];
+        let free = free_sets(&[&[0, 1, 2], &[1, 2], &[2], &[0, 1, 2], &[1, 2]]);
+        assert_eq!(SlotTally::of(&scattered, &free, 0, q), SlotTally::Scattered);
+        // Some refused, but a slot was free on three of the others.
+        let some = [Some(0), Some(1), Some(1), None, None];
+        let free = free_sets(&[&[0, 1], &[1], &[1], &[], &[]]);
+        assert_eq!(SlotTally::of(&some, &free, 2, q), SlotTally::Scattered);
+    }
+
+    #[test]
+    fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
+        // Three nodes, two permits, both held: slot 0 on {A, B}, slot 1 on {B, C}. A grants
+        // slot 1, B refuses, C grants slot 0: each slot was free on one node only.
+        let granted = [Some(1), None, Some(0)];
+        let free = free_sets(&[&[1], &[], &[0]]);
+        assert_eq!(SlotTally::of(&granted, &free, 1, 2), SlotTally::Refused);
+        // Five nodes: each slot free on two, the fifth refused: no quorum possible.
+        let granted = [Some(0), Some(1), Some(0), Some(1), None];
+        let free = free_sets(&[&[0], &[1], &[0], &[1], &[]]);
+        assert_eq!(SlotTally::of(&granted, &free, 1, 3), SlotTally::Refused);
+        // The fifth silent instead: with it, either slot could have had three: a split.
+        assert_eq!(SlotTally::of(&granted, &free, 0, 3), SlotTally::Scattered);
     }
 }

@@ -74,9 +74,13 @@ impl Redlock {
         // request's waiter entry, from its first attempt on): every way out of this function
         // but a grant that keeps the place leaves the queue, this future being dropped
         // included.
+        let alive = match &target {
+            Target::Permit(slots) => Some(slots.alive.as_str()),
+            Target::Lock | Target::Many(_) => None,
+        };
         let mut exit = request
             .is_some()
-            .then(|| QueueExit::new(self, &keys, &waiter.marker, true));
+            .then(|| QueueExit::new(self, &keys, &waiter.marker, true, None));
         loop {
             let attempts = state.begin_attempt();
             acquisition.attempting(attempts);
@@ -147,7 +151,9 @@ impl Redlock {
                 }
                 Step::JoinQueue => {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
-                    exit.get_or_insert_with(|| QueueExit::new(self, &keys, &waiter.marker, false));
+                    exit.get_or_insert_with(|| {
+                        QueueExit::new(self, &keys, &waiter.marker, false, alive)
+                    });
                     if let Some(waiters) = &self.inner().waiters {
                         waiting = Some(waiters.join(&keys.waiters).await);
                     }
@@ -217,15 +223,16 @@ impl Redlock {
 
     /// Leaves the resource's waiters on every node, in the background (a waiter that gave up,
     /// or was granted by only some nodes): its place in the queue of plain waiters, or, for a
-    /// mode request, its waiter's entry in the holders' hash.
-    fn leave_queue(&self, keys: ResourceKeys, marker: String, mode: bool) {
+    /// mode request, its waiter's entry in the holders' hash; for a permit, its entry in the
+    /// semaphore's `alive` set too.
+    fn leave_queue(&self, keys: ResourceKeys, marker: String, mode: bool, alive: Option<String>) {
         let masters = Arc::clone(self.masters());
         self.spawn_background(async move {
             let limit = masters.node_timeout;
-            let leave = masters
-                .nodes
-                .iter()
-                .map(|node| tokio::time::timeout(limit, node.leave(&keys, &marker, mode)));
+            let leave = masters.nodes.iter().map(|node| {
+                let leave = node.leave(&keys, &marker, mode, alive.as_deref());
+                tokio::time::timeout(limit, leave)
+            });
             futures_util::future::join_all(leave).await;
         });
     }
@@ -279,16 +286,25 @@ struct QueueExit {
     marker: String,
     /// A mode request's waiter entry, rather than a plain waiter's place.
     mode: bool,
+    /// A semaphore's `alive` set, which keeps an entry per queued waiter.
+    alive: Option<String>,
     armed: bool,
 }
 
 impl QueueExit {
-    fn new(redlock: &Redlock, keys: &ResourceKeys, marker: &str, mode: bool) -> Self {
+    fn new(
+        redlock: &Redlock,
+        keys: &ResourceKeys,
+        marker: &str,
+        mode: bool,
+        alive: Option<&str>,
+    ) -> Self {
         Self {
             redlock: redlock.clone(),
             keys: keys.clone(),
             marker: marker.to_owned(),
             mode,
+            alive: alive.map(str::to_owned),
             armed: true,
         }
     }
@@ -298,7 +314,8 @@ impl Drop for QueueExit {
     fn drop(&mut self) {
         if self.armed {
             let (keys, marker) = (self.keys.clone(), std::mem::take(&mut self.marker));
-            self.redlock.leave_queue(keys, marker, self.mode);
+            let alive = self.alive.take();
+            self.redlock.leave_queue(keys, marker, self.mode, alive);
         }
     }
 }

@@ -622,19 +622,22 @@ impl Node {
 
     /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain
     /// waiters, or, for a mode request (`mode`), its waiter's entry in the holders' hash
-    /// ([`LEAVE`]).
+    /// ([`LEAVE`]); and its entry in a semaphore's `alive` set, when given.
     pub(crate) async fn leave(
         &self,
         keys: &ResourceKeys,
         marker: &str,
         mode: bool,
+        alive: Option<&str>,
     ) -> Result<(), NodeError> {
         let key = if mode { &keys.lock } else { &keys.waiters };
         let args = [
             Value::from(marker),
             Value::from(if mode { "1" } else { "0" }),
         ];
-        self.eval(&LEAVE, &[key.as_str()], &args).await.map(drop)
+        let mut script_keys = vec![key.as_str()];
+        script_keys.extend(alive);
+        self.eval(&LEAVE, &script_keys, &args).await.map(drop)
     }
 }
 

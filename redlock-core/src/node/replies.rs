@@ -90,21 +90,27 @@ pub(crate) struct PermitReply {
     pub(crate) vote: NodeVote,
     /// When granted, the slot taken: its index in the request's order (from 0).
     pub(crate) slot: Option<usize>,
+    /// When granted, the slots that were free for the request before it took one (the slot
+    /// taken among them), ascending; empty otherwise (a refusal found none free for it).
+    pub(crate) free: Vec<usize>,
     /// When refused, how long until the earliest busy slot expires, in ms.
     pub(crate) left_ms: Option<u64>,
 }
 
-/// The `{1, 0, slot} | {0, 0, 0, left, "permits"} | {-1 | -3, 0}` reply of the permit
+/// The `{1, 0, slot, free} | {0, 0, 0, left, "permits"} | {-1 | -3, 0}` reply of the permit
 /// script on the semaphore of `key`, with `slots` slots (a slot outside them is an
-/// unexpected reply).
+/// unexpected reply; `free` is one `1` or `0` per slot, and counts the slot taken).
 pub(super) fn permit_reply(
     reply: Result<Value, NodeError>,
     key: &str,
     slots: usize,
 ) -> PermitReply {
-    let slot = match &reply {
-        Ok(Value::Array(parts)) => parts.get(2).and_then(Value::as_i64),
-        _ => None,
+    let (slot, bits) = match &reply {
+        Ok(Value::Array(parts)) => (
+            parts.get(2).and_then(Value::as_i64),
+            parts.get(3).and_then(Value::as_string),
+        ),
+        _ => (None, None),
     };
     let AcquireReply { vote, left_ms, .. } = acquire_reply(reply, key);
     match vote {
@@ -112,22 +118,38 @@ pub(super) fn permit_reply(
             .and_then(|slot| usize::try_from(slot).ok())
             .filter(|slot| (1..=slots).contains(slot))
         {
-            Some(slot) => PermitReply {
-                vote,
-                slot: Some(slot - 1),
-                left_ms: None,
-            },
+            Some(slot) => {
+                let slot = slot - 1;
+                let mut free: Vec<usize> = bits
+                    .unwrap_or_default()
+                    .bytes()
+                    .take(slots)
+                    .enumerate()
+                    .filter_map(|(i, bit)| (bit == b'1').then_some(i))
+                    .collect();
+                if let Err(at) = free.binary_search(&slot) {
+                    free.insert(at, slot);
+                }
+                PermitReply {
+                    vote,
+                    slot: Some(slot),
+                    free,
+                    left_ms: None,
+                }
+            }
             None => PermitReply {
                 vote: NodeVote::Failed(NodeError::UnexpectedReply(format!(
                     "to the permit script: slot {slot:?} of {slots}"
                 ))),
                 slot: None,
+                free: Vec::new(),
                 left_ms: None,
             },
         },
         vote => PermitReply {
             vote,
             slot: None,
+            free: Vec::new(),
             left_ms,
         },
     }
@@ -200,8 +222,12 @@ mod tests {
     #[test]
     fn permit_replies_name_the_slot_from_zero() {
         let reply = |parts: Vec<Value>| permit_reply(Ok(Value::Array(parts)), "k", 3);
-        let granted = reply(vec![1.into(), 0.into(), 2.into()]);
+        let granted = reply(vec![1.into(), 0.into(), 2.into(), "011".into()]);
         assert_eq!((granted.vote, granted.slot), (NodeVote::Acquired, Some(1)));
+        assert_eq!(granted.free, [1, 2]);
+        // The slot taken was free, whatever the reply says.
+        let bare = reply(vec![1.into(), 0.into(), 3.into()]);
+        assert_eq!((bare.slot, bare.free), (Some(2), vec![2]));
         let busy = reply(vec![
             0.into(),
             0.into(),
@@ -213,6 +239,7 @@ mod tests {
             (busy.vote, busy.slot, busy.left_ms),
             (NodeVote::Held, None, Some(900))
         );
+        assert!(busy.free.is_empty());
         for wrong in [0, 4] {
             let odd = reply(vec![1.into(), 0.into(), wrong.into()]);
             assert!(matches!(

@@ -21,20 +21,29 @@
 --       queue_ttl_ms   how long the queue outlives this attempt
 --       alive_ms       how long the waiter's entry counts after this attempt
 --
--- Returns `{1, 0, slot}` when granted (`slot` the 1-based index of the slot taken, in the
--- order of KEYS), `{0, 0, 0, left, "permits"}` when refused (`left` the ms until the earliest
--- busy slot expires, -1 if unknown), `{-1, 0}` quarantined, `{-3, 0}` a handle with another
--- quarantine (prelude.lua).
+-- Returns `{1, 0, slot, free}` when granted (`slot` the 1-based index of the slot taken, in
+-- the order of KEYS; `free` which slots were free for this request before it took one, a
+-- string of one "1" or "0" per slot in the order of KEYS, the slot reserved for it counting
+-- as free), `{0, 0, 0, left, "permits"}` when refused (`left` the ms until the earliest busy
+-- slot expires, -1 if unknown; no slot counts as free for it), `{-1, 0}` quarantined, `{-3,
+-- 0}` a handle with another quarantine (prelude.lua). The client tells a busy semaphore from
+-- a split by `free`: a split only if some slot was free on enough nodes for a quorum.
 --
 -- A slot reserved for this waiter by a release's hand-over (release_handover.lua: the slot's
 -- value is the waiter's marker) is taken at once. Otherwise the first free slot, unless the
 -- waiters queued here that started waiting before this one (and still count) are at least as
 -- many as the free slots: those are theirs, so a newcomer does not pass them. The entries of
 -- waiters that stopped attempting (crashed) stop counting `alive_ms` after their last attempt,
--- and are dropped here as they are met (at most K + 32 entries are read per attempt). A queued waiter granted a slot leaves the
--- queue; one refused keeps its place (`ZADD NX`, at most MAX_QUEUED_WAITERS (1024) entries)
--- and renews its entry. The queue commands run under `pcall`: without them (ACL) it is an
--- attempt without hand-over or ranking.
+-- and are dropped here as they are met (at most K + 32 entries are read per attempt). A
+-- queued waiter granted a slot leaves the queue; one refused keeps its place (`ZADD NX`, at
+-- most MAX_QUEUED_WAITERS (1024) entries) and renews its entry. The queue commands run under
+-- `pcall`: without them (ACL) it is an attempt without hand-over or ranking.
+--
+-- `alive_key` holds entries of queued waiters only: a waiter that leaves (leave.lua) leaves
+-- both sets, and each attempt drops the entries that stopped counting and, among the 8 that
+-- count for the shortest time, those no longer queued (a waiter a release's hand-over popped
+-- from the queue and that never came back), so that the set stays within the queue's size
+-- plus the waiters that left within the last `alive_ms`.
 local witness_key, marker_key, queue_key, alive_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
 local marker, score, queue_ttl_ms, alive_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
@@ -42,13 +51,24 @@ local first_slot = 5
 
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
+local now = node_now_or_nil()
+if now then
+  redis.pcall("zremrangebyscore", alive_key, "-inf", now)
+  local soonest = redis.pcall("zrange", alive_key, 0, 7)
+  if type(soonest) == "table" then
+    for _, other in ipairs(soonest) do
+      if redis.pcall("zscore", queue_key, other) == false then
+        redis.pcall("zrem", alive_key, other)
+      end
+    end
+  end
+end
 local function refused(earliest)
   if marker ~= "" then
     if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
       redis.pcall("zadd", queue_key, "NX", score, marker)
     end
     redis.pcall("pexpire", queue_key, queue_ttl_ms)
-    local now = node_now_or_nil()
     if now then
       redis.pcall("zadd", alive_key, now + tonumber(alive_ms), marker)
       redis.pcall("pexpire", alive_key, queue_ttl_ms)
@@ -56,8 +76,27 @@ local function refused(earliest)
   end
   return {0, 0, 0, earliest, "permits"}
 end
-local function take(i, reserved)
-  if reserved then
+
+-- Which slots are free for this request (the one reserved for it included), as "1" or "0"
+-- per slot; the first free one; the one reserved for it; when the earliest busy one frees.
+local bits, free, reserved, count, earliest = {}, nil, nil, 0, -1
+for i = first_slot, #KEYS do
+  local current = redis.pcall("get", KEYS[i])
+  bits[i - first_slot + 1] = "0"
+  if marker ~= "" and current == marker then
+    reserved = i
+    bits[i - first_slot + 1] = "1"
+  elseif not current then
+    count = count + 1
+    if not free then free = i end
+    bits[i - first_slot + 1] = "1"
+  else
+    local left = ms_left(KEYS[i])
+    if left > 0 and (earliest < 0 or left < earliest) then earliest = left end
+  end
+end
+local function take(i, is_reserved)
+  if is_reserved then
     redis.call("set", KEYS[i], token, "PX", ttl_ms)
   elseif not redis.call("set", KEYS[i], token, "NX", "PX", ttl_ms) then
     return nil
@@ -66,28 +105,14 @@ local function take(i, reserved)
     redis.pcall("zrem", queue_key, marker)
     redis.pcall("zrem", alive_key, marker)
   end
-  return {1, 0, i - first_slot + 1}
+  return {1, 0, i - first_slot + 1, table.concat(bits)}
 end
 
-local free, count, earliest = nil, 0, -1
-for i = first_slot, #KEYS do
-  local current = redis.pcall("get", KEYS[i])
-  if marker ~= "" and current == marker then
-    return take(i, true) or refused(earliest)
-  end
-  if not current then
-    count = count + 1
-    if not free then free = i end
-  else
-    local left = ms_left(KEYS[i])
-    if left > 0 and (earliest < 0 or left < earliest) then earliest = left end
-  end
-end
+if reserved then return take(reserved, true) end
 if not free then return refused(earliest) end
 -- The waiters ahead of this one, while they are fewer than the free slots: those queued here
 -- that started waiting before it and still count; the entries that stopped counting are
 -- dropped on the way. Without the node's clock, no ranking.
-local now = node_now_or_nil()
 if now then
   local before =
     redis.pcall("zrangebyscore", queue_key, "-inf", "(" .. score, "LIMIT", 0, count + 32)
