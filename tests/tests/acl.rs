@@ -65,7 +65,7 @@ fn list(feature: &str) -> Vec<String> {
 fn the_readme_lists_the_commands_each_feature_needs() {
     let rows = readme_lists();
     let features: Vec<&str> = rows.iter().map(|(f, _)| f.as_str()).collect();
-    assert_eq!(rows.len(), 8, "{features:?}");
+    assert_eq!(rows.len(), 12, "{features:?}");
     let base = list("Base");
     for needed in [
         "+set",
@@ -249,6 +249,11 @@ async fn the_base_list_alone_locks_extends_auto_extends_and_releases() {
         .release()
         .await
         .unwrap();
+
+    // Detach and resume (the swap: GET, SET KEEPTTL, PTTL), then release by the new token.
+    let detached = a.lock("acl:handed").await.unwrap().detach().unwrap();
+    let resumed = b.resume(&detached).await.unwrap();
+    assert!(resumed.release().await.unwrap().was_held());
 
     // Auto-extension: a 1 s lock held for 2.5 s, another handle refused all along.
     let auto = LockOptions::default()
@@ -489,4 +494,16 @@ async fn inspect_works_with_its_row() {
     }
     assert!(status.is_held());
     guard.release().await.unwrap();
+}
+
+/// Force-release with its row's commands: a holder removed on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_force_release_row_breaks_a_lock() {
+    let servers = servers(&list("Force-release"));
+    let (a, operator) = (handle(&servers).await, handle(&servers).await);
+    let guard = a.lock("acl:stuck").await.unwrap();
+    let report = operator.force_release("acl:stuck").await.unwrap();
+    assert_eq!((report.removed, report.answered), (3, 3), "{report:?}");
+    drop(guard);
+}
 }
