@@ -506,4 +506,3 @@ async fn the_force_release_row_breaks_a_lock() {
     assert_eq!((report.removed, report.answered), (3, 3), "{report:?}");
     drop(guard);
 }
-}
