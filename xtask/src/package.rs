@@ -34,6 +34,7 @@ const REQUIRED: [&str; 3] = ["LICENSE-MIT", "LICENSE-APACHE", "README.md"];
 /// `cargo package` of them all (which builds each from its package).
 pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
     unpublished_members_say_so(root)?;
+    forget_builds_from_packages(root)?;
     for krate in PUBLISHED {
         let files = listed_files(root, krate)?;
         let dir = member_dir(root, krate)?;
@@ -45,11 +46,84 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
             );
         }
     }
+    forget_unpacked_packages()?;
     let mut args = vec!["package", "--allow-dirty", "--quiet"];
     for krate in PUBLISHED {
         args.extend(["-p", krate]);
     }
     crate::cargo(&args)
+}
+
+/// Forgets the builds of our crates that an earlier `cargo package` made from its packages
+/// (their dep-info names sources under `$CARGO_HOME/registry/src/-<hash>/`): their sources are
+/// unpacked with the packages' fixed file times, so cargo would find the build of an earlier
+/// package fresh and use it for the package just made.
+fn forget_builds_from_packages(root: &Path) -> anyhow::Result<()> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| root.join("target"), PathBuf::from)
+        .join("debug");
+    let Ok(deps) = std::fs::read_dir(target.join("deps")) else {
+        return Ok(());
+    };
+    for entry in deps.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".d") else {
+            continue;
+        };
+        let Some((krate, hash)) = PUBLISHED.iter().find_map(|krate| {
+            let lib = krate.replace('-', "_");
+            let hash = stem.strip_prefix(&lib)?.strip_prefix('-')?;
+            Some((*krate, hash))
+        }) else {
+            continue;
+        };
+        let from_a_package = std::fs::read_to_string(entry.path())
+            .is_ok_and(|info| info.contains("/registry/src/-"));
+        let fingerprint = target.join(".fingerprint").join(format!("{krate}-{hash}"));
+        if from_a_package && fingerprint.exists() {
+            std::fs::remove_dir_all(&fingerprint)
+                .with_context(|| format!("could not remove {}", fingerprint.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes our crates' sources that an earlier `cargo package` unpacked from its local
+/// registry of the packages it made (`$CARGO_HOME/registry/src/-<hash>/`, a registry named by
+/// the path of the target directory). Cargo unpacks a `.crate` there once per name and
+/// version and reuses the directory afterwards, so a later run with the same version and target
+/// directory would build the other packages against the sources of that earlier run, not the
+/// packages it just made (a crate that gained an item then fails to build its dependents).
+fn forget_unpacked_packages() -> anyhow::Result<()> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(home) => PathBuf::from(home),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let Ok(registries) = std::fs::read_dir(home.join("registry").join("src")) else {
+        return Ok(());
+    };
+    for registry in registries.flatten() {
+        // Only local registries (their names start with `-`), never crates.io's.
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for unpacked in std::fs::read_dir(registry.path())?.flatten() {
+            let name = unpacked.file_name().to_string_lossy().into_owned();
+            let ours = PUBLISHED.iter().any(|krate| {
+                name.strip_prefix(krate)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|version| version.starts_with(|c: char| c.is_ascii_digit()))
+            });
+            if ours {
+                std::fs::remove_dir_all(unpacked.path())
+                    .with_context(|| format!("could not remove {}", unpacked.path().display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The files `cargo package` would put in `krate`'s package, relative to its directory.
