@@ -109,20 +109,37 @@ impl Redlock {
         });
         let handover = handover.as_ref();
         let (token, limit) = (token.expose(), masters.node_timeout);
+        self.release_round(|node| node.release(keys, token, releasing, handover, limit))
+            .await
+    }
+
+    /// One release round: `call` on every node at once (each call made before the round is
+    /// polled, as [`Node::eval_release`](crate::node::Node::eval_release) does: the round
+    /// returns at quorum, dropping the calls it has not polled yet, and a release must reach
+    /// every node all the same), decided at quorum; `Ok(true)` from a node counts as deleted.
+    pub(crate) async fn release_round<'a, F, Fut>(&'a self, call: F) -> Released
+    where
+        F: Fn(&'a crate::node::Node) -> Fut,
+        Fut: Future<Output = Result<bool, crate::outcome::NodeError>>,
+    {
+        let masters = self.masters();
         let tally = masters
-            .round(masters.quorum, limit, Stop::AtQuorum, |node| {
-                // Made on every node now: the round returns at quorum, dropping the calls it
-                // has not polled yet, and a release must reach every node all the same.
-                let answer = node.release(keys, token, releasing, handover, limit);
-                async move {
-                    let vote = match answer.await {
-                        Ok(true) => NodeVote::Acquired,
-                        Ok(false) => NodeVote::Held,
-                        Err(e) => NodeVote::Failed(e),
-                    };
-                    (vote, ())
-                }
-            })
+            .round(
+                masters.quorum,
+                masters.node_timeout,
+                Stop::AtQuorum,
+                |node| {
+                    let answer = call(node);
+                    async move {
+                        let vote = match answer.await {
+                            Ok(true) => NodeVote::Acquired,
+                            Ok(false) => NodeVote::Held,
+                            Err(e) => NodeVote::Failed(e),
+                        };
+                        (vote, ())
+                    }
+                },
+            )
             .await;
         Released {
             deleted: tally.granted,
@@ -186,29 +203,9 @@ impl Redlock {
         token: &Token,
         wake: bool,
     ) -> Released {
-        let masters = self.masters();
-        let (token, limit) = (token.expose(), masters.node_timeout);
-        let tally = masters
-            .round(masters.quorum, limit, Stop::AtQuorum, |node| {
-                // Made on every node now, as a single key's release is.
-                let answer = node.release_many(keys, token, wake, limit);
-                async move {
-                    let vote = match answer.await {
-                        Ok(true) => NodeVote::Acquired,
-                        Ok(false) => NodeVote::Held,
-                        Err(e) => NodeVote::Failed(e),
-                    };
-                    (vote, ())
-                }
-            })
-            .await;
-        Released {
-            deleted: tally.granted,
-            answered: tally.granted + tally.refused,
-            nodes: masters.len(),
-            quorum: masters.quorum,
-            kept: false,
-        }
+        let (token, limit) = (token.expose(), self.masters().node_timeout);
+        self.release_round(|node| node.release_many(keys, token, wake, limit))
+            .await
     }
 
     /// Releases a dropped guard's lease in the background ([`spawn_background`]); `false`

@@ -99,25 +99,18 @@ impl Args {
             }
             _ => {}
         }
-        if args.resources.is_some() {
-            let refused = if args.mode.is_some() {
-                Some("mode")
-            } else if args.fencing {
-                Some("fencing")
-            } else if args.permits.is_some() {
-                Some("permits")
-            } else if args.lock_at_least_for.is_some() {
-                Some("lock_at_least_for")
-            } else if args.reentrant == Some(true) {
-                Some("reentrant")
-            } else {
-                None
-            };
-            if let Some(option) = refused {
-                return Err(darling::Error::custom(format!(
-                    "`resources` (a lock of several resources) cannot be combined with `{option}`: remove one of the two"
-                )));
-            }
+        if args.resources.is_some()
+            && let Some(option) = args.given(&[
+                "mode",
+                "fencing",
+                "permits",
+                "lock_at_least_for",
+                "reentrant",
+            ])
+        {
+            return Err(darling::Error::custom(format!(
+                "`resources` (a lock of several resources) cannot be combined with `{option}`: remove one of the two"
+            )));
         }
         if let (Some(max_hold), false) = (&args.max_hold, args.auto_extend) {
             return Err(max_hold.error("`max_hold` caps auto-extension: add `auto_extend`"));
@@ -135,16 +128,7 @@ impl Args {
             ));
         }
         if args.permits.is_some() {
-            let refused = if args.mode.is_some() {
-                Some("mode")
-            } else if args.fencing {
-                Some("fencing")
-            } else if args.reentrant == Some(true) {
-                Some("reentrant")
-            } else {
-                None
-            };
-            if let Some(option) = refused {
+            if let Some(option) = args.given(&["mode", "fencing", "reentrant"]) {
                 return Err(darling::Error::custom(format!(
                     "`permits` cannot be combined with `{option}`: remove one of the two"
                 )));
@@ -163,6 +147,18 @@ impl Args {
         }
         args.check_durations()?;
         Ok(args)
+    }
+
+    /// The first of `options` this attribute gives (`reentrant` counts only as `true`).
+    fn given(&self, options: &[&'static str]) -> Option<&'static str> {
+        options.iter().copied().find(|option| match *option {
+            "mode" => self.mode.is_some(),
+            "fencing" => self.fencing,
+            "permits" => self.permits.is_some(),
+            "lock_at_least_for" => self.lock_at_least_for.is_some(),
+            "reentrant" => self.reentrant == Some(true),
+            _ => false,
+        })
     }
 
     /// Refuses literal durations that cannot work: a ttl `LockOptions::validate` refuses

@@ -36,6 +36,25 @@ pub(super) enum AttemptFailure {
     Scattered(Outcomes),
 }
 
+impl AttemptFailure {
+    /// Too few nodes granted it: with a split, who refused it (`holders`, each once, sorted).
+    pub(super) fn votes(outcomes: Outcomes, split: Split, holders: &[Option<&str>]) -> Self {
+        let mut refusing: Vec<String> = match split {
+            Split::No => Vec::new(),
+            Split::Possible | Split::Certain => {
+                holders.iter().flatten().map(|h| (*h).to_owned()).collect()
+            }
+        };
+        refusing.sort_unstable();
+        refusing.dedup();
+        Self::Votes {
+            outcomes,
+            split,
+            refusing,
+        }
+    }
+}
+
 /// Whether a refused plain attempt was a split vote: no holder of the resource has a quorum,
 /// only several contenders' attempts (or ours) at once, each on too few nodes. Told apart by
 /// who refused it on each node (`AcquireReply::holder`): nodes naming the same holder hold one
@@ -179,19 +198,7 @@ impl Redlock {
         if granted_by < masters.quorum {
             // Step 5: failed; unlock every node, even those we believe we did not lock.
             cleanup.run().await;
-            let mut refusing: Vec<String> = match split {
-                Split::No => Vec::new(),
-                Split::Possible | Split::Certain => {
-                    holders.iter().flatten().map(|h| (*h).to_owned()).collect()
-                }
-            };
-            refusing.sort_unstable();
-            refusing.dedup();
-            return Err(AttemptFailure::Votes {
-                outcomes,
-                split,
-                refusing,
-            });
+            return Err(AttemptFailure::votes(outcomes, split, &holders));
         }
         let fencing_token = if options.get_fencing() {
             match fence(masters, keys, highest, limit).await {

@@ -109,19 +109,7 @@ impl Redlock {
         acquisition.voted(&outcomes);
         if granted_by < masters.quorum {
             cleanup.run().await;
-            let mut refusing: Vec<String> = match split {
-                Split::No => Vec::new(),
-                Split::Possible | Split::Certain => {
-                    holders.iter().flatten().map(|h| (*h).to_owned()).collect()
-                }
-            };
-            refusing.sort_unstable();
-            refusing.dedup();
-            return Err(AttemptFailure::Votes {
-                outcomes,
-                split,
-                refusing,
-            });
+            return Err(AttemptFailure::votes(outcomes, split, &holders));
         }
         // Steps 3–4.
         let elapsed = start.elapsed();

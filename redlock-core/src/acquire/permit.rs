@@ -283,21 +283,10 @@ async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
     if slots.is_empty() {
         return;
     }
-    let masters = redlock.masters();
     let keys: Vec<&str> = slots.iter().map(String::as_str).collect();
-    let (keys, token, limit) = (&keys, token.expose(), masters.node_timeout);
-    masters
-        .round(masters.quorum, limit, Stop::AtQuorum, |node| {
-            let answer = node.release_slots(keys, token, limit);
-            async move {
-                let vote = match answer.await {
-                    Ok(true) => NodeVote::Acquired,
-                    Ok(false) => NodeVote::Held,
-                    Err(e) => NodeVote::Failed(e),
-                };
-                (vote, ())
-            }
-        })
+    let (keys, token, limit) = (&keys, token.expose(), redlock.masters().node_timeout);
+    redlock
+        .release_round(|node| node.release_slots(keys, token, limit))
         .await;
 }
 
