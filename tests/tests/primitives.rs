@@ -226,13 +226,22 @@ mod resume {
             .unwrap();
         let detached = writer.detach().unwrap();
         assert_eq!(detached.mode(), Some(Mode::Exclusive));
-        let resumed = b.resume(&detached).await.unwrap();
+        // A shorter ttl than the key has left: no extension follows the swap.
+        let shorter = LockOptions::default().ttl(Duration::from_secs(2));
+        let resumed = b.resume_with(&detached, &shorter).await.unwrap();
         assert_eq!(resumed.mode(), Some(Mode::Exclusive));
         let token = resumed.token().expose().to_owned();
         for holders in mode_holders(&nodes, resumed.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);
             assert!(holders[0].1.starts_with("EX "), "{holders:?}");
+        }
+        // The key keeps its expiry (the swap of its only field must not leave it without one).
+        for holding in nodes.holdings(resumed.key()).await {
+            assert!(
+                holding.ttl.is_some_and(|ttl| ttl > Duration::from_secs(4)),
+                "{holding:?}"
+            );
         }
         let reader = LockOptions::default()
             .mode(Mode::ProtectedRead)

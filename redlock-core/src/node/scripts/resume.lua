@@ -37,6 +37,14 @@ if expiry <= now then
   redis.call("hdel", key, token)
   return {0, 0}
 end
+-- The key's expiry, kept: deleting the only field deletes the key, and the HSET that follows
+-- would make it again without one.
+local key_left = redis.call("pttl", key)
 redis.call("hdel", key, token)
 redis.call("hset", key, next, held .. " " .. expiry)
+if key_left > 0 then
+  redis.call("pexpire", key, key_left)
+else
+  redis.call("pexpireat", key, expiry)
+end
 return {1, expiry - now}
