@@ -983,6 +983,8 @@ struct Live {
     label: String,
     /// A view taken when it was acquired, kept as work keeps one, and checked after it ends.
     info: LockInfo,
+    /// The mode it was taken in (a downgrade may since have moved it).
+    taken: Option<Mode>,
 }
 
 /// A view of a lock kept after the test saw the lock end, checked after every step (the
@@ -1008,7 +1010,9 @@ impl Live {
         label: String,
     ) -> Self {
         let info = guard.info();
+        let taken = guard.mode();
         Self {
+            taken,
             id,
             guard,
             handle,
@@ -1467,6 +1471,15 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
                 Op::Lock
             }
             Op::AskMore | Op::Joined if !live.iter().any(|l| l.reentrant) => Op::Lock,
+            // No lock in a mode to move down: mostly lock instead (else a refused downgrade).
+            Op::Downgrade
+                if !live
+                    .iter()
+                    .any(|l| l.guard.mode().is_some_and(|m| m != Mode::Null))
+                    && rng.random_bool(0.7) =>
+            {
+                Op::Lock
+            }
             op => op,
         };
         match op {
@@ -2648,7 +2661,12 @@ async fn lock_many(
     live: &mut Vec<Live>,
 ) {
     let handle = rng.random_range(0..handles.len());
-    let count = rng.random_range(2..=resources.len());
+    // Mostly two of them (three collide with every other lock of the run).
+    let count = if rng.random_bool(0.75) {
+        2
+    } else {
+        resources.len()
+    };
     let mut chosen: Vec<&str> = rand::seq::index::sample(rng, resources.len(), count)
         .into_iter()
         .map(|i| resources[i].as_str())
@@ -3101,7 +3119,9 @@ async fn downgrade(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
         let (from, holds) = (held.guard.mode(), held.guard.hold_count());
         let to = Mode::ALL[rng.random_range(0..Mode::ALL.len())];
         let shared = holds > 1;
-        if !shared && from.is_some_and(|m| to.weaker_than(m)) {
+        // A downgrade to the mode it was already moved to is sent again (a retry).
+        let again = from == Some(to) && held.taken.is_some_and(|t| to.weaker_than(t));
+        if !shared && (again || from.is_some_and(|m| to.weaker_than(m))) {
             run.note(format!(
                 "downgrade {} to {}: a real downgrade, skipped",
                 held.label,
@@ -3164,6 +3184,10 @@ async fn downgrade(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
         to.as_str()
     ));
     let says_new = guard_mode == Some(to) && info_mode == Some(to);
+    if says_new {
+        // The messages name the lock's mode as it is now.
+        live[index].label = format!("{label}↓{}", to.as_str());
+    }
     match result {
         Ok(()) => {
             run.stats.downgraded += 1;
