@@ -1834,6 +1834,10 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let mut added = 0;
     // The guard whose scope the next re-entry entered: the outer one, then the first inner.
     let (mut parent_id, mut parent_token) = (outer_id, outer_token.clone());
+    // Whether the parent's lock is auto-extended: a re-entry shares it, a lock of its own
+    // (these options ask for none) is not. (The second re-entry's parent is the first, which
+    // may be a lock of its own: in a mode the outer one, downgraded, now admits.)
+    let mut parent_auto = outer_auto;
     for (depth, result) in std::iter::once(first).chain(second).enumerate() {
         let label = format!("{base}#{}", depth + 1);
         match result {
@@ -1865,7 +1869,9 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
                 let token = guard.token().expose().to_owned();
                 let turn_of = (token == parent_token).then_some(parent_id);
                 (parent_id, parent_token) = (id, token);
-                let kind = (true, turn_of.is_some() && outer_auto);
+                let auto = turn_of.is_some() && parent_auto;
+                parent_auto = auto;
+                let kind = (true, auto);
                 live.push(Live::new(id, guard, via, kind, turn_of, label));
             }
             Err(error) if expect_reentry && depth == 0 && turn_held.is_some() => {
