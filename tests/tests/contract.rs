@@ -21,8 +21,9 @@
 //!    was released or dropped, the guard and its `LockInfo` after a refused extension, a
 //!    shutdown, or once its lost signal fired — claims validity: not valid, nothing left, valid
 //!    until no later than the instant it was seen ended;
-//! 4. [`check_gone`] (after a shutdown): a lock whose release a quorum confirmed is on fewer
-//!    than a quorum of the nodes.
+//! 4. [`check_gone`] (after a shutdown, a release by token): a lock whose release a quorum
+//!    confirmed is on fewer than a quorum of the nodes;
+//! 5. [`check_expiry`]: every lock key on every node has an expiry.
 //!
 //! The operations check their own outcomes too: a refused extension is refused, a re-entry
 //! asking for what its lock lacks is refused naming it and leaves no hold, one asking for a
@@ -336,6 +337,27 @@ fn check_gone(claim: &Claim, views: &[NodeView]) -> Result<(), String> {
     ))
 }
 
+/// Check 5: every lock key the library wrote has an expiry on every node (`PTTL` −1 is a key
+/// that outlives every holder: a crashed holder's lock is never freed, and an extension that
+/// raises the key's expiry "when it is below the ttl" then sets a SHORTER one than its entry's).
+fn check_expiry(resource: &str, views: &[NodeView]) -> Result<(), String> {
+    let forever: Vec<usize> = views
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            v.pttl_ms == -1 && matches!(v.content, Content::Plain(_) | Content::Modes(_))
+        })
+        .map(|(node, _)| node)
+        .collect();
+    if forever.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{resource}'s key has no expiry on nodes {forever:?} ({:?})",
+        views[forever[0]].content
+    ))
+}
+
 fn short(token: &str) -> &str {
     token.get(..8).unwrap_or(token)
 }
@@ -584,6 +606,23 @@ mod oracle {
         assert!(check_gone(&ex, &[0; 5].map(|_| held.clone())).is_err());
         let others = modes(&[(OTHER, "EX", 800)], 3000);
         check_gone(&ex, &[0; 5].map(|_| others.clone())).unwrap();
+    }
+
+    #[test]
+    fn a_lock_key_without_an_expiry_is_rejected() {
+        check_expiry(
+            "r",
+            &[
+                plain(TOKEN, 500),
+                absent(),
+                modes(&[(TOKEN, "EX", 800)], 900),
+            ],
+        )
+        .unwrap();
+        let error =
+            check_expiry("r", &[plain(TOKEN, 500), modes(&[(TOKEN, "NL", 800)], -1)]).unwrap_err();
+        assert!(error.contains("no expiry on nodes [1]"), "{error}");
+        assert!(check_expiry("r", &[plain(TOKEN, -1)]).is_err());
     }
 
     #[test]
@@ -1272,6 +1311,11 @@ impl Run {
             }
             let seen = observer.observe().await;
             self.stats.slowest_read = self.stats.slowest_read.max(seen.window);
+            for (resource, views) in &seen.views {
+                if let Err(message) = check_expiry(resource, views) {
+                    self.fail(&message);
+                }
+            }
             let mut failures = Vec::new();
             for claim in &claims {
                 let Some(views) = seen.views.get(&claim.resource) else {
