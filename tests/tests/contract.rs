@@ -21,8 +21,9 @@
 //!    was released or dropped, the guard and its `LockInfo` after a refused extension, a
 //!    shutdown, or once its lost signal fired — claims validity: not valid, nothing left, valid
 //!    until no later than the instant it was seen ended;
-//! 4. [`check_gone`] (after a shutdown): a lock whose release a quorum confirmed is on fewer
-//!    than a quorum of the nodes.
+//! 4. [`check_gone`] (after a shutdown, a release by token): a lock whose release a quorum
+//!    confirmed is on fewer than a quorum of the nodes;
+//! 5. [`check_expiry`]: every lock key on every node has an expiry.
 //!
 //! The operations check their own outcomes too: a refused extension is refused, a re-entry
 //! asking for what its lock lacks is refused naming it and leaves no hold, one asking for a
@@ -336,6 +337,27 @@ fn check_gone(claim: &Claim, views: &[NodeView]) -> Result<(), String> {
     ))
 }
 
+/// Check 5: every lock key the library wrote has an expiry on every node (`PTTL` −1 is a key
+/// that outlives every holder: a crashed holder's lock is never freed, and an extension that
+/// raises the key's expiry "when it is below the ttl" then sets a SHORTER one than its entry's).
+fn check_expiry(resource: &str, views: &[NodeView]) -> Result<(), String> {
+    let forever: Vec<usize> = views
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| {
+            v.pttl_ms == -1 && matches!(v.content, Content::Plain(_) | Content::Modes(_))
+        })
+        .map(|(node, _)| node)
+        .collect();
+    if forever.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{resource}'s key has no expiry on nodes {forever:?} ({:?})",
+        views[forever[0]].content
+    ))
+}
+
 fn short(token: &str) -> &str {
     token.get(..8).unwrap_or(token)
 }
@@ -584,6 +606,23 @@ mod oracle {
         assert!(check_gone(&ex, &[0; 5].map(|_| held.clone())).is_err());
         let others = modes(&[(OTHER, "EX", 800)], 3000);
         check_gone(&ex, &[0; 5].map(|_| others.clone())).unwrap();
+    }
+
+    #[test]
+    fn a_lock_key_without_an_expiry_is_rejected() {
+        check_expiry(
+            "r",
+            &[
+                plain(TOKEN, 500),
+                absent(),
+                modes(&[(TOKEN, "EX", 800)], 900),
+            ],
+        )
+        .unwrap();
+        let error =
+            check_expiry("r", &[plain(TOKEN, 500), modes(&[(TOKEN, "NL", 800)], -1)]).unwrap_err();
+        assert!(error.contains("no expiry on nodes [1]"), "{error}");
+        assert!(check_expiry("r", &[plain(TOKEN, -1)]).is_err());
     }
 
     #[test]
@@ -892,27 +931,40 @@ enum Op {
     Shutdown,
     /// A lock over another application's hash at the resource's key ([`foreign`]).
     Foreign,
+    /// A lock of several resources at once ([`lock_many`]).
+    Many,
+    /// A guard detached, then resumed (now and then by two handles at once) or released
+    /// by its token ([`detach`]).
+    Detach,
+    /// A guard in a mode moved to a weaker one ([`downgrade`]).
+    Downgrade,
     Sleep,
 }
 
 /// The mix of operations, in thousandths of the steps (they sum to 1000). The five added with
 /// the views' contract (refuse, ask more, joined, shutdown, foreign: 18.5%) took their share
-/// from the others, so the run keeps its pace and its collisions.
+/// from the others, so the run keeps its pace and its collisions; so did the three added with
+/// the primitives (many, detach, downgrade: 14%): from the lock step (a lock of several and a
+/// resumption are locks too), the sleeps, and a little from extend, nest, siblings, ask more
+/// and release.
 ///
 /// An operation is a variant of [`Op`], a row here and an arm in the run's `match`.
-const MIX: [(Op, u32); 12] = [
-    (Op::Lock, 240),
-    (Op::Extend, 127),
-    (Op::Release, 68),
+const MIX: [(Op, u32); 15] = [
+    (Op::Lock, 190),
+    (Op::Extend, 112),
+    (Op::Release, 58),
     (Op::Drop, 60),
-    (Op::Nest, 85),
-    (Op::Siblings, 60),
+    (Op::Nest, 70),
+    (Op::Siblings, 50),
     (Op::Refuse, 40),
-    (Op::AskMore, 60),
+    (Op::AskMore, 50),
     (Op::Joined, 40),
     (Op::Shutdown, 15),
     (Op::Foreign, 30),
-    (Op::Sleep, 175),
+    (Op::Many, 60),
+    (Op::Detach, 40),
+    (Op::Downgrade, 40),
+    (Op::Sleep, 145),
 ];
 
 impl Op {
@@ -970,6 +1022,8 @@ struct Live {
     label: String,
     /// A view taken when it was acquired, kept as work keeps one, and checked after it ends.
     info: LockInfo,
+    /// The mode it was taken in (a downgrade may since have moved it).
+    taken: Option<Mode>,
 }
 
 /// A view of a lock kept after the test saw the lock end, checked after every step (the
@@ -995,7 +1049,9 @@ impl Live {
         label: String,
     ) -> Self {
         let info = guard.info();
+        let taken = guard.mode();
         Self {
+            taken,
             id,
             guard,
             handle,
@@ -1012,19 +1068,43 @@ impl Live {
         live.iter().find(|l| l.turn_of == Some(id))
     }
 
-    /// Its claim now, if it claims validity (valid, and its lost signal has not fired).
+    /// Its claim now on its (first) resource, if it claims validity (valid, and its lost
+    /// signal has not fired).
     fn claim(&self, now: Instant) -> Option<Claim> {
+        self.claims(now).into_iter().next()
+    }
+
+    /// Its claims now, one per resource it holds (a lock of several claims each of its
+    /// resources, with one token and one validity), if it claims validity; none otherwise.
+    fn claims(&self, now: Instant) -> Vec<Claim> {
         let valid_until = self.guard.valid_until();
         let lost = self.guard.lost();
         let lost_deadline = lost.deadline();
-        (valid_until > now && !lost.is_lost()).then(|| Claim {
-            who: self.label.clone(),
-            resource: checked_resource(&self.guard),
-            token: self.guard.token().expose().to_owned(),
-            mode: self.guard.mode(),
-            valid_until,
-            lost_deadline,
-        })
+        if valid_until <= now || lost.is_lost() {
+            return Vec::new();
+        }
+        let resources = if self.guard.permits().is_some() {
+            vec![checked_resource(&self.guard)]
+        } else {
+            self.guard
+                .resources()
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        let token = self.guard.token().expose().to_owned();
+        let mode = self.guard.mode();
+        resources
+            .into_iter()
+            .map(|resource| Claim {
+                who: self.label.clone(),
+                resource,
+                token: token.clone(),
+                mode,
+                valid_until,
+                lost_deadline,
+            })
+            .collect()
     }
 }
 
@@ -1074,6 +1154,24 @@ struct Stats {
     /// Locks over a foreign hash refused, and granted (the hash on fewer than a quorum).
     foreign_refused: u64,
     foreign_granted: u64,
+    /// Locks of several resources taken, and lock_many calls with an option it refuses
+    /// (refused with `ManyWith`).
+    many: u64,
+    many_refused: u64,
+    /// Guards detached; detaches refused (a permit, a lock of several, a shared lock);
+    /// resumptions that held the lock; races of two resumptions (and of them, those where
+    /// the other got `Lost`); detached locks released by their token.
+    detached: u64,
+    detach_refused: u64,
+    resumed: u64,
+    resume_races: u64,
+    resume_race_lost: u64,
+    /// Races of two resumptions where neither held it (they split the lock's nodes).
+    resume_race_split: u64,
+    released_detached: u64,
+    /// Guards moved to a weaker mode; downgrades refused (not weaker, plain, shared).
+    downgraded: u64,
+    downgrade_refused: u64,
     rereads: u64,
     max_live: usize,
     slowest_read: Duration,
@@ -1201,7 +1299,7 @@ impl Run {
         for read in 1..=READS_TO_CONVICT {
             // The claims first, then the nodes (see `check_validity`).
             let now = Instant::now();
-            let claims: Vec<Claim> = live.iter().filter_map(|l| l.claim(now)).collect();
+            let claims: Vec<Claim> = live.iter().flat_map(|l| l.claims(now)).collect();
             if read == 1 {
                 self.stats.claims_checked += claims.len() as u64;
             }
@@ -1213,6 +1311,11 @@ impl Run {
             }
             let seen = observer.observe().await;
             self.stats.slowest_read = self.stats.slowest_read.max(seen.window);
+            for (resource, views) in &seen.views {
+                if let Err(message) = check_expiry(resource, views) {
+                    self.fail(&message);
+                }
+            }
             let mut failures = Vec::new();
             for claim in &claims {
                 let Some(views) = seen.views.get(&claim.resource) else {
@@ -1400,10 +1503,27 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         }
         let op = match Op::pick(&mut rng) {
             // Nothing to extend, release, drop or re-enter: lock instead.
-            Op::Extend | Op::Release | Op::Drop | Op::Nest | Op::Refuse if live.is_empty() => {
+            Op::Extend
+            | Op::Release
+            | Op::Drop
+            | Op::Nest
+            | Op::Refuse
+            | Op::Detach
+            | Op::Downgrade
+                if live.is_empty() =>
+            {
                 Op::Lock
             }
             Op::AskMore | Op::Joined if !live.iter().any(|l| l.reentrant) => Op::Lock,
+            // No lock in a mode to move down: mostly lock instead (else a refused downgrade).
+            Op::Downgrade
+                if !live
+                    .iter()
+                    .any(|l| l.guard.mode().is_some_and(|m| m != Mode::Null))
+                    && rng.random_bool(0.7) =>
+            {
+                Op::Lock
+            }
             op => op,
         };
         match op {
@@ -1423,6 +1543,9 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             Op::AskMore => ask_more(&mut run, &mut rng, &handles, &mut live).await,
             Op::Joined => joined(&mut run, &mut rng, &handles, &live).await,
             Op::Foreign => foreign(&mut run, &mut rng, &handles, &observer).await,
+            Op::Many => lock_many(&mut run, &mut rng, &handles, &resources, &mut live).await,
+            Op::Detach => detach(&mut run, &mut rng, &handles, &mut live, &observer).await,
+            Op::Downgrade => downgrade(&mut run, &mut rng, &mut live).await,
             Op::Shutdown => {
                 let world = (&nodes, &observer);
                 shutdown(&mut run, &mut rng, world, &mut handles, &mut live).await;
@@ -1755,6 +1878,10 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let mut added = 0;
     // The guard whose scope the next re-entry entered: the outer one, then the first inner.
     let (mut parent_id, mut parent_token) = (outer_id, outer_token.clone());
+    // Whether the parent's lock is auto-extended: a re-entry shares it, a lock of its own
+    // (these options ask for none) is not. (The second re-entry's parent is the first, which
+    // may be a lock of its own: in a mode the outer one, downgraded, now admits.)
+    let mut parent_auto = outer_auto;
     for (depth, result) in std::iter::once(first).chain(second).enumerate() {
         let label = format!("{base}#{}", depth + 1);
         match result {
@@ -1786,7 +1913,9 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
                 let token = guard.token().expose().to_owned();
                 let turn_of = (token == parent_token).then_some(parent_id);
                 (parent_id, parent_token) = (id, token);
-                let kind = (true, turn_of.is_some() && outer_auto);
+                let auto = turn_of.is_some() && parent_auto;
+                parent_auto = auto;
+                let kind = (true, auto);
                 live.push(Live::new(id, guard, via, kind, turn_of, label));
             }
             Err(error) if expect_reentry && depth == 0 && turn_held.is_some() => {
@@ -1895,11 +2024,15 @@ async fn refuse(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>, observer:
     wiped.sort_unstable();
     let ttl = ms(rng.random_range(500..=3000));
     let held = &live[index];
-    let (label, resource, token) = (
-        held.label.clone(),
-        checked_resource(&held.guard),
-        held.guard.token().expose().to_owned(),
-    );
+    // A lock of several: the hold of one of its resources (an extension counts a node only
+    // where every key still holds the token).
+    let resources = held.guard.resources();
+    let resource = if held.guard.permits().is_none() && resources.len() > 1 {
+        resources[rng.random_range(0..resources.len())].to_owned()
+    } else {
+        checked_resource(&held.guard)
+    };
+    let (label, token) = (held.label.clone(), held.guard.token().expose().to_owned());
     let lost = held.guard.lost();
     let was_lost = lost.is_lost();
     let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
@@ -2377,21 +2510,32 @@ async fn shutdown(
         {
             continue;
         }
-        let checked = checked_resource(&held.guard);
-        let claim = Claim {
-            who: held.label.clone(),
-            resource: checked.clone(),
-            token: held.guard.token().expose().to_owned(),
-            mode: held.guard.mode(),
-            valid_until: ended_by,
-            lost_deadline: ended_by,
+        // A lock of several is reported by its first resource, and released on every one.
+        let checked: Vec<String> = if held.guard.permits().is_some() {
+            vec![checked_resource(&held.guard)]
+        } else {
+            held.guard
+                .resources()
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
         };
-        if let Some(views) = nodes_now.views.get(&checked)
-            && let Err(message) = check_gone(&claim, views)
-        {
-            run.fail(&format!(
-                "after shutting h{h} down ({timeout:?}): {message}"
-            ));
+        for checked in checked {
+            let claim = Claim {
+                who: held.label.clone(),
+                resource: checked.clone(),
+                token: held.guard.token().expose().to_owned(),
+                mode: held.guard.mode(),
+                valid_until: ended_by,
+                lost_deadline: ended_by,
+            };
+            if let Some(views) = nodes_now.views.get(&checked)
+                && let Err(message) = check_gone(&claim, views)
+            {
+                run.fail(&format!(
+                    "after shutting h{h} down ({timeout:?}): {message}"
+                ));
+            }
         }
     }
     match handles[h]
@@ -2552,4 +2696,584 @@ async fn foreign(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], observer:
             vec![Value::from(key.as_str())],
         )
         .await;
+}
+
+/// Locks two or three of the three resources at once through a random handle, with a random
+/// ttl and wait, auto-extended now and then, a resource repeated now and then (it counts
+/// once): one guard holding every key with one token, plain (it collides with every lock of
+/// those resources), which the checks read as one claim per resource. Now and then with an
+/// option a lock of several cannot give: refused with `ManyWith` naming it, nothing sent.
+async fn lock_many(
+    run: &mut Run,
+    rng: &mut StdRng,
+    handles: &[Redlock],
+    resources: &[String],
+    live: &mut Vec<Live>,
+) {
+    let handle = rng.random_range(0..handles.len());
+    // Mostly two of them (three collide with every other lock of the run).
+    let count = if rng.random_bool(0.75) {
+        2
+    } else {
+        resources.len()
+    };
+    let mut chosen: Vec<&str> = rand::seq::index::sample(rng, resources.len(), count)
+        .into_iter()
+        .map(|i| resources[i].as_str())
+        .collect();
+    if rng.random_bool(0.1) {
+        chosen.push(chosen[0]);
+    }
+    let mut expected: Vec<&str> = chosen.clone();
+    expected.sort_unstable();
+    expected.dedup();
+    let mut options = LockOptions::default().ttl(ms(rng.random_range(200..=3000)));
+    options = random_wait(rng, options);
+    if rng.random_bool(0.25) {
+        options = options.auto_extend(true);
+        if rng.random_bool(0.5) {
+            options = options.max_hold(ms(rng.random_range(300..2500)));
+        }
+    }
+    let mut refused = None;
+    if rng.random_bool(0.05) {
+        let (option, with) = match rng.random_range(0..5) {
+            0 => ("mode", options.clone().mode(random_mode(rng))),
+            1 => ("permits", options.clone().permits(PERMITS)),
+            2 => ("fencing", options.clone().fencing(true)),
+            3 => ("reentrant", options.clone().reentrant(true)),
+            _ => (
+                "lock_at_least_for",
+                options
+                    .clone()
+                    .lock_at_least_for(ms(rng.random_range(1..200))),
+            ),
+        };
+        refused = Some(option);
+        options = with;
+    }
+    let label = run.label(handle, &expected.join("+"), &options);
+    let result = within(
+        "a lock of several",
+        handles[handle].lock_many_with(&chosen, &options),
+    )
+    .await;
+    let outcome = match &result {
+        Ok(guard) => format!("held {:?}", guard.resources()),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!("many {label} (asked {chosen:?}): {outcome}"));
+    if let Some(option) = refused {
+        match result {
+            Err(LockError::Invalid(InvalidInput::ManyWith { option: named }))
+                if named == option =>
+            {
+                run.stats.many_refused += 1;
+            }
+            _ => run.fail(&format!(
+                "{label}, a lock of several with {option}, was not refused naming it: {outcome}"
+            )),
+        }
+        return;
+    }
+    if let Some(guard) = acquired(run, result, &label) {
+        run.stats.many += 1;
+        if guard.resources() != expected
+            || guard.resource() != expected[0]
+            || guard.mode().is_some()
+            || guard.hold_count() != 1
+        {
+            run.fail(&format!(
+                "{label} holds {:?} (resource {}, mode {:?}, hold count {}), asked for {chosen:?}: \
+                 expected the plain lock of {expected:?}, sorted, held once",
+                guard.resources(),
+                guard.resource(),
+                guard.mode(),
+                guard.hold_count(),
+            ));
+        }
+        let kind = (false, options.get_auto_extend());
+        live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
+    }
+}
+
+/// Resumes `detached` through `redlock`: with its defaults and the detached ttl, or with
+/// `options`.
+async fn resume_via(
+    redlock: &Redlock,
+    detached: &redlock_core::DetachedLock,
+    options: Option<&LockOptions>,
+) -> Result<LockGuard, LockError> {
+    match options {
+        Some(options) => redlock.resume_with(detached, options).await,
+        None => redlock.resume(detached).await,
+    }
+}
+
+/// Detaches a live guard (held once, neither a permit nor a lock of several; mostly one still
+/// trusted): every view of it then says ended (lost reason `Detached`). Then, through random
+/// handles: resumes it once; or twice at once (`tokio::join!`), of which at most one holds it
+/// (both may fail, splitting the nodes of a lock held by only a quorum); or releases it by its token, after which a
+/// quorum no longer holds the token and a resumption gets `Lost`. A resumption holds a fresh
+/// token, the detached lock's resource, mode and fencing token, and joins the live guards, its
+/// validity checked against the nodes as any. Now and then instead a guard that cannot be
+/// detached (a permit, a lock of several, a lock re-entries share) is refused naming why, and
+/// its hold is given back as a drop would.
+async fn detach(
+    run: &mut Run,
+    rng: &mut StdRng,
+    handles: &[Redlock],
+    live: &mut Vec<Live>,
+    observer: &Observer,
+) {
+    let (can, cannot): (Vec<usize>, Vec<usize>) = (0..live.len()).partition(|&i| {
+        let guard = &live[i].guard;
+        guard.permits().is_none() && guard.resources().len() == 1 && guard.hold_count() == 1
+    });
+    if can.is_empty() || (!cannot.is_empty() && rng.random_bool(0.15)) {
+        if cannot.is_empty() {
+            run.note("detach: nothing to detach, skipped".to_owned());
+            return;
+        }
+        detach_refused(run, live, cannot[rng.random_range(0..cannot.len())]);
+        return;
+    }
+    let now = Instant::now();
+    let trusted: Vec<usize> = can
+        .iter()
+        .copied()
+        .filter(|&i| live[i].claim(now).is_some())
+        .collect();
+    let index = if !trusted.is_empty() && rng.random_bool(0.9) {
+        trusted[rng.random_range(0..trusted.len())]
+    } else {
+        can[rng.random_range(0..can.len())]
+    };
+    let held = live.swap_remove(index);
+    let Live {
+        guard, label, info, ..
+    } = held;
+    let lost = guard.lost();
+    let was_lost = lost.is_lost();
+    let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
+    let (resource, token, mode, fence, ttl) = (
+        guard.resource().to_owned(),
+        guard.token().expose().to_owned(),
+        guard.mode(),
+        guard.fencing_token(),
+        guard.ttl(),
+    );
+    let result = guard.detach();
+    let ended_by = Instant::now();
+    let detached = match result {
+        Ok(detached) => detached,
+        Err(LockError::Lost { .. }) if was_lost || trusted_for <= ms(100) => {
+            run.note(format!("detach {label}: lost before"));
+            run.ended(info, &label, "lost", ended_by);
+            return;
+        }
+        Err(error) => run.fail(&format!(
+            "detaching {label} (trusted for {trusted_for:?} more): unexpected error {error}"
+        )),
+    };
+    run.stats.detached += 1;
+    if detached.resource() != resource
+        || detached.token().expose() != token
+        || detached.mode() != mode
+        || detached.fencing_token() != fence
+        || detached.ttl() != ttl
+    {
+        run.fail(&format!(
+            "{label} detached as {detached:?}: not its resource {resource}, token, mode {mode:?}, \
+             fencing token {fence:?} and ttl {ttl:?}"
+        ));
+    }
+    if let Err(message) = check_ended(&Reading::of_info(&info, &label, "detached", ended_by)) {
+        run.fail(&message);
+    }
+    let reason = info.lost().reason();
+    if !matches!(reason, Some(LostReason::Detached)) {
+        run.fail(&format!(
+            "{label}, detached, has lost reason {reason:?}, not Detached"
+        ));
+    }
+    run.ended(info, &label, "detached", ended_by);
+    let short_label = label.split('(').next().unwrap_or_default().to_owned();
+    let roll = rng.random_range(0..20);
+    if roll < 3 {
+        // Released by its token, then resumed: refused.
+        let h = rng.random_range(0..handles.len());
+        let copy = detached.clone();
+        let released = within(
+            "releasing a detached lock",
+            handles[h].release_detached(detached),
+        )
+        .await;
+        let again = within("resuming a released lock", handles[h].resume(&copy)).await;
+        run.note(format!(
+            "detach {label}, release it by its token via h{h}: {released:?}; resume it again: {}",
+            again
+                .as_ref()
+                .map_or_else(ToString::to_string, |_| "held".to_owned())
+        ));
+        match released {
+            Ok(_) => {
+                run.stats.released_detached += 1;
+                let claim = Claim {
+                    who: label.clone(),
+                    resource: resource.clone(),
+                    token: token.clone(),
+                    mode,
+                    valid_until: ended_by,
+                    lost_deadline: ended_by,
+                };
+                let seen = observer.observe().await;
+                if let Some(views) = seen.views.get(&resource)
+                    && let Err(message) = check_gone(&claim, views)
+                {
+                    run.fail(&format!("after release_detached: {message}"));
+                }
+                match again {
+                    Err(LockError::Lost { .. } | LockError::Unavailable { .. }) => {}
+                    Ok(_) => run.fail(&format!(
+                        "{label}, detached and released by its token with a quorum's \
+                         confirmation, was resumed"
+                    )),
+                    Err(error) => run.fail(&format!(
+                        "resuming {label} after its release: unexpected error {error}"
+                    )),
+                }
+            }
+            Err(LockError::ReleaseUnconfirmed { .. }) => run.stats.unavailable += 1,
+            Err(error) => run.fail(&format!(
+                "releasing detached {label}: unexpected error {error}"
+            )),
+        }
+        return;
+    }
+    let race = roll < 9;
+    let mut tries = Vec::new();
+    for _ in 0..if race { 2 } else { 1 } {
+        let h = rng.random_range(0..handles.len());
+        let options = rng.random_bool(0.5).then(|| {
+            let mut options = LockOptions::default().ttl(ms(rng.random_range(200..=3000)));
+            if rng.random_bool(0.25) {
+                options = options.auto_extend(true);
+            }
+            options
+        });
+        tries.push((h, options));
+    }
+    let results: Vec<Result<LockGuard, LockError>> = if race {
+        let (a, b) = within("two resumptions at once", async {
+            tokio::join!(
+                resume_via(&handles[tries[0].0], &detached, tries[0].1.as_ref()),
+                resume_via(&handles[tries[1].0], &detached, tries[1].1.as_ref()),
+            )
+        })
+        .await;
+        vec![a, b]
+    } else {
+        let one = within(
+            "a resumption",
+            resume_via(&handles[tries[0].0], &detached, tries[0].1.as_ref()),
+        )
+        .await;
+        vec![one]
+    };
+    let shown: Vec<String> = results
+        .iter()
+        .zip(&tries)
+        .map(|(r, (h, o))| {
+            let how = o.as_ref().map_or_else(
+                || "defaults".to_owned(),
+                |o| {
+                    format!(
+                        "ttl {}ms{}",
+                        o.get_ttl().as_millis(),
+                        if o.get_auto_extend() { " auto" } else { "" }
+                    )
+                },
+            );
+            match r {
+                Ok(g) => format!("h{h} ({how}): held, valid for {:?}", g.remaining_validity()),
+                Err(e) => format!("h{h} ({how}): {e}"),
+            }
+        })
+        .collect();
+    run.note(format!(
+        "detach {label} (trusted for {trusted_for:?} more), resume{}: {}",
+        if race { " twice at once" } else { "" },
+        shown.join(" | ")
+    ));
+    let held_by = results.iter().filter(|r| r.is_ok()).count();
+    if held_by > 1 {
+        run.fail(&format!(
+            "two resumptions of detached {label} both hold it: {}",
+            shown.join(" | ")
+        ));
+    }
+    let lost_count = results
+        .iter()
+        .filter(|r| matches!(r, Err(LockError::Lost { .. })))
+        .count();
+    if race {
+        run.stats.resume_races += 1;
+        if held_by == 1 && lost_count == 1 {
+            run.stats.resume_race_lost += 1;
+        }
+    }
+    // A lock trusted well past the detach is still on a quorum: a resumption alone cannot
+    // be refused. Two at once may both be: on a lock held by only a quorum they split its
+    // nodes, each refused by the other's and those it never held (each swaps back).
+    if race && held_by == 0 {
+        run.stats.resume_race_split += 1;
+    }
+    if !race && !was_lost && trusted_for > ms(300) && held_by == 0 && lost_count == 1 {
+        run.fail(&format!(
+            "detached {label}, trusted for {trusted_for:?} more when detached, was refused to \
+             every resumption: {}",
+            shown.join(" | ")
+        ));
+    }
+    for (result, (h, options)) in results.into_iter().zip(tries) {
+        match result {
+            Ok(guard) => {
+                run.stats.resumed += 1;
+                run.stats.locked += 1;
+                if guard.token().expose() == token
+                    || guard.resource() != resource
+                    || guard.mode() != mode
+                    || guard.fencing_token() != fence
+                    || guard.hold_count() != 1
+                {
+                    run.fail(&format!(
+                        "{label}, resumed via h{h}, holds {} in {:?} with fencing token {:?}, \
+                         hold count {}, {}: expected a fresh token, {resource}, {mode:?}, \
+                         {fence:?}, 1",
+                        guard.resource(),
+                        guard.mode(),
+                        guard.fencing_token(),
+                        guard.hold_count(),
+                        if guard.token().expose() == token {
+                            "the detached token"
+                        } else {
+                            "a fresh token"
+                        },
+                    ));
+                }
+                run.next_id += 1;
+                let new_label = format!(
+                    "g{}(h{h} {resource} {} resumed from {short_label})",
+                    run.next_id,
+                    mode.map_or("plain", Mode::as_str)
+                );
+                let auto = options.is_some_and(|o| o.get_auto_extend());
+                live.push(Live::new(
+                    run.live_id(),
+                    guard,
+                    h,
+                    (false, auto),
+                    None,
+                    new_label,
+                ));
+            }
+            Err(LockError::Lost { .. }) => {}
+            Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. })) => {
+                let _none = acquired(run, Err(error), &label);
+            }
+            Err(error) => run.fail(&format!(
+                "resuming {label} via h{h}: unexpected error {error}"
+            )),
+        }
+    }
+    if held_by == 0 {
+        // Nobody resumed it: released by its token (what is left expires anyway).
+        let released = within(
+            "releasing an unresumed lock",
+            handles[0].release_detached(detached),
+        )
+        .await;
+        if let Err(error @ LockError::Invalid(_)) = released {
+            run.fail(&format!("releasing detached {label}: {error}"));
+        }
+    }
+}
+
+/// A detach refused: a permit (`PermitsWith`), a lock of several (`ManyWith`), a lock
+/// re-entries share (`Shared`); `Lost` for a guard no longer trusted. The guard is consumed,
+/// its hold given back as a drop would (the lock ends if it was its last).
+fn detach_refused(run: &mut Run, live: &mut Vec<Live>, index: usize) {
+    let held = live.swap_remove(index);
+    let Live {
+        guard, label, info, ..
+    } = held;
+    let shared = guard.hold_count() > 1;
+    let was_lost = guard.lost().is_lost();
+    let expected = if shared {
+        "Shared"
+    } else if guard.permits().is_some() {
+        "PermitsWith"
+    } else {
+        "ManyWith"
+    };
+    let result = guard.detach();
+    let ended_by = Instant::now();
+    let outcome = match &result {
+        Ok(_) => "detached".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    run.note(format!("detach {label} (refused: {expected}): {outcome}"));
+    let as_expected = match &result {
+        Err(LockError::Invalid(InvalidInput::Shared { action: "detached" })) => shared,
+        Err(LockError::Invalid(InvalidInput::PermitsWith { option: "detach" })) => {
+            expected == "PermitsWith"
+        }
+        Err(LockError::Invalid(InvalidInput::ManyWith { option: "detach" })) => {
+            expected == "ManyWith"
+        }
+        Err(LockError::Lost { .. }) => was_lost,
+        _ => false,
+    };
+    if !as_expected {
+        run.fail(&format!(
+            "detaching {label}: expected a refusal ({expected}), got {outcome}"
+        ));
+    }
+    run.stats.detach_refused += 1;
+    run.stats.dropped += 1;
+    if !shared {
+        run.ended(info, &label, "dropped", ended_by);
+    }
+}
+
+/// Moves a live guard held once in a mode to a random weaker one (mostly one still trusted):
+/// once it returns, both its views say the new mode and its validity did not move back; the
+/// checks then judge its claim, and its exclusion of others, in the new mode. Refused when the
+/// guard is lost; too few answers leave the nodes split between the modes (each in the new
+/// mode or stronger), which the check of one mode per claim cannot judge: the guard goes. Now
+/// and then instead a downgrade that is none (to a mode not weaker, of a plain lock, of a
+/// lock re-entries share) is refused naming why, changing nothing.
+async fn downgrade(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
+    let now = Instant::now();
+    let weaker =
+        |m: Mode| -> Vec<Mode> { Mode::ALL.into_iter().filter(|w| w.weaker_than(m)).collect() };
+    let candidates: Vec<usize> = (0..live.len())
+        .filter(|&i| {
+            let guard = &live[i].guard;
+            guard.hold_count() == 1 && guard.mode().is_some_and(|m| !weaker(m).is_empty())
+        })
+        .collect();
+    if candidates.is_empty() || rng.random_bool(0.1) {
+        let held = &live[rng.random_range(0..live.len())];
+        let (from, holds) = (held.guard.mode(), held.guard.hold_count());
+        let to = Mode::ALL[rng.random_range(0..Mode::ALL.len())];
+        let shared = holds > 1;
+        // A downgrade to the mode it was already moved to is sent again (a retry).
+        let again = from == Some(to) && held.taken.is_some_and(|t| to.weaker_than(t));
+        if !shared && (again || from.is_some_and(|m| to.weaker_than(m))) {
+            run.note(format!(
+                "downgrade {} to {}: a real downgrade, skipped",
+                held.label,
+                to.as_str()
+            ));
+            return;
+        }
+        let result = within("a refused downgrade", held.guard.downgrade(to)).await;
+        let label = held.label.clone();
+        let after = held.guard.mode();
+        run.note(format!(
+            "downgrade {label} ({from:?}, holds {holds}) to {}: {result:?}",
+            to.as_str()
+        ));
+        let as_expected = match &result {
+            Err(LockError::Invalid(InvalidInput::Shared {
+                action: "downgraded",
+            })) => shared,
+            Err(LockError::Invalid(InvalidInput::NotADowngrade { from: f, to: t })) => {
+                !shared && *f == from && *t == to
+            }
+            _ => false,
+        };
+        if !as_expected || after != from {
+            run.fail(&format!(
+                "downgrading {label} (held in {from:?}, hold count {holds}) to {}: expected a \
+                 refusal ({}), got {result:?}, and the mode went from {from:?} to {after:?}",
+                to.as_str(),
+                if shared { "Shared" } else { "NotADowngrade" },
+            ));
+        }
+        run.stats.downgrade_refused += 1;
+        return;
+    }
+    let trusted: Vec<usize> = candidates
+        .iter()
+        .copied()
+        .filter(|&i| live[i].claim(now).is_some())
+        .collect();
+    let index = if !trusted.is_empty() && rng.random_bool(0.9) {
+        trusted[rng.random_range(0..trusted.len())]
+    } else {
+        candidates[rng.random_range(0..candidates.len())]
+    };
+    let held = &live[index];
+    let from = held.guard.mode().unwrap();
+    let choices = weaker(from);
+    let to = choices[rng.random_range(0..choices.len())];
+    let lost = held.guard.lost();
+    let was_lost = lost.is_lost();
+    let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
+    let before = held.guard.valid_until();
+    let result = within("a downgrade", held.guard.downgrade(to)).await;
+    let label = held.label.clone();
+    let (guard_mode, info_mode) = (held.guard.mode(), held.info.mode());
+    let after = held.guard.valid_until();
+    run.note(format!(
+        "downgrade {label} from {} to {} (trusted for {trusted_for:?} more): {result:?}",
+        from.as_str(),
+        to.as_str()
+    ));
+    let says_new = guard_mode == Some(to) && info_mode == Some(to);
+    if says_new {
+        // The messages name the lock's mode as it is now.
+        live[index].label = format!("{label}↓{}", to.as_str());
+    }
+    match result {
+        Ok(()) => {
+            run.stats.downgraded += 1;
+            if !says_new {
+                run.fail(&format!(
+                    "{label}, downgraded from {} to {}, says {guard_mode:?} (guard) and \
+                     {info_mode:?} (its LockInfo)",
+                    from.as_str(),
+                    to.as_str()
+                ));
+            }
+            if after < before {
+                run.fail(&format!(
+                    "downgrading {label} moved its validity back by {:?}",
+                    before.duration_since(after)
+                ));
+            }
+        }
+        Err(LockError::Lost { .. }) if was_lost || trusted_for <= ms(100) => {}
+        Err(LockError::Unavailable { .. }) => {
+            run.stats.unavailable += 1;
+            if !says_new {
+                run.fail(&format!(
+                    "{label}, whose downgrade to {} was sent (too few answered), says \
+                     {guard_mode:?} (guard) and {info_mode:?} (its LockInfo)",
+                    to.as_str()
+                ));
+            }
+            let gone = live.swap_remove(index);
+            run.drop_live(gone, " (its downgrade undecided)");
+        }
+        Err(error) => run.fail(&format!(
+            "downgrading {label} (trusted for {trusted_for:?} more) from {} to {}: unexpected \
+             error {error}",
+            from.as_str(),
+            to.as_str()
+        )),
+    }
 }
