@@ -1,10 +1,11 @@
-//! `cargo xtask bench`: W1–W5, W6 (lock modes) and W7 (many waiters per handle) against 5 local
-//! `redis-server` nodes.
+//! `cargo xtask bench`: W1–W5, W6 (lock modes), W7 (many waiters per handle) and W8 (what each
+//! primitive costs) against 5 local `redis-server` nodes.
 //!
 //! Every figure of redlock-core is printed beside the same workload run in the same process
 //! against (a) the floor, the Redlock protocol hand-written on plain `fred` ([`floor`]), (b) the
 //! same floor on `redis-rs` ([`floor_redis`]), and (c) the `rslock` crate; W6 against
-//! redlock-core's own exclusive lock, W7 against its own 8-locker run. Options: `--quick`
+//! redlock-core's own exclusive lock, W7 against its own 8-locker run, W8 against the plain
+//! lock and the fred floor. Options: `--quick`
 //! (short runs, for a smoke test), `--cycles N` (W5's lock cycles, default 1,000,000),
 //! `--only W1,W3` (a subset), `--alone ours|floor|redis-floor|rslock` (one implementation, for
 //! profiling), `--no-windows` / `--no-handover` (redlock-core with that feature off, to measure
@@ -13,6 +14,7 @@
 mod contender;
 mod floor;
 mod floor_redis;
+mod primitives;
 mod read_write;
 mod stats;
 mod workloads;
@@ -133,7 +135,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The workloads by the names users give `--only`, and the ids the bench prints.
-const WORKLOADS: [(&str, &str); 7] = [
+const WORKLOADS: [(&str, &str); 8] = [
     ("sequential", "W1"),
     ("distinct", "W2"),
     ("contended", "W3"),
@@ -141,6 +143,7 @@ const WORKLOADS: [(&str, &str); 7] = [
     ("memory", "W5"),
     ("modes", "W6"),
     ("handles", "W7"),
+    ("primitives", "W8"),
 ];
 
 /// The id of the workload named `name` (or given by its id).

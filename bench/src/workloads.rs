@@ -41,6 +41,9 @@ pub(crate) async fn run_all(plan: &Plan, urls: &[String]) -> anyhow::Result<()> 
     if plan.runs("W7") && plan.alone.is_none_or(|kind| kind == Kind::Ours) {
         w7(plan, urls, &mut targets).await?;
     }
+    if plan.runs("W8") && plan.alone.is_none() {
+        crate::primitives::w8(plan, urls).await?;
+    }
     targets.print();
     let violations = targets.violations();
     anyhow::ensure!(

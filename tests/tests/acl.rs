@@ -503,6 +503,8 @@ async fn the_force_release_row_breaks_a_lock() {
     let (a, operator) = (handle(&servers).await, handle(&servers).await);
     let guard = a.lock("acl:stuck").await.unwrap();
     let report = operator.force_release("acl:stuck").await.unwrap();
-    assert_eq!((report.removed, report.answered), (3, 3), "{report:?}");
+    // The lock returned at a quorum: the third node's grant may land after the force-release
+    // (another connection), so a quorum at least.
+    assert!(report.removed >= 2 && report.answered == 3, "{report:?}");
     drop(guard);
 }

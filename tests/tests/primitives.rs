@@ -23,6 +23,26 @@ async fn tokens(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
         .collect()
 }
 
+/// Waits (at most 10 s) until every node holds `key` with `token` (its value, or a field of
+/// its hash): a lock returns once a quorum granted it, and the other nodes' calls land just
+/// after, so a check of every node waits for them first.
+async fn on_every_node(nodes: &RedisNodes, key: &str, token: &str) {
+    within(&format!("{key} held on every node"), async {
+        loop {
+            let everywhere = nodes.holdings(key).await.iter().all(|h| match &h.value {
+                HeldValue::Token(t) => t == token,
+                HeldValue::Holders(fields) => fields.contains_key(token),
+                _ => false,
+            });
+            if everywhere {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 /// The holders' entries (`token → "<MODE> <expiry>"`) at `key` on each node, waiters left
 /// out.
 async fn mode_holders(nodes: &RedisNodes, key: &str) -> Vec<Vec<(String, String)>> {
@@ -65,6 +85,7 @@ mod resume {
         // Still held with the detached token: detaching released nothing.
         let key = detached.key().to_owned();
         let old = detached.token().expose().to_owned();
+        on_every_node(&nodes, &key, &old).await;
         assert!(
             tokens(&nodes, &key)
                 .await
@@ -149,6 +170,7 @@ mod resume {
             let key = guard.key().to_owned();
             let floor = u64::try_from(left.as_millis()).unwrap();
             let longest = taken.max(resumed) * 1000;
+            on_every_node(&nodes, &key, guard.token().expose()).await;
             for holding in nodes.holdings(&key).await {
                 assert_eq!(holding.value.token(), Some(guard.token().expose()));
                 let ms = u64::try_from(holding.ttl.unwrap().as_millis()).unwrap();
@@ -231,6 +253,7 @@ mod resume {
         let resumed = b.resume_with(&detached, &shorter).await.unwrap();
         assert_eq!(resumed.mode(), Some(Mode::Exclusive));
         let token = resumed.token().expose().to_owned();
+        on_every_node(&nodes, resumed.key(), &token).await;
         for holders in mode_holders(&nodes, resumed.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);
@@ -375,6 +398,18 @@ mod force_release {
             .auto_extend(true);
         let guard = holder.lock_with("stuck", &options).await.unwrap();
         let lost = guard.lost();
+        // Once every node has it (the lock returns at a quorum; the others' grants follow).
+        let token = guard.token().expose().to_owned();
+        within("every node to hold it", async {
+            while tokens(&nodes, guard.key())
+                .await
+                .iter()
+                .any(|t| t.as_deref() != Some(&token))
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         let report = operator.force_release("stuck").await.unwrap();
         assert_eq!(
             (report.removed, report.answered, report.not_a_lock),
@@ -429,6 +464,16 @@ mod force_release {
             .lock_mode("shared", Mode::ProtectedRead, read)
             .await
             .unwrap();
+        within("both readers on every node", async {
+            while mode_holders(&nodes, r1.key())
+                .await
+                .iter()
+                .any(|h| h.len() != 2)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         assert_eq!(operator.force_release("shared").await.unwrap().removed, 5);
         assert!(nodes.is_free(r1.key()).await);
         drop((r1, r2));
@@ -539,6 +584,17 @@ mod downgrade {
         assert_eq!(info.mode(), Some(Mode::ProtectedRead));
         assert!(writer.is_valid());
         let token = writer.token().expose().to_owned();
+        // The downgrade returns at a quorum; the other nodes' conversions land just after.
+        within("every node in PR", async {
+            while mode_holders(&nodes, writer.key())
+                .await
+                .iter()
+                .any(|holders| !holders.iter().any(|(_, v)| v.starts_with("PR ")))
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         for holders in mode_holders(&nodes, writer.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);
