@@ -1,6 +1,6 @@
 // The README's guide links point at docs.rs; here they point at this build's own pages (the
 // first definition of a link wins).
-#![doc = "[guide]: crate::guide\n[guide-lock]: crate::guide::lock\n[guide-leader]: crate::guide::leader_election\n[guide-modes]: crate::guide::lock_modes\n[guide-semaphore]: crate::guide::semaphore\n[guide-attribute]: crate::guide::attribute\n[guide-axum]: crate::guide::axum\n[guide-cli]: crate::guide::command_line\n[guide-config]: crate::guide::configuration\n[guide-tls]: crate::guide::tls\n[guide-metrics]: crate::guide::metrics\n[guide-how]: crate::guide::how_it_works\n[guide-fencing]: crate::guide::fencing\n[guide-guarantees]: crate::guide::guarantees\n[guide-others]: crate::guide::other_clients\n"]
+#![doc = "[guide]: crate::guide\n[guide-lock]: crate::guide::lock\n[guide-leader]: crate::guide::leader_election\n[guide-modes]: crate::guide::lock_modes\n[guide-semaphore]: crate::guide::semaphore\n[guide-attribute]: crate::guide::attribute\n[guide-axum]: crate::guide::axum\n[guide-cli]: crate::guide::command_line\n[guide-handing]: crate::guide::handing_on\n[guide-config]: crate::guide::configuration\n[guide-tls]: crate::guide::tls\n[guide-metrics]: crate::guide::metrics\n[guide-how]: crate::guide::how_it_works\n[guide-fencing]: crate::guide::fencing\n[guide-guarantees]: crate::guide::guarantees\n[guide-others]: crate::guide::other_clients\n"]
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
