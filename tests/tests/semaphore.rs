@@ -626,13 +626,14 @@ async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
 }
 
 #[tokio::test]
-async fn a_scattered_round_releases_every_slot_it_took() {
+async fn a_split_round_releases_what_it_took_and_the_next_asks_for_the_free_slot_first() {
     let nodes = RedisNodes::start(5);
     let redlock = redlock(&nodes).await;
     let key = redlock.key_for("job");
-    // Slots held by others: slot 0 on nodes {0, 1, 4}, slot 1 on {2, 3, 4}. Each attempt
-    // takes slot 1 on nodes 0 and 1, slot 0 on 2 and 3, slot 2 on 4: no slot on three,
-    // and slot 2 was free on all five: a split, attempted again and given up as one.
+    // Slots held by others: slot 0 on nodes {0, 1, 4}, slot 1 on {2, 3, 4}. In ascending
+    // order an attempt takes slot 1 on nodes 0 and 1, slot 0 on 2 and 3, slot 2 on 4: no slot
+    // on three (a split), though slot 2 is free on all five. The attempt after the split asks
+    // for slot 2 first, and gets it.
     for i in [0, 1, 4] {
         plant(&nodes, i, &slot_key(&key, 0), "zero").await;
     }
@@ -643,20 +644,19 @@ async fn a_scattered_round_releases_every_slot_it_took() {
         .permits(3)
         .ttl(ms(30_000))
         .retry_count(0);
-    let error = within("the split attempts", redlock.lock_with("job", &options))
+    let guard = within("the attempts", redlock.lock_with("job", &options))
         .await
-        .unwrap_err();
-    assert!(
-        matches!(error, LockError::SplitVote { .. }),
-        "not a split: {error}"
-    );
-    // Nothing of the attempts is left: the planted keys only (a 30 s ttl, so not by expiry).
+        .unwrap();
+    assert_eq!(guard.info().slot(), Some(2));
+    // Nothing of the split round is left: the planted keys only (a 30 s ttl, so not by
+    // expiry), and slot 2 the permit's.
     let zero = Some("zero".to_owned());
     let one = Some("one".to_owned());
     let expected = [zero.clone(), zero.clone(), None, None, zero];
     values_soon(&nodes, &slot_key(&key, 0), &expected).await;
     let expected = [None, None, one.clone(), one.clone(), one];
     values_soon(&nodes, &slot_key(&key, 1), &expected).await;
+    guard.release().await.unwrap();
     gone_soon(&nodes, &slot_key(&key, 2)).await;
 }
 

@@ -3,16 +3,17 @@
 //!
 //! A semaphore of K permits is K plain locks, one per slot. Every node takes, for the attempt,
 //! the first free slot in the order the request gives (`ACQUIRE_PERMIT`), and answers which,
-//! with the slots that were free for the request; the attempt holds a permit when one slot
-//! was granted by a quorum within the validity, and releases every other slot it took, on
-//! every node (step 5). With no slot on a quorum, it is a split only if some slot was free on
-//! enough nodes for one; otherwise the semaphore is busy ([`SlotTally`]). The order is ascending slot
+//! with who held each slot; the attempt holds a permit when one slot was granted by a quorum
+//! within the validity, and releases every other slot it took, on every node (step 5). With no
+//! slot on a quorum, the semaphore is busy when every permit may be held (each slot by one
+//! holder named on a quorum), and the round is a split otherwise ([`SlotTally`]). The order is ascending slot
 //! order for every request, so that concurrent requests race for the lowest free slot as they
 //! would for one lock: two requests that meet with two slots free each get one (every node
 //! gives slot 0 to one and slot 1 to the other, so the request that has slot 0 on a majority
 //! has it there, and the other has slot 1 on that same majority).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attempt::{AttemptFailure, Granted, Split};
@@ -36,32 +37,38 @@ pub(super) struct PermitAsk<'a> {
     pub(super) queued: bool,
     /// How long its entry counts after this attempt, in ms.
     pub(super) alive_ms: u64,
+    /// The slot to try first, learnt from the acquisition's last split round (the slot free
+    /// on the most nodes then); [`NO_PREFERENCE`]: ascending order. Set by each split round.
+    pub(super) prefer: &'a AtomicUsize,
 }
+
+/// [`PermitAsk::prefer`] without a preferred slot.
+pub(super) const NO_PREFERENCE: usize = usize::MAX;
 
 /// What one round's answers come to, slot by slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum SlotTally {
     /// This slot (from 0) was granted by a quorum: the permit is held.
     Won(usize),
-    /// No slot has a quorum, and none could have had one: no slot was free for the request
-    /// on enough nodes (counting those that did not answer) to make a quorum, or too few
-    /// answered. The semaphore is busy (its holders' slots missed different nodes), or the
-    /// nodes unavailable.
+    /// No slot has a quorum, and the semaphore is busy: every permit may be held, each slot by
+    /// one holder that the nodes name on a quorum (counting those that did not answer); or
+    /// every node refused the request (no slot free, or earlier waiters first); or too few
+    /// answered (the nodes are unavailable).
     Refused,
-    /// No slot has a quorum, but some slot was free on enough nodes for one: concurrent
-    /// requests took the free slots in different orders on different nodes. Attempting
-    /// again after a short random delay resolves it.
+    /// No slot has a quorum, yet some permit has no holder on a quorum: concurrent requests
+    /// took the free slots in different orders on different nodes (each holding a slot on too
+    /// few). Attempting again after a short random delay resolves it.
     Scattered,
 }
 
 impl SlotTally {
-    /// The tally of `granted` (per node, the slot it granted, if any) and `free` (per node,
-    /// the slots that were free for the request there; none where it was refused or no
-    /// answer came), `refused` nodes having found no slot free for it, with `quorum` nodes
+    /// The tally of `granted` (per node, the slot it granted, if any) and `holders` (per node,
+    /// who held each slot before the request took one: a digest, or `None` when free; empty
+    /// where no answer came), `refused` nodes having granted no slot, with `quorum` nodes
     /// needed. Each node grants one slot per attempt, so at most one slot has a quorum.
     pub(super) fn of(
         granted: &[Option<usize>],
-        free: &[Vec<usize>],
+        holders: &[Vec<Option<String>>],
         refused: usize,
         quorum: usize,
     ) -> Self {
@@ -74,12 +81,21 @@ impl SlotTally {
         }
         let answered = granted.iter().flatten().count() + refused;
         let silent = granted.len().saturating_sub(answered);
-        let mut free_on: BTreeMap<usize, usize> = BTreeMap::new();
-        for slot in free.iter().flatten() {
-            *free_on.entry(*slot).or_default() += 1;
-        }
-        let reachable = free_on.values().any(|count| count + silent >= quorum);
-        if counts.is_empty() || answered < quorum || !reachable {
+        // A slot is held when one holder is named for it by a quorum, those that did not
+        // answer counted as naming it.
+        let slots = holders.iter().map(Vec::len).max().unwrap_or(0);
+        let held = (0..slots)
+            .filter(|&slot| {
+                let mut named: BTreeMap<&str, usize> = BTreeMap::new();
+                for on_node in holders {
+                    if let Some(Some(holder)) = on_node.get(slot) {
+                        *named.entry(holder.as_str()).or_default() += 1;
+                    }
+                }
+                named.values().any(|count| count + silent >= quorum)
+            })
+            .count();
+        if counts.is_empty() || answered < quorum || held >= slots {
             Self::Refused
         } else {
             Self::Scattered
@@ -108,10 +124,21 @@ impl Redlock {
         let ttl = options.sent_ttl();
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        // The order the nodes try the slots in: ascending, or the preferred slot first after a
+        // split (the lowest free slot can differ from node to node, and the same ascending
+        // order would then split the same way every time); `order[i]` is the slot at `i`.
+        let preferred = asking.prefer.load(Ordering::Relaxed);
+        let order: Vec<usize> = match Some(preferred).filter(|&p| p < slots.len()) {
+            Some(first) => std::iter::once(first)
+                .chain((0..slots.len()).filter(|&s| s != first))
+                .collect(),
+            None => (0..slots.len()).collect(),
+        };
+        let ordered: Vec<ResourceKeys> = order.iter().map(|&s| slots[s].clone()).collect();
         let request = PermitRequest {
             queue,
             alive,
-            slots,
+            slots: &ordered,
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
             waiter: asking.waiter,
@@ -129,28 +156,41 @@ impl Redlock {
         let tally = masters
             .round(masters.len(), limit, Stop::AtQuorum, |node| async move {
                 let reply = node.acquire_permit(request).await;
-                (reply.vote, (reply.slot, reply.left_ms, reply.free))
+                (reply.vote, (reply.slot, reply.left_ms, reply.holders))
             })
             .await;
+        // Back from the request's order to slot numbers.
         let granted: Vec<Option<usize>> = tally
-            .counters
-            .iter()
-            .map(|c| c.as_ref().and_then(|(slot, _, _)| *slot))
-            .collect();
-        let free: Vec<Vec<usize>> = tally
             .counters
             .iter()
             .map(|c| {
                 c.as_ref()
-                    .map(|(_, _, free)| free.clone())
-                    .unwrap_or_default()
+                    .and_then(|(slot, _, _)| *slot)
+                    .map(|at| order[at])
+            })
+            .collect();
+        let holders: Vec<Vec<Option<String>>> = tally
+            .counters
+            .iter()
+            .map(|c| {
+                let mut by_slot = vec![None; slots.len()];
+                let in_order = c
+                    .as_ref()
+                    .map_or(&[][..], |(_, _, holders)| holders.as_slice());
+                if in_order.len() != slots.len() {
+                    return Vec::new();
+                }
+                for (at, holder) in in_order.iter().enumerate() {
+                    by_slot[order[at]] = holder.clone();
+                }
+                by_slot
             })
             .collect();
         let unknown = tally
             .votes
             .iter()
             .any(|vote| !matches!(vote, NodeVote::Acquired | NodeVote::Held));
-        let decided = SlotTally::of(&granted, &free, tally.refused, masters.quorum);
+        let decided = SlotTally::of(&granted, &holders, tally.refused, masters.quorum);
         let everywhere = granted.iter().all(Option::is_some);
         // Step 5's set: every slot some node granted, and every slot when some node did not
         // answer (its SET may still land); the slot won is kept.
@@ -177,6 +217,10 @@ impl Redlock {
         acquisition.voted(&outcomes);
         let Some(slot) = won else {
             cleanup.run().await;
+            if decided == SlotTally::Scattered {
+                let next = most_free(&holders, slots.len()).unwrap_or(NO_PREFERENCE);
+                asking.prefer.store(next, Ordering::Relaxed);
+            }
             return Err(match decided {
                 SlotTally::Scattered => AttemptFailure::Scattered(outcomes),
                 SlotTally::Won(_) | SlotTally::Refused => AttemptFailure::Votes {
@@ -209,6 +253,19 @@ impl Redlock {
             slot_keys: slots.get(slot).cloned(),
         })
     }
+}
+
+/// The slot free on the most nodes by `holders` (per node, who held each slot; nodes without
+/// an answer left out), the lowest of those tied; `None` without any answer.
+fn most_free(holders: &[Vec<Option<String>>], slots: usize) -> Option<usize> {
+    let answered: Vec<&Vec<Option<String>>> = holders.iter().filter(|h| h.len() == slots).collect();
+    if answered.is_empty() {
+        return None;
+    }
+    (0..slots).max_by_key(|&slot| {
+        let free = answered.iter().filter(|h| h[slot].is_none()).count();
+        (free, std::cmp::Reverse(slot))
+    })
 }
 
 /// Releases an attempt's slots on every node (step 5): on [`run`](Self::run), or in the
@@ -294,9 +351,18 @@ async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
 mod tests {
     use super::*;
 
-    /// Each node's free slots, as the script reports them (none where it refused).
-    fn free_sets(sets: &[&[usize]]) -> Vec<Vec<usize>> {
-        sets.iter().map(|set| set.to_vec()).collect()
+    /// Each node's holders of each slot, as the script reports them ("" for a free slot;
+    /// no entries where the node gave no such answer).
+    fn holders(nodes: &[&[&str]]) -> Vec<Vec<Option<String>>> {
+        nodes
+            .iter()
+            .map(|slots| {
+                slots
+                    .iter()
+                    .map(|h| (!h.is_empty()).then(|| (*h).to_owned()))
+                    .collect()
+            })
+            .collect()
     }
 
     #[test]
@@ -304,15 +370,8 @@ mod tests {
         let q = 3;
         // Two requests met on five nodes with two slots free: each node gave slot 0 to one.
         let first = [Some(0), Some(0), Some(0), Some(1), Some(1)];
-        let both = free_sets(&[&[0, 1], &[0, 1], &[0, 1], &[1], &[1]]);
-        assert_eq!(SlotTally::of(&first, &both, 0, q), SlotTally::Won(0));
-        let second = [Some(1), Some(1), Some(1), Some(0), Some(0)];
-        let both = free_sets(&[&[1], &[1], &[1], &[0, 1], &[0, 1]]);
-        assert_eq!(SlotTally::of(&second, &both, 0, q), SlotTally::Won(1));
-        // A majority found every slot busy: busy, whatever the others granted.
-        let busy = [Some(0), Some(1), None, None, None];
-        let free = free_sets(&[&[0, 1], &[1], &[], &[], &[]]);
-        assert_eq!(SlotTally::of(&busy, &free, 3, q), SlotTally::Refused);
+        let seen = holders(&[&["", ""], &["", ""], &["", ""], &["b", ""], &["b", ""]]);
+        assert_eq!(SlotTally::of(&first, &seen, 0, q), SlotTally::Won(0));
         // Nothing granted (refusals, failures): refused.
         assert_eq!(
             SlotTally::of(&[None; 5], &vec![Vec::new(); 5], 2, q),
@@ -320,39 +379,46 @@ mod tests {
         );
         // Two grants of one slot, the other nodes down: too few answered.
         let short = [Some(2), Some(2), None, None, None];
-        let free = free_sets(&[&[2], &[2], &[], &[], &[]]);
-        assert_eq!(SlotTally::of(&short, &free, 0, q), SlotTally::Refused);
-        // Two grants, two refusals, one node down: slot 2 was free on two, and the silent
-        // node makes three.
-        assert_eq!(SlotTally::of(&short, &free, 2, q), SlotTally::Scattered);
+        let seen = holders(&[&["h", "i", ""], &["h", "i", ""]]);
+        assert_eq!(SlotTally::of(&short, &seen, 0, q), SlotTally::Refused);
     }
 
     #[test]
     fn requests_that_met_with_slots_free_are_a_split() {
         let q = 3;
-        // Three requests took three free slots in different orders on five nodes: this one
-        // found slot 2 free everywhere (nobody took it before it on any node).
+        // Three requests took three free slots in different orders on five nodes; the others'
+        // grants are named by fewer than a quorum each.
         let scattered = [Some(0), Some(1), Some(2), Some(0), Some(1)];
-        let free = free_sets(&[&[0, 1, 2], &[1, 2], &[2], &[0, 1, 2], &[1, 2]]);
-        assert_eq!(SlotTally::of(&scattered, &free, 0, q), SlotTally::Scattered);
-        // Some refused, but a slot was free on three of the others.
-        let some = [Some(0), Some(1), Some(1), None, None];
-        let free = free_sets(&[&[0, 1], &[1], &[1], &[], &[]]);
-        assert_eq!(SlotTally::of(&some, &free, 2, q), SlotTally::Scattered);
+        let seen = holders(&[
+            &["", "", ""],
+            &["x", "", ""],
+            &["x", "y", ""],
+            &["", "", ""],
+            &["y", "", ""],
+        ]);
+        assert_eq!(SlotTally::of(&scattered, &seen, 0, q), SlotTally::Scattered);
+        // Three nodes, two permits: a holder has slot 1 on two nodes (a quorum), slot 0 is
+        // free, and three requests at once each took it on one node only: a split, not busy
+        // (one permit is free).
+        let granted = [Some(0), None, Some(1)];
+        let seen = holders(&[&["", "h"], &["b", "h"], &["c", ""]]);
+        assert_eq!(SlotTally::of(&granted, &seen, 1, 2), SlotTally::Scattered);
     }
 
     #[test]
     fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
-        // Three nodes, two permits, both held: slot 0 on {A, B}, slot 1 on {B, C}. A grants
-        // slot 1, B refuses, C grants slot 0: each slot was free on one node only.
+        // Three nodes, two permits, both held: slot 0 by g on {A, B}, slot 1 by h on {B, C}.
+        // A grants slot 1, B refuses, C grants slot 0: each holder is on a quorum.
         let granted = [Some(1), None, Some(0)];
-        let free = free_sets(&[&[1], &[], &[0]]);
-        assert_eq!(SlotTally::of(&granted, &free, 1, 2), SlotTally::Refused);
-        // Five nodes: each slot free on two, the fifth refused: no quorum possible.
-        let granted = [Some(0), Some(1), Some(0), Some(1), None];
-        let free = free_sets(&[&[0], &[1], &[0], &[1], &[]]);
-        assert_eq!(SlotTally::of(&granted, &free, 1, 3), SlotTally::Refused);
-        // The fifth silent instead: with it, either slot could have had three: a split.
-        assert_eq!(SlotTally::of(&granted, &free, 0, 3), SlotTally::Scattered);
+        let seen = holders(&[&["g", ""], &["g", "h"], &["", "h"]]);
+        assert_eq!(SlotTally::of(&granted, &seen, 1, 2), SlotTally::Refused);
+        // Five nodes: slot 0's holder on two, slot 1's on two, the fifth silent: either may
+        // be on a quorum with it, so both permits may be held: busy.
+        let granted = [Some(1), Some(0), Some(1), Some(0), None];
+        let seen = holders(&[&["g", ""], &["", "h"], &["g", ""], &["", "h"]]);
+        assert_eq!(SlotTally::of(&granted, &seen, 0, 3), SlotTally::Refused);
+        // The fifth answered and named neither: a permit is free somewhere: a split.
+        let seen = holders(&[&["g", ""], &["", "h"], &["g", ""], &["", "h"], &["", ""]]);
+        assert_eq!(SlotTally::of(&granted, &seen, 1, 3), SlotTally::Scattered);
     }
 }

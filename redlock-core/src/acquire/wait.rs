@@ -70,6 +70,8 @@ impl Redlock {
             .get_mode()
             .map(|mode| ModeRequest::new(mode, &waiter, self.intent_ttl_ms(options)));
         let mut waiting: Option<Listener> = None;
+        // A permit request's preferred slot after a split round (`PermitAsk::prefer`).
+        let prefer = std::sync::atomic::AtomicUsize::new(super::permit::NO_PREFERENCE);
         // Armed while this request may have a place in a queue (a plain waiter's, or a mode
         // request's waiter entry, from its first attempt on): every way out of this function
         // but a grant that keeps the place leaves the queue, this future being dropped
@@ -96,6 +98,7 @@ impl Redlock {
                         waiter: &waiter,
                         queued: state.listening(),
                         alive_ms: self.intent_ttl_ms(options),
+                        prefer: &prefer,
                     };
                     self.attempt_permit(&keys, slots, &token, options, asking, acquisition)
                         .await

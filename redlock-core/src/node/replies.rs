@@ -90,66 +90,65 @@ pub(crate) struct PermitReply {
     pub(crate) vote: NodeVote,
     /// When granted, the slot taken: its index in the request's order (from 0).
     pub(crate) slot: Option<usize>,
-    /// When granted, the slots that were free for the request before it took one (the slot
-    /// taken among them), ascending; empty otherwise (a refusal found none free for it).
-    pub(crate) free: Vec<usize>,
+    /// Who held each slot before the request took one: the holder's digest for a busy slot,
+    /// `None` for a free one (one entry per slot; empty when the node gave no such answer).
+    pub(crate) holders: Vec<Option<String>>,
     /// When refused, how long until the earliest busy slot expires, in ms.
     pub(crate) left_ms: Option<u64>,
 }
 
-/// The `{1, 0, slot, free} | {0, 0, 0, left, "permits"} | {-1 | -3, 0}` reply of the permit
+/// The `{1, 0, slot, holders} | {0, 0, 0, left, holders} | {-1 | -3, 0}` reply of the permit
 /// script on the semaphore of `key`, with `slots` slots (a slot outside them is an
-/// unexpected reply; `free` is one `1` or `0` per slot, and counts the slot taken).
+/// unexpected reply; `holders` is one digest or empty string per slot, comma-separated).
 pub(super) fn permit_reply(
     reply: Result<Value, NodeError>,
     key: &str,
     slots: usize,
 ) -> PermitReply {
-    let (slot, bits) = match &reply {
-        Ok(Value::Array(parts)) => (
-            parts.get(2).and_then(Value::as_i64),
-            parts.get(3).and_then(Value::as_string),
-        ),
+    let (slot, holders) = match &reply {
+        Ok(Value::Array(parts)) => {
+            let granted = parts.first().and_then(Value::as_i64) == Some(1);
+            let at = if granted { 3 } else { 4 };
+            (
+                parts.get(2).and_then(Value::as_i64),
+                parts.get(at).and_then(Value::as_string),
+            )
+        }
         _ => (None, None),
     };
+    let holders: Vec<Option<String>> = holders
+        .map(|all| {
+            all.split(',')
+                .take(slots)
+                .map(|h| (!h.is_empty()).then(|| h.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
     let AcquireReply { vote, left_ms, .. } = acquire_reply(reply, key);
     match vote {
         NodeVote::Acquired => match slot
             .and_then(|slot| usize::try_from(slot).ok())
             .filter(|slot| (1..=slots).contains(slot))
         {
-            Some(slot) => {
-                let slot = slot - 1;
-                let mut free: Vec<usize> = bits
-                    .unwrap_or_default()
-                    .bytes()
-                    .take(slots)
-                    .enumerate()
-                    .filter_map(|(i, bit)| (bit == b'1').then_some(i))
-                    .collect();
-                if let Err(at) = free.binary_search(&slot) {
-                    free.insert(at, slot);
-                }
-                PermitReply {
-                    vote,
-                    slot: Some(slot),
-                    free,
-                    left_ms: None,
-                }
-            }
+            Some(slot) => PermitReply {
+                vote,
+                slot: Some(slot - 1),
+                holders,
+                left_ms: None,
+            },
             None => PermitReply {
                 vote: NodeVote::Failed(NodeError::UnexpectedReply(format!(
                     "to the permit script: slot {slot:?} of {slots}"
                 ))),
                 slot: None,
-                free: Vec::new(),
+                holders: Vec::new(),
                 left_ms: None,
             },
         },
         vote => PermitReply {
             vote,
             slot: None,
-            free: Vec::new(),
+            holders,
             left_ms,
         },
     }
@@ -222,24 +221,23 @@ mod tests {
     #[test]
     fn permit_replies_name_the_slot_from_zero() {
         let reply = |parts: Vec<Value>| permit_reply(Ok(Value::Array(parts)), "k", 3);
-        let granted = reply(vec![1.into(), 0.into(), 2.into(), "011".into()]);
+        let granted = reply(vec![1.into(), 0.into(), 2.into(), "abc,,".into()]);
         assert_eq!((granted.vote, granted.slot), (NodeVote::Acquired, Some(1)));
-        assert_eq!(granted.free, [1, 2]);
-        // The slot taken was free, whatever the reply says.
+        assert_eq!(granted.holders, [Some("abc".to_owned()), None, None]);
         let bare = reply(vec![1.into(), 0.into(), 3.into()]);
-        assert_eq!((bare.slot, bare.free), (Some(2), vec![2]));
+        assert_eq!((bare.slot, bare.holders.len()), (Some(2), 0));
         let busy = reply(vec![
             0.into(),
             0.into(),
             0.into(),
             900.into(),
-            "permits".into(),
+            "abc,def,0123".into(),
         ]);
         assert_eq!(
             (busy.vote, busy.slot, busy.left_ms),
             (NodeVote::Held, None, Some(900))
         );
-        assert!(busy.free.is_empty());
+        assert_eq!(busy.holders.iter().flatten().count(), 3);
         for wrong in [0, 4] {
             let odd = reply(vec![1.into(), 0.into(), wrong.into()]);
             assert!(matches!(

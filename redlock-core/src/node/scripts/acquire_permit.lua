@@ -21,13 +21,14 @@
 --       queue_ttl_ms   how long the queue outlives this attempt
 --       alive_ms       how long the waiter's entry counts after this attempt
 --
--- Returns `{1, 0, slot, free}` when granted (`slot` the 1-based index of the slot taken, in
--- the order of KEYS; `free` which slots were free for this request before it took one, a
--- string of one "1" or "0" per slot in the order of KEYS, the slot reserved for it counting
--- as free), `{0, 0, 0, left, "permits"}` when refused (`left` the ms until the earliest busy
--- slot expires, -1 if unknown; no slot counts as free for it), `{-1, 0}` quarantined, `{-3,
--- 0}` a handle with another quarantine (prelude.lua). The client tells a busy semaphore from
--- a split by `free`: a split only if some slot was free on enough nodes for a quorum.
+-- Returns `{1, 0, slot, holders}` when granted (`slot` the 1-based index of the slot taken, in
+-- the order of KEYS), `{0, 0, 0, left, holders}` when refused (`left` the ms until the
+-- earliest busy slot expires, -1 if unknown), `{-1, 0}` quarantined, `{-3, 0}` a handle with
+-- another quarantine (prelude.lua). `holders` says who held each slot before this request
+-- took one, comma-separated in the order of KEYS: the holder's digest (holder_digest in
+-- prelude.lua) for a busy slot, empty for a free one (or the one reserved for this waiter).
+-- The client tells a busy semaphore from a split by them: busy when every permit may be held,
+-- each slot by one holder on a quorum of nodes (counting those that did not answer).
 --
 -- A slot reserved for this waiter by a release's hand-over (release_handover.lua: the slot's
 -- value is the waiter's marker) is taken at once. Otherwise the first free slot, unless the
@@ -63,6 +64,7 @@ if now then
     end
   end
 end
+local holders = {}
 local function refused(earliest)
   if marker ~= "" then
     if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
@@ -74,23 +76,22 @@ local function refused(earliest)
       redis.pcall("pexpire", alive_key, queue_ttl_ms)
     end
   end
-  return {0, 0, 0, earliest, "permits"}
+  return {0, 0, 0, earliest, table.concat(holders, ",")}
 end
 
--- Which slots are free for this request (the one reserved for it included), as "1" or "0"
--- per slot; the first free one; the one reserved for it; when the earliest busy one frees.
-local bits, free, reserved, count, earliest = {}, nil, nil, 0, -1
+-- Who holds each slot (empty: free for this request, the one reserved for it included); the
+-- first free one; the one reserved for it; when the earliest busy one frees.
+local free, reserved, count, earliest = nil, nil, 0, -1
 for i = first_slot, #KEYS do
   local current = redis.pcall("get", KEYS[i])
-  bits[i - first_slot + 1] = "0"
+  holders[i - first_slot + 1] = ""
   if marker ~= "" and current == marker then
-    reserved = i
-    bits[i - first_slot + 1] = "1"
+    if not reserved then reserved = i end
   elseif not current then
     count = count + 1
     if not free then free = i end
-    bits[i - first_slot + 1] = "1"
   else
+    holders[i - first_slot + 1] = holder_digest(KEYS[i])
     local left = ms_left(KEYS[i])
     if left > 0 and (earliest < 0 or left < earliest) then earliest = left end
   end
@@ -105,7 +106,7 @@ local function take(i, is_reserved)
     redis.pcall("zrem", queue_key, marker)
     redis.pcall("zrem", alive_key, marker)
   end
-  return {1, 0, i - first_slot + 1, table.concat(bits)}
+  return {1, 0, i - first_slot + 1, table.concat(holders, ",")}
 end
 
 if reserved then return take(reserved, true) end
