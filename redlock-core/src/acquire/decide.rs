@@ -287,11 +287,11 @@ impl LoopState {
                 Step::GiveUp(policy.error(self.attempts, failure))
             };
         }
-        if matches!(failure, AttemptFailure::Scattered(_)) {
-            // Slots are free: a short random delay, not the retry delay or a wait.
-            return Step::SplitRetry {
-                spread: SPLIT_BACKOFF,
-            };
+        if matches!(failure, AttemptFailure::Scattered(_)) && self.split_retries < SPLIT_RETRIES {
+            // Slots may be free: a short random delay, not the retry delay or a wait; at most
+            // [`SPLIT_RETRIES`] times (slots held on too few nodes by keys that outlive their
+            // holders split every round until they expire), then as a busy semaphore.
+            return self.split_retry();
         }
         if !self.listening && policy.queue && policy.worth_queueing(&failure) {
             self.listening = true;
@@ -712,14 +712,34 @@ mod tests {
             matches!(step, Step::SplitRetry { spread } if spread == 20 * MS),
             "{step:?}"
         );
-        // Past them: the split's attempts, then the split reported.
-        for _ in 0..SPLIT_RETRIES {
+        // Past them: the split's attempts (those within the retries counted), then the split
+        // reported.
+        for _ in 1..SPLIT_RETRIES {
             let step = fail(&mut state, &policy, scattered(), now);
             assert!(matches!(step, Step::SplitRetry { .. }), "{step:?}");
         }
         let step = fail(&mut state, &policy, scattered(), now);
         assert!(
             matches!(step, Step::GiveUp(LockError::SplitVote { .. })),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn scattered_permits_that_keep_splitting_wait_as_a_busy_semaphore_does() {
+        // Waiting without end: the short delays at most SPLIT_RETRIES times, then the queue
+        // and the retry delay (slots held on too few nodes by keys that outlive their holders
+        // split every round until they expire: no polling every 20 ms until then).
+        let policy = policy(Deadline::At(Instant::now() + 3600 * 1000 * MS));
+        let (mut state, now) = (LoopState::default(), Instant::now());
+        let scattered = || AttemptFailure::Scattered(outcomes("+++++"));
+        for _ in 0..SPLIT_RETRIES {
+            let step = fail(&mut state, &policy, scattered(), now);
+            assert!(matches!(step, Step::SplitRetry { .. }), "{step:?}");
+        }
+        let step = fail(&mut state, &policy, scattered(), now);
+        assert!(
+            !matches!(step, Step::SplitRetry { .. } | Step::GiveUp(_)),
             "{step:?}"
         );
     }

@@ -217,10 +217,13 @@ impl Redlock {
         acquisition.voted(&outcomes);
         let Some(slot) = won else {
             cleanup.run().await;
-            if decided == SlotTally::Scattered {
-                let next = most_free(&holders, slots.len()).unwrap_or(NO_PREFERENCE);
-                asking.prefer.store(next, Ordering::Relaxed);
-            }
+            // After a split, the slot free on the most nodes first; after a refusal, the
+            // lowest free slot again (the race of one lock).
+            let next = match decided {
+                SlotTally::Scattered => most_free(&holders, slots.len()).unwrap_or(NO_PREFERENCE),
+                SlotTally::Won(_) | SlotTally::Refused => NO_PREFERENCE,
+            };
+            asking.prefer.store(next, Ordering::Relaxed);
             return Err(match decided {
                 SlotTally::Scattered => AttemptFailure::Scattered(outcomes),
                 SlotTally::Won(_) | SlotTally::Refused => AttemptFailure::Votes {
@@ -420,5 +423,11 @@ mod tests {
         // The fifth answered and named neither: a permit is free somewhere: a split.
         let seen = holders(&[&["g", ""], &["", "h"], &["g", ""], &["", "h"], &["", ""]]);
         assert_eq!(SlotTally::of(&granted, &seen, 1, 3), SlotTally::Scattered);
+        // Three nodes, one permit: two nodes keep the free slot for an earlier waiter (a
+        // refusal by rank names it "ahead"), the third grants it: busy, so the newcomer
+        // queues behind the waiter instead of splitting.
+        let ranked = [None, None, Some(0)];
+        let seen = holders(&[&["ahead"], &["ahead"], &[""]]);
+        assert_eq!(SlotTally::of(&ranked, &seen, 2, 2), SlotTally::Refused);
     }
 }

@@ -26,7 +26,8 @@
 -- earliest busy slot expires, -1 if unknown), `{-1, 0}` quarantined, `{-3, 0}` a handle with
 -- another quarantine (prelude.lua). `holders` says who held each slot before this request
 -- took one, comma-separated in the order of KEYS: the holder's digest (holder_digest in
--- prelude.lua) for a busy slot, empty for a free one (or the one reserved for this waiter).
+-- prelude.lua) for a busy slot, empty for a free one (or the one reserved for this waiter),
+-- and "ahead" for a free one kept for earlier waiters (a refusal by rank).
 -- The client tells a busy semaphore from a split by them: busy when every permit may be held,
 -- each slot by one holder on a quorum of nodes (counting those that did not answer).
 --
@@ -123,7 +124,14 @@ if now then
       local counts_until = tonumber(redis.pcall("zscore", alive_key, other))
       if counts_until and counts_until > now then
         ahead = ahead + 1
-        if ahead >= count then return refused(earliest) end
+        if ahead >= count then
+          -- The free slots are the earlier waiters': reported as held (by "ahead"), so that
+          -- the client counts them as busy rather than free for it.
+          for i = 1, #holders do
+            if holders[i] == "" then holders[i] = "ahead" end
+          end
+          return refused(earliest)
+        end
       else
         redis.pcall("zrem", queue_key, other)
         redis.pcall("zrem", alive_key, other)
