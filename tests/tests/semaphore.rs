@@ -731,3 +731,31 @@ async fn an_alive_entry_no_longer_queued_is_dropped_by_the_next_attempt() {
     assert_eq!(zcards(&nodes, &alive).await, [0, 0, 0]);
     guard.release().await.unwrap();
 }
+
+/// A waiter queued on three of five nodes only (it was granted on the others, say), ahead of
+/// a newcomer: those three keep the free slot for it and refuse the newcomer by rank, the
+/// other two grant it. The newcomer is busy (the free permit is the waiter's on a quorum), so
+/// it queues behind it rather than splitting.
+#[tokio::test]
+async fn a_newcomer_refused_by_rank_on_a_quorum_is_busy_not_a_split() {
+    let nodes = RedisNodes::start(5);
+    let redlock = redlock(&nodes).await;
+    let options = LockOptions::default().permits(2).ttl(ms(30_000));
+    let held = redlock.lock_with("job", &options).await.unwrap();
+    let key = redlock.key_for("job");
+    let (queue, alive) = (
+        format!("{key}\0redlock:permit-waiters"),
+        format!("{key}\0redlock:permit-alive"),
+    );
+    let earlier = "~00000000000000aa".to_owned();
+    for i in 0..3 {
+        let queued = vec![queue.clone(), "1".into(), earlier.clone()];
+        let _: i64 = on_node(&nodes, i, "ZADD", queued).await;
+        let counts = vec![alive.clone(), "99999999999999".into(), earlier.clone()];
+        let _: i64 = on_node(&nodes, i, "ZADD", counts).await;
+    }
+    let once = options.clone().retry_count(0);
+    let refused = redlock.lock_with("job", &once).await.unwrap_err();
+    assert!(refused.is_busy(), "{refused}");
+    held.release().await.unwrap();
+}
