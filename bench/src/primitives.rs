@@ -15,101 +15,69 @@ use crate::stats::Latencies;
 /// Rounds per variant, interleaved.
 const ROUNDS: usize = 3;
 
-/// One variant: its name and one cycle of it on `resource` (lock, the primitive, release).
-type Cycle = for<'a> fn(
-    &'a Redlock,
-    &'a Redlock,
-    &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
-
-fn plain<'a>(
-    redlock: &'a Redlock,
-    _: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        redlock.lock(resource).await?.release().await?;
-        Ok(())
-    })
-}
-
-fn labelled<'a>(
-    _: &'a Redlock,
-    labelled: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        labelled.lock(resource).await?.release().await?;
-        Ok(())
-    })
-}
-
-fn permit<'a>(
-    redlock: &'a Redlock,
-    _: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        let options = LockOptions::default().ttl(TTL).permits(3);
-        redlock
-            .lock_with(resource, &options)
-            .await?
-            .release()
-            .await?;
-        Ok(())
-    })
-}
-
-fn many<'a>(
-    redlock: &'a Redlock,
-    _: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        let other = format!("{resource}:b");
-        redlock
-            .lock_many(&[resource, &other])
-            .await?
-            .release()
-            .await?;
-        Ok(())
-    })
-}
-
-fn resumed<'a>(
-    redlock: &'a Redlock,
-    _: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        let detached = redlock.lock(resource).await?.detach()?;
-        redlock.resume(&detached).await?.release().await?;
-        Ok(())
-    })
-}
-
-fn downgraded<'a>(
-    redlock: &'a Redlock,
-    _: &'a Redlock,
-    resource: &'a str,
-) -> std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>> {
-    Box::pin(async move {
-        let guard = redlock.lock_mode(resource, Mode::Exclusive, TTL).await?;
-        guard.downgrade(Mode::ProtectedRead).await?;
-        guard.release().await?;
-        Ok(())
-    })
-}
-
 /// The variants, in print order.
-const VARIANTS: [(&str, Cycle); 6] = [
-    ("plain lock", plain),
-    ("with an owner label", labelled),
-    ("a permit (K = 3)", permit),
-    ("two resources at once", many),
-    ("detach + resume", resumed),
-    ("EX + downgrade to PR", downgraded),
+#[derive(Clone, Copy)]
+enum Variant {
+    Plain,
+    Labelled,
+    Permit,
+    Many,
+    Resumed,
+    Downgraded,
+}
+
+const VARIANTS: [(&str, Variant); 6] = [
+    ("plain lock", Variant::Plain),
+    ("with an owner label", Variant::Labelled),
+    ("a permit (K = 3)", Variant::Permit),
+    ("two resources at once", Variant::Many),
+    ("detach + resume", Variant::Resumed),
+    ("EX + downgrade to PR", Variant::Downgraded),
 ];
+
+/// One cycle of `variant` on `resource`: lock, the primitive, release (`labelled` is the
+/// handle with an owner label).
+async fn cycle(
+    variant: Variant,
+    redlock: &Redlock,
+    labelled: &Redlock,
+    resource: &str,
+) -> anyhow::Result<()> {
+    match variant {
+        Variant::Plain => {
+            redlock.lock(resource).await?.release().await?;
+        }
+        Variant::Labelled => {
+            labelled.lock(resource).await?.release().await?;
+        }
+        Variant::Permit => {
+            let options = LockOptions::default().ttl(TTL).permits(3);
+            redlock
+                .lock_with(resource, &options)
+                .await?
+                .release()
+                .await?;
+        }
+        Variant::Many => {
+            let other = format!("{resource}:b");
+            redlock
+                .lock_many(&[resource, &other])
+                .await?
+                .release()
+                .await?;
+        }
+        Variant::Resumed => {
+            let detached = redlock.lock(resource).await?.detach()?;
+            redlock.resume(&detached).await?.release().await?;
+        }
+        Variant::Downgraded => {
+            let guard = redlock.lock_mode(resource, Mode::Exclusive, TTL).await?;
+            guard.downgrade(Mode::ProtectedRead).await?;
+            guard.release().await?;
+        }
+    }
+    Ok(())
+}
 
 /// W8, ours beside the fred floor.
 pub(crate) async fn w8(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
@@ -136,12 +104,12 @@ pub(crate) async fn w8(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
     let mut p50s = vec![Vec::new(); VARIANTS.len() + 1];
     let mut p99s = vec![Vec::new(); VARIANTS.len() + 1];
     for round in 0..ROUNDS {
-        for (v, (_, cycle)) in VARIANTS.iter().enumerate() {
+        for (v, &(_, variant)) in VARIANTS.iter().enumerate() {
             let mut samples = Vec::with_capacity(cycles);
             for i in 0..cycles {
                 let resource = format!("w8:{v}:{round}:{i}");
                 let started = Instant::now();
-                cycle(&redlock, &labelled, &resource).await?;
+                cycle(variant, &redlock, &labelled, &resource).await?;
                 samples.push(started.elapsed());
             }
             let latencies = Latencies::new(samples);

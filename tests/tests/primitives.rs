@@ -43,6 +43,16 @@ async fn on_every_node(nodes: &RedisNodes, key: &str, token: &str) {
     .await;
 }
 
+/// A handle over `proxies` (a node timeout of 300 ms, so that a cut node fails fast).
+async fn through(proxies: &[redlock_tests::proxy::Proxy]) -> Redlock {
+    Redlock::builder()
+        .nodes(redlock_tests::proxy_urls(proxies))
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// The holders' entries (`token → "<MODE> <expiry>"`) at `key` on each node, waiters left
 /// out.
 async fn mode_holders(nodes: &RedisNodes, key: &str) -> Vec<Vec<(String, String)>> {
@@ -335,12 +345,7 @@ mod resume {
         let nodes = RedisNodes::start(5);
         let proxies = nodes.proxies();
         let a = redlock(&nodes).await;
-        let through_proxies = Redlock::builder()
-            .nodes(redlock_tests::proxy_urls(&proxies))
-            .node_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let through_proxies = through(&proxies).await;
         let options = LockOptions::default().ttl(Duration::from_secs(10));
         let detached = a
             .lock_with("give-back", &options)
@@ -648,12 +653,7 @@ mod downgrade {
     async fn a_downgrade_without_a_quorum_still_shows_the_weaker_mode() {
         let nodes = RedisNodes::start(5);
         let proxies = nodes.proxies();
-        let a = Redlock::builder()
-            .nodes(redlock_tests::proxy_urls(&proxies))
-            .node_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let a = through(&proxies).await;
         let writer = a
             .lock_mode("partial", Mode::Exclusive, Duration::from_secs(10))
             .await
@@ -713,12 +713,7 @@ mod downgrade {
     async fn a_downgrade_without_a_quorum_can_be_tried_again() {
         let nodes = RedisNodes::start(5);
         let proxies = nodes.proxies();
-        let a = Redlock::builder()
-            .nodes(redlock_tests::proxy_urls(&proxies))
-            .node_timeout(Duration::from_millis(300))
-            .build()
-            .await
-            .unwrap();
+        let a = through(&proxies).await;
         let writer = a
             .lock_mode("again", Mode::Exclusive, Duration::from_secs(10))
             .await
