@@ -1,0 +1,3 @@
+//! A model of the Redlock protocol as this workspace runs it, checked exhaustively.
+
+pub mod node;

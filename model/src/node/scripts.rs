@@ -1,0 +1,360 @@
+//! The plain lock's scripts mirrored, and the dispatch of a call to its script.
+//!
+//! Each function is the script of the same name under `redlock-core/src/node/scripts/`,
+//! statement for statement: its keys and arguments bound by position first, as the Lua binds
+//! them to named locals.
+
+use super::mode;
+use super::permit;
+use super::prelude::{
+    Raise, below, busy_read, decimal, fence_read, holder_digest, ms_left, node_now, number,
+    past_current, quarantine_check, window_open,
+};
+use super::store::WRONGTYPE;
+use super::{Call, Node, Reply, id};
+
+/// Runs `call` on `node` as the dispatch script does: an error raised is a reply.
+pub(super) fn run(node: &mut Node, call: &Call) -> Reply {
+    let result = match call.script {
+        id::RELEASE => release(node, call),
+        id::RELEASE_HANDOVER => release_handover(node, call),
+        id::EXTEND => extend(node, call),
+        id::ACQUIRE => acquire(node, call),
+        id::ACQUIRE_QUEUED => acquire_queued(node, call),
+        id::FENCE => fence(node, call),
+        id::ACQUIRE_MODE => mode::acquire_mode(node, call),
+        id::EXTEND_MODE => mode::extend_mode(node, call),
+        id::RELEASE_MODE => mode::release_mode(node, call),
+        id::LEAVE => leave(node, call),
+        id::KEEP => keep(node, call),
+        id::NOOP => Ok(Reply::Int(1)),
+        id::QUARANTINE => quarantine(node, call),
+        id::ACQUIRE_PERMIT => permit::acquire_permit(node, call),
+        id::RELEASE_SLOTS => permit::release_slots(node, call),
+        other => Err(format!("script {other} is not modelled")),
+    };
+    result.unwrap_or_else(Reply::Error)
+}
+
+/// `KEYS[i]` (1-based, as in Lua), `None` past the end.
+pub(super) fn key(call: &Call, i: usize) -> Option<&str> {
+    call.keys.get(i - 1).map(String::as_str)
+}
+
+/// `ARGV[i]` (1-based), "" past the end (where the Lua compares with a string or parses it).
+pub(super) fn arg(call: &Call, i: usize) -> &str {
+    call.args.get(i - 1).map_or("", String::as_str)
+}
+
+/// `KEYS[i]`, which the script needs: its absence raises, as `redis.call` with nil does.
+pub(super) fn need(call: &Call, i: usize) -> Result<&str, Raise> {
+    key(call, i).ok_or_else(|| format!("KEYS[{i}] missing"))
+}
+
+/// `redis.pcall("get", key)`, compared with a token: a value of another type is an error
+/// table, equal to no string.
+pub(super) fn pget(node: &Node, key: &str) -> Option<String> {
+    node.store.get_str(key).ok().flatten().map(str::to_owned)
+}
+
+/// `redis.call("get", key)`: raises on another type.
+pub(super) fn cget(node: &Node, key: &str) -> Result<Option<String>, Raise> {
+    node.store
+        .get_str(key)
+        .map(|v| v.map(str::to_owned))
+        .map_err(|_| WRONGTYPE.to_owned())
+}
+
+/// A whole number of ms from an argument (`PX` refuses anything else; the client never sends
+/// one).
+fn ms(s: &str) -> Result<u64, Raise> {
+    s.parse::<u64>()
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| "ERR invalid expire time in 'set' command".to_owned())
+}
+
+fn array(items: Vec<Reply>) -> Reply {
+    Reply::Array(items)
+}
+
+/// release.lua.
+fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, token) = (need(call, 1)?, arg(call, 1));
+    if pget(node, key).as_deref() == Some(token) {
+        Ok(Reply::Int(i64::from(node.store.delete(key))))
+    } else {
+        Ok(Reply::Int(0))
+    }
+}
+
+/// acquire.lua.
+fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, window_key, streak_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
+    let (witness_key, marker_key) = (need(call, 4)?, need(call, 5)?);
+    let (counter_key, floor_key) = (key_opt(call, 6), key_opt(call, 7));
+    let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
+    let windowed = arg(call, 4) == "1";
+
+    if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
+        return Ok(refused);
+    }
+    let fence = fence_read(node, counter_key.as_deref(), floor_key.as_deref())?;
+    if windowed && window_open(node, window_key) {
+        let left = ms_left(node, window_key);
+        return Ok(array(vec![
+            Reply::Int(0),
+            fence,
+            Reply::Int(0),
+            Reply::Int(left),
+            Reply::Bulk("window".into()),
+        ]));
+    }
+    // SET NX PX: refused by a key of any type.
+    if node.store.exists(key) {
+        let (left, holder) = (ms_left(node, key), holder_digest(node, key));
+        return Ok(array(vec![
+            Reply::Int(0),
+            fence,
+            Reply::Int(0),
+            Reply::Int(left),
+            Reply::Bulk(holder),
+        ]));
+    }
+    node.store.set(key, token, Some(ms(ttl_ms)?));
+    Ok(array(vec![
+        Reply::Int(1),
+        fence,
+        Reply::Int(busy_read(node, streak_key)),
+    ]))
+}
+
+/// An optional key (`KEYS[i]`, nil when not passed).
+fn key_opt(call: &Call, i: usize) -> Option<String> {
+    key(call, i).map(str::to_owned)
+}
+
+/// acquire_queued.lua.
+fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, queue_key, window_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
+    let (streak_key, witness_key, marker_key) = (need(call, 4)?, need(call, 5)?, need(call, 6)?);
+    let (counter_key, floor_key) = (key_opt(call, 7), key_opt(call, 8));
+    let (token, ttl_ms, marker, score) = (arg(call, 1), arg(call, 2), arg(call, 3), arg(call, 4));
+    let (queue_ttl_ms, quarantine_ms) = (arg(call, 5), arg(call, 6));
+
+    if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
+        return Ok(refused);
+    }
+    let fence = fence_read(node, counter_key.as_deref(), floor_key.as_deref())?;
+    // `redis.pcall("get", key)`: an error table for another type (neither nil nor the marker).
+    let current = node.store.get_str(key);
+    let free = matches!(current, Ok(None));
+    if current == Ok(Some(marker)) || (free && !window_open(node, window_key)) {
+        node.store.set(key, token, Some(ms(ttl_ms)?));
+        let _ = node.store.zrem(queue_key, marker);
+        return Ok(array(vec![
+            Reply::Int(1),
+            fence,
+            Reply::Int(busy_read(node, streak_key)),
+        ]));
+    }
+    if node.store.zcard(queue_key).unwrap_or(0) < 1024 {
+        let _ = node.store.zadd_nx(queue_key, number(score), marker);
+    }
+    let _ = node.store.pexpire(queue_key, number(queue_ttl_ms));
+    let mut left = ms_left(node, key);
+    if left < 0 {
+        left = ms_left(node, window_key);
+    }
+    let holder = if free {
+        "window".to_owned()
+    } else {
+        holder_digest(node, key)
+    };
+    Ok(array(vec![
+        Reply::Int(0),
+        fence,
+        Reply::Int(0),
+        Reply::Int(left),
+        Reply::Bulk(holder),
+    ]))
+}
+
+/// extend.lua.
+fn extend(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, token, ttl_ms) = (need(call, 1)?, arg(call, 1), arg(call, 2));
+    if pget(node, key).as_deref() != Some(token) {
+        return Ok(Reply::Int(0));
+    }
+    let ttl = number(ttl_ms);
+    if node.flaws.shortening_extend || node.store.pttl(key) < ttl {
+        node.store.pexpire(key, ttl);
+    }
+    Ok(Reply::Int(1))
+}
+
+/// keep.lua.
+fn keep(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let key = need(call, 1)?;
+    let (token, keep_ms, kept) = (arg(call, 1), arg(call, 2), arg(call, 3));
+    if pget(node, key).as_deref() != Some(token) {
+        return Ok(Reply::Int(0));
+    }
+    node.store.set(key, kept, Some(ms(keep_ms)?));
+    Ok(Reply::Int(1))
+}
+
+/// leave.lua.
+fn leave(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let waiters = need(call, 1)?;
+    let (marker, in_hash) = (arg(call, 1), arg(call, 2));
+    if in_hash == "1" {
+        let _ = node.store.hdel(waiters, marker);
+    } else {
+        let _ = node.store.zrem(waiters, marker);
+    }
+    if let Some(alive) = key(call, 2) {
+        let _ = node.store.zrem(alive, marker);
+    }
+    Ok(Reply::Int(1))
+}
+
+/// quarantine.lua.
+fn quarantine(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (witness_key, marker_key) = (need(call, 1)?, need(call, 2)?);
+    if let Some(refused) = quarantine_check(node, arg(call, 1), witness_key, marker_key)? {
+        return Ok(refused);
+    }
+    Ok(array(vec![Reply::Int(1), Reply::Int(0)]))
+}
+
+/// release_handover.lua.
+fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, queue_key, streak_key, window_key) = (
+        need(call, 1)?,
+        need(call, 2)?,
+        need(call, 3)?,
+        need(call, 4)?,
+    );
+    let (token, grace_ms, channel) = (arg(call, 1), arg(call, 2), arg(call, 3));
+    let (window_ms, window_due) = (number(arg(call, 4)), arg(call, 5) == "1");
+    let (busy_ms, streak_ttl_ms) = (number(arg(call, 6)), number(arg(call, 7)));
+
+    if pget(node, key).as_deref() != Some(token) {
+        return Ok(Reply::Int(0));
+    }
+    let now = i64::try_from(node_now(node)).unwrap_or(i64::MAX);
+    // The streak's start to write: now less busy_ms, or `before` if earlier.
+    let streak_start = |before: Option<i64>| {
+        let since = now - busy_ms;
+        match before {
+            Some(b) if b < since => b,
+            _ => since,
+        }
+    };
+    let head = node.store.zpopmin(queue_key).ok().flatten();
+    if let Some((named, _)) = head {
+        let following = node
+            .store
+            .zrange(queue_key)
+            .ok()
+            .and_then(|m| m.into_iter().next())
+            .map_or(String::new(), |(m, _)| m);
+        if window_ms > 0 && window_due {
+            // `SET window_key named PX window_ms` (under pcall: always succeeds here).
+            node.store
+                .set(window_key, &named, Some(window_ms.unsigned_abs()));
+            node.store.delete(key);
+            node.store.delete(streak_key);
+            node.published.push((
+                channel.to_owned(),
+                format!("{named} {following} {window_ms}"),
+            ));
+            return Ok(Reply::Int(1));
+        }
+        node.store.set(key, &named, Some(ms(grace_ms)?));
+        if window_ms > 0 {
+            let before = pget(node, streak_key).map(|b| lua_tonumber(&b));
+            let since = streak_start(before.flatten());
+            if streak_ttl_ms > 0 {
+                let px = Some(streak_ttl_ms.unsigned_abs());
+                node.store.set(streak_key, &since.to_string(), px);
+            }
+        }
+        node.published
+            .push((channel.to_owned(), format!("{named} {following}")));
+    } else {
+        node.store.delete(key);
+        if window_ms > 0 {
+            if let Some(before) = pget(node, streak_key) {
+                let since = streak_start(lua_tonumber(&before));
+                node.store.set(
+                    streak_key,
+                    &since.to_string(),
+                    Some(window_ms.unsigned_abs()),
+                );
+            }
+        }
+        node.published.push((channel.to_owned(), "*".to_owned()));
+    }
+    Ok(Reply::Int(1))
+}
+
+/// Lua's `tonumber` on a decimal integer string (`nil` otherwise).
+fn lua_tonumber(s: &str) -> Option<i64> {
+    s.trim().parse().ok()
+}
+
+/// fence.lua.
+fn fence(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (counter_key, legacy_key, floor_key, window_key) = (
+        need(call, 1)?,
+        need(call, 2)?,
+        need(call, 3)?,
+        need(call, 4)?,
+    );
+    let (claim, keep) = (arg(call, 1), number(arg(call, 2)));
+    let window_ms = (keep / 2).max(1);
+
+    let (mut past, mut current) = ("0".to_owned(), "0".to_owned());
+    if let Some(floor) = cget(node, floor_key)? {
+        let Some((p, c)) = past_current(&floor) else {
+            return Err(format!("unreadable fencing floor: {floor}"));
+        };
+        (past, current) = (p, c);
+    }
+    let window_left = node.store.pttl(window_key);
+    if window_left == -2 {
+        if below(&past, &current) {
+            past = current.clone();
+        }
+        current = "0".to_owned();
+    }
+    let before = match cget(node, counter_key)? {
+        Some(b) => decimal(Some(&b)),
+        None => past.clone(),
+    };
+    let legacy = decimal(pget(node, legacy_key).as_deref());
+    let before = if below(&before, &legacy) {
+        legacy
+    } else {
+        before
+    };
+    if !below(&before, claim) {
+        return Ok(array(vec![Reply::Int(0), Reply::Bulk(before)]));
+    }
+    if keep > 0 && (window_left == -1 || window_left == -2 || window_left > window_ms) {
+        node.store
+            .set(window_key, "1", Some(window_ms.unsigned_abs()));
+    } else if keep == 0 && window_left == -2 {
+        node.store.set(window_key, "1", None);
+    }
+    if below(&current, claim) {
+        current = claim.to_owned();
+    }
+    node.store
+        .set(floor_key, &format!("{past} {current}"), None);
+    let px = (keep > 0).then(|| keep.unsigned_abs());
+    node.store.set(counter_key, claim, px);
+    Ok(array(vec![Reply::Int(1), Reply::Bulk(before)]))
+}
