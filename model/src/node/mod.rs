@@ -13,7 +13,7 @@ mod prelude;
 mod scripts;
 mod store;
 
-pub use store::{Entry, Store, Value};
+pub use store::{Entry, Store, Value, WrongType};
 
 /// The scripts' ids: their index in `SCRIPTS` (redlock-core's `node/scripts.rs`), which the
 /// dispatch script names them by.

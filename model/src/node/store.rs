@@ -91,7 +91,7 @@ impl Store {
 pub struct WrongType;
 
 /// The text of [`WrongType`], as Redis words it.
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(crate) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl Store {
     /// `GET key`: the string, `None` when missing, [`WrongType`] for another type.
