@@ -1,0 +1,125 @@
+//! What one exploration checks: the system's size, the clients' programs, the faults the
+//! checker may inject, the scheduling, and the flaws (known-bad variants) switched on.
+
+use crate::node::Flaws;
+
+/// What one client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Program {
+    /// Attempts before giving up (the first one and `retry_count` retries).
+    pub attempts: u8,
+    /// After a split vote, attempts again after a random delay, at most this many times
+    /// beyond `attempts` (the lock's split retries); 0: a split vote is an error at once.
+    pub split_retries: u8,
+    /// Once held, extends the lock once, to this ttl (ms), before releasing it.
+    pub extend_to: Option<u64>,
+    /// Asks for a fencing token (the write-back at the fencing quorum after the grant).
+    pub fencing: bool,
+    /// Hand-over on: a refused waiter joins the waiter queue, releases hand the key to the
+    /// longest waiter, and release messages wake waiters.
+    pub handover: bool,
+    /// Skip if busy: the job runs only if the lock is taken (a cron tick); with
+    /// `attempts: 1`.
+    pub skip_if_busy: bool,
+    /// A foreign client (node-redlock, redis-py): `SET NX PX` on every node until it holds a
+    /// quorum, then compare-and-delete; no queue, no windows, no quarantine.
+    pub foreign: bool,
+    /// Locks this many times in all, one after the other (a stream of lockers).
+    pub rounds: u8,
+    /// Holds each lock at least this long (ms) before releasing it.
+    pub hold: u64,
+}
+
+impl Program {
+    /// A plain locker: one attempt and one retry, no extension, no fencing, no hand-over.
+    pub const PLAIN: Self = Self {
+        attempts: 2,
+        split_retries: 0,
+        extend_to: None,
+        fencing: false,
+        handover: false,
+        skip_if_busy: false,
+        foreign: false,
+        rounds: 1,
+        hold: 0,
+    };
+}
+
+/// The faults the checker may inject, each at most the given number of times in a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Faults {
+    /// Messages (requests and replies) may be lost. Delays and reordering are always
+    /// explored: any message in flight may be delivered next, and time may pass first.
+    pub lose_messages: bool,
+    /// Nodes restarted empty (a new run id: no persistence).
+    pub restarts: u8,
+    /// Nodes that lose their data without a restart (`FLUSHALL`).
+    pub data_losses: u8,
+    /// How far, in ms, each node's clock may run ahead of the clients' during a run (clock
+    /// drift within the bound the clients subtract).
+    pub clock_skew: u64,
+}
+
+/// Flaws on the clients' side, each a known-bad design the checker must reject.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ClientFlaws {
+    /// The validity does not subtract the drift allowance (ttl − elapsed only).
+    pub no_drift: bool,
+    /// A released lock's views keep claiming the validity it had (`is_valid` reading only
+    /// `valid_until`).
+    pub views_outlive_release: bool,
+    /// A split vote is reported as busy: a skip-if-busy job skips.
+    pub split_is_busy: bool,
+    /// A waiter that joins the queue neither attempts again at once nor keeps a fallback
+    /// timer: it waits for a hand-over message only.
+    pub waiter_only_listens: bool,
+    /// Releases never open a window for foreign clients.
+    pub no_windows: bool,
+}
+
+/// One exploration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// What it checks, in a few words (printed with its results).
+    pub name: &'static str,
+    /// Nodes (N).
+    pub nodes: usize,
+    /// One program per client.
+    pub clients: Vec<Program>,
+    /// The lock's ttl, ms.
+    pub ttl: u64,
+    /// The drift allowance the clients subtract from the validity, ms.
+    pub drift: u64,
+    /// The quarantine after a node lost data, ms (0: off).
+    pub quarantine: u64,
+    /// Nodes that must confirm a fencing token (F).
+    pub fencing_quorum: usize,
+    /// The retry delay, ms (a random part is not modelled: the split retries' is).
+    pub retry_delay: u64,
+    /// How long a key handed over stays reserved for the named waiter, ms.
+    pub grace: u64,
+    /// Windows for foreign clients: a release that finds a waiter after the key has been busy
+    /// this long (ms) opens a window of `window` ms instead of handing over; 0: off.
+    pub window_every: u64,
+    /// The window's length, ms.
+    pub window: u64,
+    /// The faults injected.
+    pub faults: Faults,
+    /// Fair scheduling: every message is delivered and every client acts before time
+    /// passes (no faults then). Without it, the scheduler is adversarial: any message may
+    /// wait, any client may pause, time may pass at any point.
+    pub fair: bool,
+    /// The run ends at this time (ms).
+    pub horizon: u64,
+    /// Flaws in the scripts.
+    pub flaws: Flaws,
+    /// Flaws in the clients.
+    pub client_flaws: ClientFlaws,
+}
+
+impl Config {
+    /// Nodes that must grant a lock: N / 2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.nodes / 2 + 1
+    }
+}

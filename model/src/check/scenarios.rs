@@ -1,0 +1,241 @@
+//! The configurations checked: small systems whose every state is explored, each aimed at
+//! properties, and for each property a known-bad variant (a flaw switched on) that the
+//! checker must reject.
+
+use super::config::{ClientFlaws, Config, Faults, Program};
+use crate::node::Flaws;
+
+/// The properties, as the model names them.
+pub mod property {
+    /// No two clients' views claim a valid lock at once.
+    pub const EXCLUSION: &str = "no two valid holders";
+    /// Confirmed fencing tokens only grow, while fewer than 2F − N nodes lost data.
+    pub const FENCING: &str = "fencing tokens increase while fewer than 2F - N nodes lost data";
+    /// Under fair scheduling, every client that waits for the lock holds it by the horizon.
+    pub const EVERY_LOCKER: &str = "every locker holds the lock in time";
+    /// Under fair scheduling, a skip-if-busy tick runs on some client.
+    pub const TICK_RUNS: &str = "a skip-if-busy tick runs somewhere";
+}
+
+/// One exploration and what it must find.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// The configuration.
+    pub config: Config,
+    /// `None`: every property holds. `Some(property)`: a known-bad variant, which must
+    /// violate that property.
+    pub rejects: Option<&'static str>,
+}
+
+/// The base every scenario starts from: 3 nodes, a 3 ms ttl, a 1 ms drift allowance, no
+/// faults, an adversarial scheduler, horizon 5 ms.
+fn base(name: &'static str, clients: Vec<Program>) -> Config {
+    Config {
+        name,
+        nodes: 3,
+        clients,
+        ttl: 3,
+        drift: 1,
+        quarantine: 3,
+        fencing_quorum: 3,
+        retry_delay: 1,
+        grace: 2,
+        window_every: 0,
+        window: 0,
+        faults: Faults::default(),
+        fair: false,
+        horizon: 5,
+        flaws: Flaws::default(),
+        client_flaws: ClientFlaws::default(),
+    }
+}
+
+const ONCE: Program = Program {
+    attempts: 1,
+    ..Program::PLAIN
+};
+
+/// Two lockers, node clocks that may run 1 ms fast.
+pub fn clock_drift() -> Config {
+    let mut config = base("exclusion, node clocks running fast", vec![ONCE, ONCE]);
+    config.faults.clock_skew = 1;
+    config
+}
+
+/// Two lockers, a node restarted empty (the quarantine on).
+pub fn restart() -> Config {
+    let mut config = base("exclusion, a node restarted empty", vec![ONCE, ONCE]);
+    config.faults.restarts = 1;
+    config
+}
+
+/// Two lockers, lost and delayed messages, a retry each.
+pub fn lost_messages() -> Config {
+    let mut config = base(
+        "exclusion, lost requests and replies",
+        vec![Program::PLAIN, ONCE],
+    );
+    config.faults.lose_messages = true;
+    config.horizon = 4;
+    config
+}
+
+/// A locker that extends its lock to a shorter ttl than it has left, and one more locker.
+pub fn short_extension() -> Config {
+    let extender = Program {
+        extend_to: Some(1),
+        ..ONCE
+    };
+    let mut config = base("exclusion, an extension to a shorter ttl", vec![extender, ONCE]);
+    config.ttl = 4;
+    config.quarantine = 4;
+    config.horizon = 4;
+    config
+}
+
+/// Two fenced lockers, a node restarted empty (without the quarantine, which fencing does
+/// not rely on), at the default fencing quorum (3 of 3).
+pub fn fencing() -> Config {
+    let fenced = Program {
+        fencing: true,
+        ..ONCE
+    };
+    let mut config = base("fencing tokens, a node restarted empty", vec![fenced, fenced]);
+    config.faults.restarts = 1;
+    config.quarantine = 0;
+    config
+}
+
+/// Two lockers with hand-over, each waiting up to 4 attempts, under fair scheduling.
+pub fn handover() -> Config {
+    let waiter = Program {
+        attempts: 4,
+        handover: true,
+        ..Program::PLAIN
+    };
+    let mut config = base("liveness, a released lock handed to its waiter", vec![waiter, waiter]);
+    config.fair = true;
+    config.horizon = 6;
+    config
+}
+
+/// Three replicas firing a skip-if-busy job at the same tick, under fair scheduling: one
+/// attempt each, then at most 2 attempts after a split vote (random delays of 1 or 2 ms).
+pub fn skip_tick() -> Config {
+    let skipper = Program {
+        attempts: 1,
+        split_retries: 2,
+        skip_if_busy: true,
+        ..Program::PLAIN
+    };
+    let mut config = base(
+        "liveness, a skip-if-busy tick on three replicas",
+        vec![skipper, skipper, skipper],
+    );
+    config.fair = true;
+    config.horizon = 8;
+    config
+}
+
+/// Two of our lockers handing the lock to each other without end (each holds it 1 ms, 6
+/// times), and a foreign client polling with `SET NX` every ms, under fair scheduling, with
+/// windows for foreign clients (one of 2 ms after 2 ms busy).
+pub fn foreign_poller() -> Config {
+    let ours = Program {
+        attempts: 20,
+        handover: true,
+        rounds: 6,
+        hold: 1,
+        ..Program::PLAIN
+    };
+    let foreign = Program {
+        attempts: 20,
+        foreign: true,
+        ..Program::PLAIN
+    };
+    let mut config = base(
+        "liveness, a foreign poller beside our hand-overs",
+        vec![ours, ours, foreign],
+    );
+    config.fair = true;
+    config.window_every = 2;
+    config.window = 2;
+    config.horizon = 7;
+    config
+}
+
+/// Every scenario: the design as it is, which must satisfy every property, and the
+/// known-bad variants, each of which must violate its property.
+pub fn all() -> Vec<Scenario> {
+    let ok = |config| Scenario {
+        config,
+        rejects: None,
+    };
+    let bad = |name, mut config: Config, flaw: fn(&mut Config), property| {
+        config.name = name;
+        flaw(&mut config);
+        Scenario {
+            config,
+            rejects: Some(property),
+        }
+    };
+    use property::{EVERY_LOCKER, EXCLUSION, FENCING, TICK_RUNS};
+    vec![
+        ok(clock_drift()),
+        bad(
+            "known bad: a validity without the drift allowance",
+            clock_drift(),
+            |c| c.client_flaws.no_drift = true,
+            EXCLUSION,
+        ),
+        ok(restart()),
+        bad(
+            "known bad: a restarted node without the quarantine",
+            restart(),
+            |c| c.quarantine = 0,
+            EXCLUSION,
+        ),
+        ok(lost_messages()),
+        ok(short_extension()),
+        bad(
+            "known bad: an extension that shortens the keys",
+            short_extension(),
+            |c| c.flaws.shortening_extend = true,
+            EXCLUSION,
+        ),
+        bad(
+            "known bad: views that outlive the release",
+            short_extension(),
+            |c| c.client_flaws.views_outlive_release = true,
+            EXCLUSION,
+        ),
+        ok(fencing()),
+        bad(
+            "known bad: a fencing write-back at a bare majority",
+            fencing(),
+            |c| c.fencing_quorum = 2,
+            FENCING,
+        ),
+        ok(handover()),
+        bad(
+            "known bad: a waiter that only listens",
+            handover(),
+            |c| c.client_flaws.waiter_only_listens = true,
+            EVERY_LOCKER,
+        ),
+        ok(skip_tick()),
+        bad(
+            "known bad: a split vote reported as busy",
+            skip_tick(),
+            |c| c.client_flaws.split_is_busy = true,
+            TICK_RUNS,
+        ),
+        ok(foreign_poller()),
+        bad(
+            "known bad: no windows for foreign clients",
+            foreign_poller(),
+            |c| c.client_flaws.no_windows = true,
+            EVERY_LOCKER,
+        ),
+    ]
+}

@@ -1,0 +1,760 @@
+//! The whole system as a stateright [`Model`]: its state, the actions the checker may take
+//! from each state, and the properties.
+
+use std::fmt::Write as _;
+
+use stateright::{Model, Property};
+
+use super::client::{AfterFailure, Client, Lease, Phase, Tally, Vote};
+use super::config::Config;
+use super::keys;
+use crate::node::{Call, Node, Reply};
+
+/// A message in flight. A node's reply reaches its client when the node runs the call (a
+/// reply's delay is the client's: it decides at any time once it may); a lost reply is a
+/// fault ([`Action::LoseReply`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Msg {
+    /// A call from client `client` to node `node`; `op` tags the round its reply counts in
+    /// (`None`: nobody waits for the reply: a release, a clean-up).
+    Request {
+        /// The sender.
+        client: usize,
+        /// The receiver.
+        node: usize,
+        /// The round.
+        op: Option<u16>,
+        /// The call.
+        call: Call,
+    },
+    /// A hand-over message published on the queue's channel, to a subscribed client.
+    Wake {
+        /// The receiver.
+        client: usize,
+        /// The message.
+        text: String,
+    },
+}
+
+/// A node and its clock's skew.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeState {
+    /// The node.
+    pub node: Node,
+    /// How far its clock runs ahead of the global one, ms.
+    pub skew: u64,
+    /// Restarts so far (names the run id).
+    pub incarnation: u8,
+}
+
+/// The whole system at one point.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    /// The global clock, ms.
+    pub now: u64,
+    /// The nodes.
+    pub nodes: Vec<NodeState>,
+    /// The clients.
+    pub clients: Vec<Client>,
+    /// Messages in flight: requests of one connection together, in the order sent; the
+    /// groups and hand-over messages sorted.
+    pub net: Vec<Msg>,
+    /// Restarts injected.
+    pub restarts: u8,
+    /// Losses of data injected.
+    pub data_losses: u8,
+    /// Which nodes lost data (restart or loss), as a bit set.
+    pub lost_data: u32,
+    /// The highest fencing token confirmed so far.
+    pub max_fence: u64,
+    /// A fencing token was confirmed that was not above every earlier one.
+    pub fence_regressed: bool,
+}
+
+/// What the checker may do next.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Deliver a message.
+    Deliver(Msg),
+    /// Lose a message: a request before the node runs it.
+    Lose(Msg),
+    /// Deliver a request, and lose the node's reply.
+    LoseReply(Msg),
+    /// One ms passes.
+    Tick,
+    /// A client takes its next step; `draw` is the random delay drawn after a split vote.
+    Step {
+        /// The client.
+        client: usize,
+        /// The delay drawn (ms), where the step draws one.
+        draw: u8,
+    },
+    /// A node restarts empty.
+    Restart(usize),
+    /// A node loses its data.
+    LoseData(usize),
+    /// A node's clock jumps 1 ms ahead.
+    Skew(usize),
+}
+
+/// The model: a configuration to explore.
+#[derive(Debug, Clone)]
+pub struct System {
+    /// The configuration.
+    pub config: Config,
+}
+
+/// A server's run id: by incarnation only, so that nodes stay interchangeable (a run id is
+/// only ever compared with the same node's earlier one).
+fn run_id(incarnation: u8) -> String {
+    format!("{:036x}{incarnation:04x}", 0xab)
+}
+
+impl State {
+    /// Whether the run is over: every client finished, or the horizon reached.
+    pub fn over(&self, config: &Config) -> bool {
+        self.now >= config.horizon
+            || self
+                .clients
+                .iter()
+                .all(|c| matches!(c.phase, Phase::Done { .. }))
+    }
+
+    /// The clients whose views claim a valid lock now.
+    pub fn valid_holders(&self, config: &Config) -> Vec<usize> {
+        (0..self.clients.len())
+            .filter(|&c| self.clients[c].claims_valid(self.now, config))
+            .collect()
+    }
+
+    /// Sends `msg`. Requests keep the order they were sent in on their connection (one per
+    /// client and node, as the client's pipeline to a node is one connection); anything else
+    /// is unordered.
+    fn send(&mut self, msg: Msg) {
+        if let Msg::Request { client, node, .. } = &msg {
+            let (client, node) = (*client, *node);
+            let at = self
+                .net
+                .iter()
+                .rposition(|m| matches!(m, Msg::Request { client: c, node: n, .. } if *c == client && *n == node))
+                .map_or_else(|| self.net.partition_point(|m| m < &msg), |last| last + 1);
+            self.net.insert(at, msg);
+            return;
+        }
+        let at = self.net.partition_point(|m| m < &msg);
+        self.net.insert(at, msg);
+    }
+
+    /// Whether the message at `i` is the oldest in flight on its connection.
+    fn first_on_its_connection(&self, i: usize) -> bool {
+        let Msg::Request { client, node, .. } = &self.net[i] else {
+            return true;
+        };
+        !self.net[..i].iter().any(|m| {
+            matches!(m, Msg::Request { client: c, node: n, .. } if c == client && n == node)
+        })
+    }
+
+    fn remove(&mut self, msg: &Msg) -> bool {
+        match self.net.iter().position(|m| m == msg) {
+            Some(at) => {
+                self.net.remove(at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn broadcast(&mut self, client: usize, op: Option<u16>, call: &Call) {
+        for node in 0..self.nodes.len() {
+            self.send(Msg::Request {
+                client,
+                node,
+                op,
+                call: call.clone(),
+            });
+        }
+    }
+}
+
+impl System {
+    /// The model of `config`.
+    pub fn new(config: Config) -> Self {
+        Self { config }
+    }
+
+    /// Whether client `c` has a step it may take now (its `draw`s aside).
+    fn step_enabled(&self, state: &State, c: usize) -> bool {
+        let client = &state.clients[c];
+        let q = self.config.quorum();
+        let n = self.config.nodes;
+        let timed_out = |started: u64| state.now >= started + self.config.ttl;
+        match &client.phase {
+            Phase::Idle { at } => state.now >= *at,
+            Phase::Acquiring { started, votes } | Phase::Fencing { valid_until: started, votes, .. } => {
+                let tally = Tally::of(votes);
+                let pending = votes.iter().filter(|v| **v == Vote::Pending).count();
+                let quorum = if matches!(client.phase, Phase::Fencing { .. }) {
+                    self.config.fencing_quorum
+                } else {
+                    q
+                };
+                tally.decided(quorum, n, pending) || timed_out(*started)
+            }
+            Phase::AwaitingHandover { fallback } => fallback.is_some_and(|at| state.now >= at),
+            Phase::Holding(lease) => match &lease.extending {
+                Some((started, votes)) => {
+                    let pending = votes.iter().filter(|v| **v == Vote::Pending).count();
+                    Tally::of(votes).decided(q, n, pending) || timed_out(*started)
+                }
+                None => {
+                    let extends = client.program.extend_to.is_some() && !lease.extended;
+                    extends || state.now >= lease.granted_at + client.program.hold
+                }
+            },
+            Phase::Done { .. } => false,
+        }
+    }
+
+    /// Whether the step of client `c` draws a split vote's delay.
+    fn step_draws(&self, state: &State, c: usize) -> bool {
+        let client = &state.clients[c];
+        match &client.phase {
+            Phase::Acquiring { votes, .. } => {
+                let tally = Tally::of(votes);
+                tally.granted < self.config.quorum()
+                    && client.attempts >= client.program.attempts
+                    && client.program.split_retries > client.split_retries
+            }
+            _ => false,
+        }
+    }
+
+    /// Client `c`'s next step.
+    fn step(&self, state: &mut State, c: usize, draw: u8) {
+        let config = &self.config;
+        let q = config.quorum();
+        let now = state.now;
+        let mut client = state.clients[c].clone();
+        let phase = client.phase.clone();
+        match phase {
+            Phase::Idle { .. } => {
+                if !std::mem::take(&mut client.free_attempt) {
+                    client.attempts += 1;
+                }
+                if client.attempts == 1 && client.split_retries == 0 {
+                    client.wait_start = now;
+                }
+                client.tokens += 1;
+                client.op += 1;
+                let token = keys::token(c, client.tokens);
+                let p = client.program;
+                let call = if client.listening {
+                    keys::acquire_queued(config, &token, &keys::marker(c), client.wait_start, p.fencing)
+                } else {
+                    keys::acquire(config, &token, p.fencing, p.foreign)
+                };
+                state.broadcast(c, Some(client.op), &call);
+                client.phase = Phase::Acquiring {
+                    started: now,
+                    votes: vec![Vote::Pending; config.nodes],
+                };
+            }
+            Phase::Acquiring { started, votes } => {
+                let token = keys::token(c, client.tokens);
+                let tally = Tally::of(&votes);
+                let valid_until = started + config.ttl - Client::drift(config).min(config.ttl);
+                if tally.granted >= q && now < valid_until {
+                    client.op += 1;
+                    let busy = votes
+                        .iter()
+                        .map(|v| match v {
+                            Vote::Granted { busy, .. } => *busy,
+                            _ => 0,
+                        })
+                        .max()
+                        .unwrap_or(0);
+                    if client.program.fencing {
+                        let hint = votes
+                            .iter()
+                            .map(|v| match v {
+                                Vote::Granted { hint, .. } => *hint,
+                                _ => 0,
+                            })
+                            .max()
+                            .unwrap_or(0);
+                        let claim = hint + 1;
+                        state.broadcast(c, Some(client.op), &keys::fence(claim));
+                        client.phase = Phase::Fencing {
+                            valid_until,
+                            claim,
+                            votes: vec![Vote::Pending; config.nodes],
+                        };
+                    } else {
+                        client.phase = Phase::Holding(Lease {
+                            valid_until,
+                            lost: false,
+                            fence: None,
+                            granted_at: now,
+                            busy,
+                            extending: None,
+                            extended: false,
+                        });
+                        client.holds += 1;
+                    }
+                    self.finish_acquisition(&mut client);
+                } else {
+                    // Step 5: release what the attempt took, on every node.
+                    client.op += 1;
+                    state.broadcast(c, None, &keys::release(&token));
+                    client.phase = match client.after_failure(&votes, now, config) {
+                        AfterFailure::Retry(at) => Phase::Idle { at },
+                        AfterFailure::JoinQueue => Phase::Idle { at: now },
+                        AfterFailure::AwaitHandover(fallback) => {
+                            Phase::AwaitingHandover { fallback }
+                        }
+                        AfterFailure::SplitRetry => {
+                            client.draws.push(draw);
+                            Phase::Idle {
+                                at: now + u64::from(draw),
+                            }
+                        }
+                        AfterFailure::GiveUp => Phase::Done {
+                            released_until: None,
+                        },
+                    };
+                }
+            }
+            Phase::AwaitingHandover { .. } => client.phase = Phase::Idle { at: now },
+            Phase::Fencing {
+                valid_until,
+                claim,
+                votes,
+            } => {
+                let confirmed = Tally::of(&votes).granted >= config.fencing_quorum;
+                if confirmed && now < valid_until {
+                    if claim <= state.max_fence {
+                        state.fence_regressed = true;
+                    }
+                    state.max_fence = state.max_fence.max(claim);
+                    client.phase = Phase::Holding(Lease {
+                        valid_until,
+                        lost: false,
+                        fence: Some(claim),
+                        granted_at: now,
+                        busy: 0,
+                        extending: None,
+                        extended: false,
+                    });
+                    client.holds += 1;
+                } else {
+                    // Too few confirmations: the lock is released and the attempt failed.
+                    let token = keys::token(c, client.tokens);
+                    client.op += 1;
+                    state.broadcast(c, None, &keys::release(&token));
+                    client.phase = Phase::Done {
+                        released_until: None,
+                    };
+                }
+            }
+            Phase::Holding(mut lease) => {
+                let token = keys::token(c, client.tokens);
+                if let Some((started, votes)) = lease.extending.take() {
+                    let tally = Tally::of(&votes);
+                    let ttl = client.program.extend_to.unwrap_or(config.ttl);
+                    if tally.granted >= q && !lease.lost && now < lease.valid_until {
+                        let until = started + ttl - Client::drift(config).min(ttl);
+                        lease.valid_until = lease.valid_until.max(until);
+                    } else if tally.refused > config.nodes - q {
+                        lease.lost = true;
+                    }
+                    client.phase = Phase::Holding(lease);
+                } else if let (Some(ttl), false) = (client.program.extend_to, lease.extended) {
+                    client.op += 1;
+                    state.broadcast(c, Some(client.op), &keys::extend(&token, ttl));
+                    lease.extended = true;
+                    lease.extending = Some((now, vec![Vote::Pending; config.nodes]));
+                    client.phase = Phase::Holding(lease);
+                } else {
+                    let call = if client.program.handover {
+                        let busy = lease.busy + (now - lease.granted_at);
+                        keys::release_handover(config, &token, busy)
+                    } else {
+                        keys::release(&token)
+                    };
+                    client.op += 1;
+                    state.broadcast(c, None, &call);
+                    client.phase = if client.holds < client.program.rounds {
+                        client.attempts = 0;
+                        client.split_retries = 0;
+                        Phase::Idle { at: now }
+                    } else {
+                        Phase::Done {
+                            released_until: Some(lease.valid_until),
+                        }
+                    };
+                }
+            }
+            Phase::Done { .. } => {}
+        }
+        state.clients[c] = client;
+    }
+
+    /// The acquisition is over (granted): its loop state is reset.
+    fn finish_acquisition(&self, client: &mut Client) {
+        client.listening = false;
+        client.last_refusing.clear();
+    }
+
+    /// Node `n` runs a request.
+    fn deliver_request(
+        &self,
+        state: &mut State,
+        (client, n, op, call): (usize, usize, Option<u16>, &Call),
+        reply_heard: bool,
+    ) {
+        let now = state.now + state.nodes[n].skew;
+        let node = &mut state.nodes[n].node;
+        node.set_now(now);
+        let reply = node.run(call);
+        let published = node.take_published();
+        for (channel, text) in published {
+            if channel != keys::QUEUE {
+                continue;
+            }
+            for c in 0..state.clients.len() {
+                if state.clients[c].listening {
+                    state.send(Msg::Wake {
+                        client: c,
+                        text: text.clone(),
+                    });
+                }
+            }
+        }
+        if let (Some(op), true) = (op, reply_heard) {
+            self.deliver_reply(state, client, n, op, &reply);
+        }
+    }
+
+    /// Client `c` counts a reply of round `op` from node `n`.
+    fn deliver_reply(&self, state: &mut State, c: usize, n: usize, op: u16, reply: &Reply) {
+        let client = &mut state.clients[c];
+        if client.op != op {
+            return;
+        }
+        match &mut client.phase {
+            Phase::Acquiring { votes, .. } => votes[n] = Vote::of_acquire(reply),
+            Phase::Fencing { votes, .. } => votes[n] = Vote::of_confirmation(reply),
+            Phase::Holding(Lease {
+                extending: Some((_, votes)),
+                ..
+            }) => votes[n] = Vote::of_confirmation(reply),
+            _ => {}
+        }
+    }
+
+    /// Client `c` receives a hand-over message.
+    fn deliver_wake(&self, state: &mut State, c: usize, text: &str) {
+        let now = state.now;
+        let marker = keys::marker(c);
+        let client = &mut state.clients[c];
+        if !matches!(client.phase, Phase::AwaitingHandover { .. }) {
+            return;
+        }
+        let mut words = text.split(' ');
+        let named = words.next().unwrap_or_default();
+        let window: u64 = words.nth(1).and_then(|w| w.parse().ok()).unwrap_or(0);
+        if named == "*" || named == marker {
+            client.phase = Phase::Idle { at: now + window };
+        }
+    }
+
+    /// Whether time may pass: always under an adversarial scheduler; under a fair one, only
+    /// when nothing else can happen now.
+    fn tick_enabled(&self, state: &State) -> bool {
+        if state.now >= self.config.horizon {
+            return false;
+        }
+        if !self.config.fair {
+            return true;
+        }
+        state.net.is_empty() && (0..state.clients.len()).all(|c| !self.step_enabled(state, c))
+    }
+
+    /// A readable line for one step of a trace.
+    pub fn describe(&self, state: &State, action: &Action) -> String {
+        let t = state.now;
+        match action {
+            Action::Deliver(Msg::Request { client, node, call, .. }) => {
+                let mut next = state.clone();
+                let skew = next.nodes[*node].skew;
+                next.nodes[*node].node.set_now(t + skew);
+                let reply = next.nodes[*node].node.run(call);
+                format!("t={t}: node {node} runs {} from client {client} -> {reply:?}", call_name(call))
+            }
+            Action::Deliver(Msg::Wake { client, text }) => {
+                format!("t={t}: client {client} hears the hand-over message {text:?}")
+            }
+            Action::Lose(msg) => format!("t={t}: the network loses {msg:?}"),
+            Action::LoseReply(msg) => format!("t={t}: {msg:?} runs, and its reply is lost"),
+            Action::Tick => format!("t={t}: 1 ms passes"),
+            Action::Step { client, draw } => {
+                let c = &state.clients[*client];
+                let what = match &c.phase {
+                    Phase::Idle { .. } => format!(
+                        "attempts (token {})",
+                        keys::token(*client, c.tokens + 1)
+                    ),
+                    Phase::Acquiring { votes, .. } => format!("decides on its votes {votes:?}"),
+                    Phase::AwaitingHandover { .. } => "stops waiting (fallback timer)".into(),
+                    Phase::Fencing { claim, votes, .. } => {
+                        format!("decides on its fencing claim {claim}: {votes:?}")
+                    }
+                    Phase::Holding(lease) => match &lease.extending {
+                        Some((_, votes)) => format!("decides on its extension: {votes:?}"),
+                        None if c.program.extend_to.is_some() && !lease.extended => {
+                            "extends".into()
+                        }
+                        None => format!("releases (valid until {})", lease.valid_until),
+                    },
+                    Phase::Done { .. } => "is done".into(),
+                };
+                let draw = if self.step_draws(state, *client) {
+                    format!(" (draws {draw} ms)")
+                } else {
+                    String::new()
+                };
+                format!("t={t}: client {client} {what}{draw}")
+            }
+            Action::Restart(n) => format!("t={t}: node {n} restarts empty"),
+            Action::LoseData(n) => format!("t={t}: node {n} loses its data"),
+            Action::Skew(n) => format!("t={t}: node {n}'s clock jumps 1 ms ahead"),
+        }
+    }
+
+    /// A readable trace of a path: one line per step, then who claims a valid lock.
+    pub fn trace(&self, path: &[(State, Option<Action>)]) -> String {
+        let mut out = String::new();
+        for (state, action) in path {
+            if let Some(action) = action {
+                let _ = writeln!(out, "  {}", self.describe(state, action));
+            }
+        }
+        if let Some((last, _)) = path.last() {
+            let _ = writeln!(
+                out,
+                "  t={}: clients claiming a valid lock: {:?}; max fencing token {}{}",
+                last.now,
+                last.valid_holders(&self.config),
+                last.max_fence,
+                if last.fence_regressed { " (one was not above an earlier one)" } else { "" },
+            );
+        }
+        out
+    }
+}
+
+/// Whether a delivery's reply is heard.
+enum Kind {
+    Deliver,
+    LoseReply,
+}
+
+/// A script's name, for traces.
+fn call_name(call: &Call) -> String {
+    use crate::node::id;
+    let name = match call.script {
+        id::ACQUIRE => "ACQUIRE",
+        id::ACQUIRE_QUEUED => "ACQUIRE_QUEUED",
+        id::RELEASE => "RELEASE",
+        id::RELEASE_HANDOVER => "RELEASE_HANDOVER",
+        id::EXTEND => "EXTEND",
+        id::FENCE => "FENCE",
+        _ => "a script",
+    };
+    format!("{name}{:?}", call.args)
+}
+
+impl Model for System {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            nodes: (0..self.config.nodes)
+                .map(|_| NodeState {
+                    node: Node::new(&run_id(0), 0).with_flaws(self.config.flaws),
+                    skew: 0,
+                    incarnation: 0,
+                })
+                .collect(),
+            clients: self.config.clients.iter().map(|p| Client::new(*p)).collect(),
+            net: Vec::new(),
+            restarts: 0,
+            data_losses: 0,
+            lost_data: 0,
+            max_fence: 0,
+            fence_regressed: false,
+        }]
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        let faults = &self.config.faults;
+        for (i, msg) in state.net.iter().enumerate() {
+            // One connection per client and node: its requests arrive in the order sent.
+            if !state.first_on_its_connection(i) {
+                continue;
+            }
+            actions.push(Action::Deliver(msg.clone()));
+            if faults.lose_messages && !self.config.fair {
+                actions.push(Action::Lose(msg.clone()));
+                if matches!(msg, Msg::Request { op: Some(_), .. }) {
+                    actions.push(Action::LoseReply(msg.clone()));
+                }
+            }
+        }
+        for c in 0..state.clients.len() {
+            if self.step_enabled(state, c) {
+                if self.step_draws(state, c) {
+                    actions.push(Action::Step { client: c, draw: 1 });
+                    actions.push(Action::Step { client: c, draw: 2 });
+                } else {
+                    actions.push(Action::Step { client: c, draw: 0 });
+                }
+            }
+        }
+        if self.tick_enabled(state) {
+            actions.push(Action::Tick);
+        }
+        if self.config.fair {
+            return;
+        }
+        for n in 0..state.nodes.len() {
+            if state.restarts < faults.restarts {
+                actions.push(Action::Restart(n));
+            }
+            if state.data_losses < faults.data_losses {
+                actions.push(Action::LoseData(n));
+            }
+            if state.nodes[n].skew < faults.clock_skew {
+                actions.push(Action::Skew(n));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        let action_kind = if matches!(action, Action::LoseReply(_)) {
+            Kind::LoseReply
+        } else {
+            Kind::Deliver
+        };
+        match action {
+            Action::Deliver(msg) | Action::LoseReply(msg) => {
+                let heard = matches!(action_kind, Kind::Deliver);
+                state.remove(&msg);
+                match msg {
+                    Msg::Request { client, node, op, call } => {
+                        self.deliver_request(&mut state, (client, node, op, &call), heard);
+                    }
+                    Msg::Wake { client, text } => self.deliver_wake(&mut state, client, &text),
+                }
+            }
+            Action::Lose(msg) => {
+                state.remove(&msg);
+            }
+            Action::Tick => {
+                state.now += 1;
+                let now = state.now;
+                for node in &mut state.nodes {
+                    let skew = node.skew;
+                    node.node.set_now(now + skew);
+                }
+            }
+            Action::Step { client, draw } => self.step(&mut state, client, draw),
+            Action::Restart(n) => {
+                state.restarts += 1;
+                state.lost_data |= 1 << n;
+                let node = &mut state.nodes[n];
+                node.incarnation += 1;
+                let id = run_id(node.incarnation);
+                node.node.restart(&id);
+            }
+            Action::LoseData(n) => {
+                state.data_losses += 1;
+                state.lost_data |= 1 << n;
+                state.nodes[n].node.lose_data();
+            }
+            Action::Skew(n) => {
+                let now = state.now;
+                let node = &mut state.nodes[n];
+                node.skew += 1;
+                let skew = node.skew;
+                node.node.set_now(now + skew);
+            }
+        }
+        Some(state)
+    }
+
+    fn format_step(&self, last: &State, action: Action) -> Option<String> {
+        Some(self.describe(last, &action))
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no two valid holders", |model: &System, state: &State| {
+                state.valid_holders(&model.config).len() <= 1
+            }),
+            Property::always(
+                "fencing tokens increase while fewer than 2F - N nodes lost data",
+                |model: &System, state: &State| {
+                    let n = model.config.nodes;
+                    let f = model.config.fencing_quorum;
+                    let bound = (2 * f).saturating_sub(n);
+                    let lost = state.lost_data.count_ones() as usize;
+                    !state.fence_regressed || lost >= bound
+                },
+            ),
+            Property::always(
+                "every locker holds the lock in time",
+                |model: &System, state: &State| {
+                    let lockers = state.clients.iter().filter(|c| !c.program.skip_if_busy);
+                    !model.live(state) || lockers.clone().all(|c| c.holds > 0)
+                },
+            ),
+            Property::always(
+                "a skip-if-busy tick runs somewhere",
+                |model: &System, state: &State| !model.live(state) || model.tick_ran(state),
+            ),
+        ]
+    }
+
+    fn within_boundary(&self, state: &State) -> bool {
+        state.now <= self.config.horizon
+    }
+}
+
+impl System {
+    /// Whether a liveness property is due: the run is fair and over.
+    fn live(&self, state: &State) -> bool {
+        self.config.fair && state.over(&self.config)
+    }
+
+    /// Whether the skip-if-busy clients' tick ran on one of them (trivially, without such
+    /// clients). Random delays after split votes make a tick that runs nowhere unlikely, not
+    /// impossible: every contender may draw the same delays every time. So a run in which
+    /// each skipper made every split retry, all drawing the same delays, is excused: the
+    /// model's delays are adversarial, the lock's are random.
+    pub fn tick_ran(&self, state: &State) -> bool {
+        let skippers: Vec<&Client> = state
+            .clients
+            .iter()
+            .filter(|c| c.program.skip_if_busy)
+            .collect();
+        let tied = skippers.iter().all(|c| {
+            c.program.split_retries > 0 && c.split_retries == c.program.split_retries
+        }) && skippers.windows(2).all(|w| w[0].draws == w[1].draws);
+        skippers.is_empty() || skippers.iter().any(|c| c.holds > 0) || tied
+    }
+}
