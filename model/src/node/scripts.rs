@@ -285,15 +285,15 @@ fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
             .push((channel.to_owned(), format!("{named} {following}")));
     } else {
         node.store.delete(key);
-        if window_ms > 0 {
-            if let Some(before) = pget(node, streak_key) {
-                let since = streak_start(lua_tonumber(&before));
-                node.store.set(
-                    streak_key,
-                    &since.to_string(),
-                    Some(window_ms.unsigned_abs()),
-                );
-            }
+        if window_ms > 0
+            && let Some(before) = pget(node, streak_key)
+        {
+            let since = streak_start(lua_tonumber(&before));
+            node.store.set(
+                streak_key,
+                &since.to_string(),
+                Some(window_ms.unsigned_abs()),
+            );
         }
         node.published.push((channel.to_owned(), "*".to_owned()));
     }
