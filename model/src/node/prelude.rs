@@ -46,7 +46,11 @@ pub(super) fn quarantine_check(
     let Some((wid, wq)) = parsed.filter(|(wid, _)| *wid == id) else {
         let q_text = q.to_string();
         node.store.set(marker_key, &q_text, Some(q.unsigned_abs()));
-        node.store.set(witness_key, &format!("{id} {q}"), None);
+        // `id .. " " .. q`: the number as Lua's `..` writes it.
+        #[allow(clippy::cast_precision_loss)] // as Lua's double
+        let q_concat = concat_number(q as f64);
+        node.store
+            .set(witness_key, &format!("{id} {q_concat}"), None);
         return Ok(refuse(-1));
     };
     let _ = wid;
