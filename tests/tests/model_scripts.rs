@@ -196,6 +196,14 @@ enum Op {
         r: usize,
         hash: bool,
     },
+    /// Only in the fixed cases: `key` set to a string, or to a hash of `fields`, on both sides
+    /// (with a ttl of 500 s).
+    Put {
+        key: String,
+        value: Result<String, Vec<(String, String)>>,
+    },
+    /// Only in the fixed cases: a call as it is.
+    Raw(Call),
 }
 
 /// Which waiters a waiter leaves.
@@ -515,7 +523,10 @@ impl Op {
                     vec![token(*t, &lock(0)), wake.into()],
                 )
             }
-            Self::Lapse { .. } | Self::DataLoss | Self::Foreign { .. } => return None,
+            Self::Raw(call) => return Some(call.clone()),
+            Self::Lapse { .. } | Self::DataLoss | Self::Foreign { .. } | Self::Put { .. } => {
+                return None;
+            }
         };
         Some(Call { script, keys, args })
     }
@@ -530,6 +541,7 @@ fn describe(op: &Op, call: Option<&Call>) -> String {
         (Op::DataLoss, _) => "DataLoss (FLUSHALL)".to_owned(),
         (Op::Foreign { r, hash: true }, _) => format!("Foreign HSET r{r} owner app, PEXPIRE"),
         (Op::Foreign { r, hash: false }, _) => format!("Foreign SET r{r} theirs PX"),
+        (Op::Put { key, value }, _) => format!("Put {key:?} = {value:?}"),
         (_, Some(call)) => format!("{name}: keys {:?} args {:?}", call.keys, call.args),
         (_, None) => name.to_owned(),
     }
@@ -1107,6 +1119,34 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
                 node.store.set(&key, "theirs", Some(500_000));
                 (Reply::Nil, Reply::Nil)
             }
+            Op::Put { key, value } => {
+                server.must("DEL", vec![key.clone().into()]).await;
+                node.store.delete(key);
+                match value {
+                    Ok(string) => {
+                        server
+                            .must("SET", vec![key.clone().into(), string.clone().into()])
+                            .await;
+                        node.store.set(key, string, None);
+                    }
+                    Err(fields) => {
+                        for (field, value) in fields {
+                            let args = vec![
+                                key.clone().into(),
+                                field.clone().into(),
+                                value.clone().into(),
+                            ];
+                            server.must("HSET", args).await;
+                            node.store.hset(key, field, value).unwrap();
+                        }
+                    }
+                }
+                server
+                    .must("PEXPIRE", vec![key.clone().into(), "500000".into()])
+                    .await;
+                node.store.pexpire(key, 500_000);
+                (Reply::Nil, Reply::Nil)
+            }
             _ => {
                 let call = call.as_ref().unwrap();
                 (server.call(call).await, node.run(call))
@@ -1173,8 +1213,8 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
     Ok(())
 }
 
-#[test]
-fn the_model_runs_the_scripts_as_a_server_does() {
+/// A runtime, and a server started on it with the dispatch script loaded.
+fn start() -> (tokio::runtime::Runtime, Server) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -1216,6 +1256,12 @@ fn the_model_runs_the_scripts_as_a_server_does() {
         server.run_id = run_id;
         server
     });
+    (runtime, server)
+}
+
+#[test]
+fn the_model_runs_the_scripts_as_a_server_does() {
+    let (runtime, server) = start();
     let cases = std::env::var("MODEL_DIFF_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
@@ -1240,4 +1286,287 @@ fn the_model_runs_the_scripts_as_a_server_does() {
         Err(TestError::Fail(why, _)) => panic!("{why}"),
         Err(e) => panic!("{e}"),
     }
+}
+
+/// A call as it is.
+fn raw(script: usize, keys: &[String], args: &[&str]) -> Op {
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    Op::Raw(Call::new(script, &keys, args))
+}
+
+/// `key` set to the string `value`.
+fn put(key: &str, value: &str) -> Op {
+    Op::Put {
+        key: key.to_owned(),
+        value: Ok(value.to_owned()),
+    }
+}
+
+/// `key` set to a hash of `fields`.
+fn put_hash(key: &str, fields: &[(&str, &str)]) -> Op {
+    let fields = fields
+        .iter()
+        .map(|(f, v)| ((*f).to_owned(), (*v).to_owned()))
+        .collect();
+    Op::Put {
+        key: key.to_owned(),
+        value: Err(fields),
+    }
+}
+
+/// What the random cases never write: values the scripts did not write themselves (an
+/// unreadable fencing floor, a counter or a queue of another type, mode entries with leading
+/// zeros, expired or of no mode, a holder's field in upper case, a non-numeric streak), and
+/// arguments the client never sends (a nil rank, a ttl of 0, a window beyond 10^14 ms, an odd
+/// number of keys to wake): each agrees too, errors included (their texts without the
+/// position Lua prefixes a raised string with).
+#[test]
+fn odd_values_and_errors_agree() {
+    let (runtime, server) = start();
+    let r0 = Target { r: 0, slot: None };
+    let (key, waiters) = (lock(0), book(&lock(0), "waiters"));
+    let acquire = |t: usize, fencing: bool| Op::Acquire {
+        at: r0,
+        t,
+        ttl: 500_000,
+        windowed: false,
+        fencing,
+        q: 0,
+    };
+    let queued = |t: usize, w: usize| Op::AcquireQueued {
+        at: r0,
+        t,
+        ttl: 500_000,
+        w,
+        since: SINCE_BASE,
+        fencing: false,
+        q: 0,
+    };
+    let mode = |t: usize, mode: Mode, w: usize, since: &str| {
+        let args = [
+            TOKENS[t],
+            mode.as_str(),
+            "500000",
+            MARKERS[w],
+            "500000",
+            &compatible(mode),
+            since,
+            "0",
+        ]
+        .map(str::to_owned);
+        Op::Raw(Call {
+            script: id::ACQUIRE_MODE,
+            keys: vec![key.clone(), book(&key, "window"), key.clone(), key.clone()],
+            args: args.to_vec(),
+        })
+    };
+    let release_mode = |token: &str, handover: bool| {
+        let (keys, channel) = if handover {
+            (vec![key.clone(), waiters.clone()], waiters.as_str())
+        } else {
+            (vec![key.clone()], "")
+        };
+        raw(id::RELEASE_MODE, &keys, &[token, channel, ""])
+    };
+    let fence = |claim: &str| Op::Fence {
+        r: 0,
+        claim: claim.to_owned(),
+        keep: 0,
+    };
+    let later = "PR 2000000000000";
+    let upper = "A".repeat(40);
+    let cases: Vec<(&str, Vec<Op>)> = vec![
+        (
+            "an unreadable fencing floor",
+            vec![put(&prefixed("fencing-floor"), "garbage"), fence("5")],
+        ),
+        (
+            "a fencing floor with leading zeros",
+            vec![
+                put(&prefixed("fencing-floor"), "007 0010"),
+                acquire(0, true),
+                fence("9"),
+            ],
+        ),
+        (
+            "a fencing counter of another type",
+            vec![
+                put_hash(&book(&key, "fencing"), &[("a", "b")]),
+                acquire(0, true),
+            ],
+        ),
+        (
+            "a legacy fencing counter that is not a number",
+            vec![put(&format!("{key}:fencing-counter"), "abc"), fence("3")],
+        ),
+        (
+            "a rank compared with a nil since",
+            vec![
+                mode(0, Mode::Exclusive, 0, "1600000000000"),
+                mode(1, Mode::Exclusive, 0, "1600000000000"),
+                mode(2, Mode::ProtectedRead, 1, ""),
+            ],
+        ),
+        (
+            "mode entries with leading zeros, expired, of no mode",
+            vec![
+                put_hash(
+                    &key,
+                    &[(TOKENS[0], "PR 0002000000000000"), (TOKENS[1], "PR 1")],
+                ),
+                mode(2, Mode::ProtectedRead, 0, "1600000000000"),
+                put_hash(&key, &[(TOKENS[0], "XX 2000000000000")]),
+                mode(2, Mode::ProtectedRead, 0, "1600000000000"),
+            ],
+        ),
+        (
+            "a holder's field in upper case",
+            vec![
+                put_hash(&key, &[(upper.as_str(), later)]),
+                mode(0, Mode::ProtectedRead, 0, "1600000000000"),
+                release_mode(&upper, true),
+                raw(
+                    id::EXTEND_MODE,
+                    std::slice::from_ref(&key),
+                    &[&upper, "600000"],
+                ),
+            ],
+        ),
+        (
+            "a release beside an expired entry, and beside a foreign field",
+            vec![
+                put_hash(&key, &[(TOKENS[0], "PR 1"), (TOKENS[1], later)]),
+                release_mode(TOKENS[0], true),
+                put_hash(&key, &[(TOKENS[0], later), ("owner", "app")]),
+                release_mode(TOKENS[0], true),
+            ],
+        ),
+        (
+            "a waiter's field extended as a holder's",
+            vec![
+                mode(0, Mode::Exclusive, 0, "1600000000000"),
+                mode(1, Mode::Exclusive, 1, "1600000000001"),
+                raw(
+                    id::EXTEND_MODE,
+                    std::slice::from_ref(&key),
+                    &[MARKERS[1], "600000"],
+                ),
+            ],
+        ),
+        (
+            "a queue of another type",
+            vec![
+                put(&waiters, "x"),
+                acquire(0, false),
+                queued(1, 0),
+                Op::Handover {
+                    at: r0,
+                    t: 0,
+                    grace: 500_000,
+                    window_ms: 200_000,
+                    due: true,
+                    busy_ms: 0,
+                },
+            ],
+        ),
+        (
+            "a streak that is not a number",
+            vec![
+                put(&book(&key, "busy"), "abc"),
+                acquire(0, false),
+                queued(1, 0),
+                Op::Handover {
+                    at: r0,
+                    t: 0,
+                    grace: 500_000,
+                    window_ms: 200_000,
+                    due: false,
+                    busy_ms: 5_000,
+                },
+                queued(1, 0),
+            ],
+        ),
+        (
+            "a permit's slot of another type",
+            vec![
+                put_hash(&book(&key, "permit:0"), &[("a", "b")]),
+                Op::AcquirePermit {
+                    r: 0,
+                    t: 0,
+                    k: 2,
+                    rotate: 0,
+                    ttl: 500_000,
+                    q: 0,
+                    queued: None,
+                    since: SINCE_BASE,
+                    alive_ms: 500_000,
+                },
+            ],
+        ),
+        (
+            "an odd number of keys to wake",
+            vec![
+                acquire(0, false),
+                raw(
+                    id::RELEASE_SLOTS,
+                    &[key.clone(), lock(1), waiters.clone()],
+                    &[TOKENS[0], "1"],
+                ),
+            ],
+        ),
+        (
+            "a ttl of 0",
+            vec![raw(
+                id::ACQUIRE,
+                &[
+                    key.clone(),
+                    book(&key, "window"),
+                    book(&key, "busy"),
+                    key.clone(),
+                    key.clone(),
+                ],
+                &[TOKENS[0], "0", "0", "0"],
+            )],
+        ),
+        (
+            "a window beyond 10^14 ms",
+            vec![
+                acquire(0, false),
+                queued(1, 0),
+                raw(
+                    id::RELEASE_HANDOVER,
+                    &[
+                        key.clone(),
+                        waiters.clone(),
+                        book(&key, "busy"),
+                        book(&key, "window"),
+                    ],
+                    &[
+                        TOKENS[0],
+                        "500000",
+                        &waiters,
+                        "100000000000001",
+                        "1",
+                        "0",
+                        "600000",
+                    ],
+                ),
+            ],
+        ),
+        (
+            "a witness that is not one",
+            vec![
+                put(&prefixed("witness"), "not a witness"),
+                Op::Quarantine { q: 300_000 },
+            ],
+        ),
+    ];
+    let mut sync = 0;
+    let mut failures = Vec::new();
+    for (name, ops) in &cases {
+        if let Err(trace) = runtime.block_on(case(&server, ops, &mut sync)) {
+            failures.push(format!("{name}: {trace}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
