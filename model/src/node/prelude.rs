@@ -46,7 +46,11 @@ pub(super) fn quarantine_check(
     let Some((wid, wq)) = parsed.filter(|(wid, _)| *wid == id) else {
         let q_text = q.to_string();
         node.store.set(marker_key, &q_text, Some(q.unsigned_abs()));
-        node.store.set(witness_key, &format!("{id} {q}"), None);
+        // `id .. " " .. q`: the number as Lua's `..` writes it.
+        #[allow(clippy::cast_precision_loss)] // as Lua's double
+        let q_concat = concat_number(q as f64);
+        node.store
+            .set(witness_key, &format!("{id} {q_concat}"), None);
         return Ok(refuse(-1));
     };
     let _ = wid;
@@ -165,4 +169,70 @@ pub(super) fn past_current(s: &str) -> Option<(String, String)> {
     let (a, b) = s.split_once(' ')?;
     let digits = |x: &str| !x.is_empty() && x.chars().all(|c| c.is_ascii_digit());
     (digits(a) && digits(b)).then(|| (a.to_owned(), b.to_owned()))
+}
+
+/// Lua's `tonumber(s)` on a string: a decimal (or `0x` hexadecimal) number, surrounding
+/// spaces allowed; `None` (nil) for anything else.
+pub(super) fn tonumber(s: &str) -> Option<f64> {
+    let t = s.trim();
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        // `strtoul`, as Lua 5.1 reads a hexadecimal constant.
+        let value = u64::from_str_radix(hex, 16).ok()?;
+        #[allow(clippy::cast_precision_loss)] // as the C conversion to a double
+        let value = value as f64;
+        return Some(if negative { -value } else { value });
+    }
+    let plain = t
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '+' | '-' | '.' | 'e' | 'E'));
+    if plain {
+        return t.parse().ok();
+    }
+    // `strtod` also reads "inf" and "nan", in any case.
+    match digits.to_ascii_lowercase().as_str() {
+        "inf" | "infinity" => Some(if negative {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        }),
+        "nan" => Some(f64::NAN),
+        _ => None,
+    }
+}
+
+/// A Lua number as `..` writes it into a string (Lua 5.1's `"%.14g"`): an integer below
+/// 10^14 in plain digits, larger or fractional numbers as C's `%g` writes them.
+pub(super) fn concat_number(v: f64) -> String {
+    const PRECISION: i32 = 14;
+    if v.is_nan() {
+        return if v.is_sign_negative() { "-nan" } else { "nan" }.to_owned();
+    }
+    if v.is_infinite() {
+        return if v < 0.0 { "-inf" } else { "inf" }.to_owned();
+    }
+    // The exponent `%e` would write with PRECISION significant digits decides the style.
+    let scientific = format!("{:.*e}", (PRECISION - 1).unsigned_abs() as usize, v);
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i32 = exponent.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    if (-4..PRECISION).contains(&exponent) {
+        let decimals = (PRECISION - 1 - exponent).unsigned_abs() as usize;
+        trim(&format!("{v:.decimals$}"))
+    } else {
+        let sign = if exponent < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exponent.unsigned_abs())
+    }
 }

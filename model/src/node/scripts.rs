@@ -268,7 +268,8 @@ fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
             node.store.delete(streak_key);
             node.published.push((
                 channel.to_owned(),
-                format!("{named} {following} {window_ms}"),
+                // `window_ms` is a Lua number: `..` writes it as "%.14g" does.
+                format!("{named} {following} {}", lua_concat(window_ms)),
             ));
             return Ok(Reply::Int(1));
         }
@@ -285,19 +286,25 @@ fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
             .push((channel.to_owned(), format!("{named} {following}")));
     } else {
         node.store.delete(key);
-        if window_ms > 0 {
-            if let Some(before) = pget(node, streak_key) {
-                let since = streak_start(lua_tonumber(&before));
-                node.store.set(
-                    streak_key,
-                    &since.to_string(),
-                    Some(window_ms.unsigned_abs()),
-                );
-            }
+        if window_ms > 0
+            && let Some(before) = pget(node, streak_key)
+        {
+            let since = streak_start(lua_tonumber(&before));
+            node.store.set(
+                streak_key,
+                &since.to_string(),
+                Some(window_ms.unsigned_abs()),
+            );
         }
         node.published.push((channel.to_owned(), "*".to_owned()));
     }
     Ok(Reply::Int(1))
+}
+
+/// An integer as Lua's `..` writes a number (in exponent form from 10^14).
+#[allow(clippy::cast_precision_loss)] // as Lua's double
+fn lua_concat(v: i64) -> String {
+    super::prelude::concat_number(v as f64)
 }
 
 /// Lua's `tonumber` on a decimal integer string (`nil` otherwise).

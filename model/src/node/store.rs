@@ -91,7 +91,8 @@ impl Store {
 pub struct WrongType;
 
 /// The text of [`WrongType`], as Redis words it.
-pub(crate) const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+pub(crate) const WRONGTYPE: &str =
+    "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl Store {
     /// `GET key`: the string, `None` when missing, [`WrongType`] for another type.
@@ -292,5 +293,39 @@ impl Store {
         };
         self.drop_if_empty(key);
         Ok(removed)
+    }
+}
+
+impl Store {
+    /// `TYPE key`: "none", "string", "hash" or "zset".
+    pub fn key_type(&self, key: &str) -> &'static str {
+        match self.get(key).map(|e| &e.value) {
+            None => "none",
+            Some(Value::Str(_)) => "string",
+            Some(Value::Hash(_)) => "hash",
+            Some(Value::ZSet(_)) => "zset",
+        }
+    }
+
+    /// `HGET key field`: the field's value, `None` when it or the key is missing.
+    pub fn hget(&self, key: &str, field: &str) -> Result<Option<&str>, WrongType> {
+        Ok(self
+            .hash(key)?
+            .and_then(|h| h.get(field))
+            .map(String::as_str))
+    }
+
+    /// `HGETALL key`: every field and its value (in field order; the scripts that read them
+    /// do not depend on the order), empty when the key is missing.
+    pub fn hgetall(&self, key: &str) -> Result<Vec<(String, String)>, WrongType> {
+        Ok(self
+            .hash(key)?
+            .map(|h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect())
+            .unwrap_or_default())
+    }
+
+    /// `ZSCORE key member`: its score, `None` when it or the key is missing.
+    pub fn zscore(&self, key: &str, member: &str) -> Result<Option<i64>, WrongType> {
+        Ok(self.zset(key)?.and_then(|z| z.get(member).copied()))
     }
 }
