@@ -21,13 +21,14 @@ use std::path::Path;
 use anyhow::{Context, bail};
 
 /// The crates whose layering is checked.
-pub(crate) const CRATES: [&str; 6] = [
+pub(crate) const CRATES: [&str; 7] = [
     "redlock-template",
     "redlock-core",
     "redlock-axum",
     "redlock-macros",
     "redlock-cli",
     "redlock-test",
+    "model",
 ];
 
 /// Module path (`""` for the root, `a::b`) → the modules it imports.

@@ -19,7 +19,7 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|
   test   fmt check, the module layering, the public docs' vocabulary, clippy -D warnings,
          every test against real redis-server nodes, the macro's UI tests, the TLS tests
          over native-tls too, the server-facing tests again on Valkey 8.1 and on a mixed
-         Redis/Valkey set, redlock-core's features linted, doctests (the README's snippets
+         Redis/Valkey set, the protocol model checked, redlock-core's features linted, doctests (the README's snippets
          included), the published crates packaged, the demo, and rustdoc
   layers each library crate's module import graph, its cycles (none allowed) and, in
          redlock-core, imports against the layer order of ARCHITECTURE.md
@@ -33,7 +33,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|
   bench  the seven workloads against 5 nodes, beside raw fred and redis-rs floors and rslock
          (args after --: --quick, --only sequential,contended)
   soak   RL-15, the randomized nemesis soak, then the validity-contract property test, each
-         for about --minutes N (default 30; --seed S replays a run)";
+         for about --minutes N (default 30; --seed S replays a run), then the protocol
+         model explored further";
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -160,7 +161,18 @@ fn soak() -> anyhow::Result<()> {
         env.push(("CONTRACT_SEED", seed.as_str()));
     }
     step(&format!("the validity contract, {steps} steps"));
-    integration_test_shown(&env, "contract")
+    integration_test_shown(&env, "contract")?;
+    step("the protocol model explored further (longer horizons, faults combined)");
+    cargo(&[
+        "test",
+        "-p",
+        "redlock-model",
+        "--test",
+        "protocol",
+        "--",
+        "--ignored",
+        "--nocapture",
+    ])
 }
 
 /// Runs one integration test of redlock-tests with `env`, its output shown.
@@ -363,6 +375,18 @@ fn test() -> anyhow::Result<()> {
         "the benchmark as a smoke run (a debug build of every workload, --quick: its figures mean nothing; `cargo xtask bench` measures)",
     );
     cargo(&["run", "--quiet", "-p", "redlock-bench", "--", "--quick"])?;
+    step(
+        "the protocol model: every scenario explored by the model checker, every known-bad variant rejected (about 2 min)",
+    );
+    cargo(&[
+        "test",
+        "-p",
+        "redlock-model",
+        "--test",
+        "protocol",
+        "--",
+        "--nocapture",
+    ])?;
     if nextest_available() {
         // nextest builds every test binary first, then runs each test in its own process
         // under the limits of .config/nextest.toml, which count run time only.
@@ -376,7 +400,7 @@ fn test() -> anyhow::Result<()> {
             "--no-tests",
             "warn",
             "-E",
-            "not binary(macro_ui)",
+            "not binary(macro_ui) and not binary(protocol)",
         ])?;
     } else {
         step(

@@ -149,8 +149,11 @@ pub enum Phase {
         valid_until: u64,
         /// The claimed token.
         claim: u64,
-        /// Per node.
+        /// Per node, as the client heard them.
         votes: Vec<Vote>,
+        /// Nodes that confirmed the claim, heard or not: at the fencing quorum, the token is
+        /// confirmed, whenever the client learns it.
+        at_nodes: u8,
     },
     /// Holding the lock.
     Holding(Lease),
@@ -321,5 +324,39 @@ impl Client {
         };
         self.last_refusing = refusing;
         resolvable
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted() -> Vote {
+        Vote::Granted { hint: 0, busy: 0 }
+    }
+
+    fn by(holder: &str) -> Vote {
+        Vote::Refused(Some(holder.to_owned()))
+    }
+
+    /// The port against the lock's own cases (`a_split_is_told_from_a_holder_by_who_refused`
+    /// in redlock-core's acquire/attempt.rs).
+    #[test]
+    fn a_split_is_told_as_the_lock_tells_it() {
+        let q = 3;
+        let one = [granted(), granted(), by("a"), by("a"), by("a")];
+        assert_eq!(Split::of(&one, q), Split::No);
+        let two = [granted(), by("a"), by("a"), by("b"), by("b")];
+        assert_eq!(Split::of(&two, q), Split::Certain);
+        let down = [Vote::Failed, by("a"), by("a"), by("b"), by("b")];
+        assert_eq!(Split::of(&down, q), Split::Possible);
+        let unawaited = [Vote::Pending, by("a"), by("a"), by("b"), by("b")];
+        assert_eq!(Split::of(&unawaited, q), Split::Possible);
+        let failures = [granted(), granted(), Vote::Failed, Vote::Failed, Vote::Failed];
+        assert_eq!(Split::of(&failures, q), Split::No);
+        let few = [granted(), by("a"), Vote::Failed, Vote::Failed, Vote::Failed];
+        assert_eq!(Split::of(&few, q), Split::No);
+        let modes = [granted(), by("?"), by("?"), by("?"), by("?")];
+        assert_eq!(Split::of(&modes, q), Split::No);
     }
 }

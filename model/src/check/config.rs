@@ -1,6 +1,8 @@
 //! What one exploration checks: the system's size, the clients' programs, the faults the
 //! checker may inject, the scheduling, and the flaws (known-bad variants) switched on.
 
+use redlock_core::Mode;
+
 use crate::node::Flaws;
 
 /// What one client does.
@@ -28,6 +30,8 @@ pub struct Program {
     pub rounds: u8,
     /// Holds each lock at least this long (ms) before releasing it.
     pub hold: u64,
+    /// Locks in this mode (acquire_mode.lua, release_mode.lua) instead of a plain lock.
+    pub mode: Option<Mode>,
 }
 
 impl Program {
@@ -42,6 +46,7 @@ impl Program {
         foreign: false,
         rounds: 1,
         hold: 0,
+        mode: None,
     };
 }
 
@@ -75,6 +80,8 @@ pub struct ClientFlaws {
     pub waiter_only_listens: bool,
     /// Releases never open a window for foreign clients.
     pub no_windows: bool,
+    /// A mode request names every mode as compatible with its own.
+    pub wrong_compatibility: bool,
 }
 
 /// One exploration.
@@ -115,6 +122,12 @@ pub struct Config {
     pub flaws: Flaws,
     /// Flaws in the clients.
     pub client_flaws: ClientFlaws,
+    /// Whether exclusion is checked: not in a scenario outside the lock's fault model for it
+    /// (a node restarted without the quarantine), which checks another property.
+    pub promises_exclusion: bool,
+    /// Every node starts with another application's hash at the resource's key (an
+    /// application sharing the nodes without a key prefix).
+    pub foreign_hash: bool,
 }
 
 impl Config {

@@ -7,6 +7,15 @@ use stateright::{Checker, HasDiscoveries, Model};
 use super::config::Config;
 use super::system::System;
 
+/// How an exploration searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Search {
+    /// Every reachable state (up to node symmetry).
+    Exhaustive,
+    /// Breadth first until the first violation: a shortest counterexample.
+    FirstViolation,
+}
+
 /// What an exploration found.
 #[derive(Debug)]
 pub struct Verdict {
@@ -44,25 +53,49 @@ impl Verdict {
     }
 }
 
-/// Explores every state of `config` (depth first, one state per class of states that differ
-/// only in which node is which), on `threads` threads; with `stop_at_first`, stops at the
-/// first property violated.
-pub fn check(config: Config, threads: usize, stop_at_first: bool) -> Verdict {
-    let name = config.name;
+/// Explores `config` on `threads` threads.
+///
+/// `Exhaustive`: every reachable state, depth first, keeping one state per class of states
+/// that differ only in which node is which (node symmetry). `FirstViolation`: until a
+/// property is violated, breadth first so that the counterexample is a shortest one (depth
+/// first under fair scheduling, where every path is long).
+pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
     let system = System::new(config);
     let started = Instant::now();
-    let checker = system
-        .clone()
-        .checker()
-        .threads(threads)
-        .symmetry_fn(super::symmetry::representative)
-        .finish_when(if stop_at_first {
-            HasDiscoveries::Any
-        } else {
-            HasDiscoveries::All
-        })
-        .spawn_dfs()
-        .join();
+    let builder = system.clone().checker().threads(threads);
+    match search {
+        Search::Exhaustive => verdict(
+            &system,
+            &builder
+                .symmetry_fn(super::symmetry::representative)
+                .spawn_dfs()
+                .join(),
+            started,
+        ),
+        // Under fair scheduling every path is long (no step waits) and any one shows a
+        // liveness violation: depth first finds one at once, where breadth first would hold
+        // every state of each depth.
+        Search::FirstViolation if system.config.fair => verdict(
+            &system,
+            &builder
+                .finish_when(HasDiscoveries::Any)
+                .spawn_dfs()
+                .join(),
+            started,
+        ),
+        Search::FirstViolation => verdict(
+            &system,
+            &builder
+                .finish_when(HasDiscoveries::Any)
+                .spawn_bfs()
+                .join(),
+            started,
+        ),
+    }
+}
+
+/// The verdict of a finished `checker`.
+fn verdict(system: &System, checker: &impl Checker<System>, started: Instant) -> Verdict {
     let elapsed = started.elapsed();
     let mut violations: Vec<(&'static str, String)> = checker
         .discoveries()
@@ -71,7 +104,7 @@ pub fn check(config: Config, threads: usize, stop_at_first: bool) -> Verdict {
         .collect();
     violations.sort();
     Verdict {
-        name,
+        name: system.config.name,
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),

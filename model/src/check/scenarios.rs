@@ -3,12 +3,17 @@
 //! checker must reject.
 
 use super::config::{ClientFlaws, Config, Faults, Program};
+use redlock_core::Mode;
+
 use crate::node::Flaws;
 
 /// The properties, as the model names them.
 pub mod property {
-    /// No two clients' views claim a valid lock at once.
+    /// No two clients' views claim a valid lock at once in modes that conflict (a plain lock
+    /// conflicts with every holder).
     pub const EXCLUSION: &str = "no two valid holders";
+    /// Another application's key at the resource's name is never deleted or changed.
+    pub const FOREIGN_KEY: &str = "no key of a foreign client deleted or changed";
     /// Confirmed fencing tokens only grow, while fewer than 2F − N nodes lost data.
     pub const FENCING: &str = "fencing tokens increase while fewer than 2F - N nodes lost data";
     /// Under fair scheduling, every client that waits for the lock holds it by the horizon.
@@ -47,6 +52,8 @@ fn base(name: &'static str, clients: Vec<Program>) -> Config {
         horizon: 5,
         flaws: Flaws::default(),
         client_flaws: ClientFlaws::default(),
+        foreign_hash: false,
+        promises_exclusion: true,
     }
 }
 
@@ -59,6 +66,7 @@ const ONCE: Program = Program {
 pub fn clock_drift() -> Config {
     let mut config = base("exclusion, node clocks running fast", vec![ONCE, ONCE]);
     config.faults.clock_skew = 1;
+    config.horizon = 3;
     config
 }
 
@@ -66,17 +74,15 @@ pub fn clock_drift() -> Config {
 pub fn restart() -> Config {
     let mut config = base("exclusion, a node restarted empty", vec![ONCE, ONCE]);
     config.faults.restarts = 1;
+    config.horizon = 3;
     config
 }
 
 /// Two lockers, lost and delayed messages, a retry each.
 pub fn lost_messages() -> Config {
-    let mut config = base(
-        "exclusion, lost requests and replies",
-        vec![Program::PLAIN, ONCE],
-    );
+    let mut config = base("exclusion, lost requests and replies", vec![ONCE, ONCE]);
     config.faults.lose_messages = true;
-    config.horizon = 4;
+    config.horizon = 3;
     config
 }
 
@@ -89,12 +95,13 @@ pub fn short_extension() -> Config {
     let mut config = base("exclusion, an extension to a shorter ttl", vec![extender, ONCE]);
     config.ttl = 4;
     config.quarantine = 4;
-    config.horizon = 4;
+    config.horizon = 3;
     config
 }
 
-/// Two fenced lockers, a node restarted empty (without the quarantine, which fencing does
-/// not rely on), at the default fencing quorum (3 of 3).
+/// Two fenced lockers, a node restarted empty (without the quarantine, which fencing tokens
+/// do not rely on; the lock's exclusion does, so it is not checked here), at the default
+/// fencing quorum (3 of 3).
 pub fn fencing() -> Config {
     let fenced = Program {
         fencing: true,
@@ -103,6 +110,8 @@ pub fn fencing() -> Config {
     let mut config = base("fencing tokens, a node restarted empty", vec![fenced, fenced]);
     config.faults.restarts = 1;
     config.quarantine = 0;
+    config.promises_exclusion = false;
+    config.horizon = 1;
     config
 }
 
@@ -120,11 +129,12 @@ pub fn handover() -> Config {
 }
 
 /// Three replicas firing a skip-if-busy job at the same tick, under fair scheduling: one
-/// attempt each, then at most 2 attempts after a split vote (random delays of 1 or 2 ms).
+/// attempt each, then at most 1 attempt after a split vote (random delays of 1 or 2 ms; the
+/// soak allows 2).
 pub fn skip_tick() -> Config {
     let skipper = Program {
         attempts: 1,
-        split_retries: 2,
+        split_retries: 1,
         skip_if_busy: true,
         ..Program::PLAIN
     };
@@ -133,7 +143,7 @@ pub fn skip_tick() -> Config {
         vec![skipper, skipper, skipper],
     );
     config.fair = true;
-    config.horizon = 8;
+    config.horizon = 5;
     config
 }
 
@@ -164,6 +174,39 @@ pub fn foreign_poller() -> Config {
     config
 }
 
+/// A reader (PR) and a writer (PW) on a resource held in modes (the soak adds node clocks
+/// running fast).
+pub fn modes() -> Config {
+    let reader = Program {
+        mode: Some(Mode::ProtectedRead),
+        ..ONCE
+    };
+    let writer = Program {
+        mode: Some(Mode::ProtectedWrite),
+        ..ONCE
+    };
+    let mut config = base("modes, a reader and a writer", vec![reader, writer]);
+    config.horizon = 3;
+    config
+}
+
+/// A reader and an exclusive holder on nodes where another application keeps a hash at the
+/// resource's key.
+pub fn foreign_key() -> Config {
+    let reader = Program {
+        mode: Some(Mode::ProtectedRead),
+        ..ONCE
+    };
+    let exclusive = Program {
+        mode: Some(Mode::Exclusive),
+        ..ONCE
+    };
+    let mut config = base("a foreign application's hash at the key", vec![reader, exclusive]);
+    config.foreign_hash = true;
+    config.horizon = 3;
+    config
+}
+
 /// Every scenario: the design as it is, which must satisfy every property, and the
 /// known-bad variants, each of which must violate its property.
 pub fn all() -> Vec<Scenario> {
@@ -179,7 +222,7 @@ pub fn all() -> Vec<Scenario> {
             rejects: Some(property),
         }
     };
-    use property::{EVERY_LOCKER, EXCLUSION, FENCING, TICK_RUNS};
+    use property::{EVERY_LOCKER, EXCLUSION, FENCING, FOREIGN_KEY, TICK_RUNS};
     vec![
         ok(clock_drift()),
         bad(
@@ -205,9 +248,23 @@ pub fn all() -> Vec<Scenario> {
         ),
         bad(
             "known bad: views that outlive the release",
-            short_extension(),
+            base("", vec![ONCE, ONCE]),
             |c| c.client_flaws.views_outlive_release = true,
             EXCLUSION,
+        ),
+        ok(modes()),
+        bad(
+            "known bad: a mode request with a wrong compatibility list",
+            modes(),
+            |c| c.client_flaws.wrong_compatibility = true,
+            EXCLUSION,
+        ),
+        ok(foreign_key()),
+        bad(
+            "known bad: a mode script that takes a foreign hash",
+            foreign_key(),
+            |c| c.flaws.mode_takes_foreign_hash = true,
+            FOREIGN_KEY,
         ),
         ok(fencing()),
         bad(
@@ -237,5 +294,51 @@ pub fn all() -> Vec<Scenario> {
             |c| c.client_flaws.no_windows = true,
             EVERY_LOCKER,
         ),
+    ]
+}
+
+/// The designs of [`all`] explored further (minutes, for the soak): longer horizons, a
+/// retry each, and faults combined.
+pub fn deeper() -> Vec<Scenario> {
+    let ok = |name, mut config: Config, grow: fn(&mut Config)| {
+        config.name = name;
+        grow(&mut config);
+        Scenario {
+            config,
+            rejects: None,
+        }
+    };
+    vec![
+        ok("deeper: node clocks running fast, 5 ms", clock_drift(), |c| {
+            c.horizon = 5;
+        }),
+        ok("deeper: a node restarted empty, 5 ms", restart(), |c| {
+            c.horizon = 5;
+        }),
+        ok("deeper: lost messages, a retry", lost_messages(), |c| {
+            c.clients[0] = Program::PLAIN;
+        }),
+        ok("deeper: an extension to a shorter ttl, 4 ms", short_extension(), |c| {
+            c.horizon = 4;
+        }),
+        ok(
+            "deeper: a restart and fast clocks, a retry each",
+            restart(),
+            |c| {
+                c.faults.clock_skew = 1;
+                c.clients = vec![Program::PLAIN, Program::PLAIN];
+            },
+        ),
+        ok("deeper: fencing tokens, 3 ms", fencing(), |c| c.horizon = 3),
+        ok("deeper: modes, fast node clocks, 4 ms", modes(), |c| {
+            c.faults.clock_skew = 1;
+            c.horizon = 4;
+        }),
+        ok("deeper: a skip-if-busy tick, 2 split retries", skip_tick(), |c| {
+            for client in &mut c.clients {
+                client.split_retries = 2;
+            }
+            c.horizon = 8;
+        }),
     ]
 }

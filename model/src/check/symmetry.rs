@@ -16,10 +16,10 @@ pub fn representative(state: &State) -> State {
         let mut h = DefaultHasher::new();
         state.nodes[node].hash(&mut h);
         for msg in &state.net {
-            if let Msg::Request { node: to, client, op, call } = msg
+            if let Msg::Request { node: to, client, op, req } = msg
                 && *to == node
             {
-                (client, op, call).hash(&mut h);
+                (client, op, req).hash(&mut h);
             }
         }
         for client in &state.clients {

@@ -3,11 +3,12 @@
 
 use std::fmt::Write as _;
 
+use redlock_core::Mode;
 use stateright::{Model, Property};
 
 use super::client::{AfterFailure, Client, Lease, Phase, Tally, Vote};
 use super::config::Config;
-use super::keys;
+use super::keys::{self, Req};
 use crate::node::{Call, Node, Reply};
 
 /// A message in flight. A node's reply reaches its client when the node runs the call (a
@@ -24,8 +25,8 @@ pub enum Msg {
         node: usize,
         /// The round.
         op: Option<u16>,
-        /// The call.
-        call: Call,
+        /// The request.
+        req: Req,
     },
     /// A hand-over message published on the queue's channel, to a subscribed client.
     Wake {
@@ -165,13 +166,13 @@ impl State {
         }
     }
 
-    fn broadcast(&mut self, client: usize, op: Option<u16>, call: &Call) {
+    fn broadcast(&mut self, client: usize, op: Option<u16>, req: Req) {
         for node in 0..self.nodes.len() {
             self.send(Msg::Request {
                 client,
                 node,
                 op,
-                call: call.clone(),
+                req,
             });
         }
     }
@@ -247,21 +248,25 @@ impl System {
                 }
                 client.tokens += 1;
                 client.op += 1;
-                let token = keys::token(c, client.tokens);
-                let p = client.program;
-                let call = if client.listening {
-                    keys::acquire_queued(config, &token, &keys::marker(c), client.wait_start, p.fencing)
+                let req = if client.program.mode.is_some() {
+                    Req::AcquireMode {
+                        token: client.tokens,
+                        since: client.wait_start,
+                    }
                 } else {
-                    keys::acquire(config, &token, p.fencing, p.foreign)
+                    Req::Acquire {
+                        token: client.tokens,
+                        queued: client.listening.then_some(client.wait_start),
+                    }
                 };
-                state.broadcast(c, Some(client.op), &call);
+                state.broadcast(c, Some(client.op), req);
                 client.phase = Phase::Acquiring {
                     started: now,
                     votes: vec![Vote::Pending; config.nodes],
                 };
             }
             Phase::Acquiring { started, votes } => {
-                let token = keys::token(c, client.tokens);
+                let token = client.tokens;
                 let tally = Tally::of(&votes);
                 let valid_until = started + config.ttl - Client::drift(config).min(config.ttl);
                 if tally.granted >= q && now < valid_until {
@@ -284,11 +289,12 @@ impl System {
                             .max()
                             .unwrap_or(0);
                         let claim = hint + 1;
-                        state.broadcast(c, Some(client.op), &keys::fence(claim));
+                        state.broadcast(c, Some(client.op), Req::Fence { claim });
                         client.phase = Phase::Fencing {
                             valid_until,
                             claim,
                             votes: vec![Vote::Pending; config.nodes],
+                            at_nodes: 0,
                         };
                     } else {
                         client.phase = Phase::Holding(Lease {
@@ -306,8 +312,15 @@ impl System {
                 } else {
                     // Step 5: release what the attempt took, on every node.
                     client.op += 1;
-                    state.broadcast(c, None, &keys::release(&token));
-                    client.phase = match client.after_failure(&votes, now, config) {
+                    let after = client.after_failure(&votes, now, config);
+                    let req = if client.program.mode.is_some() {
+                        let leave = after == AfterFailure::GiveUp;
+                        Req::ReleaseMode { token, leave }
+                    } else {
+                        Req::Release { token }
+                    };
+                    state.broadcast(c, None, req);
+                    client.phase = match after {
                         AfterFailure::Retry(at) => Phase::Idle { at },
                         AfterFailure::JoinQueue => Phase::Idle { at: now },
                         AfterFailure::AwaitHandover(fallback) => {
@@ -330,13 +343,10 @@ impl System {
                 valid_until,
                 claim,
                 votes,
+                ..
             } => {
                 let confirmed = Tally::of(&votes).granted >= config.fencing_quorum;
                 if confirmed && now < valid_until {
-                    if claim <= state.max_fence {
-                        state.fence_regressed = true;
-                    }
-                    state.max_fence = state.max_fence.max(claim);
                     client.phase = Phase::Holding(Lease {
                         valid_until,
                         lost: false,
@@ -349,16 +359,15 @@ impl System {
                     client.holds += 1;
                 } else {
                     // Too few confirmations: the lock is released and the attempt failed.
-                    let token = keys::token(c, client.tokens);
                     client.op += 1;
-                    state.broadcast(c, None, &keys::release(&token));
+                    state.broadcast(c, None, Req::Release { token: client.tokens });
                     client.phase = Phase::Done {
                         released_until: None,
                     };
                 }
             }
             Phase::Holding(mut lease) => {
-                let token = keys::token(c, client.tokens);
+                let token = client.tokens;
                 if let Some((started, votes)) = lease.extending.take() {
                     let tally = Tally::of(&votes);
                     let ttl = client.program.extend_to.unwrap_or(config.ttl);
@@ -371,19 +380,21 @@ impl System {
                     client.phase = Phase::Holding(lease);
                 } else if let (Some(ttl), false) = (client.program.extend_to, lease.extended) {
                     client.op += 1;
-                    state.broadcast(c, Some(client.op), &keys::extend(&token, ttl));
+                    state.broadcast(c, Some(client.op), Req::Extend { token, ttl });
                     lease.extended = true;
                     lease.extending = Some((now, vec![Vote::Pending; config.nodes]));
                     client.phase = Phase::Holding(lease);
                 } else {
-                    let call = if client.program.handover {
+                    let req = if client.program.mode.is_some() {
+                        Req::ReleaseMode { token, leave: true }
+                    } else if client.program.handover {
                         let busy = lease.busy + (now - lease.granted_at);
-                        keys::release_handover(config, &token, busy)
+                        Req::ReleaseHandover { token, busy }
                     } else {
-                        keys::release(&token)
+                        Req::Release { token }
                     };
                     client.op += 1;
-                    state.broadcast(c, None, &call);
+                    state.broadcast(c, None, req);
                     client.phase = if client.holds < client.program.rounds {
                         client.attempts = 0;
                         client.split_retries = 0;
@@ -410,13 +421,14 @@ impl System {
     fn deliver_request(
         &self,
         state: &mut State,
-        (client, n, op, call): (usize, usize, Option<u16>, &Call),
+        (client, n, op, req): (usize, usize, Option<u16>, Req),
         reply_heard: bool,
     ) {
+        let call = req.call(&self.config, client, &state.clients[client].program);
         let now = state.now + state.nodes[n].skew;
         let node = &mut state.nodes[n].node;
         node.set_now(now);
-        let reply = node.run(call);
+        let reply = node.run(&call);
         let published = node.take_published();
         for (channel, text) in published {
             if channel != keys::QUEUE {
@@ -431,8 +443,30 @@ impl System {
                 }
             }
         }
+        if let (Req::Fence { claim }, Some(1)) = (req, reply.int_at(0)) {
+            self.count_confirmation(state, client, op, claim);
+        }
         if let (Some(op), true) = (op, reply_heard) {
             self.deliver_reply(state, client, n, op, &reply);
+        }
+    }
+
+    /// A node confirmed client `c`'s fencing claim: at the fencing quorum the token is
+    /// confirmed, and must be above every token confirmed before it.
+    fn count_confirmation(&self, state: &mut State, c: usize, op: Option<u16>, claim: u64) {
+        let client = &mut state.clients[c];
+        let Phase::Fencing { at_nodes, .. } = &mut client.phase else {
+            return;
+        };
+        if op != Some(client.op) {
+            return;
+        }
+        *at_nodes += 1;
+        if usize::from(*at_nodes) == self.config.fencing_quorum {
+            if claim <= state.max_fence {
+                state.fence_regressed = true;
+            }
+            state.max_fence = state.max_fence.max(claim);
         }
     }
 
@@ -485,7 +519,9 @@ impl System {
     pub fn describe(&self, state: &State, action: &Action) -> String {
         let t = state.now;
         match action {
-            Action::Deliver(Msg::Request { client, node, call, .. }) => {
+            Action::Deliver(Msg::Request { client, node, req, .. }) => {
+                let call = req.call(&self.config, *client, &state.clients[*client].program);
+                let call = &call;
                 let mut next = state.clone();
                 let skew = next.nodes[*node].skew;
                 next.nodes[*node].node.set_now(t + skew);
@@ -570,6 +606,8 @@ fn call_name(call: &Call) -> String {
         id::RELEASE_HANDOVER => "RELEASE_HANDOVER",
         id::EXTEND => "EXTEND",
         id::FENCE => "FENCE",
+        id::ACQUIRE_MODE => "ACQUIRE_MODE",
+        id::RELEASE_MODE => "RELEASE_MODE",
         _ => "a script",
     };
     format!("{name}{:?}", call.args)
@@ -583,10 +621,15 @@ impl Model for System {
         vec![State {
             now: 0,
             nodes: (0..self.config.nodes)
-                .map(|_| NodeState {
-                    node: Node::new(&run_id(0), 0).with_flaws(self.config.flaws),
-                    skew: 0,
-                    incarnation: 0,
+                .map(|_| {
+                    let mut node = Node::new(&run_id(0), 0).with_flaws(self.config.flaws);
+                    keys::witnessed(&mut node, &self.config);
+                    keys::foreign_hash(&mut node, &self.config);
+                    NodeState {
+                        node,
+                        skew: 0,
+                        incarnation: 0,
+                    }
                 })
                 .collect(),
             clients: self.config.clients.iter().map(|p| Client::new(*p)).collect(),
@@ -655,8 +698,8 @@ impl Model for System {
                 let heard = matches!(action_kind, Kind::Deliver);
                 state.remove(&msg);
                 match msg {
-                    Msg::Request { client, node, op, call } => {
-                        self.deliver_request(&mut state, (client, node, op, &call), heard);
+                    Msg::Request { client, node, op, req } => {
+                        self.deliver_request(&mut state, (client, node, op, req), heard);
                     }
                     Msg::Wake { client, text } => self.deliver_wake(&mut state, client, &text),
                 }
@@ -704,14 +747,34 @@ impl Model for System {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("no two valid holders", |model: &System, state: &State| {
-                state.valid_holders(&model.config).len() <= 1
+                if !model.config.promises_exclusion {
+                    return true;
+                }
+                let holders = state.valid_holders(&model.config);
+                let mode = |c: usize| {
+                    state.clients[c].program.mode.unwrap_or(Mode::Exclusive)
+                };
+                holders.iter().enumerate().all(|(i, &a)| {
+                    holders[i + 1..].iter().all(|&b| mode(a).compatible(mode(b)))
+                })
             }),
+            Property::always(
+                "no key of a foreign client deleted or changed",
+                |model: &System, state: &State| {
+                    !model.config.foreign_hash
+                        || state.nodes.iter().enumerate().all(|(n, node)| {
+                            state.lost_data >> n & 1 == 1 || keys::foreign_hash_intact(&node.node)
+                        })
+                },
+            ),
             Property::always(
                 "fencing tokens increase while fewer than 2F - N nodes lost data",
                 |model: &System, state: &State| {
+                    // The promise is the lock's, at its fencing quorum (N / 2 + 2 for odd N,
+                    // at most N), whatever quorum the clients use.
                     let n = model.config.nodes;
-                    let f = model.config.fencing_quorum;
-                    let bound = (2 * f).saturating_sub(n);
+                    let f = (n + 3) / 2;
+                    let bound = (2 * f.min(n)).saturating_sub(n);
                     let lost = state.lost_data.count_ones() as usize;
                     !state.fence_regressed || lost >= bound
                 },

@@ -29,6 +29,8 @@
 //! 14. [Guarantees and their limits](guarantees), in the words of the tests; the quarantine.
 //! 15. [Working beside other clients](other_clients): node-redlock, redis-py, redlock-php and
 //!     other handles on the same keys.
+//! 16. [The protocol, model-checked](model_checking): every interleaving of small systems
+//!     under faults, the properties, the known-bad designs it rejects.
 //!
 //! Every snippet in these pages is compiled by the workspace's tests.
 
@@ -84,3 +86,6 @@ pub mod guarantees {}
 
 #[doc = include_str!("other_clients.md")]
 pub mod other_clients {}
+
+#[doc = include_str!("model_checking.md")]
+pub mod model_checking {}
