@@ -29,8 +29,14 @@ impl Vote {
     pub fn of_acquire(reply: &Reply) -> Self {
         match reply.int_at(0) {
             Some(1) => Self::Granted {
-                hint: reply.int_at(1).and_then(|h| u64::try_from(h).ok()).unwrap_or(0),
-                busy: reply.int_at(2).and_then(|b| u64::try_from(b).ok()).unwrap_or(0),
+                hint: reply
+                    .int_at(1)
+                    .and_then(|h| u64::try_from(h).ok())
+                    .unwrap_or(0),
+                busy: reply
+                    .int_at(2)
+                    .and_then(|b| u64::try_from(b).ok())
+                    .unwrap_or(0),
             },
             Some(0) => Self::Refused(match reply {
                 Reply::Array(items) => match items.get(4) {
@@ -138,10 +144,14 @@ pub enum Phase {
         /// Per node.
         votes: Vec<Vote>,
     },
-    /// Waiting for a hand-over message; attempts anyway at `fallback` if set.
+    /// Waiting for hand-over messages (its listener keeps those published meanwhile, as the
+    /// lock's does); attempts once a node named it (the lock waits for a quorum of nodes, or
+    /// a short settle time after the first: any time from then on), or at `fallback` if set.
     AwaitingHandover {
         /// The fallback timer.
         fallback: Option<u64>,
+        /// Nodes whose release named this waiter (or woke everyone) during this wait.
+        named: u8,
     },
     /// Granted; the fencing write-back in flight.
     Fencing {
@@ -274,6 +284,16 @@ impl Client {
     pub fn after_failure(&mut self, votes: &[Vote], now: u64, config: &Config) -> AfterFailure {
         let quorum = config.quorum();
         let retry = self.attempts < self.program.attempts;
+        // A quorum granted without validity left (`AttemptFailure::NoValidity`): no split,
+        // nothing to queue for, and the refusing holders remembered stay as they were.
+        let no_validity = Tally::of(votes).granted >= quorum;
+        if no_validity {
+            return if retry {
+                AfterFailure::Retry(now + config.retry_delay)
+            } else {
+                AfterFailure::GiveUp
+            };
+        }
         let split = self.resolvable_split(votes, quorum);
         if !retry {
             return if split
@@ -297,8 +317,8 @@ impl Client {
             return AfterFailure::JoinQueue;
         }
         if self.listening {
-            let fallback = (!config.client_flaws.waiter_only_listens)
-                .then_some(now + config.retry_delay);
+            let fallback =
+                (!config.client_flaws.waiter_only_listens).then_some(now + config.retry_delay);
             AfterFailure::AwaitHandover(fallback)
         } else {
             AfterFailure::Retry(now + config.retry_delay)
@@ -352,7 +372,13 @@ mod tests {
         assert_eq!(Split::of(&down, q), Split::Possible);
         let unawaited = [Vote::Pending, by("a"), by("a"), by("b"), by("b")];
         assert_eq!(Split::of(&unawaited, q), Split::Possible);
-        let failures = [granted(), granted(), Vote::Failed, Vote::Failed, Vote::Failed];
+        let failures = [
+            granted(),
+            granted(),
+            Vote::Failed,
+            Vote::Failed,
+            Vote::Failed,
+        ];
         assert_eq!(Split::of(&failures, q), Split::No);
         let few = [granted(), by("a"), Vote::Failed, Vote::Failed, Vote::Failed];
         assert_eq!(Split::of(&few, q), Split::No);

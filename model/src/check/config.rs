@@ -78,6 +78,9 @@ pub struct ClientFlaws {
     /// A waiter that joins the queue neither attempts again at once nor keeps a fallback
     /// timer: it waits for a hand-over message only.
     pub waiter_only_listens: bool,
+    /// A waiter's listener drops the hand-over messages published while its waiter is not
+    /// waiting (mid-attempt), instead of keeping them.
+    pub listener_drops_messages: bool,
     /// Releases never open a window for foreign clients.
     pub no_windows: bool,
     /// A mode request names every mode as compatible with its own.

@@ -83,7 +83,13 @@ impl Req {
             Self::Acquire {
                 token: n,
                 queued: Some(score),
-            } => acquire_queued(config, &token(client, n), &marker(client), score, program.fencing),
+            } => acquire_queued(
+                config,
+                &token(client, n),
+                &marker(client),
+                score,
+                program.fencing,
+            ),
             Self::Release { token: n } => release(&token(client, n)),
             Self::ReleaseHandover { token: n, busy } => {
                 release_handover(config, &token(client, n), busy)
@@ -147,17 +153,15 @@ fn acquire(config: &Config, token: &str, fencing: bool, foreign: bool) -> Call {
         let windowed = if config.window_every > 0 { "1" } else { "0" };
         (config.quarantine.to_string(), windowed)
     };
-    Call::new(id::ACQUIRE, &keys, &[token, &config.ttl.to_string(), &quarantine, windowed])
+    Call::new(
+        id::ACQUIRE,
+        &keys,
+        &[token, &config.ttl.to_string(), &quarantine, windowed],
+    )
 }
 
 /// A queued waiter's attempt (acquire_queued.lua).
-fn acquire_queued(
-    config: &Config,
-    token: &str,
-    marker: &str,
-    score: u64,
-    fencing: bool,
-) -> Call {
+fn acquire_queued(config: &Config, token: &str, marker: &str, score: u64, fencing: bool) -> Call {
     let mut keys = vec![KEY, QUEUE, WINDOW, STREAK, WITNESS, MARKER];
     if fencing {
         keys.extend([COUNTER, FLOOR]);
@@ -184,10 +188,13 @@ fn release(token: &str) -> Call {
 
 /// A release with hand-over (release_handover.lua).
 fn release_handover(config: &Config, token: &str, busy: u64) -> Call {
-    let due = config.window_every > 0
-        && busy >= config.window_every
-        && !config.client_flaws.no_windows;
-    let window = if config.client_flaws.no_windows { 0 } else { config.window };
+    let due =
+        config.window_every > 0 && busy >= config.window_every && !config.client_flaws.no_windows;
+    let window = if config.client_flaws.no_windows {
+        0
+    } else {
+        config.window
+    };
     Call::new(
         id::RELEASE_HANDOVER,
         &[KEY, QUEUE, STREAK, WINDOW],

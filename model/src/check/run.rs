@@ -29,9 +29,15 @@ pub struct Verdict {
     pub max_depth: usize,
     /// How long it took.
     pub elapsed: Duration,
-    /// Each property violated, with a readable trace of a shortest path to the violation.
+    /// Each property violated, with a readable trace of a path to the violation.
     pub violations: Vec<(&'static str, String)>,
+    /// Under fair scheduling, some run got to its end, where the liveness properties are
+    /// evaluated (a model that never gets there would pass them vacuously).
+    pub reached_end: bool,
 }
+
+/// The name of the witness that some fair run got to its end.
+pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
 
 impl Verdict {
     /// One line: the name, the counts and the time.
@@ -78,7 +84,7 @@ pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
         Search::FirstViolation if system.config.fair => verdict(
             &system,
             &builder
-                .finish_when(HasDiscoveries::Any)
+                .finish_when(HasDiscoveries::AnyFailures)
                 .spawn_dfs()
                 .join(),
             started,
@@ -86,7 +92,7 @@ pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
         Search::FirstViolation => verdict(
             &system,
             &builder
-                .finish_when(HasDiscoveries::Any)
+                .finish_when(HasDiscoveries::AnyFailures)
                 .spawn_bfs()
                 .join(),
             started,
@@ -97,9 +103,11 @@ pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
 /// The verdict of a finished `checker`.
 fn verdict(system: &System, checker: &impl Checker<System>, started: Instant) -> Verdict {
     let elapsed = started.elapsed();
-    let mut violations: Vec<(&'static str, String)> = checker
-        .discoveries()
+    let discoveries = checker.discoveries();
+    let reached_end = discoveries.contains_key(RUN_ENDS);
+    let mut violations: Vec<(&'static str, String)> = discoveries
         .into_iter()
+        .filter(|(property, _)| *property != RUN_ENDS)
         .map(|(property, path)| (property, system.trace(&path.into_vec())))
         .collect();
     violations.sort();
@@ -108,6 +116,7 @@ fn verdict(system: &System, checker: &impl Checker<System>, started: Instant) ->
         states: checker.state_count(),
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
+        reached_end,
         elapsed,
         violations,
     }

@@ -16,7 +16,12 @@ pub fn representative(state: &State) -> State {
         let mut h = DefaultHasher::new();
         state.nodes[node].hash(&mut h);
         for msg in &state.net {
-            if let Msg::Request { node: to, client, op, req } = msg
+            if let Msg::Request {
+                node: to,
+                client,
+                op,
+                req,
+            } = msg
                 && *to == node
             {
                 (client, op, req).hash(&mut h);

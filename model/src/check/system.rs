@@ -146,14 +146,26 @@ impl State {
         self.net.insert(at, msg);
     }
 
+    /// Whether the message at `i` may be delivered now: a request when it is the oldest on
+    /// its connection (one per client and node: requests arrive in the order sent); a
+    /// hand-over message once its client waits for it (its listener keeps it until then).
+    fn deliverable(&self, i: usize) -> bool {
+        match &self.net[i] {
+            Msg::Request { .. } => self.first_on_its_connection(i),
+            Msg::Wake { client, .. } => {
+                matches!(self.clients[*client].phase, Phase::AwaitingHandover { .. })
+            }
+        }
+    }
+
     /// Whether the message at `i` is the oldest in flight on its connection.
     fn first_on_its_connection(&self, i: usize) -> bool {
         let Msg::Request { client, node, .. } = &self.net[i] else {
             return true;
         };
-        !self.net[..i].iter().any(|m| {
-            matches!(m, Msg::Request { client: c, node: n, .. } if c == client && n == node)
-        })
+        !self.net[..i].iter().any(
+            |m| matches!(m, Msg::Request { client: c, node: n, .. } if c == client && n == node),
+        )
     }
 
     fn remove(&mut self, msg: &Msg) -> bool {
@@ -192,17 +204,26 @@ impl System {
         let timed_out = |started: u64| state.now >= started + self.config.ttl;
         match &client.phase {
             Phase::Idle { at } => state.now >= *at,
-            Phase::Acquiring { started, votes } | Phase::Fencing { valid_until: started, votes, .. } => {
+            Phase::Acquiring { started, votes }
+            | Phase::Fencing {
+                valid_until: started,
+                votes,
+                ..
+            } => {
                 let tally = Tally::of(votes);
                 let pending = votes.iter().filter(|v| **v == Vote::Pending).count();
-                let quorum = if matches!(client.phase, Phase::Fencing { .. }) {
-                    self.config.fencing_quorum
+                // An attempt is decided at a quorum granted, else it hears every node out
+                // (`Stop::AtQuorum`); a fencing write-back at its decision.
+                let decided = if matches!(client.phase, Phase::Fencing { .. }) {
+                    tally.decided(self.config.fencing_quorum, n, pending)
                 } else {
-                    q
+                    tally.granted >= q || pending == 0
                 };
-                tally.decided(quorum, n, pending) || timed_out(*started)
+                decided || timed_out(*started)
             }
-            Phase::AwaitingHandover { fallback } => fallback.is_some_and(|at| state.now >= at),
+            Phase::AwaitingHandover { fallback, named } => {
+                *named > 0 || fallback.is_some_and(|at| state.now >= at)
+            }
             Phase::Holding(lease) => match &lease.extending {
                 Some((started, votes)) => {
                     let pending = votes.iter().filter(|v| **v == Vote::Pending).count();
@@ -324,7 +345,7 @@ impl System {
                         AfterFailure::Retry(at) => Phase::Idle { at },
                         AfterFailure::JoinQueue => Phase::Idle { at: now },
                         AfterFailure::AwaitHandover(fallback) => {
-                            Phase::AwaitingHandover { fallback }
+                            Phase::AwaitingHandover { fallback, named: 0 }
                         }
                         AfterFailure::SplitRetry => {
                             client.draws.push(draw);
@@ -360,7 +381,13 @@ impl System {
                 } else {
                     // Too few confirmations: the lock is released and the attempt failed.
                     client.op += 1;
-                    state.broadcast(c, None, Req::Release { token: client.tokens });
+                    state.broadcast(
+                        c,
+                        None,
+                        Req::Release {
+                            token: client.tokens,
+                        },
+                    );
                     client.phase = Phase::Done {
                         released_until: None,
                     };
@@ -435,7 +462,9 @@ impl System {
                 continue;
             }
             for c in 0..state.clients.len() {
-                if state.clients[c].listening {
+                let waiting = matches!(state.clients[c].phase, Phase::AwaitingHandover { .. });
+                let dropped = self.config.client_flaws.listener_drops_messages && !waiting;
+                if state.clients[c].listening && !dropped {
                     state.send(Msg::Wake {
                         client: c,
                         text: text.clone(),
@@ -492,14 +521,18 @@ impl System {
         let now = state.now;
         let marker = keys::marker(c);
         let client = &mut state.clients[c];
-        if !matches!(client.phase, Phase::AwaitingHandover { .. }) {
+        let Phase::AwaitingHandover { named, .. } = &mut client.phase else {
             return;
-        }
+        };
         let mut words = text.split(' ');
-        let named = words.next().unwrap_or_default();
+        let first = words.next().unwrap_or_default();
         let window: u64 = words.nth(1).and_then(|w| w.parse().ok()).unwrap_or(0);
-        if named == "*" || named == marker {
-            client.phase = Phase::Idle { at: now + window };
+        if first == "*" || first == marker {
+            if window > 0 {
+                client.phase = Phase::Idle { at: now + window };
+            } else {
+                *named += 1;
+            }
         }
     }
 
@@ -512,21 +545,27 @@ impl System {
         if !self.config.fair {
             return true;
         }
-        state.net.is_empty() && (0..state.clients.len()).all(|c| !self.step_enabled(state, c))
+        (0..state.net.len()).all(|i| !state.deliverable(i))
+            && (0..state.clients.len()).all(|c| !self.step_enabled(state, c))
     }
 
     /// A readable line for one step of a trace.
     pub fn describe(&self, state: &State, action: &Action) -> String {
         let t = state.now;
         match action {
-            Action::Deliver(Msg::Request { client, node, req, .. }) => {
+            Action::Deliver(Msg::Request {
+                client, node, req, ..
+            }) => {
                 let call = req.call(&self.config, *client, &state.clients[*client].program);
                 let call = &call;
                 let mut next = state.clone();
                 let skew = next.nodes[*node].skew;
                 next.nodes[*node].node.set_now(t + skew);
                 let reply = next.nodes[*node].node.run(call);
-                format!("t={t}: node {node} runs {} from client {client} -> {reply:?}", call_name(call))
+                format!(
+                    "t={t}: node {node} runs {} from client {client} -> {reply:?}",
+                    call_name(call)
+                )
             }
             Action::Deliver(Msg::Wake { client, text }) => {
                 format!("t={t}: client {client} hears the hand-over message {text:?}")
@@ -537,12 +576,14 @@ impl System {
             Action::Step { client, draw } => {
                 let c = &state.clients[*client];
                 let what = match &c.phase {
-                    Phase::Idle { .. } => format!(
-                        "attempts (token {})",
-                        keys::token(*client, c.tokens + 1)
-                    ),
+                    Phase::Idle { .. } => {
+                        format!("attempts (token {})", keys::token(*client, c.tokens + 1))
+                    }
                     Phase::Acquiring { votes, .. } => format!("decides on its votes {votes:?}"),
-                    Phase::AwaitingHandover { .. } => "stops waiting (fallback timer)".into(),
+                    Phase::AwaitingHandover { named: 0, .. } => {
+                        "stops waiting (fallback timer)".into()
+                    }
+                    Phase::AwaitingHandover { .. } => "attempts, named by a release".into(),
                     Phase::Fencing { claim, votes, .. } => {
                         format!("decides on its fencing claim {claim}: {votes:?}")
                     }
@@ -583,11 +624,33 @@ impl System {
                 last.now,
                 last.valid_holders(&self.config),
                 last.max_fence,
-                if last.fence_regressed { " (one was not above an earlier one)" } else { "" },
+                if last.fence_regressed {
+                    " (one was not above an earlier one)"
+                } else {
+                    ""
+                },
             );
         }
         out
     }
+}
+
+/// Whether holders in modes `a` and `b` may hold one resource at once: the distributed lock
+/// manager's compatibility table, written out here rather than taken from the lock's
+/// `Mode::compatible` (which also builds what the clients send), so that an error there
+/// cannot hide itself.
+fn may_share(a: &str, b: &str) -> bool {
+    const TABLE: [(&str, &str); 6] = [
+        ("NL", "NL CR CW PR PW EX"),
+        ("CR", "NL CR CW PR PW"),
+        ("CW", "NL CR CW"),
+        ("PR", "NL CR PR"),
+        ("PW", "NL CR"),
+        ("EX", "NL"),
+    ];
+    TABLE
+        .iter()
+        .any(|(mode, with)| *mode == a && with.split(' ').any(|m| m == b))
 }
 
 /// Whether a delivery's reply is heard.
@@ -632,7 +695,12 @@ impl Model for System {
                     }
                 })
                 .collect(),
-            clients: self.config.clients.iter().map(|p| Client::new(*p)).collect(),
+            clients: self
+                .config
+                .clients
+                .iter()
+                .map(|p| Client::new(*p))
+                .collect(),
             net: Vec::new(),
             restarts: 0,
             data_losses: 0,
@@ -645,8 +713,7 @@ impl Model for System {
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
         let faults = &self.config.faults;
         for (i, msg) in state.net.iter().enumerate() {
-            // One connection per client and node: its requests arrive in the order sent.
-            if !state.first_on_its_connection(i) {
+            if !state.deliverable(i) {
                 continue;
             }
             actions.push(Action::Deliver(msg.clone()));
@@ -698,7 +765,12 @@ impl Model for System {
                 let heard = matches!(action_kind, Kind::Deliver);
                 state.remove(&msg);
                 match msg {
-                    Msg::Request { client, node, op, req } => {
+                    Msg::Request {
+                        client,
+                        node,
+                        op,
+                        req,
+                    } => {
                         self.deliver_request(&mut state, (client, node, op, req), heard);
                     }
                     Msg::Wake { client, text } => self.deliver_wake(&mut state, client, &text),
@@ -715,7 +787,15 @@ impl Model for System {
                     node.node.set_now(now + skew);
                 }
             }
-            Action::Step { client, draw } => self.step(&mut state, client, draw),
+            Action::Step { client, draw } => {
+                self.step(&mut state, client, draw);
+                if !state.clients[client].listening {
+                    // Its listener is gone, with the messages it kept.
+                    state
+                        .net
+                        .retain(|m| !matches!(m, Msg::Wake { client: c, .. } if *c == client));
+                }
+            }
             Action::Restart(n) => {
                 state.restarts += 1;
                 state.lost_data |= 1 << n;
@@ -751,11 +831,11 @@ impl Model for System {
                     return true;
                 }
                 let holders = state.valid_holders(&model.config);
-                let mode = |c: usize| {
-                    state.clients[c].program.mode.unwrap_or(Mode::Exclusive)
-                };
+                let mode = |c: usize| state.clients[c].program.mode.map_or("EX", Mode::as_str);
                 holders.iter().enumerate().all(|(i, &a)| {
-                    holders[i + 1..].iter().all(|&b| mode(a).compatible(mode(b)))
+                    holders[i + 1..]
+                        .iter()
+                        .all(|&b| may_share(mode(a), mode(b)))
                 })
             }),
             Property::always(
@@ -790,6 +870,11 @@ impl Model for System {
                 "a skip-if-busy tick runs somewhere",
                 |model: &System, state: &State| !model.live(state) || model.tick_ran(state),
             ),
+            // Not a property of the lock: a witness that the liveness properties above were
+            // evaluated, on some run that got to its end.
+            Property::sometimes(super::run::RUN_ENDS, |model: &System, state: &State| {
+                model.live(state)
+            }),
         ]
     }
 
@@ -815,9 +900,10 @@ impl System {
             .iter()
             .filter(|c| c.program.skip_if_busy)
             .collect();
-        let tied = skippers.iter().all(|c| {
-            c.program.split_retries > 0 && c.split_retries == c.program.split_retries
-        }) && skippers.windows(2).all(|w| w[0].draws == w[1].draws);
+        let tied = skippers
+            .iter()
+            .all(|c| c.program.split_retries > 0 && c.split_retries == c.program.split_retries)
+            && skippers.windows(2).all(|w| w[0].draws == w[1].draws);
         skippers.is_empty() || skippers.iter().any(|c| c.holds > 0) || tied
     }
 }

@@ -7,6 +7,8 @@
 //! be run here and on a real server (the differential test in `tests/tests/model_scripts.rs`),
 //! and their replies and resulting keys compared.
 
+mod args;
+mod dispatch;
 mod mode;
 mod permit;
 mod prelude;
@@ -169,7 +171,7 @@ impl Node {
 
     /// Runs `call` as the dispatch script runs one call, and returns its reply.
     pub fn run(&mut self, call: &Call) -> Reply {
-        scripts::run(self, call)
+        dispatch::run(self, call)
     }
 
     /// The messages published since the last call of this, in order.

@@ -5,10 +5,10 @@
 //! compared with, are `f64` here too, and an expiry written into an entry is spelled as Lua's
 //! `..` spells a number ([`concat_number`]).
 
+use super::args::{arg, key as key_at, need};
 use super::prelude::{
     Raise, concat_number, fence_read, ms_left, node_now, quarantine_check, tonumber, window_open,
 };
-use super::scripts::{arg, key as key_at, need};
 use super::store::WRONGTYPE;
 use super::{Call, Node, Reply};
 

@@ -1,7 +1,7 @@
 //! The semaphore's scripts mirrored: acquire_permit.lua, release_slots.lua.
 
+use super::args::{arg, need, pget};
 use super::prelude::{Raise, holder_digest, ms_left, node_now, quarantine_check, tonumber};
-use super::scripts::{arg, need, pget};
 use super::{Call, Node, Reply};
 
 /// The most waiters a queue holds (`MAX_QUEUED_WAITERS`).

@@ -4,66 +4,12 @@
 //! statement for statement: its keys and arguments bound by position first, as the Lua binds
 //! them to named locals.
 
-use super::mode;
-use super::permit;
+use super::args::{arg, cget, key, need, pget};
 use super::prelude::{
     Raise, below, busy_read, decimal, fence_read, holder_digest, ms_left, node_now, number,
     past_current, quarantine_check, window_open,
 };
-use super::store::WRONGTYPE;
-use super::{Call, Node, Reply, id};
-
-/// Runs `call` on `node` as the dispatch script does: an error raised is a reply.
-pub(super) fn run(node: &mut Node, call: &Call) -> Reply {
-    let result = match call.script {
-        id::RELEASE => release(node, call),
-        id::RELEASE_HANDOVER => release_handover(node, call),
-        id::EXTEND => extend(node, call),
-        id::ACQUIRE => acquire(node, call),
-        id::ACQUIRE_QUEUED => acquire_queued(node, call),
-        id::FENCE => fence(node, call),
-        id::ACQUIRE_MODE => mode::acquire_mode(node, call),
-        id::EXTEND_MODE => mode::extend_mode(node, call),
-        id::RELEASE_MODE => mode::release_mode(node, call),
-        id::LEAVE => leave(node, call),
-        id::KEEP => keep(node, call),
-        id::NOOP => Ok(Reply::Int(1)),
-        id::QUARANTINE => quarantine(node, call),
-        id::ACQUIRE_PERMIT => permit::acquire_permit(node, call),
-        id::RELEASE_SLOTS => permit::release_slots(node, call),
-        other => Err(format!("script {other} is not modelled")),
-    };
-    result.unwrap_or_else(Reply::Error)
-}
-
-/// `KEYS[i]` (1-based, as in Lua), `None` past the end.
-pub(super) fn key(call: &Call, i: usize) -> Option<&str> {
-    call.keys.get(i - 1).map(String::as_str)
-}
-
-/// `ARGV[i]` (1-based), "" past the end (where the Lua compares with a string or parses it).
-pub(super) fn arg(call: &Call, i: usize) -> &str {
-    call.args.get(i - 1).map_or("", String::as_str)
-}
-
-/// `KEYS[i]`, which the script needs: its absence raises, as `redis.call` with nil does.
-pub(super) fn need(call: &Call, i: usize) -> Result<&str, Raise> {
-    key(call, i).ok_or_else(|| format!("KEYS[{i}] missing"))
-}
-
-/// `redis.pcall("get", key)`, compared with a token: a value of another type is an error
-/// table, equal to no string.
-pub(super) fn pget(node: &Node, key: &str) -> Option<String> {
-    node.store.get_str(key).ok().flatten().map(str::to_owned)
-}
-
-/// `redis.call("get", key)`: raises on another type.
-pub(super) fn cget(node: &Node, key: &str) -> Result<Option<String>, Raise> {
-    node.store
-        .get_str(key)
-        .map(|v| v.map(str::to_owned))
-        .map_err(|_| WRONGTYPE.to_owned())
-}
+use super::{Call, Node, Reply};
 
 /// A whole number of ms from an argument (`PX` refuses anything else; the client never sends
 /// one).
@@ -79,7 +25,7 @@ fn array(items: Vec<Reply>) -> Reply {
 }
 
 /// release.lua.
-fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, token) = (need(call, 1)?, arg(call, 1));
     if pget(node, key).as_deref() == Some(token) {
         Ok(Reply::Int(i64::from(node.store.delete(key))))
@@ -89,7 +35,7 @@ fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// acquire.lua.
-fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, window_key, streak_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
     let (witness_key, marker_key) = (need(call, 4)?, need(call, 5)?);
     let (counter_key, floor_key) = (key_opt(call, 6), key_opt(call, 7));
@@ -135,7 +81,7 @@ fn key_opt(call: &Call, i: usize) -> Option<String> {
 }
 
 /// acquire_queued.lua.
-fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, queue_key, window_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
     let (streak_key, witness_key, marker_key) = (need(call, 4)?, need(call, 5)?, need(call, 6)?);
     let (counter_key, floor_key) = (key_opt(call, 7), key_opt(call, 8));
@@ -181,7 +127,7 @@ fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// extend.lua.
-fn extend(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn extend(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, token, ttl_ms) = (need(call, 1)?, arg(call, 1), arg(call, 2));
     if pget(node, key).as_deref() != Some(token) {
         return Ok(Reply::Int(0));
@@ -194,7 +140,7 @@ fn extend(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// keep.lua.
-fn keep(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn keep(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let key = need(call, 1)?;
     let (token, keep_ms, kept) = (arg(call, 1), arg(call, 2), arg(call, 3));
     if pget(node, key).as_deref() != Some(token) {
@@ -205,7 +151,7 @@ fn keep(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// leave.lua.
-fn leave(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn leave(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let waiters = need(call, 1)?;
     let (marker, in_hash) = (arg(call, 1), arg(call, 2));
     if in_hash == "1" {
@@ -220,7 +166,7 @@ fn leave(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// quarantine.lua.
-fn quarantine(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn quarantine(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (witness_key, marker_key) = (need(call, 1)?, need(call, 2)?);
     if let Some(refused) = quarantine_check(node, arg(call, 1), witness_key, marker_key)? {
         return Ok(refused);
@@ -229,7 +175,7 @@ fn quarantine(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 }
 
 /// release_handover.lua.
-fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, queue_key, streak_key, window_key) = (
         need(call, 1)?,
         need(call, 2)?,
@@ -313,7 +259,7 @@ fn lua_tonumber(s: &str) -> Option<i64> {
 }
 
 /// fence.lua.
-fn fence(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+pub(super) fn fence(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (counter_key, legacy_key, floor_key, window_key) = (
         need(call, 1)?,
         need(call, 2)?,

@@ -1,6 +1,8 @@
 //! A Redis keyspace, as far as the scripts use it: strings, hashes and sorted sets, each key
-//! with an optional expiry on the node's clock (ms). A key whose expiry is at or before the
-//! clock is gone, as Redis's lazy expiry makes it for every command.
+//! with an optional expiry on the node's clock (ms). A key is gone once the clock reaches its
+//! expiry. Redis keeps it through that millisecond (it expires a key once its clock is past
+//! the expiry): with whole milliseconds, the model lets keys go up to 1 ms sooner, the side
+//! that is harder on the lock's exclusion, and on the quarantine's and windows' markers.
 
 use std::collections::BTreeMap;
 
