@@ -163,16 +163,16 @@ fn soak() -> anyhow::Result<()> {
     step(&format!("the validity contract, {steps} steps"));
     integration_test_shown(&env, "contract")?;
     step("the protocol model explored further (longer horizons, faults combined)");
-    cargo(&[
-        "test",
-        "-p",
-        "redlock-model",
-        "--test",
-        "protocol",
-        "--",
-        "--ignored",
-        "--nocapture",
-    ])
+    protocol_model(&["--ignored"])
+}
+
+/// The protocol model's explorations (`model/tests/protocol.rs`), their verdicts shown;
+/// `extra` goes to the test binary.
+fn protocol_model(extra: &[&str]) -> anyhow::Result<()> {
+    let mut args = vec!["test", "-p", "redlock-model", "--test", "protocol", "--"];
+    args.extend_from_slice(extra);
+    args.push("--nocapture");
+    cargo(&args)
 }
 
 /// Runs one integration test of redlock-tests with `env`, its output shown.
@@ -378,15 +378,7 @@ fn test() -> anyhow::Result<()> {
     step(
         "the protocol model: every scenario explored by the model checker, every known-bad variant rejected (about 2 min)",
     );
-    cargo(&[
-        "test",
-        "-p",
-        "redlock-model",
-        "--test",
-        "protocol",
-        "--",
-        "--nocapture",
-    ])?;
+    protocol_model(&[])?;
     if nextest_available() {
         // nextest builds every test binary first, then runs each test in its own process
         // under the limits of .config/nextest.toml, which count run time only.

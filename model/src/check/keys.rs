@@ -19,7 +19,7 @@ const LEGACY: &str = "r:fence-legacy";
 const FLOOR: &str = "fence-floor";
 const FLOOR_WINDOW: &str = "fence-floor-window";
 
-/// A request a client sends, as small as the state needs it; [`Req::call`] makes the
+/// A request a client sends, as small as the state needs it; its `call` makes the
 /// script call a node runs for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Req {

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, HasDiscoveries, Model};
 
 use super::config::Config;
-use super::system::System;
+use super::system::{RUN_ENDS, System};
 
 /// How an exploration searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,9 +35,6 @@ pub struct Verdict {
     /// evaluated (a model that never gets there would pass them vacuously).
     pub reached_end: bool,
 }
-
-/// The name of the witness that some fair run got to its end.
-pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
 
 impl Verdict {
     /// One line: the name, the counts and the time.

@@ -11,6 +11,10 @@ use super::config::Config;
 use super::keys::{self, Req};
 use crate::node::{Call, Node, Reply};
 
+/// The name of the witness that some fair run got to its end (where the liveness properties
+/// are evaluated).
+pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
+
 /// A message in flight. A node's reply reaches its client when the node runs the call (a
 /// reply's delay is the client's: it decides at any time once it may); a lost reply is a
 /// fault ([`Action::LoseReply`]).
@@ -292,23 +296,11 @@ impl System {
                 let valid_until = started + config.ttl - Client::drift(config).min(config.ttl);
                 if tally.granted >= q && now < valid_until {
                     client.op += 1;
-                    let busy = votes
-                        .iter()
-                        .map(|v| match v {
-                            Vote::Granted { busy, .. } => *busy,
-                            _ => 0,
-                        })
-                        .max()
-                        .unwrap_or(0);
+                    let (hint, busy) = votes.iter().fold((0, 0), |(h, b), v| match v {
+                        Vote::Granted { hint, busy } => (h.max(*hint), b.max(*busy)),
+                        _ => (h, b),
+                    });
                     if client.program.fencing {
-                        let hint = votes
-                            .iter()
-                            .map(|v| match v {
-                                Vote::Granted { hint, .. } => *hint,
-                                _ => 0,
-                            })
-                            .max()
-                            .unwrap_or(0);
                         let claim = hint + 1;
                         state.broadcast(c, Some(client.op), Req::Fence { claim });
                         client.phase = Phase::Fencing {
@@ -872,9 +864,7 @@ impl Model for System {
             ),
             // Not a property of the lock: a witness that the liveness properties above were
             // evaluated, on some run that got to its end.
-            Property::sometimes(super::run::RUN_ENDS, |model: &System, state: &State| {
-                model.live(state)
-            }),
+            Property::sometimes(RUN_ENDS, |model: &System, state: &State| model.live(state)),
         ]
     }
 
