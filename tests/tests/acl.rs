@@ -487,11 +487,19 @@ async fn inspect_works_with_its_row() {
     let a = handle(&servers).await;
     let guard = a.lock("acl:inspect").await.unwrap();
     let status = a.inspect("acl:inspect").await.unwrap();
+    // Every node answers with the row's commands. The lock returned at a quorum, so the
+    // third node's grant may still be on its way (another connection): a quorum holds it.
+    let mut holding_nodes = 0;
     for node in &status.nodes {
         let holding = node.read.as_ref().unwrap();
-        assert_eq!(holding.holder, Holder::Plain, "{holding:?}");
-        assert!(holding.ttl.is_some(), "{holding:?}");
+        if holding.holder == Holder::Plain {
+            assert!(holding.ttl.is_some(), "{holding:?}");
+            holding_nodes += 1;
+        } else {
+            assert_eq!(holding.holder, Holder::None, "{holding:?}");
+        }
     }
+    assert!(holding_nodes >= 2, "{status:?}");
     assert!(status.is_held());
     guard.release().await.unwrap();
 }
