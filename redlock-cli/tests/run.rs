@@ -14,9 +14,9 @@ use nix::sys::signal::Signal;
 use redlock_test::{TestNodes, redlock as handle};
 use support::within;
 use support::{
-    KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, exists, finish, lines, noting_sigterm,
-    output, redlock, run_args, run_script, running, send, start, take_over, term_and_death, tokens,
-    until_sigterm,
+    KillOnDrop, SHORT_TTL, Scratch, await_line, await_pid, exists, finish, held_everywhere, lines,
+    noting_sigterm, output, redlock, run_args, run_script, running, send, start, take_over,
+    term_and_death, until_sigterm,
 };
 
 /// Exit codes, as documented in `redlock --help` and the README.
@@ -115,7 +115,7 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     let script = until_sigterm(&journal, 0, None);
     let run = start(run_script(&nodes, "sync", SHORT_TTL, &script));
     await_line(&journal, "start").await;
-    assert_eq!(tokens(&nodes.values("sync").await).len(), 3);
+    assert_eq!(held_everywhere(&nodes, "sync").await.len(), 3);
     take_over(&nodes, "sync").await;
     finish(run).await.expect(LOST).says("lost");
     let journal = lines(&journal);
@@ -437,7 +437,7 @@ async fn the_applications_lock_variables_are_ignored() {
     command.envs(app_vars).env("REDLOCK_TTL", "1s");
     let run = start(command);
     await_line(&journal, "start").await;
-    assert_eq!(tokens(&nodes.values("app-env").await).len(), 3);
+    assert_eq!(held_everywhere(&nodes, "app-env").await.len(), 3);
     let pttls = nodes.pttls("app-env").await;
     assert!(pttls.iter().all(|&ms| ms > 10_000), "{pttls:?}");
     std::fs::write(&go, "").unwrap();

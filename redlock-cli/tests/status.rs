@@ -7,7 +7,9 @@ mod support;
 
 use nix::sys::signal::Signal;
 use redlock_test::{TestNodes, redlock as handle};
-use support::{Scratch, await_line, finish, output, redlock, run_script, send, start, tokens};
+use support::{
+    Scratch, await_line, finish, held_everywhere, output, redlock, run_script, send, start, tokens,
+};
 
 /// While `redlock run` holds a resource, `status` says it is held, with each node's label
 /// and ttl, and neither its output nor its errors hold the token the nodes keep.
@@ -19,14 +21,31 @@ async fn status_shows_the_holder_and_ttl_per_node_but_never_the_token() {
     let script = format!("echo start >> {journal}; exec sleep 30");
     let run = start(run_script(&nodes, "nightly-report", &[], &script));
     await_line(&journal, "start").await;
-    let held = tokens(&nodes.values("nightly-report").await);
+    let held = held_everywhere(&nodes, "nightly-report").await;
     assert_eq!(held.len(), 3);
 
     // Labelled `<host>/<pid>` of the `redlock run` that holds it.
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
     let owner = format!("{host}/{}", run.id().unwrap());
 
-    let status = output(redlock(Some(&nodes), &["status", "nightly-report"])).await;
+    // The labels are written beside the grants, not awaited: asked until every node shows
+    // one (at most 5 s).
+    let labelled = |status: &support::Finished| {
+        status.stdout.lines().skip(1).count() == 3
+            && status
+                .stdout
+                .lines()
+                .skip(1)
+                .all(|line| line.contains(&format!("held by {owner}, ttl ")))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let status = loop {
+        let status = output(redlock(Some(&nodes), &["status", "nightly-report"])).await;
+        if labelled(&status) || std::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
     status.expect(0);
     for token in &held {
         assert!(
@@ -212,7 +231,7 @@ async fn release_force_breaks_the_lock_and_the_holder_stops() {
         &script,
     ));
     await_line(&journal, "start").await;
-    let held = tokens(&nodes.values("stuck-report").await);
+    let held = held_everywhere(&nodes, "stuck-report").await;
     assert_eq!(held.len(), 3);
 
     let refused = output(redlock(Some(&nodes), &["release", "stuck-report"])).await;

@@ -206,6 +206,45 @@ impl TestNodes {
         }
     }
 
+    /// Waits (at most 5 s, polling every 5 ms) until what every node has at the lock key
+    /// `key` passes `settled`, and returns it. An acquisition, an extension and a release
+    /// each return at a quorum, and the other nodes' calls land just after: read what every
+    /// node holds through this (or [`held_everywhere`](Self::held_everywhere),
+    /// [`gone_everywhere`](Self::gone_everywhere)), not right after the call returned.
+    ///
+    /// # Panics
+    /// When some node still fails `settled` after 5 s (the message shows every node's
+    /// holding), and as [`holdings`](Self::holdings).
+    pub async fn wait_everywhere(
+        &self,
+        key: &str,
+        settled: impl Fn(&Holding) -> bool,
+    ) -> Vec<Holding> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let holdings = self.holdings(key).await;
+            if holdings.iter().all(&settled) {
+                return holdings;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{key} not settled on every node within 5 s: {holdings:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits (at most 5 s) until every node holds `token` at the lock key `key`
+    /// ([`HeldValue::holds`]), and returns the holdings: the acquisition returned at a quorum,
+    /// and the other nodes' grants land just after.
+    ///
+    /// # Panics
+    /// As [`wait_everywhere`](Self::wait_everywhere).
+    pub async fn held_everywhere(&self, key: &str, token: &str) -> Vec<Holding> {
+        self.wait_everywhere(key, |holding| holding.value.holds(token))
+            .await
+    }
+
     /// The hash at `key` on every node, in order (empty where absent): a resource held in
     /// lock modes, one field per holder's token and per waiter's `~` marker.
     pub async fn fields(&self, key: &str) -> Vec<HashMap<String, String>> {
@@ -361,6 +400,16 @@ pub enum HeldValue {
 }
 
 impl HeldValue {
+    /// `true` when this is `token`'s: the string of a plain lock, or a field of a hash of
+    /// lock modes.
+    pub fn holds(&self, token: &str) -> bool {
+        match self {
+            Self::Token(held) => held == token,
+            Self::Holders(fields) => fields.contains_key(token),
+            _ => false,
+        }
+    }
+
     /// The token, for [`HeldValue::Token`].
     pub fn token(&self) -> Option<&str> {
         match self {

@@ -21,7 +21,8 @@ async fn holdings_show_tokens_mode_holders_foreign_values_and_dead_nodes() {
     // A lock in a mode: a hash of holders on every node, no single token.
     let read = LockOptions::default().mode(Mode::ProtectedRead);
     let guard = lock.lock_with("a", &read).await.unwrap();
-    for holding in nodes.holdings("a").await {
+    // The lock returned at a quorum: the last node's grant may still be on its way.
+    for holding in nodes.held_everywhere("a", guard.token().expose()).await {
         match &holding.value {
             HeldValue::Holders(fields) => {
                 assert!(fields.contains_key(guard.token().expose()), "{fields:?}");
@@ -98,4 +99,32 @@ fn start_errors_say_why() {
     }
     .to_string();
     assert!(message.contains("valkey-server") && message.contains("VALKEY_SERVER_BIN"));
+}
+
+/// `held_everywhere` waits for the last nodes, and refuses a key held on a quorum only.
+#[tokio::test]
+async fn held_everywhere_waits_for_every_node_and_refuses_a_quorum_alone() {
+    let nodes = TestNodes::start(3);
+    for server in &nodes.servers[..2] {
+        foreign_set_nx(&server.url(), "partly").await;
+    }
+    // The third node's value lands after the wait began.
+    let late = nodes.servers[2].url();
+    let landing = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        foreign_set_nx(&late, "partly").await;
+    });
+    let holdings = nodes.held_everywhere("partly", "theirs").await;
+    assert_eq!(holdings.len(), 3);
+    landing.await.unwrap();
+
+    for server in &nodes.servers[..2] {
+        foreign_set_nx(&server.url(), "quorum").await;
+    }
+    let waited = tokio::spawn(async move {
+        nodes.held_everywhere("quorum", "theirs").await;
+    });
+    let refused = waited.await.unwrap_err().into_panic();
+    let text = refused.downcast_ref::<String>().unwrap();
+    assert!(text.contains("quorum not settled on every node"), "{text}");
 }

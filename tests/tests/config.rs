@@ -153,9 +153,9 @@ mod tls {
 
     async fn locks(redlock: &Redlock, nodes: &RedisNodes) {
         let held = within("the lock", redlock.lock("tls")).await.unwrap();
-        let token = held.token().expose().to_owned();
-        assert_eq!(nodes.values("tls").await, vec![Some(token); 3]);
+        nodes.held_everywhere("tls", held.token().expose()).await;
         held.release().await.unwrap();
+        nodes.gone_everywhere("tls").await;
     }
 
     #[tokio::test]

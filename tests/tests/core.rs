@@ -191,8 +191,17 @@ async fn only_the_owner_releases() {
     let released = stale.release().await.unwrap();
     assert!(!released.was_held());
     assert_eq!(released.deleted, 0);
+    // b holds it; no node lost b's key to the stale release (a node may have refused b
+    // while a's key was still there, and b's grants land after its quorum: `None` there).
     let b_token = b_guard.token().expose().to_owned();
-    assert_eq!(nodes.values("res").await, vec![Some(b_token); 5]);
+    assert_eq!(nodes.holder("res").await.as_deref(), Some(b_token.as_str()));
+    let values = nodes.values("res").await;
+    assert!(
+        values
+            .iter()
+            .all(|v| v.is_none() || v.as_deref() == Some(b_token.as_str())),
+        "{values:?}"
+    );
     assert!(b_guard.release().await.unwrap().was_held());
 }
 
@@ -209,10 +218,14 @@ async fn validity_is_ttl_minus_elapsed_minus_drift() {
     assert_eq!(drift, Duration::from_millis(502));
     assert!(guard.valid_until() <= after + ttl - drift);
     assert!(guard.valid_until() >= before + ttl - drift);
-    // The key's ttl on every node is the full ttl.
-    let client = plain_client(&nodes.servers[0].url()).await;
-    let pttl: i64 = client.pttl("res").await.unwrap();
-    assert!((9_000..=10_000).contains(&pttl), "{pttl}");
+    // The key's ttl on every node is the full ttl (a grant may land after the quorum).
+    for holding in nodes.held_everywhere("res", guard.token().expose()).await {
+        let ttl = holding.ttl.unwrap();
+        assert!(
+            (Duration::from_secs(9)..=Duration::from_secs(10)).contains(&ttl),
+            "{holding:?}"
+        );
+    }
     guard.release().await.unwrap();
 }
 
@@ -241,6 +254,7 @@ async fn plain_set_nx_holders_exclude_and_are_excluded() {
     );
     // The other way round: while we hold it, their SET NX is refused everywhere.
     let guard = a.lock("mine").await.unwrap();
+    nodes.held_everywhere("mine", guard.token().expose()).await;
     for i in 0..5 {
         assert_eq!(foreign_set_nx(&foreign(i), "mine").await, None);
     }
@@ -253,6 +267,7 @@ async fn release_survives_a_script_cache_flush() {
     let a = redlock(&nodes).await;
     a.lock("warm").await.unwrap().release().await.unwrap();
     let guard = a.lock("res").await.unwrap();
+    nodes.held_everywhere("res", guard.token().expose()).await;
     for url in nodes.urls() {
         let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
     }
@@ -272,6 +287,19 @@ async fn releases_left_behind_at_quorum_survive_a_script_cache_flush() {
     for round in 0..3 {
         let resource = format!("behind:{round}");
         let guard = a.lock_with(&resource, &options).await.unwrap();
+        // The three nodes that will answer the release hold the key before the caches are
+        // emptied (a late grant would find NOSCRIPT and, its round decided, not be sent
+        // again). Not nodes 3 and 4: just after their pause in the round before, their grants
+        // were once seen not to land (the lock held on the other three).
+        within("nodes 0 to 2 to hold the key", async {
+            while !nodes.holdings(&resource).await[..3]
+                .iter()
+                .all(|h| h.value.holds(guard.token().expose()))
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
         for url in nodes.urls() {
             let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
         }

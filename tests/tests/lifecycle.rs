@@ -143,6 +143,10 @@ async fn an_extension_with_a_shorter_ttl_never_shortens_the_lock() {
             options = options.mode(mode);
         }
         let guard = a.lock_with(&resource, &options).await.unwrap();
+        // Every grant landed (the lock returned at a quorum): no node reads -2 below.
+        nodes
+            .held_everywhere(&a.key_for(&resource), guard.token().expose())
+            .await;
         let before = guard.valid_until();
         let deadline = guard.extend(ms(2_000)).await.unwrap();
         assert_eq!(deadline, before, "{resource}: the deadline moved");
@@ -254,7 +258,11 @@ async fn with_lock_stops_the_work_when_the_lock_is_lost_and_never_recreates_it()
         within("the work to start", started_rx).await.unwrap(),
         "job"
     );
-    // An operator (or eviction) deletes the lock while the work runs.
+    // An operator (or eviction) deletes the lock while the work runs (once every grant
+    // landed: a late one would put the key back on its node).
+    nodes
+        .wait_everywhere("job", |h| h.value.token().is_some())
+        .await;
     nodes.delete("job").await;
     let result = within("with_lock to return", run).await.unwrap();
     assert!(
@@ -300,7 +308,9 @@ async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders
     let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
     let options = LockOptions::default().ttl(ms(5_000));
 
+    // Each key is deleted once every grant landed (a late one would put it back).
     let guard = a.lock_with("gone", &options).await.unwrap();
+    nodes.held_everywhere("gone", guard.token().expose()).await;
     nodes.delete("gone").await;
     let error = guard.extend(ms(5_000)).await.unwrap_err();
     assert!(
@@ -317,11 +327,15 @@ async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders
     assert_eq!(nodes.values("gone").await, vec![None; 5]);
 
     let guard = a.lock_with("taken", &options).await.unwrap();
+    nodes.held_everywhere("taken", guard.token().expose()).await;
     nodes.delete("taken").await;
     let theirs = b
         .lock_with("taken", &LockOptions::default().ttl(ms(3_000)))
         .await
         .unwrap();
+    nodes
+        .held_everywhere("taken", theirs.token().expose())
+        .await;
     assert!(guard.extend(ms(60_000)).await.is_err());
     for left in nodes.pttls("taken").await {
         assert!((1..=3_000).contains(&left), "their key's ttl became {left}");

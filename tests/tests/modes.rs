@@ -73,10 +73,10 @@ async fn the_whole_table_pairwise_against_five_nodes() {
             match &second {
                 Ok(guard) => {
                     // Both holders are recorded on every node, each under its own token.
-                    for fields in nodes.fields(&resource).await {
-                        assert!(fields.contains_key(first.token().expose()));
-                        assert!(fields.contains_key(guard.token().expose()));
-                    }
+                    let (one, two) = (first.token().expose(), guard.token().expose());
+                    nodes
+                        .wait_everywhere(&resource, |h| h.value.holds(one) && h.value.holds(two))
+                        .await;
                 }
                 Err(error) => assert!(error.is_busy(), "{held} then {asked}: {error}"),
             }
@@ -225,8 +225,11 @@ async fn release_and_extension_touch_only_their_own_entry() {
     let before = second.valid_until();
     second.extend(ms(60_000)).await.unwrap();
     assert!(second.valid_until() > before);
-    // The key's expiry follows the extended holder.
-    assert!(nodes.pttls("own").await.iter().all(|&t| t > 50_000));
+    // The key's expiry follows the extended holder (on every node, once the extension's
+    // last calls landed).
+    nodes
+        .wait_everywhere("own", |h| h.ttl.is_some_and(|ttl| ttl > ms(50_000)))
+        .await;
     second.release().await.unwrap();
     nodes.gone_everywhere("own").await;
 }
@@ -438,9 +441,9 @@ async fn plain_and_mode_locks_on_one_resource_exclude_each_other() {
     ));
     let released = stale.release().await.unwrap();
     assert_eq!((released.deleted, released.answered), (0, 5));
-    for fields in nodes.fields("mixed").await {
-        assert!(fields.contains_key(reader.token().expose()));
-    }
+    nodes
+        .held_everywhere("mixed", reader.token().expose())
+        .await;
     reader.release().await.unwrap();
 }
 

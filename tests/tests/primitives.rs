@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use redlock_core::{DetachedLock, InvalidInput, LockError, LockOptions, LostReason, Mode, Redlock};
-use redlock_tests::{HeldValue, LogCapture, RedisNodes, plain_client, redlock, within};
+use redlock_tests::{HeldValue, Holding, LogCapture, RedisNodes, plain_client, redlock, within};
 
 /// One attempt, no waiting.
 fn once() -> LockOptions {
@@ -21,26 +21,6 @@ async fn tokens(nodes: &RedisNodes, key: &str) -> Vec<Option<String>> {
         .into_iter()
         .map(|h| h.value.token().map(str::to_owned))
         .collect()
-}
-
-/// Waits (at most 10 s) until every node holds `key` with `token` (its value, or a field of
-/// its hash): a lock returns once a quorum granted it, and the other nodes' calls land just
-/// after, so a check of every node waits for them first.
-async fn on_every_node(nodes: &RedisNodes, key: &str, token: &str) {
-    within(&format!("{key} held on every node"), async {
-        loop {
-            let everywhere = nodes.holdings(key).await.iter().all(|h| match &h.value {
-                HeldValue::Token(t) => t == token,
-                HeldValue::Holders(fields) => fields.contains_key(token),
-                _ => false,
-            });
-            if everywhere {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
 }
 
 /// A handle over `proxies` (a node timeout of 300 ms, so that a cut node fails fast).
@@ -95,7 +75,7 @@ mod resume {
         // Still held with the detached token: detaching released nothing.
         let key = detached.key().to_owned();
         let old = detached.token().expose().to_owned();
-        on_every_node(&nodes, &key, &old).await;
+        nodes.held_everywhere(&key, &old).await;
         assert!(
             tokens(&nodes, &key)
                 .await
@@ -115,7 +95,11 @@ mod resume {
             Err(LockError::Busy { .. })
         ));
         resumed.extend(Duration::from_secs(20)).await.unwrap();
-        assert!(nodes.pttls(&key).await.iter().all(|&ms| ms > 15_000));
+        nodes
+            .wait_everywhere(&key, |h| {
+                h.ttl.is_some_and(|ttl| ttl > Duration::from_secs(15))
+            })
+            .await;
         assert!(resumed.release().await.unwrap().was_held());
         let _next = other.lock_with("job:1", &once()).await.unwrap();
     }
@@ -180,9 +164,14 @@ mod resume {
             let key = guard.key().to_owned();
             let floor = u64::try_from(left.as_millis()).unwrap();
             let longest = taken.max(resumed) * 1000;
-            on_every_node(&nodes, &key, guard.token().expose()).await;
-            for holding in nodes.holdings(&key).await {
-                assert_eq!(holding.value.token(), Some(guard.token().expose()));
+            // The swapped token and the extension after it each land on the last node after
+            // their quorum.
+            let settled = |h: &Holding| {
+                h.value.holds(guard.token().expose())
+                    && h.ttl
+                        .is_some_and(|ttl| ttl > Duration::from_millis(longest - 1000))
+            };
+            for holding in nodes.wait_everywhere(&key, settled).await {
                 let ms = u64::try_from(holding.ttl.unwrap().as_millis()).unwrap();
                 assert!(ms >= floor, "{holding:?} for {left:?}");
                 assert!(
@@ -263,7 +252,7 @@ mod resume {
         let resumed = b.resume_with(&detached, &shorter).await.unwrap();
         assert_eq!(resumed.mode(), Some(Mode::Exclusive));
         let token = resumed.token().expose().to_owned();
-        on_every_node(&nodes, resumed.key(), &token).await;
+        nodes.held_everywhere(resumed.key(), &token).await;
         for holders in mode_holders(&nodes, resumed.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);
@@ -658,6 +647,10 @@ mod downgrade {
             .lock_mode("partial", Mode::Exclusive, Duration::from_secs(10))
             .await
             .unwrap();
+        // Every grant landed before the cut (a late one would be lost with it).
+        nodes
+            .held_everywhere(writer.key(), writer.token().expose())
+            .await;
         for proxy in &proxies[2..] {
             proxy.partition();
         }
@@ -718,6 +711,10 @@ mod downgrade {
             .lock_mode("again", Mode::Exclusive, Duration::from_secs(10))
             .await
             .unwrap();
+        // Every grant landed before the cut (a late one would be lost with it).
+        nodes
+            .held_everywhere(writer.key(), writer.token().expose())
+            .await;
         for proxy in &proxies[2..] {
             proxy.partition();
         }

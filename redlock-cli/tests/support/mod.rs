@@ -235,6 +235,19 @@ pub fn exists(path: &str) -> bool {
     Path::new(path).exists()
 }
 
+/// The tokens at `resource` once every node holds one (at most 5 s): `redlock run` returned
+/// from its acquisition at a quorum, and the other nodes' grants land just after.
+pub async fn held_everywhere(nodes: &TestNodes, resource: &str) -> Vec<String> {
+    let looks_like_a_token = |holding: &redlock_test::Holding| {
+        holding
+            .value
+            .token()
+            .is_some_and(|t| tokens(&[Some(t.to_owned())]).len() == 1)
+    };
+    nodes.wait_everywhere(resource, looks_like_a_token).await;
+    tokens(&nodes.values(resource).await)
+}
+
 /// The 40-hex-digit tokens among `values` (what the nodes hold at a lock key).
 pub fn tokens(values: &[Option<String>]) -> Vec<String> {
     values
