@@ -8,15 +8,18 @@ use fred::types::Value;
 use rand::Rng;
 
 use super::Node;
-use super::replies::{AcquireReply, PermitReply, acquire_reply, fence_reply, permit_reply};
+use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MANY, ACQUIRE_MODE, ACQUIRE_PERMIT, ACQUIRE_QUEUED, DOWNGRADE, EXTEND,
-    EXTEND_MANY, EXTEND_MODE, FENCE, FORCE_RELEASE, KEEP, KEPT, LEAVE, OWNER, QUARANTINE, RELEASE,
-    RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS, RESUME, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE,
+    QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::outcome::{NodeError, NodeVote};
+
+mod primitives;
+
+pub(crate) use primitives::PermitRequest;
 
 /// How long a waiter queue outlives its last enqueue, in ms: waiters refresh it at every
 /// attempt, so this only bounds how long the entries of waiters that died linger. Also how long
@@ -104,28 +107,6 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
-}
-
-/// One attempt's request for a permit of a semaphore to every node (Redlock step 2 on the
-/// semaphore's slots).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PermitRequest<'a> {
-    /// The semaphore's queue keys (its `waiters` is the queue and channel).
-    pub(crate) queue: &'a ResourceKeys,
-    /// Until when each queued waiter counts (`keys::permit_alive`).
-    pub(crate) alive: &'a str,
-    /// Its slots, in the order the node should try them.
-    pub(crate) slots: &'a [ResourceKeys],
-    pub(crate) token: &'a str,
-    pub(crate) ttl_ms: u64,
-    /// The acquisition's waiter: ranked by its wait start among the queued waiters.
-    pub(crate) waiter: &'a Waiter,
-    /// It has joined the queue: a slot reserved for it is taken first, a refusal keeps its
-    /// place and renews its entry for `alive_ms`.
-    pub(crate) queued: bool,
-    pub(crate) alive_ms: u64,
-    /// The quarantine check.
-    pub(crate) quarantine: &'a QuarantineCheck,
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -245,45 +226,6 @@ impl Node {
         }
     }
 
-    /// One node's answer to a permit request ([`ACQUIRE_PERMIT`]): the slot it granted
-    /// (`SET NX PX` of the first free slot in the request's order, or the one reserved for
-    /// the waiter), or a refusal when every slot is busy.
-    pub(crate) async fn acquire_permit(&self, request: &PermitRequest<'_>) -> PermitReply {
-        let PermitRequest {
-            queue,
-            alive,
-            slots,
-            token,
-            ttl_ms,
-            waiter,
-            queued,
-            alive_ms,
-            quarantine,
-        } = *request;
-        let (witness, marker) = if quarantine.ms == 0 {
-            (queue.waiters.as_str(), queue.waiters.as_str())
-        } else {
-            (quarantine.witness.as_str(), quarantine.marker.as_str())
-        };
-        let mut keys = Vec::with_capacity(slots.len() + 4);
-        keys.extend([witness, marker, queue.waiters.as_str(), alive]);
-        keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
-        let args = [
-            Value::from(token),
-            int_arg(ttl_ms),
-            int_arg(quarantine.ms),
-            Value::from(if queued { waiter.marker.as_str() } else { "" }),
-            Value::Integer(waiter.score_ms),
-            int_arg(QUEUE_TTL_MS),
-            int_arg(alive_ms),
-        ];
-        permit_reply(
-            self.eval(&ACQUIRE_PERMIT, &keys, &args).await,
-            &queue.lock,
-            slots.len(),
-        )
-    }
-
     /// Runs an acquire script on `keys`, followed by the fencing counter's and floor's keys
     /// when given, and reads its `{1 | 0 | -1, counter[, busy]}` reply.
     async fn acquire_script(
@@ -359,98 +301,13 @@ impl Node {
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
     }
 
-    /// Releases `token` from every one of `slots` that holds it on one node
-    /// ([`RELEASE_SLOTS`]), run to completion within `limit` ([`Node::eval_release`]): the
-    /// clean-up of a permit attempt. `Ok(true)` if some slot held it. The call is made now,
-    /// before the future is polled.
-    pub(crate) fn release_slots(
-        &self,
-        slots: &[&str],
-        token: &str,
-        limit: Duration,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
-        let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
-        async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
-    }
-
-    /// Releases a lock of several resources on one node ([`RELEASE_SLOTS`] over every
-    /// resource's key, waking each one's waiters when `wake`), run to completion within
-    /// `limit`; made now. `Ok(true)` if every key held our token.
-    pub(crate) fn release_many(
-        &self,
-        keys: &[ResourceKeys],
-        token: &str,
-        wake: bool,
-        limit: Duration,
-    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
-        let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
-        if wake {
-            all.extend(keys.iter().map(|k| k.waiters.as_str()));
-        }
-        let args = [
-            Value::from(token),
-            Value::from(if wake { "1" } else { "0" }),
-        ];
-        let answer = self.eval_release(&RELEASE_SLOTS, &all, &args, limit);
-        let n = keys.len();
-        async move {
-            Ok(
-                matches!(answer.await?, Value::Integer(deleted) if usize::try_from(deleted).is_ok_and(|d| d == n)),
-            )
-        }
-    }
-
-    /// One node's vote for a lock of several resources ([`ACQUIRE_MANY`]): every key set to
-    /// `token` for `ttl_ms`, or none (a key that exists, or an open window, refuses it all).
-    pub(crate) async fn acquire_many(
-        &self,
-        keys: &[ResourceKeys],
-        token: &str,
-        ttl_ms: u64,
-        quarantine: &QuarantineCheck,
-        windowed: bool,
-    ) -> AcquireReply {
-        let first = keys.first().map_or("", |k| k.lock.as_str());
-        let (witness, marker) = if quarantine.ms == 0 {
-            (first, first)
-        } else {
-            (quarantine.witness.as_str(), quarantine.marker.as_str())
-        };
-        let mut all = Vec::with_capacity(2 + 2 * keys.len());
-        all.extend([witness, marker]);
-        all.extend(keys.iter().map(|k| k.lock.as_str()));
-        all.extend(keys.iter().map(|k| k.window.as_str()));
-        let args = [
-            Value::from(token),
-            int_arg(ttl_ms),
-            int_arg(quarantine.ms),
-            Value::from(if windowed { "1" } else { "0" }),
-        ];
-        acquire_reply(self.eval(&ACQUIRE_MANY, &all, &args).await, first)
-    }
-
-    /// Compare-and-pexpire of a lock of several resources on one node ([`EXTEND_MANY`]):
-    /// [`NodeVote::Acquired`] if every key held our token and now lives `ttl_ms`.
-    pub(crate) async fn extend_many(&self, keys: &[&str], token: &str, ttl_ms: u64) -> NodeVote {
-        let args = [Value::from(token), int_arg(ttl_ms)];
-        match self.eval(&EXTEND_MANY, keys, &args).await {
-            Ok(Value::Integer(1)) => NodeVote::Acquired,
-            Ok(_) => NodeVote::Held,
-            Err(e) => NodeVote::Failed(e),
-        }
-    }
-
     /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a
     /// mode): [`NodeVote::Acquired`] if our key (or entry) got the new ttl,
     /// [`NodeVote::Held`] if it is gone, expired or another holder's.
     pub(crate) async fn extend(&self, key: &str, token: &str, ttl_ms: u64, mode: bool) -> NodeVote {
         let args = [Value::from(token), int_arg(ttl_ms)];
         let script = if mode { &EXTEND_MODE } else { &EXTEND };
-        match self.eval(script, &[key], &args).await {
-            Ok(Value::Integer(1)) => NodeVote::Acquired,
-            Ok(_) => NodeVote::Held,
-            Err(e) => NodeVote::Failed(e),
-        }
+        vote(self.eval(script, &[key], &args)).await
     }
 
     /// Claims `value` as the resource's next fencing token ([`FENCE`]):
@@ -498,126 +355,6 @@ impl Node {
             .eval(&QUARANTINE, &keys, &[int_arg(quarantine.ms)])
             .await?;
         Ok(acquire_reply(Ok(reply), "").vote != NodeVote::Acquired)
-    }
-
-    /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
-    /// keeping its expiry ([`RESUME`]), run to completion within `limit`:
-    /// [`NodeVote::Acquired`] with the time the key has left there (`None`: no expiry) if the
-    /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`.
-    /// The call is made now, before the future is polled, so that a round decided at quorum
-    /// still swaps the token on every node.
-    pub(crate) fn resume(
-        &self,
-        key: &str,
-        (token, next): (&str, &str),
-        mode: bool,
-        limit: Duration,
-    ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
-        let args = [
-            Value::from(token),
-            Value::from(next),
-            Value::from(if mode { "1" } else { "0" }),
-        ];
-        let answer = self.eval_release(&RESUME, &[key], &args, limit);
-        async move {
-            match answer.await {
-                Ok(Value::Array(reply)) => match reply.as_slice() {
-                    [Value::Integer(1), Value::Integer(left)] => (
-                        NodeVote::Acquired,
-                        u64::try_from(*left).ok().map(Duration::from_millis),
-                    ),
-                    [Value::Integer(_), _] => (NodeVote::Held, None),
-                    _ => (
-                        NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                            "to the resume script: {reply:?}"
-                        ))),
-                        None,
-                    ),
-                },
-                Ok(reply) => (
-                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                        "to the resume script: {reply:?}"
-                    ))),
-                    None,
-                ),
-                Err(e) => (NodeVote::Failed(e), None),
-            }
-        }
-    }
-
-    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), removing
-    /// its request's waiter entry `marker`, waking the resource's waiters on `channel`
-    /// (empty: nobody), run to completion within `limit`;
-    /// made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if the entry was there
-    /// and moved, [`NodeVote::Held`] otherwise.
-    pub(crate) fn downgrade(
-        &self,
-        key: &str,
-        (token, marker): (&str, &str),
-        mode: Mode,
-        channel: &str,
-        limit: Duration,
-    ) -> impl Future<Output = NodeVote> + Send + use<> {
-        let args = [
-            Value::from(token),
-            Value::from(mode.as_str()),
-            Value::from(channel),
-            Value::from(marker),
-        ];
-        vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
-    }
-
-    /// Removes whoever holds `keys`' resource on one node, whatever their token
-    /// ([`FORCE_RELEASE`]), waking its waiters on `channel` (empty: nobody), run to completion
-    /// within `limit`; made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if a
-    /// holder was removed, [`NodeVote::Held`] if none was there, and `Ok(false)` beside it
-    /// when the key holds data that is not a lock (left as it was).
-    pub(crate) fn force_release(
-        &self,
-        keys: &ResourceKeys,
-        channel: &str,
-        limit: Duration,
-    ) -> impl Future<Output = (NodeVote, bool)> + Send + use<> {
-        let answer = self.eval_release(
-            &FORCE_RELEASE,
-            &[keys.lock.as_str()],
-            &[Value::from(channel)],
-            limit,
-        );
-        async move {
-            match answer.await {
-                Ok(Value::Integer(1)) => (NodeVote::Acquired, false),
-                Ok(Value::Integer(-2)) => (NodeVote::Held, true),
-                Ok(Value::Integer(_)) => (NodeVote::Held, false),
-                Ok(reply) => (
-                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                        "to the force-release script: {reply:?}"
-                    ))),
-                    false,
-                ),
-                Err(e) => (NodeVote::Failed(e), false),
-            }
-        }
-    }
-
-    /// Writes `label` at `owner_key` beside `key` for `ttl_ms` if `token` holds it on this
-    /// node ([`OWNER`]), within `limit`; made now, as [`resume`](Self::resume).
-    /// [`NodeVote::Acquired`] if written.
-    pub(crate) fn label_holder(
-        &self,
-        (key, owner_key): (&str, &str),
-        (token, label): (&str, &str),
-        ttl_ms: u64,
-        mode: bool,
-        limit: Duration,
-    ) -> impl Future<Output = NodeVote> + Send + use<> {
-        let args = [
-            Value::from(token),
-            Value::from(label),
-            int_arg(ttl_ms),
-            Value::from(if mode { "1" } else { "0" }),
-        ];
-        vote(self.eval_release(&OWNER, &[key, owner_key], &args, limit))
     }
 
     /// Leaves a resource's waiters (a waiter that gave up): its place in the queue of plain

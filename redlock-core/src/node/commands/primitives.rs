@@ -1,0 +1,278 @@
+//! The commands of the primitives beyond one lock of one resource: a semaphore's permits
+//! and their clean-up, a lock of several resources (acquire, extend, release), a resumption
+//! by token, a downgrade, the operator's force-release and the holders' owner labels.
+
+use std::time::Duration;
+
+use fred::types::Value;
+
+use super::{QUEUE_TTL_MS, QuarantineCheck, Waiter, int_arg, vote};
+use crate::keys::ResourceKeys;
+use crate::mode::Mode;
+use crate::node::Node;
+use crate::node::replies::{AcquireReply, PermitReply, acquire_reply, permit_reply};
+use crate::node::scripts::{
+    ACQUIRE_MANY, ACQUIRE_PERMIT, DOWNGRADE, EXTEND_MANY, FORCE_RELEASE, OWNER, RELEASE_SLOTS,
+    RESUME,
+};
+use crate::outcome::{NodeError, NodeVote};
+
+/// One attempt's request for a permit of a semaphore to every node (Redlock step 2 on the
+/// semaphore's slots).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PermitRequest<'a> {
+    /// The semaphore's queue keys (its `waiters` is the queue and channel).
+    pub(crate) queue: &'a ResourceKeys,
+    /// Until when each queued waiter counts (`keys::permit_alive`).
+    pub(crate) alive: &'a str,
+    /// Its slots, in the order the node should try them.
+    pub(crate) slots: &'a [ResourceKeys],
+    pub(crate) token: &'a str,
+    pub(crate) ttl_ms: u64,
+    /// The acquisition's waiter: ranked by its wait start among the queued waiters.
+    pub(crate) waiter: &'a Waiter,
+    /// It has joined the queue: a slot reserved for it is taken first, a refusal keeps its
+    /// place and renews its entry for `alive_ms`.
+    pub(crate) queued: bool,
+    pub(crate) alive_ms: u64,
+    /// The quarantine check.
+    pub(crate) quarantine: &'a QuarantineCheck,
+}
+
+impl Node {
+    /// One node's answer to a permit request ([`ACQUIRE_PERMIT`]): the slot it granted
+    /// (`SET NX PX` of the first free slot in the request's order, or the one reserved for
+    /// the waiter), or a refusal when every slot is busy.
+    pub(crate) async fn acquire_permit(&self, request: &PermitRequest<'_>) -> PermitReply {
+        let PermitRequest {
+            queue,
+            alive,
+            slots,
+            token,
+            ttl_ms,
+            waiter,
+            queued,
+            alive_ms,
+            quarantine,
+        } = *request;
+        let (witness, marker) = if quarantine.ms == 0 {
+            (queue.waiters.as_str(), queue.waiters.as_str())
+        } else {
+            (quarantine.witness.as_str(), quarantine.marker.as_str())
+        };
+        let mut keys = Vec::with_capacity(slots.len() + 4);
+        keys.extend([witness, marker, queue.waiters.as_str(), alive]);
+        keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(quarantine.ms),
+            Value::from(if queued { waiter.marker.as_str() } else { "" }),
+            Value::Integer(waiter.score_ms),
+            int_arg(QUEUE_TTL_MS),
+            int_arg(alive_ms),
+        ];
+        permit_reply(
+            self.eval(&ACQUIRE_PERMIT, &keys, &args).await,
+            &queue.lock,
+            slots.len(),
+        )
+    }
+
+    /// Releases `token` from every one of `slots` that holds it on one node
+    /// ([`RELEASE_SLOTS`]), run to completion within `limit` ([`Node::eval_release`]): the
+    /// clean-up of a permit attempt. `Ok(true)` if some slot held it. The call is made now,
+    /// before the future is polled.
+    pub(crate) fn release_slots(
+        &self,
+        slots: &[&str],
+        token: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
+        async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
+    }
+
+    /// Releases a lock of several resources on one node ([`RELEASE_SLOTS`] over every
+    /// resource's key, waking each one's waiters when `wake`), run to completion within
+    /// `limit`; made now. `Ok(true)` if every key held our token.
+    pub(crate) fn release_many(
+        &self,
+        keys: &[ResourceKeys],
+        token: &str,
+        wake: bool,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
+        if wake {
+            all.extend(keys.iter().map(|k| k.waiters.as_str()));
+        }
+        let args = [
+            Value::from(token),
+            Value::from(if wake { "1" } else { "0" }),
+        ];
+        let answer = self.eval_release(&RELEASE_SLOTS, &all, &args, limit);
+        let n = keys.len();
+        async move {
+            Ok(
+                matches!(answer.await?, Value::Integer(deleted) if usize::try_from(deleted).is_ok_and(|d| d == n)),
+            )
+        }
+    }
+
+    /// One node's vote for a lock of several resources ([`ACQUIRE_MANY`]): every key set to
+    /// `token` for `ttl_ms`, or none (a key that exists, or an open window, refuses it all).
+    pub(crate) async fn acquire_many(
+        &self,
+        keys: &[ResourceKeys],
+        token: &str,
+        ttl_ms: u64,
+        quarantine: &QuarantineCheck,
+        windowed: bool,
+    ) -> AcquireReply {
+        let first = keys.first().map_or("", |k| k.lock.as_str());
+        let (witness, marker) = if quarantine.ms == 0 {
+            (first, first)
+        } else {
+            (quarantine.witness.as_str(), quarantine.marker.as_str())
+        };
+        let mut all = Vec::with_capacity(2 + 2 * keys.len());
+        all.extend([witness, marker]);
+        all.extend(keys.iter().map(|k| k.lock.as_str()));
+        all.extend(keys.iter().map(|k| k.window.as_str()));
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(quarantine.ms),
+            Value::from(if windowed { "1" } else { "0" }),
+        ];
+        acquire_reply(self.eval(&ACQUIRE_MANY, &all, &args).await, first)
+    }
+
+    /// Compare-and-pexpire of a lock of several resources on one node ([`EXTEND_MANY`]):
+    /// [`NodeVote::Acquired`] if every key held our token and now lives `ttl_ms`.
+    pub(crate) async fn extend_many(&self, keys: &[&str], token: &str, ttl_ms: u64) -> NodeVote {
+        let args = [Value::from(token), int_arg(ttl_ms)];
+        vote(self.eval(&EXTEND_MANY, keys, &args)).await
+    }
+
+    /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
+    /// keeping its expiry ([`RESUME`]), run to completion within `limit`:
+    /// [`NodeVote::Acquired`] with the time the key has left there (`None`: no expiry) if the
+    /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`.
+    /// The call is made now, before the future is polled, so that a round decided at quorum
+    /// still swaps the token on every node.
+    pub(crate) fn resume(
+        &self,
+        key: &str,
+        (token, next): (&str, &str),
+        mode: bool,
+        limit: Duration,
+    ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(next),
+            Value::from(if mode { "1" } else { "0" }),
+        ];
+        let answer = self.eval_release(&RESUME, &[key], &args, limit);
+        async move {
+            match answer.await {
+                Ok(Value::Array(reply)) => match reply.as_slice() {
+                    [Value::Integer(1), Value::Integer(left)] => (
+                        NodeVote::Acquired,
+                        u64::try_from(*left).ok().map(Duration::from_millis),
+                    ),
+                    [Value::Integer(_), _] => (NodeVote::Held, None),
+                    _ => (
+                        NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                            "to the resume script: {reply:?}"
+                        ))),
+                        None,
+                    ),
+                },
+                Ok(reply) => (
+                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                        "to the resume script: {reply:?}"
+                    ))),
+                    None,
+                ),
+                Err(e) => (NodeVote::Failed(e), None),
+            }
+        }
+    }
+
+    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), removing
+    /// its request's waiter entry `marker`, waking the resource's waiters on `channel`
+    /// (empty: nobody), run to completion within `limit`;
+    /// made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if the entry was there
+    /// and moved, [`NodeVote::Held`] otherwise.
+    pub(crate) fn downgrade(
+        &self,
+        key: &str,
+        (token, marker): (&str, &str),
+        mode: Mode,
+        channel: &str,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(mode.as_str()),
+            Value::from(channel),
+            Value::from(marker),
+        ];
+        vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
+    }
+
+    /// Removes whoever holds `keys`' resource on one node, whatever their token
+    /// ([`FORCE_RELEASE`]), waking its waiters on `channel` (empty: nobody), run to completion
+    /// within `limit`; made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if a
+    /// holder was removed, [`NodeVote::Held`] if none was there, and `Ok(false)` beside it
+    /// when the key holds data that is not a lock (left as it was).
+    pub(crate) fn force_release(
+        &self,
+        keys: &ResourceKeys,
+        channel: &str,
+        limit: Duration,
+    ) -> impl Future<Output = (NodeVote, bool)> + Send + use<> {
+        let answer = self.eval_release(
+            &FORCE_RELEASE,
+            &[keys.lock.as_str()],
+            &[Value::from(channel)],
+            limit,
+        );
+        async move {
+            match answer.await {
+                Ok(Value::Integer(1)) => (NodeVote::Acquired, false),
+                Ok(Value::Integer(-2)) => (NodeVote::Held, true),
+                Ok(Value::Integer(_)) => (NodeVote::Held, false),
+                Ok(reply) => (
+                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                        "to the force-release script: {reply:?}"
+                    ))),
+                    false,
+                ),
+                Err(e) => (NodeVote::Failed(e), false),
+            }
+        }
+    }
+
+    /// Writes `label` at `owner_key` beside `key` for `ttl_ms` if `token` holds it on this
+    /// node ([`OWNER`]), within `limit`; made now, as [`resume`](Self::resume).
+    /// [`NodeVote::Acquired`] if written.
+    pub(crate) fn label_holder(
+        &self,
+        (key, owner_key): (&str, &str),
+        (token, label): (&str, &str),
+        ttl_ms: u64,
+        mode: bool,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(label),
+            int_arg(ttl_ms),
+            Value::from(if mode { "1" } else { "0" }),
+        ];
+        vote(self.eval_release(&OWNER, &[key, owner_key], &args, limit))
+    }
+}
