@@ -210,7 +210,9 @@ impl TestNodes {
     /// `key` passes `settled`, and returns it. An acquisition, an extension and a release
     /// each return at a quorum, and the other nodes' calls land just after: read what every
     /// node holds through this (or [`held_everywhere`](Self::held_everywhere),
-    /// [`gone_everywhere`](Self::gone_everywhere)), not right after the call returned.
+    /// [`gone_everywhere`](Self::gone_everywhere)), not right after the call returned. After
+    /// a fault (a node paused, cut or restarted), a call to that node may not land at all:
+    /// the lock then holds on the nodes that granted it, and this panics.
     ///
     /// # Panics
     /// When some node still fails `settled` after 5 s (the message shows every node's

@@ -115,16 +115,24 @@ async fn held_everywhere_waits_for_every_node_and_refuses_a_quorum_alone() {
         foreign_set_nx(&late, "partly").await;
     });
     let holdings = nodes.held_everywhere("partly", "theirs").await;
-    assert_eq!(holdings.len(), 3);
+    let theirs = HeldValue::Token("theirs".to_owned());
+    assert!(holdings.iter().all(|h| h.value == theirs), "{holdings:?}");
     landing.await.unwrap();
 
     for server in &nodes.servers[..2] {
         foreign_set_nx(&server.url(), "quorum").await;
     }
-    let waited = tokio::spawn(async move {
-        nodes.held_everywhere("quorum", "theirs").await;
-    });
-    let refused = waited.await.unwrap_err().into_panic();
-    let text = refused.downcast_ref::<String>().unwrap();
-    assert!(text.contains("quorum not settled on every node"), "{text}");
+    let nodes = std::sync::Arc::new(nodes);
+    for (key, token) in [("quorum", "theirs"), ("partly", "mine")] {
+        let nodes = nodes.clone();
+        let waited = tokio::spawn(async move {
+            nodes.held_everywhere(key, token).await;
+        });
+        let refused = waited.await.unwrap_err().into_panic();
+        let text = refused.downcast_ref::<String>().unwrap();
+        assert!(
+            text.contains(&format!("{key} not settled on every node")),
+            "{text}"
+        );
+    }
 }

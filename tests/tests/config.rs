@@ -37,7 +37,7 @@ async fn configured_as(
     let key = format!("{prefix}{resource}");
     let held = within("the lock", redlock.lock(resource)).await.unwrap();
     let token = held.token().expose().to_owned();
-    assert_eq!(nodes.values(&key).await, vec![Some(token); 3]);
+    nodes.held_everywhere(&key, &token).await;
     assert_eq!(nodes.values(resource).await, vec![None; 3]);
     let ttl_ms = i64::try_from(ttl.as_millis()).unwrap();
     for pttl in nodes.pttls(&key).await {

@@ -336,12 +336,11 @@ mod resume {
         let a = redlock(&nodes).await;
         let through_proxies = through(&proxies).await;
         let options = LockOptions::default().ttl(Duration::from_secs(10));
-        let detached = a
-            .lock_with("give-back", &options)
-            .await
-            .unwrap()
-            .detach()
-            .unwrap();
+        let held = a.lock_with("give-back", &options).await.unwrap();
+        nodes
+            .held_everywhere(held.key(), held.token().expose())
+            .await;
+        let detached = held.detach().unwrap();
         // Three nodes cut off: two swap, no quorum.
         for proxy in &proxies[2..] {
             proxy.partition();

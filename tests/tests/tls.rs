@@ -127,7 +127,10 @@ async fn mutual_tls_needs_the_client_certificate() {
         .build()
         .await
         .unwrap();
-    holds_then_releases(&nodes, "mtls", redlock.lock("mtls").await.unwrap()).await;
+    // Every node took the client certificate: the fresh lock lands on all three.
+    let held = redlock.lock("mtls").await.unwrap();
+    nodes.held_everywhere("mtls", held.token().expose()).await;
+    holds_then_releases(&nodes, "mtls", held).await;
 }
 
 #[tokio::test]

@@ -25,6 +25,8 @@ async fn pay_runs_when_free_and_is_refused_while_another_holder_has_the_order() 
     // Free: the payment runs, and releases the lock when it returns.
     assert_eq!(orders.pay(7).await.unwrap(), 1);
     assert!(nodes.is_free("order:7").await);
+    // Its release returned at a quorum; the last node's delete lands just after.
+    nodes.gone_everywhere("order:7").await;
 
     // Another holder (say, another replica) takes the order's lock.
     let other = redlock(&nodes).await;
