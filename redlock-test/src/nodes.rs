@@ -206,45 +206,46 @@ impl TestNodes {
         }
     }
 
-    /// Waits (at most 5 s, polling every 5 ms) until what every node has at the lock key
-    /// `key` passes `settled`, and returns it. An acquisition, an extension and a release
-    /// each return at a quorum, and the other nodes' calls land just after: read what every
-    /// node holds through this (or [`held_everywhere`](Self::held_everywhere),
-    /// [`gone_everywhere`](Self::gone_everywhere)), not right after the call returned. After
-    /// a fault (a node paused, cut or restarted), a call to that node may not land at all:
-    /// the lock then holds on the nodes that granted it, and this panics.
+    /// Waits (at most 2 s, polling every 5 ms) until what every node has at the lock key
+    /// `key` passes `settled`, and returns what the nodes hold then, settled or not. An
+    /// acquisition, an extension and a release each return at a quorum, and the other nodes'
+    /// calls land just after: read what each node holds through this (or
+    /// [`held_everywhere`](Self::held_everywhere), [`gone_everywhere`](Self::gone_everywhere)),
+    /// not right after the call returned.
+    ///
+    /// Some calls never land: a call the node timeout cut before it was sent (a node slow to
+    /// answer, or a loaded machine), or one to a node that was paused, cut or restarted.
+    /// The lock then holds on the nodes that granted it, a quorum. So assert on the result
+    /// what the test needs: a quorum, or every node when nothing can have been cut.
     ///
     /// # Panics
-    /// When some node still fails `settled` after 5 s (the message shows every node's
-    /// holding), and as [`holdings`](Self::holdings).
-    pub async fn wait_everywhere(
-        &self,
-        key: &str,
-        settled: impl Fn(&Holding) -> bool,
-    ) -> Vec<Holding> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+    /// As [`holdings`](Self::holdings).
+    pub async fn settle(&self, key: &str, settled: impl Fn(&Holding) -> bool) -> Vec<Holding> {
+        let deadline = Instant::now() + Duration::from_secs(2);
         loop {
             let holdings = self.holdings(key).await;
-            if holdings.iter().all(&settled) {
+            if holdings.iter().all(&settled) || Instant::now() >= deadline {
                 return holdings;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{key} not settled on every node within 5 s: {holdings:?}"
-            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 
-    /// Waits (at most 5 s) until every node holds `token` at the lock key `key`
+    /// Waits (at most 2 s) until every node holds `token` at the lock key `key`
     /// ([`HeldValue::holds`]), and returns the holdings: the acquisition returned at a quorum,
     /// and the other nodes' grants land just after.
     ///
     /// # Panics
-    /// As [`wait_everywhere`](Self::wait_everywhere).
+    /// When some node does not hold it after 2 s (the message shows every node's holding):
+    /// see [`settle`](Self::settle) for the grants that never land. And as
+    /// [`holdings`](Self::holdings).
     pub async fn held_everywhere(&self, key: &str, token: &str) -> Vec<Holding> {
-        self.wait_everywhere(key, |holding| holding.value.holds(token))
-            .await
+        let holdings = self.settle(key, |holding| holding.value.holds(token)).await;
+        assert!(
+            holdings.iter().all(|holding| holding.value.holds(token)),
+            "{key} not held by the token on every node within 2 s: {holdings:?}"
+        );
+        holdings
     }
 
     /// The hash at `key` on every node, in order (empty where absent): a resource held in

@@ -50,3 +50,33 @@ impl Drop for DropFlag {
         self.0.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Takes `resource`'s lock through `redlock` and returns it once every node holds it: a grant
+/// the node timeout cut (a loaded machine) leaves the lock on a quorum only, so such a lock is
+/// released and taken again, up to 5 times. For the tests whose point is every node.
+///
+/// # Panics
+/// When the lock is refused, or never lands on every node.
+pub async fn lock_everywhere(
+    redlock: &redlock_core::Redlock,
+    nodes: &RedisNodes,
+    resource: &str,
+    options: &redlock_core::LockOptions,
+) -> redlock_core::LockGuard {
+    for _ in 0..5 {
+        let guard = match redlock.lock_with(resource, options).await {
+            Ok(guard) => guard,
+            Err(error) => panic!("{resource}: {error}"),
+        };
+        let (key, token) = (guard.key().to_owned(), guard.token().expose().to_owned());
+        let holdings = nodes.settle(&key, |h| h.value.holds(&token)).await;
+        if holdings.iter().all(|h| h.value.holds(&token)) {
+            return guard;
+        }
+        if let Err(error) = guard.release().await {
+            panic!("{resource}: {error}");
+        }
+        nodes.gone_everywhere(&key).await;
+    }
+    panic!("{resource} never held on every node in 5 tries");
+}

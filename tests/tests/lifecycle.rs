@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use fred::interfaces::KeysInterface;
 use rand::Rng;
 use redlock_core::{LockError, LockInfo, LockOptions, LostReason, Mode};
-use redlock_tests::{DropFlag, RedisNodes, RedisServer, is_free, plain_client, redlock, within};
+use redlock_tests::{
+    DropFlag, RedisNodes, RedisServer, is_free, lock_everywhere, plain_client, redlock, within,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -142,11 +144,8 @@ async fn an_extension_with_a_shorter_ttl_never_shortens_the_lock() {
         if let Some(mode) = mode {
             options = options.mode(mode);
         }
-        let guard = a.lock_with(&resource, &options).await.unwrap();
-        // Every grant landed (the lock returned at a quorum): no node reads -2 below.
-        nodes
-            .held_everywhere(&a.key_for(&resource), guard.token().expose())
-            .await;
+        // On every node (no node reads -2 below).
+        let guard = lock_everywhere(&a, &nodes, &resource, &options).await;
         let before = guard.valid_until();
         let deadline = guard.extend(ms(2_000)).await.unwrap();
         assert_eq!(deadline, before, "{resource}: the deadline moved");
@@ -260,9 +259,7 @@ async fn with_lock_stops_the_work_when_the_lock_is_lost_and_never_recreates_it()
     );
     // An operator (or eviction) deletes the lock while the work runs (once every grant
     // landed: a late one would put the key back on its node).
-    nodes
-        .wait_everywhere("job", |h| h.value.token().is_some())
-        .await;
+    nodes.settle("job", |h| h.value.token().is_some()).await;
     nodes.delete("job").await;
     let result = within("with_lock to return", run).await.unwrap();
     assert!(
@@ -310,7 +307,8 @@ async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders
 
     // Each key is deleted once every grant landed (a late one would put it back).
     let guard = a.lock_with("gone", &options).await.unwrap();
-    nodes.held_everywhere("gone", guard.token().expose()).await;
+    let token = guard.token().expose();
+    nodes.settle("gone", |h| h.value.holds(token)).await;
     nodes.delete("gone").await;
     let error = guard.extend(ms(5_000)).await.unwrap_err();
     assert!(
@@ -327,15 +325,10 @@ async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders
     assert_eq!(nodes.values("gone").await, vec![None; 5]);
 
     let guard = a.lock_with("taken", &options).await.unwrap();
-    nodes.held_everywhere("taken", guard.token().expose()).await;
+    let token = guard.token().expose();
+    nodes.settle("taken", |h| h.value.holds(token)).await;
     nodes.delete("taken").await;
-    let theirs = b
-        .lock_with("taken", &LockOptions::default().ttl(ms(3_000)))
-        .await
-        .unwrap();
-    nodes
-        .held_everywhere("taken", theirs.token().expose())
-        .await;
+    let theirs = lock_everywhere(&b, &nodes, "taken", &LockOptions::default().ttl(ms(3_000))).await;
     assert!(guard.extend(ms(60_000)).await.is_err());
     for left in nodes.pttls("taken").await {
         assert!((1..=3_000).contains(&left), "their key's ttl became {left}");

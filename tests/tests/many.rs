@@ -37,7 +37,8 @@ async fn a_set_is_taken_all_or_none_and_a_refusal_leaves_nothing_behind() {
     let nodes = RedisNodes::start(5);
     let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
     let middle = a.lock("b").await.unwrap();
-    nodes.held_everywhere("b", middle.token().expose()).await;
+    let token = middle.token().expose();
+    nodes.settle("b", |h| h.value.holds(token)).await;
     let error = b
         .lock_many_with(&["a", "b", "c"], &once())
         .await

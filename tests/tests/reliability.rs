@@ -1249,7 +1249,8 @@ async fn rl09_extension_under_faults() {
     let client = handle(nodes.urls()).await;
     let guard = client.lock_with("rl09d", &once()).await.unwrap();
     // Deleted once every grant landed (a late one would put the key back on its node).
-    nodes.held_everywhere("rl09d", guard.token().expose()).await;
+    let token = guard.token().expose();
+    nodes.settle("rl09d", |h| h.value.holds(token)).await;
     nodes.delete("rl09d").await;
     let extended = guard.extend(TTL).await;
     assert!(
@@ -1330,13 +1331,16 @@ async fn rl10_release_correctness() {
     // removed them.
     let long = once().ttl(Duration::from_secs(10));
     let guard = a.lock_with("rl10b", &long).await.unwrap();
-    // Every grant landed (the lock returned at a quorum), each with its 10 s ttl.
+    // Its grants landed (the lock returned at a quorum), each with its 10 s ttl: on a quorum
+    // at least, and on every node unless the node timeout cut a grant.
     let observers = join_all(nodes.urls().iter().map(|u| plain_client(u))).await;
-    nodes
-        .wait_everywhere("rl10b", |h| {
-            h.value.holds(guard.token().expose()) && h.ttl.is_some_and(|ttl| ttl > ms(9_000))
-        })
-        .await;
+    let token = guard.token().expose();
+    let held = |h: &redlock_tests::Holding| {
+        h.value.holds(token) && h.ttl.is_some_and(|ttl| ttl > ms(9_000))
+    };
+    let holdings = nodes.settle("rl10b", held).await;
+    let holding = holdings.iter().filter(|h| held(h)).count();
+    assert!(holding >= nodes.quorum(), "{holdings:?}");
     set_all(&proxies, Direction::Reply, Fault::Blackhole);
     let started = Instant::now();
     let result = guard.release().await;

@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
 use redlock_core::{BuildError, LockOptions, Redlock};
-use redlock_tests::{RedisNodes, RedisServer, ServerKind, ServerOptions, redlock_with, within};
+use redlock_tests::{
+    RedisNodes, RedisServer, ServerKind, ServerOptions, lock_everywhere, redlock_with, within,
+};
 
 /// `true` if Valkey is installed; otherwise says why the test is skipped (or fails, when
 /// `REDLOCK_REQUIRE_VALKEY` is set).
@@ -62,9 +64,9 @@ async fn a_mixed_set_of_redis_and_valkey_nodes_is_one_quorum() {
     let resource = "mixed:order";
 
     // Lock: the same token on every node, Redis and Valkey alike.
-    let guard = within("A's lock", a.lock(resource)).await.unwrap();
+    let guard = within("A's lock", lock_everywhere(&a, &nodes, resource, &once())).await;
     let token = guard.token().expose().to_owned();
-    for holding in nodes.held_everywhere(resource, &token).await {
+    for holding in nodes.holdings(resource).await {
         assert!(holding.ttl.is_some(), "{holding:?}");
     }
     assert_eq!(nodes.holder(resource).await, Some(token.clone()));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redlock_core::{BuildError, LockError, LockGuard, LockOptions, Redlock, RedlockBuilder};
 use redlock_tests::tls::Certificates;
-use redlock_tests::{RedisNodes, ServerOptions, within};
+use redlock_tests::{RedisNodes, ServerOptions, lock_everywhere, within};
 
 /// `n` servers serving TLS with `certificates` (and plain TCP on their own port, through which
 /// the tests look at the keys); `require`: clients must present a certificate.
@@ -68,7 +68,10 @@ async fn locks_over_tls_with_a_private_ca_and_wakes_waiters_over_it() {
 
     let held = a.lock("tls").await.unwrap();
     // The keys are on the servers (read through their plain ports).
-    nodes.held_everywhere("tls", held.token().expose()).await;
+    assert_eq!(
+        nodes.holder("tls").await.as_deref(),
+        Some(held.token().expose())
+    );
     let once = LockOptions::default().retry_count(0);
     assert!(matches!(
         b.lock_with("tls", &once).await,
@@ -127,9 +130,8 @@ async fn mutual_tls_needs_the_client_certificate() {
         .build()
         .await
         .unwrap();
-    // Every node took the client certificate: the fresh lock lands on all three.
-    let held = redlock.lock("mtls").await.unwrap();
-    nodes.held_everywhere("mtls", held.token().expose()).await;
+    // Every node took the client certificate: the lock lands on all three.
+    let held = lock_everywhere(&redlock, &nodes, "mtls", &LockOptions::default()).await;
     holds_then_releases(&nodes, "mtls", held).await;
 }
 

@@ -235,8 +235,9 @@ pub fn exists(path: &str) -> bool {
     Path::new(path).exists()
 }
 
-/// The tokens at `resource` once every node holds one (at most 5 s): `redlock run` returned
-/// from its acquisition at a quorum, and the other nodes' grants land just after.
+/// The tokens at `resource` once every node holds one (at most 2 s, then whatever the nodes
+/// hold): `redlock run` returned from its acquisition at a quorum, and the other nodes'
+/// grants land just after.
 pub async fn held_everywhere(nodes: &TestNodes, resource: &str) -> Vec<String> {
     let looks_like_a_token = |holding: &redlock_test::Holding| {
         holding
@@ -244,7 +245,7 @@ pub async fn held_everywhere(nodes: &TestNodes, resource: &str) -> Vec<String> {
             .token()
             .is_some_and(|t| tokens(&[Some(t.to_owned())]).len() == 1)
     };
-    nodes.wait_everywhere(resource, looks_like_a_token).await;
+    nodes.settle(resource, looks_like_a_token).await;
     tokens(&nodes.values(resource).await)
 }
 
