@@ -1,4 +1,5 @@
-//! Force-release: an operator removes whoever holds a resource, whatever their token.
+//! Force-release: an operator removes whoever holds a resource, whatever their token: a read
+//! of who holds it, then a delete of only those holders.
 
 use crate::error::{InvalidInput, LockError};
 use crate::keys::validate_resource;
@@ -38,7 +39,10 @@ impl ForceReleased {
 
 impl Redlock {
     /// **Breaks the lock on `resource`**: removes whoever holds it on every node, whatever
-    /// their token, and wakes its waiters. For operators, when a holder is known to be dead
+    /// their token, and wakes its waiters. Two rounds: a read of who holds it on every node
+    /// (digests of their tokens, never the tokens), then a delete of only those holders on
+    /// every node, so that a delete reaching a node late cannot remove the lock of a holder
+    /// that took the resource after it. For operators, when a holder is known to be dead
     /// and its ttl is long; also `redlock release --force` on the command line.
     ///
     /// It is not a release: the lock's guarantee does not hold across it. A holder that is
@@ -56,8 +60,8 @@ impl Redlock {
     /// another type, or a hash with fields we did not write) is left as it is and counted in
     /// [`ForceReleased::not_a_lock`]. The fencing counter, waiter queue and windows stay.
     ///
-    /// Every node is awaited, each within the node timeout, and the report says what each
-    /// count of nodes did; [`ForceReleased::confirmed`] is `false` when fewer than a quorum
+    /// Every node is awaited in each round, each within the node timeout, and the report says
+    /// what each count of nodes did (when the read found no holder, what the read found); [`ForceReleased::confirmed`] is `false` when fewer than a quorum
     /// answered (the nodes that answered were cleared, the others keep their holder until
     /// its ttl).
     ///
@@ -72,14 +76,7 @@ impl Redlock {
             return Err(InvalidInput::ReservedResource.into());
         }
         let masters = self.masters();
-        // Whether or not this handle listens, the applications' waiters are woken.
-        let channel = keys.waiters.as_str();
-        // Every node, each within the node timeout, all awaited: the report is exact.
-        let answers = masters
-            .nodes
-            .iter()
-            .map(|node| node.force_release(&keys, channel, masters.node_timeout));
-        let answers = futures_util::future::join_all(answers).await;
+        let limit = masters.node_timeout;
         let mut report = ForceReleased {
             removed: 0,
             not_a_lock: 0,
@@ -87,14 +84,45 @@ impl Redlock {
             nodes: masters.len(),
             quorum: masters.quorum,
         };
-        for (vote, not_a_lock) in answers {
-            match vote {
-                NodeVote::Acquired => report.removed += 1,
-                NodeVote::Held if not_a_lock => report.not_a_lock += 1,
-                _ => {}
+        // First who holds it, on every node, each within the node timeout, all awaited.
+        let reads = masters
+            .nodes
+            .iter()
+            .map(|node| node.force_read(&keys, limit));
+        let reads = futures_util::future::join_all(reads).await;
+        let mut holders: Vec<String> = Vec::new();
+        let mut not_a_lock = 0;
+        for read in &reads {
+            match read {
+                Ok(Some(digests)) => holders.extend(digests.iter().cloned()),
+                Ok(None) => not_a_lock += 1,
+                Err(_) => {}
             }
-            if matches!(vote, NodeVote::Acquired | NodeVote::Held) {
-                report.answered += 1;
+        }
+        holders.sort_unstable();
+        holders.dedup();
+        if holders.is_empty() {
+            // Nobody to remove: nothing else is sent.
+            report.not_a_lock = not_a_lock;
+            report.answered = reads.iter().filter(|read| read.is_ok()).count();
+        } else {
+            // Then only those holders, on every node: a delete that reaches a node late
+            // finds the next holder's token there, another digest, and leaves it. Whether or
+            // not this handle listens, the applications' waiters are woken.
+            let channel = keys.waiters.as_str();
+            let answers = masters
+                .nodes
+                .iter()
+                .map(|node| node.force_release(&keys, &holders, channel, limit));
+            for (vote, not_a_lock) in futures_util::future::join_all(answers).await {
+                match vote {
+                    NodeVote::Acquired => report.removed += 1,
+                    NodeVote::Held if not_a_lock => report.not_a_lock += 1,
+                    _ => {}
+                }
+                if matches!(vote, NodeVote::Acquired | NodeVote::Held) {
+                    report.answered += 1;
+                }
             }
         }
         telemetry::force_released(resource, report.removed, report.answered, report.nodes);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tracing::Instrument;
 
+use crate::acquire::fence;
 use crate::error::{InvalidInput, LockError, LostReason};
 use crate::guard::LockGuard;
 use crate::keys::validate_resource;
@@ -79,7 +80,8 @@ impl DetachedLock {
         self.ttl
     }
 
-    /// The lock's fencing token, if it was taken with one; the resumed lock keeps it.
+    /// The lock's fencing token, if it was taken with one. A resumed lock is a new holder and
+    /// takes a fresh, larger one ([`Redlock::resume_with`]).
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
     }
@@ -155,6 +157,17 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Takes a guard that was never handed out back out of the ledger, without releasing
+    /// it: `false` if [`Redlock::release_all`] retired (and released) it first.
+    fn take_back(self) -> bool {
+        let lease = std::sync::Arc::clone(self.lease_ref());
+        let taken = self.handle().inner().ledger.retire(&lease);
+        self.forget();
+        taken
+    }
+}
+
 impl Redlock {
     /// Resumes `detached` with the handle's default options and the detached lock's ttl. See
     /// [`resume_with`](Self::resume_with).
@@ -172,7 +185,10 @@ impl Redlock {
     /// hold from now).
     ///
     /// On every node at once the detached token is swapped for a fresh one, keeping the key's
-    /// expiry; it is held when a quorum swapped. Its validity is what those nodes hold: the
+    /// expiry; it is held when a quorum swapped. The swap is a grant to a new holder: a node
+    /// in quarantine ([`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine): it
+    /// restarted, or lost its data, and may hold a token a quorum already swapped) refuses
+    /// it, as it refuses every acquisition. Its validity is what those nodes hold: the
     /// round's start + the time the quorum's keys have left (the quorum-th longest) − drift
     /// (distlock spec, steps 1–4, with the keys' remaining life for the ttl), so the guard
     /// never claims more than the nodes hold. When that is less than `options`' ttl gives, the
@@ -181,9 +197,17 @@ impl Redlock {
     /// gave. After the swap the detached token holds
     /// fewer than a quorum: the same `DetachedLock` resumed again, or released, is refused. A
     /// failed resumption swaps the token back where it swapped it (expiries untouched), so it
-    /// can be tried again; a resumption dropped midway does the same in the background.
+    /// can be tried again; a resumption dropped at any point before it returns (during the
+    /// swap, the extension or the fencing round) does the same in the background.
     ///
-    /// The mode and fencing token are the detached lock's.
+    /// The mode is the detached lock's. A fenced lock is fenced again: the resumed guard's
+    /// [`fencing_token`](LockGuard::fencing_token) is larger than the detached one (one more
+    /// round, at the fencing quorum), so that the protected storage refuses a late write of
+    /// the holder that detached it.
+    ///
+    /// # Cancel safety
+    /// Dropping the future gives the lock back to the detached token (in the background, on
+    /// the handle's runtime; [`Redlock::shutdown`] waits for it).
     ///
     /// # Errors
     /// - [`LockError::Invalid`]: bad options (checked with the detached lock's mode: no
@@ -192,10 +216,12 @@ impl Redlock {
     ///   ([`InvalidInput::ResumeMismatch`]) (nothing is sent);
     /// - [`LockError::Lost`]: a majority no longer holds the detached token (it expired, was
     ///   released, or was already resumed);
-    /// - [`LockError::Unavailable`]: too few nodes answered to decide; try again;
+    /// - [`LockError::Unavailable`]: too few nodes answered to decide, or, for a fenced lock,
+    ///   too few confirmed its new fencing token; the swap was undone; try again;
     /// - [`LockError::NoValidity`]: a quorum swapped it, but its keys had too little time
     ///   left to be valid; the swap was undone;
-    /// - [`LockError::ShuttingDown`]: the handle is shutting down.
+    /// - [`LockError::ShuttingDown`]: the handle is shutting down (also when shutdown began
+    ///   during the rounds: the swap is then undone, so another process can resume it).
     pub async fn resume_with(
         &self,
         detached: &DetachedLock,
@@ -235,7 +261,10 @@ impl Redlock {
         Ok(())
     }
 
-    /// The swap round of [`resume_with`](Self::resume_with), its checks passed.
+    /// The swap round of [`resume_with`](Self::resume_with), its checks passed, then the
+    /// extension and fencing rounds the resumed lock needs; the give-back stays armed until
+    /// the guard is handed out, so that an error or a drop at any point swaps the detached
+    /// token back.
     async fn resume_round(
         &self,
         detached: &DetachedLock,
@@ -247,6 +276,7 @@ impl Redlock {
         let limit = masters.node_timeout;
         let key = detached.key.as_str();
         let (mode, old) = (detached.mode.is_some(), detached.token.expose());
+        let quarantine = &masters.quarantine_check;
         // Armed before anything is sent: whichever way this future ends without a guard
         // (an error, or dropped midway), the token goes back to the detached one.
         let mut give_back = GiveBack {
@@ -258,7 +288,7 @@ impl Redlock {
         let start = Instant::now();
         let tally = masters
             .round(masters.quorum, limit, Stop::AtDecision, |node| {
-                node.resume(key, (old, next.expose()), mode, limit)
+                node.resume(key, (old, next.expose()), mode, quarantine, limit)
             })
             .await;
         let elapsed = start.elapsed();
@@ -275,45 +305,24 @@ impl Redlock {
         left.sort_unstable_by(|a, b| b.cmp(a));
         let outcomes = masters.outcomes(tally.votes);
         tracing::debug!(resource, swapped = granted, refused, "resumption decided");
-        if let Some(&held) = left.get(masters.quorum - 1) {
-            let drift = timing::drift(held, options.get_drift_factor());
-            let validity = held.saturating_sub(drift);
-            if elapsed < validity {
-                give_back.tokens = None;
-                let mut valid_until = start + validity;
-                // Extended to the ttl asked for when the keys hold less; if too few nodes
-                // confirm, it is held all the same, until what the swap gave.
-                let (ttl, ttl_drift) = (
-                    options.sent_ttl(),
-                    timing::drift(options.sent_ttl(), options.get_drift_factor()),
-                );
-                if validity < ttl.saturating_sub(ttl_drift) {
-                    let token = next.expose();
-                    let start = Instant::now();
-                    let limit = limit.min(valid_until.saturating_duration_since(start));
-                    let ttl_ms = options.ttl_millis();
-                    let tally = masters
-                        .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
-                            (node.extend(key, token, ttl_ms, mode).await, ())
-                        })
-                        .await;
-                    if tally.granted >= masters.quorum && Instant::now() < valid_until {
-                        valid_until = valid_until.max(start + ttl - ttl_drift);
-                    }
-                }
-                let grant = Grant {
-                    started: start,
-                    valid_until,
-                    fencing_token: detached.fencing_token,
-                    marker: detached.marker.clone(),
-                    busy: Duration::ZERO,
-                    slot: None,
-                    also: Vec::new(),
-                };
-                let keys = self.resource_keys(detached.key.clone());
-                let class = telemetry::class_of(resource, options);
-                return Ok(self.register(resource, &class, keys, next, options, grant));
+        let Some(&held) = left.get(masters.quorum - 1) else {
+            give_back.now().await;
+            if refused > masters.len() - masters.quorum {
+                return Err(LockError::Lost {
+                    resource: resource.to_owned(),
+                    reason: LostReason::Refused(outcomes),
+                });
             }
+            return Err(LockError::Unavailable {
+                resource: resource.to_owned(),
+                attempts: 1,
+                quorum: masters.quorum,
+                outcomes,
+            });
+        };
+        let drift = timing::drift(held, options.get_drift_factor());
+        let mut valid_until = start + held.saturating_sub(drift);
+        if Instant::now() >= valid_until {
             give_back.now().await;
             return Err(LockError::NoValidity {
                 resource: resource.to_owned(),
@@ -322,19 +331,75 @@ impl Redlock {
                 ttl: held,
             });
         }
-        give_back.now().await;
-        if refused > masters.len() - masters.quorum {
-            return Err(LockError::Lost {
+        // Extended to the ttl asked for when the keys hold less; if too few nodes confirm,
+        // it is held all the same, until what the swap gave.
+        let (ttl, ttl_drift) = (
+            options.sent_ttl(),
+            timing::drift(options.sent_ttl(), options.get_drift_factor()),
+        );
+        if valid_until < start + ttl.saturating_sub(ttl_drift) {
+            let token = next.expose();
+            let start = Instant::now();
+            let limit = limit.min(valid_until.saturating_duration_since(start));
+            let ttl_ms = options.ttl_millis();
+            let tally = masters
+                .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
+                    (node.extend(key, token, ttl_ms, mode).await, ())
+                })
+                .await;
+            if tally.granted >= masters.quorum && Instant::now() < valid_until {
+                valid_until = valid_until.max(start + ttl - ttl_drift);
+            }
+        }
+        let keys = self.resource_keys(detached.key.clone());
+        // A resumer is a new holder: a fenced lock takes a fresh token, above the detached
+        // lock's, so that storage refuses a late write of the detaching holder.
+        let fencing_token = match detached.fencing_token {
+            Some(before) => match fence(masters, &keys, before, limit).await {
+                Ok(token) => Some(token),
+                Err(outcomes) => {
+                    give_back.now().await;
+                    return Err(LockError::Unavailable {
+                        resource: resource.to_owned(),
+                        attempts: 1,
+                        quorum: masters.fencing_quorum,
+                        outcomes,
+                    });
+                }
+            },
+            None => None,
+        };
+        if Instant::now() >= valid_until {
+            give_back.now().await;
+            return Err(LockError::NoValidity {
                 resource: resource.to_owned(),
-                reason: LostReason::Refused(outcomes),
+                attempts: 1,
+                elapsed: start.elapsed(),
+                ttl: held,
             });
         }
-        Err(LockError::Unavailable {
-            resource: resource.to_owned(),
-            attempts: 1,
-            quorum: masters.quorum,
-            outcomes,
-        })
+        let grant = Grant {
+            started: start,
+            valid_until,
+            fencing_token,
+            marker: detached.marker.clone(),
+            busy: Duration::ZERO,
+            slot: None,
+            also: Vec::new(),
+        };
+        let class = telemetry::class_of(resource, options);
+        let guard = self.register(resource, &class, keys, next, options, grant);
+        if self.is_shutting_down() {
+            // Shutdown began during the rounds: what `release_all` may have missed is given
+            // back to the detached token, so that another process can resume it. If
+            // `release_all` took it first, it was released.
+            if guard.take_back() {
+                give_back.now().await;
+            }
+            return Err(LockError::ShuttingDown);
+        }
+        give_back.tokens = None;
+        Ok(guard)
     }
 
     /// Releases `detached` on every node (compare-and-delete with its token, waking the
@@ -401,7 +466,10 @@ impl GiveBack {
         let answers: Vec<_> = masters
             .nodes
             .iter()
-            .map(|node| node.resume(key, (next.expose(), old.expose()), mode, limit))
+            .map(|node| {
+                let tokens = (next.expose(), old.expose());
+                node.resume(key, tokens, mode, &masters.quarantine_check, limit)
+            })
             .collect();
         Some(async move {
             futures_util::future::join_all(answers).await;

@@ -1,6 +1,7 @@
 //! Liveness of a job that skips when busy: K replicas fire the guide's skip job
 //! (`retry_count = 0`, a minimum hold, skip on `LockError::Busy`) at the same tick, and it must
-//! run on exactly one of them, every tick. The replicas split the vote when each is nearer some
+//! run on exactly one of them, every tick; the same in a lock mode, for a lock of several
+//! resources, and for a semaphore's permits (run on exactly as many replicas as permits). The replicas split the vote when each is nearer some
 //! nodes than the others; a split vote is not `Busy` (nobody holds the resource), so they
 //! attempt again after random delays until one has it. Against 5 real redis-server processes,
 //! each replica seeing them through its own proxies.
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockError, LockOptions, Redlock};
+use redlock_core::{LockError, LockOptions, Mode, Redlock};
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{RedisNodes, proxy_urls, within};
 
@@ -47,22 +48,65 @@ struct Tick {
     errors: Vec<String>,
 }
 
-/// Every replica fires the skip job on `resource` at once.
+/// How a skip job takes its lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    /// The plain lock, with a minimum hold.
+    Plain,
+    /// In mode EX (no minimum hold in a mode: the work outlasts the attempts after a split).
+    Exclusive,
+    /// Two resources at once (no minimum hold either).
+    Several,
+    /// One of 2 permits of a semaphore, with a minimum hold.
+    Permit,
+}
+
+impl Job {
+    /// On how many replicas the job runs each tick.
+    fn runs(self) -> usize {
+        match self {
+            Self::Permit => 2,
+            Self::Plain | Self::Exclusive | Self::Several => 1,
+        }
+    }
+}
+
+/// Every replica fires the plain skip job on `resource` at once.
 async fn tick(replicas: &[Replica], resource: &str) -> Tick {
-    let job = LockOptions::default()
+    tick_of(replicas, resource, Job::Plain).await
+}
+
+/// Every replica fires `job` on `resource` at once.
+async fn tick_of(replicas: &[Replica], resource: &str, job: Job) -> Tick {
+    let once = LockOptions::default()
         .ttl(Duration::from_secs(5))
-        .retry_count(0)
-        .lock_at_least_for(Duration::from_secs(2));
+        .retry_count(0);
+    let held = Duration::from_secs(2);
+    let (options, work) = match job {
+        Job::Plain => (once.lock_at_least_for(held), ms(20)),
+        Job::Permit => (once.lock_at_least_for(held).permits(2), ms(20)),
+        // Without a minimum hold, the work lasts longer than a split's attempts (1.26 s).
+        Job::Exclusive => (once.mode(Mode::Exclusive), held),
+        Job::Several => (once, held),
+    };
     let start = Arc::new(tokio::sync::Barrier::new(replicas.len()));
     let fired = replicas.iter().map(|replica| {
-        let (redlock, job, start) = (replica.redlock.clone(), job.clone(), Arc::clone(&start));
+        let (redlock, job_options, start) =
+            (replica.redlock.clone(), options.clone(), Arc::clone(&start));
         let resource = resource.to_owned();
         tokio::spawn(async move {
             start.wait().await;
-            match redlock.lock_with(&resource, &job).await {
+            let locked = match job {
+                Job::Several => {
+                    let resources = [resource.clone(), format!("{resource}:b")];
+                    redlock.lock_many_with(&resources, &job_options).await
+                }
+                _ => redlock.lock_with(&resource, &job_options).await,
+            };
+            match locked {
                 Ok(guard) => {
                     // The job's work, then the release (the key stays for the minimum hold).
-                    tokio::time::sleep(ms(20)).await;
+                    tokio::time::sleep(work).await;
                     guard.release().await.map(|_| true)
                 }
                 Err(error) if error.is_busy() => Ok(false),
@@ -110,7 +154,13 @@ fn skew(replicas: &[Replica], far: Duration, jitter: Duration, rng: &mut impl Rn
 
 /// The liveness property of one tick: the job ran on exactly one replica, and none failed.
 fn check_tick(tick: &Tick) -> Result<(), String> {
-    if tick.ran == 1 && tick.errors.is_empty() {
+    check_tick_of(tick, 1)
+}
+
+/// The liveness property of one tick of a job that runs on `runs` replicas at once: it ran on
+/// exactly that many, and none failed.
+fn check_tick_of(tick: &Tick, runs: usize) -> Result<(), String> {
+    if tick.ran == runs && tick.errors.is_empty() {
         Ok(())
     } else {
         Err(format!(
@@ -122,12 +172,42 @@ fn check_tick(tick: &Tick) -> Result<(), String> {
 
 /// Runs `ticks` ticks and checks each ([`check_tick`]).
 async fn every_tick_runs_once(replicas: &[Replica], name: &str, ticks: usize) {
+    every_tick_runs(replicas, name, ticks, Job::Plain).await;
+}
+
+/// Runs `ticks` ticks of `job` and checks each ([`check_tick_of`]).
+async fn every_tick_runs(replicas: &[Replica], name: &str, ticks: usize, job: Job) {
     for t in 0..ticks {
-        let tick = tick(replicas, &format!("{name}:{t}")).await;
-        if let Err(error) = check_tick(&tick) {
-            panic!("{name}, tick {t}: {error}");
+        let tick = tick_of(replicas, &format!("{name}:{t}"), job).await;
+        if let Err(error) = check_tick_of(&tick, job.runs()) {
+            panic!("{name} ({job:?}), tick {t}: {error}");
         }
     }
+}
+
+/// `job` fired by `k` replicas, each 5 ms farther from the nodes outside its group: without
+/// the attempts after a split vote, most ticks run on too few replicas.
+async fn a_skewed_skip_job_runs_every_tick(job: Job, k: usize) {
+    let nodes = RedisNodes::start(5);
+    let replicas = replicas(&nodes, k).await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(rand::random());
+    skew(&replicas, ms(5), Duration::ZERO, &mut rng);
+    every_tick_runs(&replicas, "skewed", 6, job).await;
+}
+
+#[tokio::test]
+async fn a_skip_job_in_a_mode_fired_by_three_replicas_runs_once_per_tick() {
+    a_skewed_skip_job_runs_every_tick(Job::Exclusive, 3).await;
+}
+
+#[tokio::test]
+async fn a_skip_job_on_two_resources_fired_by_three_replicas_runs_once_per_tick() {
+    a_skewed_skip_job_runs_every_tick(Job::Several, 3).await;
+}
+
+#[tokio::test]
+async fn a_skip_job_on_two_permits_fired_by_four_replicas_runs_twice_per_tick() {
+    a_skewed_skip_job_runs_every_tick(Job::Permit, 4).await;
 }
 
 #[test]

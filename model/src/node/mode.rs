@@ -7,7 +7,8 @@
 
 use super::args::{arg, key as key_at, need};
 use super::prelude::{
-    Raise, concat_number, fence_read, ms_left, node_now, quarantine_check, tonumber, window_open,
+    Raise, concat_number, fence_read, holder_digest, ms_left, node_now, quarantine_check, tonumber,
+    window_open,
 };
 use super::store::WRONGTYPE;
 use super::{Call, Node, Reply};
@@ -123,14 +124,27 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
             Reply::Int(left),
         ])
     };
+    let refusal = |fence: Reply, left: i64, holders: String| {
+        Reply::Array(vec![
+            Reply::Int(0),
+            fence,
+            Reply::Int(0),
+            Reply::Int(left),
+            Reply::Bulk(holders),
+        ])
+    };
     if kind == "string" {
-        return Ok(reply(0, fence, ms_left(node, key)));
+        return Ok(refusal(fence, ms_left(node, key), holder_digest(node, key)));
     }
     if kind != "none" && kind != "hash" {
         return Ok(reply(-2, fence, -1));
     }
     if kind == "none" && window_open(node, window_key) {
-        return Ok(reply(0, fence, ms_left(node, window_key)));
+        return Ok(refusal(
+            fence,
+            ms_left(node, window_key),
+            "window".to_owned(),
+        ));
     }
     let now = now_f64(node);
     let entries = if kind == "hash" {
@@ -139,6 +153,7 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
         Vec::new()
     };
     let (mut latest, mut refused, mut blocked, mut expired) = (now, false, now, Vec::new());
+    let mut blocking: Vec<String> = Vec::new();
     for (field, value) in entries {
         let Some(entry) = mode_entry(&field, &value) else {
             if node.flaws.mode_takes_foreign_hash {
@@ -167,6 +182,8 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
                     if entry.expiry > blocked {
                         blocked = entry.expiry;
                     }
+                    blocking
+                        .push(sha1_smol::Sha1::from(&field).digest().to_string()[..16].to_owned());
                 }
             }
         }
@@ -187,6 +204,10 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
         latest = expiry;
     }
     node.store.pexpireat(key, ms_arg(latest));
+    if refused {
+        blocking.sort();
+        return Ok(refusal(fence, (blocked - now) as i64, blocking.join(" ")));
+    }
     Ok(Reply::Array(vec![
         Reply::Int(granted),
         fence,

@@ -55,14 +55,14 @@ impl AttemptFailure {
     }
 }
 
-/// Whether a refused plain attempt was a split vote: no holder of the resource has a quorum,
-/// only several contenders' attempts (or ours) at once, each on too few nodes. Told apart by
-/// who refused it on each node (`AcquireReply::holder`): nodes naming the same holder hold one
-/// lock.
+/// Whether a refused attempt (plain or in a mode) was a split vote: no holder of the resource
+/// has a quorum, only several contenders' attempts (or ours) at once, each on too few nodes.
+/// Told apart by who refused it on each node (`AcquireReply::holder`: one name, or for a
+/// request in a mode the space-separated names of every entry that blocked it): nodes naming
+/// the same holder hold one lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Split {
-    /// One holder was named by a quorum of nodes, or the request is in a mode (whose holders
-    /// share the resource by design): the resource is busy.
+    /// One holder was named by a quorum of nodes: the resource is busy.
     No,
     /// No holder was named by a quorum of the nodes that answered, but the nodes that did not
     /// answer could make one up.
@@ -76,8 +76,13 @@ impl Split {
     /// The split of `votes`, where `holders` names who refused on each node.
     pub(super) fn of(votes: &[NodeVote], holders: &[Option<&str>], quorum: usize) -> Self {
         let mut named: Vec<(&str, usize)> = Vec::new();
-        for holder in holders.iter().flatten() {
-            match named.iter_mut().find(|(name, _)| name == holder) {
+        let names = holders
+            .iter()
+            .flatten()
+            .flat_map(|holders| holders.split(' '))
+            .filter(|name| !name.is_empty());
+        for holder in names {
+            match named.iter_mut().find(|(name, _)| *name == holder) {
                 Some((_, count)) => *count += 1,
                 None => named.push((holder, 1)),
             }
@@ -144,16 +149,12 @@ impl Redlock {
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
-        // Step 2: all nodes at once, decided at quorum. A plain attempt that cannot get a
-        // quorum still hears every node out (within the same limit): who refused it on each
-        // tells a split vote from a holder ([`Split`]), and a node left unheard would count
-        // as a possible holder's, making a held resource look like a possible split.
-        let stop = match kind {
-            AcquireKind::Mode(_) => Stop::AtDecision,
-            AcquireKind::Plain | AcquireKind::Queued(_) => Stop::AtQuorum,
-        };
+        // Step 2: all nodes at once, decided at quorum. An attempt that cannot get a quorum
+        // still hears every node out (within the same limit): who refused it on each tells a
+        // split vote from a holder ([`Split`]), and a node left unheard would count as a
+        // possible holder's, making a held resource look like a possible split.
         let tally = masters
-            .round(masters.quorum, limit, stop, |node| async move {
+            .round(masters.quorum, limit, Stop::AtQuorum, |node| async move {
                 let reply = node.acquire(request).await;
                 if reply.vote == NodeVote::Acquired {
                     busy_ms.fetch_max(reply.busy_ms, Ordering::Relaxed);
@@ -174,12 +175,7 @@ impl Redlock {
             .iter()
             .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
             .collect();
-        let split = match kind {
-            AcquireKind::Mode(_) => Split::No,
-            AcquireKind::Plain | AcquireKind::Queued(_) => {
-                Split::of(&tally.votes, &holders, masters.quorum)
-            }
-        };
+        let split = Split::of(&tally.votes, &holders, masters.quorum);
         let mut outcomes = masters.outcomes(tally.votes);
         outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
             c.as_ref()
@@ -327,9 +323,16 @@ mod tests {
         let votes = [YES, NO, down(), down(), down()];
         let few = [None, Some("a"), None, None, None];
         assert_eq!(Split::of(&votes, &few, q), Split::No);
-        // Mode holders (one `?` per node) count as one holder.
+        // Mode holders seen by a plain request (one `?` per node) count as one holder.
         let votes = [YES, NO, NO, NO, NO];
         let modes = [None, Some("?"), Some("?"), Some("?"), Some("?")];
         assert_eq!(Split::of(&votes, &modes, q), Split::No);
+        // A request in a mode names every entry that blocked it: two readers that share a
+        // quorum of nodes hold the resource, whoever else each node names.
+        let readers = [None, Some("a b"), Some("a b"), Some("b"), Some("a c")];
+        assert_eq!(Split::of(&votes, &readers, q), Split::No);
+        // Three writers' attempts at once, none on a quorum: a split.
+        let writers = [None, Some("a"), Some("b c"), Some("b"), Some("c")];
+        assert_eq!(Split::of(&votes, &writers, q), Split::Certain);
     }
 }

@@ -40,7 +40,7 @@ const FENCE_SPREAD: u64 = 64;
 /// data since P's round, one still holds a counter ≥ t (or, once the counter expired, a
 /// floor ≥ t) and confirmed our claim only because the claim was above it. (Compatible holders of a mode lock are not ordered by
 /// exclusion: their tokens are distinct, in no particular order.)
-pub(super) async fn fence(
+pub(crate) async fn fence(
     masters: &Masters,
     keys: &ResourceKeys,
     highest: u64,

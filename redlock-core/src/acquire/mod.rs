@@ -6,6 +6,7 @@
 mod attempt;
 mod decide;
 mod fence;
+pub(crate) use fence::fence;
 mod many;
 mod permit;
 mod wait;

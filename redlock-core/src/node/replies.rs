@@ -16,9 +16,10 @@ pub(crate) struct AcquireReply {
     /// When refused, how long until what refused it (the holder's key, or a window for
     /// foreign clients) expires, in ms; `None` when it has no expiry or was not read.
     pub(crate) left_ms: Option<u64>,
-    /// When refused by a plain acquire script, who refused it: a digest of the holder's
-    /// token (or of the waiter a key is reserved for), `"?"` for holders in modes, `"window"`
-    /// for a window for foreign clients. Nodes naming the same holder hold one lock.
+    /// When refused, who refused it: a digest of the holder's token (or of the waiter a key is
+    /// reserved for), `"?"` for holders in modes seen by a plain request, `"window"` for a
+    /// window for foreign clients; for a request in a mode, the digests of every entry that
+    /// blocked it, space-separated. Nodes naming the same holder hold one lock.
     pub(crate) holder: Option<String>,
 }
 

@@ -49,20 +49,88 @@
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
 //! opened; the named waiter attempts after it), or [`WAKE_ALL`].
 
-/// One of the lock's Lua scripts: its body, and its place in the dispatch script
-/// ([`BATCH`]), which is the only script a node is sent.
+/// One of the lock's Lua scripts: its body, what it may do to a holder, and its place in the
+/// dispatch script ([`BATCH`]), which is the only script a node is sent.
 #[derive(Debug)]
 pub(crate) struct Script {
     /// Its index in [`SCRIPTS`] (checked by a test), which names it in a batch.
     pub(crate) id: usize,
+    /// What it may do to a holder's entry, which fixes the check it must make first (read by
+    /// the test that holds every script to it).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) effect: Effect,
     /// The body: it reads its own `KEYS` and `ARGV`, and returns as a script would.
     pub(crate) source: &'static str,
 }
 
 impl Script {
-    /// The script at index `id` of [`SCRIPTS`], with body `source`.
-    pub(crate) const fn new(id: usize, source: &'static str) -> Self {
-        Self { id, source }
+    /// The script at index `id` of [`SCRIPTS`], with `effect` and body `source`.
+    pub(crate) const fn new(id: usize, effect: Effect, source: &'static str) -> Self {
+        Self { id, effect, source }
+    }
+}
+
+/// What a script may do to a holder's entry at a lock key. Every script declares one, and a
+/// test holds its body to the check that effect needs ([`Effect::check`]): nothing grants a
+/// lock without the quarantine check, and nothing deletes, converts, extends or swaps a
+/// holder's entry without comparing the token (or the holder's digest) it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Effect {
+    /// Grants a lock (a key, a mode entry, a slot, a reservation taken) to a new holder: it
+    /// runs the quarantine check before it writes anything.
+    Grants,
+    /// Deletes, converts, extends or rewrites an existing holder's entry, or writes beside
+    /// it: only the holder whose token (or digest) it was given.
+    Compares,
+    /// Both: a new holder takes the place of the one whose token it compared (a resumption).
+    Swaps,
+    /// Touches no holder's entry at a lock key (bookkeeping keys, waiters' own entries,
+    /// reads).
+    Neither,
+}
+
+impl Effect {
+    /// Whether a script body makes the checks this effect needs, read from its text: `Err`
+    /// names what is missing. The quarantine check is `quarantine_check(` (prelude.lua),
+    /// ahead of the first write; a compare is a test of the token given (`== token`,
+    /// `~= token`, the token as a hash field) or of a named holder's digest.
+    #[cfg(test)]
+    pub(crate) fn check(self, source: &str) -> Result<(), String> {
+        const WRITES: [&str; 7] = [
+            r#"("set", key"#,
+            r#"("del", key"#,
+            r#"("hset", key"#,
+            r#"("hdel", key"#,
+            r#"("pexpire", key"#,
+            r#"("pexpireat", key"#,
+            r#"("del", KEYS["#,
+        ];
+        const COMPARES: [&str; 5] = [
+            "== token",
+            "~= token",
+            r#"("hget", key, token)"#,
+            "named[redis.sha1hex(",
+            "== marker",
+        ];
+        let first_write = WRITES.iter().filter_map(|w| source.find(w)).min();
+        let grants = matches!(self, Self::Grants | Self::Swaps);
+        let compares = matches!(self, Self::Compares | Self::Swaps);
+        if grants {
+            match (source.find("quarantine_check("), first_write) {
+                (None, _) => return Err("a grant without the quarantine check".into()),
+                (Some(check), Some(write)) if write < check => {
+                    return Err("a write before the quarantine check".into());
+                }
+                _ => {}
+            }
+        }
+        if compares && !COMPARES.iter().any(|c| source.contains(c)) {
+            return Err("a holder's entry written without a compare of its token".into());
+        }
+        if self == Self::Neither && first_write.is_some() {
+            return Err("declared to touch no holder, but it writes the lock key".into());
+        }
+        Ok(())
     }
 }
 
@@ -74,83 +142,124 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 const DISPATCH: &str = include_str!("scripts/dispatch.lua");
 
 /// Compare-and-delete (`scripts/release.lua`).
-pub(crate) static RELEASE: Script = Script::new(0, include_str!("scripts/release.lua"));
+pub(crate) static RELEASE: Script =
+    Script::new(0, Effect::Compares, include_str!("scripts/release.lua"));
 
 /// Release with a fair hand-over to the longest waiter, or a window for foreign clients
 /// (`scripts/release_handover.lua`).
-pub(crate) static RELEASE_HANDOVER: Script =
-    Script::new(1, include_str!("scripts/release_handover.lua"));
+pub(crate) static RELEASE_HANDOVER: Script = Script::new(
+    1,
+    Effect::Compares,
+    include_str!("scripts/release_handover.lua"),
+);
 
 /// Compare-and-pexpire, never shortening the key (`scripts/extend.lua`).
-pub(crate) static EXTEND: Script = Script::new(2, include_str!("scripts/extend.lua"));
+pub(crate) static EXTEND: Script =
+    Script::new(2, Effect::Compares, include_str!("scripts/extend.lua"));
 
 /// A plain attempt, `SET key token NX PX ttl` (`scripts/acquire.lua`).
-pub(crate) static ACQUIRE: Script = Script::new(3, include_str!("scripts/acquire.lua"));
+pub(crate) static ACQUIRE: Script =
+    Script::new(3, Effect::Grants, include_str!("scripts/acquire.lua"));
 
 /// A queued waiter's attempt, joining the queue when refused (`scripts/acquire_queued.lua`),
 /// which enforces [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS).
-pub(crate) static ACQUIRE_QUEUED: Script =
-    Script::new(4, include_str!("scripts/acquire_queued.lua"));
+pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
+    4,
+    Effect::Grants,
+    include_str!("scripts/acquire_queued.lua"),
+);
 
 /// The fencing write-back, a max register per resource (`scripts/fence.lua`).
-pub(crate) static FENCE: Script = Script::new(5, include_str!("scripts/fence.lua"));
+pub(crate) static FENCE: Script =
+    Script::new(5, Effect::Neither, include_str!("scripts/fence.lua"));
 
 /// An attempt in a lock mode (`scripts/acquire_mode.lua`).
-pub(crate) static ACQUIRE_MODE: Script = Script::new(6, include_str!("scripts/acquire_mode.lua"));
+pub(crate) static ACQUIRE_MODE: Script =
+    Script::new(6, Effect::Grants, include_str!("scripts/acquire_mode.lua"));
 
 /// The extension of a lock held in a mode (`scripts/extend_mode.lua`).
-pub(crate) static EXTEND_MODE: Script = Script::new(7, include_str!("scripts/extend_mode.lua"));
+pub(crate) static EXTEND_MODE: Script =
+    Script::new(7, Effect::Compares, include_str!("scripts/extend_mode.lua"));
 
 /// The release of a lock held in a mode (`scripts/release_mode.lua`).
-pub(crate) static RELEASE_MODE: Script = Script::new(8, include_str!("scripts/release_mode.lua"));
+pub(crate) static RELEASE_MODE: Script = Script::new(
+    8,
+    Effect::Compares,
+    include_str!("scripts/release_mode.lua"),
+);
 
 /// A waiter leaves a resource's waiters (`scripts/leave.lua`).
-pub(crate) static LEAVE: Script = Script::new(9, include_str!("scripts/leave.lua"));
+pub(crate) static LEAVE: Script =
+    Script::new(9, Effect::Neither, include_str!("scripts/leave.lua"));
 
 /// The release of a lock held for a minimum hold, keeping the key as [`KEPT`]
 /// ([`LockOptions::lock_at_least_for`], `scripts/keep.lua`).
 ///
 /// [`LockOptions::lock_at_least_for`]: crate::LockOptions::lock_at_least_for
-pub(crate) static KEEP: Script = Script::new(10, include_str!("scripts/keep.lua"));
+pub(crate) static KEEP: Script =
+    Script::new(10, Effect::Compares, include_str!("scripts/keep.lua"));
 
 /// A barrier ([`Node::flush`](super::Node::flush), `scripts/noop.lua`).
-pub(crate) static NOOP: Script = Script::new(11, include_str!("scripts/noop.lua"));
+pub(crate) static NOOP: Script = Script::new(11, Effect::Neither, include_str!("scripts/noop.lua"));
 
 /// The quarantine check alone, run when a handle is built (`scripts/quarantine.lua`).
-pub(crate) static QUARANTINE: Script = Script::new(12, include_str!("scripts/quarantine.lua"));
+pub(crate) static QUARANTINE: Script =
+    Script::new(12, Effect::Neither, include_str!("scripts/quarantine.lua"));
 
 /// An attempt at one permit of a counting semaphore: the first free slot in the client's
 /// order, `SET NX PX` ([`LockOptions::permits`], `scripts/acquire_permit.lua`).
 ///
 /// [`LockOptions::permits`]: crate::LockOptions::permits
-pub(crate) static ACQUIRE_PERMIT: Script =
-    Script::new(13, include_str!("scripts/acquire_permit.lua"));
+pub(crate) static ACQUIRE_PERMIT: Script = Script::new(
+    13,
+    Effect::Grants,
+    include_str!("scripts/acquire_permit.lua"),
+);
 
 /// The clean-up of a permit attempt: compare-and-delete over several slots in one call
 /// (`scripts/release_slots.lua`).
-pub(crate) static RELEASE_SLOTS: Script =
-    Script::new(14, include_str!("scripts/release_slots.lua"));
+pub(crate) static RELEASE_SLOTS: Script = Script::new(
+    14,
+    Effect::Compares,
+    include_str!("scripts/release_slots.lua"),
+);
 
 /// A detached lock's token swapped for its resumed holder's (`scripts/resume.lua`).
-pub(crate) static RESUME: Script = Script::new(15, include_str!("scripts/resume.lua"));
+pub(crate) static RESUME: Script =
+    Script::new(15, Effect::Swaps, include_str!("scripts/resume.lua"));
 
 /// A holder in a mode moves to a weaker mode (`scripts/downgrade.lua`).
-pub(crate) static DOWNGRADE: Script = Script::new(16, include_str!("scripts/downgrade.lua"));
+pub(crate) static DOWNGRADE: Script =
+    Script::new(16, Effect::Compares, include_str!("scripts/downgrade.lua"));
 
-/// An operator's release of whoever holds a resource (`scripts/force_release.lua`).
-pub(crate) static FORCE_RELEASE: Script =
-    Script::new(17, include_str!("scripts/force_release.lua"));
+/// An operator's release of the holders a [`FORCE_READ`] named (`scripts/force_release.lua`).
+pub(crate) static FORCE_RELEASE: Script = Script::new(
+    17,
+    Effect::Compares,
+    include_str!("scripts/force_release.lua"),
+);
+
+/// Who holds a resource on one node, as digests, read before a force-release
+/// (`scripts/force_read.lua`).
+pub(crate) static FORCE_READ: Script =
+    Script::new(21, Effect::Neither, include_str!("scripts/force_read.lua"));
 
 /// A holder's label written beside its lock (`scripts/owner.lua`).
-pub(crate) static OWNER: Script = Script::new(18, include_str!("scripts/owner.lua"));
+pub(crate) static OWNER: Script =
+    Script::new(18, Effect::Compares, include_str!("scripts/owner.lua"));
 
 /// An attempt at several resources at once, all or none on each node
 /// (`scripts/acquire_many.lua`).
-pub(crate) static ACQUIRE_MANY: Script = Script::new(19, include_str!("scripts/acquire_many.lua"));
+pub(crate) static ACQUIRE_MANY: Script =
+    Script::new(19, Effect::Grants, include_str!("scripts/acquire_many.lua"));
 
 /// The extension of a lock of several resources, all or none on each node
 /// (`scripts/extend_many.lua`).
-pub(crate) static EXTEND_MANY: Script = Script::new(20, include_str!("scripts/extend_many.lua"));
+pub(crate) static EXTEND_MANY: Script = Script::new(
+    20,
+    Effect::Compares,
+    include_str!("scripts/extend_many.lua"),
+);
 
 /// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
 pub(crate) const KEPT: &str = "redlock:kept";
@@ -159,7 +268,7 @@ pub(crate) const KEPT: &str = "redlock:kept";
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 21] = [
+pub(crate) const SCRIPTS: [&Script; 22] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -181,6 +290,7 @@ pub(crate) const SCRIPTS: [&Script; 21] = [
     &OWNER,
     &ACQUIRE_MANY,
     &EXTEND_MANY,
+    &FORCE_READ,
 ];
 
 /// What a batched call that raised an error answers in place of its reply:
@@ -229,6 +339,48 @@ mod tests {
         for (i, script) in SCRIPTS.iter().enumerate() {
             assert_eq!(script.id, i);
         }
+    }
+
+    #[test]
+    fn every_grant_runs_the_quarantine_check_and_every_holder_write_compares_the_token() {
+        for script in SCRIPTS {
+            if let Err(missing) = script.effect.check(script.source) {
+                panic!("script {} ({:?}): {missing}", script.id, script.effect);
+            }
+        }
+        // Resumption is a grant and a compare; force-release compares digests.
+        assert_eq!(RESUME.effect, Effect::Swaps);
+        assert_eq!(FORCE_RELEASE.effect, Effect::Compares);
+    }
+
+    #[test]
+    fn the_effect_check_refuses_a_script_that_skips_its_check() {
+        let set = r#"redis.call("set", key, next, "KEEPTTL")"#;
+        let quarantine = "local q = quarantine_check(quarantine_ms, witness_key, marker_key)\n";
+        let compare = "if redis.pcall(\"get\", key) ~= token then return 0 end\n";
+        // A grant without the quarantine check, or with it after the write.
+        assert!(Effect::Grants.check(set).is_err());
+        assert!(
+            Effect::Grants
+                .check(&format!("{set}\n{quarantine}"))
+                .is_err()
+        );
+        assert!(Effect::Grants.check(&format!("{quarantine}{set}")).is_ok());
+        // A swap needs both.
+        assert!(Effect::Swaps.check(&format!("{quarantine}{set}")).is_err());
+        assert!(Effect::Swaps.check(&format!("{compare}{set}")).is_err());
+        assert!(
+            Effect::Swaps
+                .check(&format!("{quarantine}{compare}{set}"))
+                .is_ok()
+        );
+        // A delete of whatever holds the key.
+        let del = r#"redis.call("del", key)"#;
+        assert!(Effect::Compares.check(del).is_err());
+        assert!(Effect::Compares.check(&format!("{compare}{del}")).is_ok());
+        // A script that says it touches no holder, but deletes the key.
+        assert!(Effect::Neither.check(del).is_err());
+        assert!(Effect::Neither.check(r#"redis.call("get", key)"#).is_ok());
     }
 
     #[test]

@@ -93,6 +93,20 @@ pub(crate) struct QuarantineCheck {
     pub(crate) marker: String,
 }
 
+impl QuarantineCheck {
+    /// The witness and marker keys a script is sent: with the quarantine off the scripts
+    /// never touch them, and `key` (the call's lock key) stands in for both, so that an ACL
+    /// user allowed only the resources' keys is not refused (`NOPERM`) for keys declared but
+    /// never used.
+    pub(crate) fn keys_or<'a>(&'a self, key: &'a str) -> (&'a str, &'a str) {
+        if self.ms == 0 {
+            (key, key)
+        } else {
+            (self.witness.as_str(), self.marker.as_str())
+        }
+    }
+}
+
 /// One attempt's request to every node (Redlock step 2).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireRequest<'a> {
@@ -161,14 +175,7 @@ impl Node {
             windowed,
         } = *request;
         let quarantine_ms = int_arg(quarantine.ms);
-        // With the quarantine off, the scripts never touch its keys: the lock key stands in
-        // for them, so that an ACL user allowed only the resources' keys is not refused
-        // (`NOPERM`) for keys declared but never used.
-        let (witness, marker) = if quarantine.ms == 0 {
-            (keys.lock.as_str(), keys.lock.as_str())
-        } else {
-            (quarantine.witness.as_str(), quarantine.marker.as_str())
-        };
+        let (witness, marker) = quarantine.keys_or(&keys.lock);
         let fence = fencing.then_some([keys.fencing.as_str(), keys.fencing_floor.as_str()]);
         match kind {
             AcquireKind::Mode(mode) => {

@@ -12,8 +12,8 @@ use crate::mode::Mode;
 use crate::node::Node;
 use crate::node::replies::{AcquireReply, PermitReply, acquire_reply, permit_reply};
 use crate::node::scripts::{
-    ACQUIRE_MANY, ACQUIRE_PERMIT, DOWNGRADE, EXTEND_MANY, FORCE_RELEASE, OWNER, RELEASE_SLOTS,
-    RESUME,
+    ACQUIRE_MANY, ACQUIRE_PERMIT, DOWNGRADE, EXTEND_MANY, FORCE_READ, FORCE_RELEASE, OWNER,
+    RELEASE_SLOTS, RESUME,
 };
 use crate::outcome::{NodeError, NodeVote};
 
@@ -55,11 +55,7 @@ impl Node {
             alive_ms,
             quarantine,
         } = *request;
-        let (witness, marker) = if quarantine.ms == 0 {
-            (queue.waiters.as_str(), queue.waiters.as_str())
-        } else {
-            (quarantine.witness.as_str(), quarantine.marker.as_str())
-        };
+        let (witness, marker) = quarantine.keys_or(&queue.waiters);
         let mut keys = Vec::with_capacity(slots.len() + 4);
         keys.extend([witness, marker, queue.waiters.as_str(), alive]);
         keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
@@ -131,11 +127,7 @@ impl Node {
         windowed: bool,
     ) -> AcquireReply {
         let first = keys.first().map_or("", |k| k.lock.as_str());
-        let (witness, marker) = if quarantine.ms == 0 {
-            (first, first)
-        } else {
-            (quarantine.witness.as_str(), quarantine.marker.as_str())
-        };
+        let (witness, marker) = quarantine.keys_or(first);
         let mut all = Vec::with_capacity(2 + 2 * keys.len());
         all.extend([witness, marker]);
         all.extend(keys.iter().map(|k| k.lock.as_str()));
@@ -159,43 +151,46 @@ impl Node {
     /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
     /// keeping its expiry ([`RESUME`]), run to completion within `limit`:
     /// [`NodeVote::Acquired`] with the time the key has left there (`None`: no expiry) if the
-    /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`.
-    /// The call is made now, before the future is polled, so that a round decided at quorum
-    /// still swaps the token on every node.
+    /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`,
+    /// [`NodeError::Quarantined`] (or [`NodeError::QuarantineMismatch`]) from the quarantine
+    /// check that opens the script, as every grant's. The call is made now, before the future
+    /// is polled, so that a round decided at quorum still swaps the token on every node.
     pub(crate) fn resume(
         &self,
         key: &str,
         (token, next): (&str, &str),
         mode: bool,
+        quarantine: &QuarantineCheck,
         limit: Duration,
     ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
+        let (witness, marker) = quarantine.keys_or(key);
         let args = [
             Value::from(token),
             Value::from(next),
             Value::from(if mode { "1" } else { "0" }),
+            int_arg(quarantine.ms),
         ];
-        let answer = self.eval_release(&RESUME, &[key], &args, limit);
+        let answer = self.eval_release(&RESUME, &[key, witness, marker], &args, limit);
         async move {
+            let unexpected = |reply: &dyn std::fmt::Debug| {
+                NodeVote::Failed(NodeError::UnexpectedReply(format!(
+                    "to the resume script: {reply:?}"
+                )))
+            };
             match answer.await {
                 Ok(Value::Array(reply)) => match reply.as_slice() {
                     [Value::Integer(1), Value::Integer(left)] => (
                         NodeVote::Acquired,
                         u64::try_from(*left).ok().map(Duration::from_millis),
                     ),
-                    [Value::Integer(_), _] => (NodeVote::Held, None),
-                    _ => (
-                        NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                            "to the resume script: {reply:?}"
-                        ))),
-                        None,
-                    ),
+                    [Value::Integer(-1), _] => (NodeVote::Failed(NodeError::Quarantined), None),
+                    [Value::Integer(-3), _] => {
+                        (NodeVote::Failed(NodeError::QuarantineMismatch), None)
+                    }
+                    [Value::Integer(0), _] => (NodeVote::Held, None),
+                    _ => (unexpected(&reply), None),
                 },
-                Ok(reply) => (
-                    NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                        "to the resume script: {reply:?}"
-                    ))),
-                    None,
-                ),
+                Ok(reply) => (unexpected(&reply), None),
                 Err(e) => (NodeVote::Failed(e), None),
             }
         }
@@ -223,23 +218,58 @@ impl Node {
         vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
     }
 
-    /// Removes whoever holds `keys`' resource on one node, whatever their token
-    /// ([`FORCE_RELEASE`]), waking its waiters on `channel` (empty: nobody), run to completion
-    /// within `limit`; made now, as [`resume`](Self::resume). [`NodeVote::Acquired`] if a
-    /// holder was removed, [`NodeVote::Held`] if none was there, and `Ok(false)` beside it
-    /// when the key holds data that is not a lock (left as it was).
+    /// Reads who holds `keys`' resource on one node ([`FORCE_READ`]), within `limit`: the
+    /// holders' digests (SHA-1 of what signs each hold, never the token), empty when it holds
+    /// none; `Ok(None)` when the key holds data that is not a lock.
+    pub(crate) async fn force_read(
+        &self,
+        keys: &ResourceKeys,
+        limit: Duration,
+    ) -> Result<Option<Vec<String>>, NodeError> {
+        let answer = self.eval_release(&FORCE_READ, &[keys.lock.as_str()], &[], limit);
+        match answer.await? {
+            Value::Array(reply) => match reply.split_first() {
+                Some((Value::Integer(1), digests)) => digests
+                    .iter()
+                    .map(|d| {
+                        d.as_string().ok_or_else(|| {
+                            NodeError::UnexpectedReply(format!(
+                                "to the force-read script: {reply:?}"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some),
+                Some((Value::Integer(0), [])) => Ok(Some(Vec::new())),
+                Some((Value::Integer(-2), [])) => Ok(None),
+                _ => Err(NodeError::UnexpectedReply(format!(
+                    "to the force-read script: {reply:?}"
+                ))),
+            },
+            reply => Err(NodeError::UnexpectedReply(format!(
+                "to the force-read script: {reply:?}"
+            ))),
+        }
+    }
+
+    /// Removes the holders named by `digests` (a [`force_read`](Self::force_read) of every
+    /// node) from `keys`' resource on one node, whatever their token ([`FORCE_RELEASE`]),
+    /// waking its waiters on `channel` (empty: nobody), run to completion within `limit`;
+    /// made now, as [`resume`](Self::resume). A holder that took the key after the read has
+    /// another digest and stays. [`NodeVote::Acquired`] if a holder was removed,
+    /// [`NodeVote::Held`] if none of them was there, and `true` beside it when the key holds
+    /// data that is not a lock (left as it was).
     pub(crate) fn force_release(
         &self,
         keys: &ResourceKeys,
+        digests: &[String],
         channel: &str,
         limit: Duration,
     ) -> impl Future<Output = (NodeVote, bool)> + Send + use<> {
-        let answer = self.eval_release(
-            &FORCE_RELEASE,
-            &[keys.lock.as_str()],
-            &[Value::from(channel)],
-            limit,
-        );
+        let mut args = Vec::with_capacity(1 + digests.len());
+        args.push(Value::from(channel));
+        args.extend(digests.iter().map(|d| Value::from(d.as_str())));
+        let answer = self.eval_release(&FORCE_RELEASE, &[keys.lock.as_str()], &args, limit);
         async move {
             match answer.await {
                 Ok(Value::Integer(1)) => (NodeVote::Acquired, false),

@@ -19,10 +19,13 @@
 --       since          the request's wait start, ms since the Unix epoch (its rank)
 --       quarantine_ms  the quarantine, in ms (0: off)
 --
--- Returns `{1 | 0 | -1 | -2 | -3, counter, 0, left}`: 1 granted, 0 refused, -1 quarantined,
--- -3 a handle with another quarantine (prelude.lua), -2 a foreign key (below); `counter` the
--- fencing hint (fence_read); `left` when refused, the ms until the last entry that refused it
--- (or the window) expires.
+-- Returns `{1 | 0 | -1 | -2 | -3, counter, 0, left[, holders]}`: 1 granted, 0 refused, -1
+-- quarantined, -3 a handle with another quarantine (prelude.lua), -2 a foreign key (below);
+-- `counter` the fencing hint (fence_read); `left` when refused, the ms until the last entry
+-- that refused it (or the window) expires; `holders` when refused, who refused it, so that
+-- the client can tell a split vote from a busy resource as for the plain lock: the digests
+-- (holder_digest's form: 16 hex digits of the SHA-1) of every entry that blocked it, sorted
+-- and space-separated (a plain holder's key: its value's digest; a window: "window").
 --
 -- Takes the key in `mode` for `ttl_ms` if no live entry is incompatible with it: no holder
 -- whose mode is missing from `compatible`, and no waiter in such a mode with a rank below
@@ -48,15 +51,15 @@ if quarantined then return quarantined end
 local compatible, score = " " .. compatible_modes .. " ", tonumber(since)
 local fence = fence_read(counter_key, floor_key)
 local kind = redis.call("type", key).ok
-if kind == "string" then return {0, fence, 0, ms_left(key)} end
+if kind == "string" then return {0, fence, 0, ms_left(key), holder_digest(key)} end
 if kind ~= "none" and kind ~= "hash" then return {-2, fence, 0, -1} end
 if kind == "none" and window_open(window_key) then
-  return {0, fence, 0, ms_left(window_key)}
+  return {0, fence, 0, ms_left(window_key), "window"}
 end
 local now = node_now()
 local entries = {}
 if kind == "hash" then entries = redis.call("hgetall", key) end
-local latest, refused, blocked, expired = now, false, now, {}
+local latest, refused, blocked, expired, blocking = now, false, now, {}, {}
 for i = 1, #entries, 2 do
   local field = entries[i]
   local held, expiry, rank, waiter = mode_entry(field, entries[i + 1])
@@ -70,6 +73,7 @@ for i = 1, #entries, 2 do
       if blocks then
         refused = true
         if expiry > blocked then blocked = expiry end
+        table.insert(blocking, string.sub(redis.sha1hex(field), 1, 16))
       end
     end
   end
@@ -84,4 +88,8 @@ else
 end
 if expiry > latest then latest = expiry end
 redis.call("pexpireat", key, latest)
+if refused then
+  table.sort(blocking)
+  return {granted, fence, 0, blocked - now, table.concat(blocking, " ")}
+end
 return {granted, fence, 0, blocked - now}

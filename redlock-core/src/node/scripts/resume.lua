@@ -5,21 +5,33 @@
 -- for a fresh one on every node, so that the detached lock's token, once a quorum swapped it,
 -- can no longer be resumed, extended or released by anyone: at most one resumption holds it.
 --
--- KEYS: key    the lock key (a string for the plain lock, a hash for a lock in a mode)
--- ARGV: token  the token the lock holds now
---       next   the token that replaces it
---       mode   "1" for a lock held in a mode (the token is a field of the hash), "0"
+-- KEYS: key            the lock key (a string for the plain lock, a hash for a lock in a
+--                      mode)
+--       witness_key    the node's data witness (quarantine_check in prelude.lua)
+--       marker_key     the quarantine marker
+-- ARGV: token          the token the lock holds now
+--       next           the token that replaces it
+--       mode           "1" for a lock held in a mode (the token is a field of the hash), "0"
+--       quarantine_ms  the quarantine, in ms (0: off)
 --
 -- Returns `{1, left}` if the key (or the entry) held `token` and now holds `next`, `left` the
 -- ms it has left (-1: no expiry); `{0, 0}` otherwise (gone, expired, another holder's, or
--- already swapped).
+-- already swapped); `{-1, 0}` or `{-3, 0}` from the quarantine check (prelude.lua).
+--
+-- A swap grants the lock to a new holder, so it runs the quarantine check first, as every
+-- acquire script does: a node restarted from an older snapshot may still hold a token that a
+-- quorum has already swapped, and must not vote for a second resumption of it.
 --
 -- The expiry is kept as it is: never lengthened, never shortened. The client counts its
 -- validity from what the nodes report, and extends the lock afterwards with the usual
 -- extension. The swap is also how a failed resumption gives the lock back: sent with the two
 -- tokens exchanged, it restores the detached lock's token where it was swapped, with the
 -- expiry it had.
-local key, token, next, mode = KEYS[1], ARGV[1], ARGV[2], ARGV[3] == "1"
+local key, witness_key, marker_key = KEYS[1], KEYS[2], KEYS[3]
+local token, next, mode, quarantine_ms = ARGV[1], ARGV[2], ARGV[3] == "1", ARGV[4]
+
+local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
+if quarantined then return quarantined end
 
 if not mode then
   if redis.pcall("get", key) ~= token then return {0, 0} end
