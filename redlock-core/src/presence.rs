@@ -18,6 +18,12 @@
 //! they could not be named). A node that is down counts as having none: nobody polls it
 //! either.
 //!
+//! Our own requests that poll (one attempt and no wait, or no queue for them: a skip job, a
+//! `retry_count(0)` caller in a loop, a lock of several resources) are pollers too, on named
+//! connections: each refused one sets the key prefix's poller mark
+//! ([`keys::poller`](crate::keys::poller)) on every node for [`POLLER_TTL`] (at most once a
+//! third of that per handle), and a node with the mark counts as having a foreign client.
+//!
 //! The view is read only when it matters: at build time, then in the background whenever a
 //! grant finds the key in a streak of hand-overs (or a due release finds it) and the view is
 //! older than its maximum age: [`MAX_AGE`], or the window if shorter. An idle or uncontended
@@ -40,6 +46,12 @@ use crate::outcome::NodeError;
 /// shorter).
 pub(crate) const MAX_AGE: Duration = Duration::from_millis(500);
 
+/// How long a polling request of ours counts as present after its last refused attempt: the
+/// poller mark's ttl. Longer than a poller's usual interval (node-redlock's 200 ± 100 ms, a
+/// retry delay), so a poller keeps windows opening while it polls, and short enough that
+/// windows stop soon after it stops.
+pub(crate) const POLLER_TTL: Duration = Duration::from_secs(3);
+
 /// A handle's view of whether a foreign client could be connected to its nodes.
 #[derive(Debug)]
 pub(crate) struct Presence {
@@ -55,11 +67,16 @@ pub(crate) struct Presence {
     checking: AtomicBool,
     /// Each node's `total_connections_received` at the last check (`u64::MAX`: unknown).
     opened: Vec<AtomicU64>,
+    /// The key prefix's poller mark ([`keys::poller`](crate::keys::poller)).
+    poller_key: String,
+    /// When this handle last set the poller mark, in ms since `base`, plus one (0: never).
+    marked: AtomicU64,
 }
 
 impl Presence {
-    /// A view of `nodes` nodes, for windows of `window`, never checked yet.
-    pub(crate) fn new(nodes: usize, window: Duration) -> Self {
+    /// A view of `nodes` nodes, for windows of `window`, never checked yet; `poller_key` is
+    /// the key prefix's poller mark.
+    pub(crate) fn new(nodes: usize, window: Duration, poller_key: String) -> Self {
         Self {
             base: Instant::now(),
             max_age: MAX_AGE.min(window),
@@ -67,7 +84,23 @@ impl Presence {
             foreign: AtomicBool::new(true),
             checking: AtomicBool::new(false),
             opened: (0..nodes).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            poller_key,
+            marked: AtomicU64::new(0),
         }
+    }
+
+    /// The poller mark to set after a polling request of this handle was refused, or `None`
+    /// when this handle set it less than a third of [`POLLER_TTL`] ago.
+    pub(crate) fn mark_due(&self) -> Option<&str> {
+        let now = self.ms_since_base() + 1;
+        let last = self.marked.load(Ordering::Acquire);
+        let every = u64::try_from(POLLER_TTL.as_millis() / 3).unwrap_or(u64::MAX);
+        let due = last == 0 || now.saturating_sub(last) >= every;
+        (due && self
+            .marked
+            .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok())
+        .then_some(self.poller_key.as_str())
     }
 
     /// What the last check found, and whether a new one is due (the view is older than its
@@ -113,7 +146,7 @@ impl Presence {
                 .nodes
                 .iter()
                 .zip(&self.opened)
-                .map(|(node, opened)| foreign_on(node, opened, since, limit)),
+                .map(|(node, opened)| foreign_on(node, opened, since, &self.poller_key, limit)),
         )
         .await;
         let foreign = found.into_iter().any(|foreign| foreign);
@@ -130,11 +163,12 @@ impl Presence {
 
 /// Whether `node` could have a foreign client (see the module docs); `opened` is its count of
 /// connections received at the last check (`since` ago; `None`: never checked), updated
-/// here.
+/// here; `poller_key` the poller mark of our polling requests.
 async fn foreign_on(
     node: &Node,
     opened: &AtomicU64,
     since: Option<Duration>,
+    poller_key: &str,
     limit: Duration,
 ) -> bool {
     let within = |call| async move {
@@ -142,10 +176,14 @@ async fn foreign_on(
             .await
             .unwrap_or(Err(NodeError::Timeout(limit)))
     };
-    let (listed, stats) = tokio::join!(
+    let (listed, stats, polled) = tokio::join!(
         within(node.call("CLIENT", vec![Value::from("LIST")])),
         within(node.call("INFO", vec![Value::from("stats")])),
+        within(node.call("EXISTS", vec![Value::from(poller_key)])),
     );
+    if matches!(polled, Ok(Value::Integer(n)) if n > 0) {
+        return true;
+    }
     let text = match listed {
         Ok(reply) => match reply.as_str() {
             Some(text) => text.into_owned(),
@@ -249,8 +287,24 @@ mod tests {
     }
 
     #[test]
+    fn a_poller_mark_is_due_at_first_then_once_a_third_of_its_ttl() {
+        let presence = Presence::new(3, Duration::from_millis(350), "p".into());
+        assert_eq!(presence.mark_due(), Some("p"));
+        assert_eq!(presence.mark_due(), None);
+        // Set a third of the ttl ago: due again.
+        let third = u64::try_from(POLLER_TTL.as_millis() / 3).unwrap();
+        let now = presence.ms_since_base() + 1;
+        presence
+            .marked
+            .store(now.saturating_sub(third).max(1), Ordering::Release);
+        if now > third {
+            assert_eq!(presence.mark_due(), Some("p"));
+        }
+    }
+
+    #[test]
     fn a_view_is_due_when_never_checked_and_only_one_check_runs_at_once() {
-        let presence = Presence::new(3, Duration::from_millis(350));
+        let presence = Presence::new(3, Duration::from_millis(350), "poller".into());
         assert_eq!(presence.view(), (true, true));
         // The check is running: nobody else starts one.
         assert_eq!(presence.view(), (true, false));
@@ -261,7 +315,7 @@ mod tests {
         presence.checking.store(false, Ordering::Release);
         assert_eq!(presence.view(), (false, false));
         // A window shorter than 500 ms bounds the age: with none, every view is stale.
-        let presence = Presence::new(3, Duration::ZERO);
+        let presence = Presence::new(3, Duration::ZERO, "poller".into());
         presence.foreign.store(false, Ordering::Release);
         presence.checked.store(1, Ordering::Release);
         assert_eq!(presence.view(), (false, true));

@@ -104,6 +104,7 @@ impl Redlock {
         } = parts;
         let runtime = tokio::runtime::Handle::try_current().ok();
         let masters_len = masters.len();
+        let poller_key = crate::keys::poller(&key_prefix);
         Self {
             inner: Arc::new(Inner {
                 masters: Arc::new(masters),
@@ -115,7 +116,7 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 foreign_window,
-                presence: Presence::new(masters_len, foreign_window),
+                presence: Presence::new(masters_len, foreign_window, poller_key),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),
@@ -205,6 +206,40 @@ impl Redlock {
         if let (_, true) = self.inner.presence.view() {
             self.start_presence_check();
         }
+    }
+
+    /// A polling request of this handle was refused by a holder: sets the key prefix's poller
+    /// mark on every node (in the background, each within the node timeout; at most once a
+    /// third of its ttl), so that every handle's view counts a foreign client and releases
+    /// open windows for it ([`presence`](crate::presence)).
+    pub(crate) fn seen_polling(&self) {
+        let Some(key) = self.inner.presence.mark_due() else {
+            return;
+        };
+        let masters = &self.inner.masters;
+        let (limit, ttl_ms) = (
+            masters.node_timeout,
+            crate::presence::POLLER_TTL.as_millis(),
+        );
+        let marks: Vec<_> = masters
+            .nodes
+            .iter()
+            .map(|node| {
+                let args = vec![
+                    fred::types::Value::from(key),
+                    fred::types::Value::from("1"),
+                    fred::types::Value::from("PX"),
+                    fred::types::Value::from(ttl_ms.to_string()),
+                ];
+                let node = node.clone();
+                async move {
+                    let _marked = tokio::time::timeout(limit, node.call("SET", args)).await;
+                }
+            })
+            .collect();
+        let _spawned = self.spawn_background(async move {
+            futures_util::future::join_all(marks).await;
+        });
     }
 
     /// Runs the check [`Presence::view`] made due, in a tracked background task.

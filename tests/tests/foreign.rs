@@ -529,8 +529,10 @@ async fn a_foreign_client_connecting_for_each_attempt_gets_in() {
     );
 }
 
+/// A window refuses our queued waiters, and leaves the key to whoever polls: a foreign
+/// `SET NX`, and our own single attempts, which never queue and are pollers too.
 #[tokio::test]
-async fn an_open_window_refuses_every_acquisition_of_ours_but_not_a_foreign_set_nx() {
+async fn an_open_window_refuses_our_waiters_but_not_a_poller() {
     let nodes = RedisNodes::start(3);
     let ours = handle(&nodes, W).await;
     for url in nodes.urls() {
@@ -546,24 +548,34 @@ async fn an_open_window_refuses_every_acquisition_of_ours_but_not_a_foreign_set_
             .await
             .unwrap();
     }
-    let once = LockOptions::default().retry_count(0);
-    let attempts = [
-        ("plain", once.clone()),
-        ("fenced", once.clone().fencing(true)),
-        ("in a mode", once.clone().mode(Mode::ProtectedRead)),
-    ];
-    for (name, options) in attempts {
-        match ours.lock_with("res", &options).await {
-            Err(error) if error.is_busy() => {}
-            other => panic!("{name}: took the key during a window: {other:?}"),
-        }
-    }
-    // A waiter queues and stays refused while the window lasts.
+    // A waiter queues and stays refused while the window lasts, in every kind of request.
     let waiter = LockOptions::default()
         .retry_delay(ms(100))
         .retry_jitter(Duration::ZERO)
         .wait_timeout(ms(400));
-    assert!(ours.lock_with("res", &waiter).await.unwrap_err().is_busy());
+    let attempts = [
+        ("plain", waiter.clone()),
+        ("fenced", waiter.clone().fencing(true)),
+        ("in a mode", waiter.clone().mode(Mode::ProtectedRead)),
+    ];
+    for (name, options) in &attempts {
+        match ours.lock_with("res", options).await {
+            Err(error) if error.is_busy() => {}
+            other => panic!("{name}: a waiter took the key during a window: {other:?}"),
+        }
+    }
+    // Single attempts poll: they take the key the window left free.
+    let once = LockOptions::default().retry_count(0);
+    for (name, options) in [
+        ("plain", once.clone()),
+        ("fenced", once.clone().fencing(true)),
+        ("in a mode", once.clone().mode(Mode::ProtectedRead)),
+    ] {
+        match ours.lock_with("res", &options).await {
+            Ok(guard) => assert!(guard.release().await.unwrap().was_held(), "{name}"),
+            Err(error) => panic!("{name}: a single attempt refused by a window: {error}"),
+        }
+    }
     // The key itself is free: a foreign client takes it.
     let foreign = Foreign::connect(&nodes).await;
     assert!(foreign.try_once("res", "theirs").await);
@@ -609,9 +621,16 @@ async fn a_hold_longer_than_t_ends_in_a_window_and_the_named_waiter_takes_the_ke
     until_queued(&nodes, "res").await;
     let released = Instant::now();
     held.release().await.unwrap();
-    // The releasing holder cannot take it back during the window.
-    let once = LockOptions::default().retry_count(0);
-    assert!(a.lock_with("res", &once).await.unwrap_err().is_busy());
+    // The releasing holder cannot take it back during the window by waiting for it.
+    let waiting_again = LockOptions::default()
+        .retry_delay(ms(50))
+        .wait_timeout(ms(100));
+    assert!(
+        a.lock_with("res", &waiting_again)
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
     let guard = within("the named waiter", waiting).await.unwrap().unwrap();
     let after = released.elapsed();
     assert!(
@@ -729,4 +748,72 @@ async fn a_due_release_with_nobody_queued_opens_no_window() {
     let again = a.lock_with("alone", &once).await.unwrap();
     assert_eq!(nodes.values(&window_key("alone")).await, vec![None; 3]);
     again.release().await.unwrap();
+}
+
+/// A poller of ours: one handle attempting `resource` once at a time (`retry_count(0)`),
+/// every 100–250 ms, beside our busy load, 3 times; returns how long each acquisition took
+/// from its first attempt.
+async fn single_attempt_waits(nodes: &RedisNodes, poller: &Redlock, resource: &'static str) {
+    let (load, history, stop) = busy_load(nodes, resource, &patient()).await;
+    tokio::time::sleep(ms(500)).await;
+    let once = LockOptions::default().retry_count(0);
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(ms(rand::rng().random_range(300..900))).await;
+        let started = Instant::now();
+        let guard = loop {
+            match poller.lock_with(resource, &once).await {
+                Ok(guard) => break guard,
+                Err(error) if error.is_busy() => {}
+                Err(error) => panic!("{error}"),
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "a single-attempt poller of ours starved for 10 s"
+            );
+            tokio::time::sleep(ms(rand::rng().random_range(100..250))).await;
+        };
+        waits.push(started.elapsed());
+        history.record(
+            3,
+            Instant::now(),
+            guard.valid_until(),
+            Instant::now() + ms(20),
+        );
+        tokio::time::sleep(ms(20)).await;
+        guard.release().await.unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    within("our lockers to stop", load).await.unwrap();
+    assert!(history.overlaps().is_empty(), "{:?}", history.overlaps());
+    println!("a single-attempt poller of ours waited {waits:?}");
+    let limit = bound() + SLACK;
+    assert!(
+        waits.iter().all(|&w| w <= limit),
+        "a single-attempt poller of ours waited {waits:?}, beyond {limit:?}"
+    );
+}
+
+/// One of our own hand-over handles polling with single attempts (a skip job, a
+/// `retry_count(0)` caller in a loop) never queues, so hand-overs never serve it: it is a
+/// poller like a foreign client, and gets in within the same bound, with no foreign
+/// connection on the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_attempt_poller_of_ours_gets_in_within_the_bound() {
+    let nodes = RedisNodes::start(3);
+    let poller = handle(&nodes, W).await;
+    single_attempt_waits(&nodes, &poller, "single").await;
+}
+
+/// The same with a handle without hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_attempt_poller_without_hand_over_gets_in_within_the_bound() {
+    let nodes = RedisNodes::start(3);
+    let poller = Redlock::builder()
+        .nodes(nodes.urls())
+        .handover_grace(Duration::ZERO)
+        .build()
+        .await
+        .unwrap();
+    single_attempt_waits(&nodes, &poller, "single-plain").await;
 }

@@ -37,6 +37,15 @@ pub(super) enum AttemptFailure {
 }
 
 impl AttemptFailure {
+    /// Whether some node refused the attempt for a holder (or a window), not only for
+    /// failures: what makes a polling request worth a window.
+    pub(super) fn refused_by_a_holder(&self) -> bool {
+        match self {
+            Self::Votes { outcomes, .. } => outcomes.held() > 0,
+            Self::Fence(_) | Self::NoValidity(_) | Self::Scattered(_) => false,
+        }
+    }
+
     /// Too few nodes granted it: with a split, who refused it (`holders`, each once, sorted).
     pub(super) fn votes(outcomes: Outcomes, split: Split, holders: &[Option<&str>]) -> Self {
         let mut refusing: Vec<String> = match split {
@@ -116,14 +125,15 @@ pub(super) struct Granted {
 
 impl Redlock {
     /// One attempt with `token`: Redlock steps 1–5, plus the fencing write-back when asked
-    /// for. A failed attempt releases what it took on every node before it returns (step 5);
-    /// dropped midway, it releases in the background.
+    /// for; refused while a window for foreign clients is open when `windowed`. A failed
+    /// attempt releases what it took on every node before it returns (step 5); dropped
+    /// midway, it releases in the background.
     pub(super) async fn attempt(
         &self,
         keys: &ResourceKeys,
         token: &Token,
         options: &LockOptions,
-        kind: AcquireKind<'_>,
+        (kind, windowed): (AcquireKind<'_>, bool),
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
@@ -137,7 +147,7 @@ impl Redlock {
             kind,
             fencing: options.get_fencing(),
             quarantine: &masters.quarantine_check,
-            windowed: !self.inner().foreign_window.is_zero(),
+            windowed,
         };
         let request = &request;
         // The longest streak of hand-overs a granting node reports.

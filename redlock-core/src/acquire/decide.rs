@@ -101,6 +101,14 @@ pub(super) struct Policy<'a> {
 }
 
 impl Policy<'_> {
+    /// Whether this request polls, as a foreign client does: it never waits in the queue
+    /// (one attempt and no wait, or no queue for it), so hand-overs never serve it. Such a
+    /// request takes a key that a window for foreign clients left free, and a refusal makes
+    /// it seen, so that windows open for it (`Presence`).
+    pub(super) fn polls(&self) -> bool {
+        !self.queue || self.deadline == Deadline::Retries(0)
+    }
+
     /// Whether a granted request still leaves the waiter queue: a plain waiter granted by
     /// only some nodes (each granting node took it out of its own queue, the others did
     /// not). A mode request's waiter entries go with its release instead.
@@ -436,6 +444,21 @@ mod tests {
             mode: false,
             queue: false,
         }
+    }
+
+    #[test]
+    fn a_request_that_never_queues_polls() {
+        let queued = |deadline| Policy {
+            queue: true,
+            ..policy(deadline)
+        };
+        // No queue (hand-over off, a lock of several): a poller whatever its retries.
+        assert!(policy(Deadline::Retries(3)).polls());
+        // With a queue: one attempt and no wait polls; retries or a wait queue.
+        assert!(queued(Deadline::Retries(0)).polls());
+        assert!(!queued(Deadline::Retries(1)).polls());
+        assert!(!queued(Deadline::Never).polls());
+        assert!(!queued(Deadline::At(Instant::now())).polls());
     }
 
     /// Runs one attempt that fails with `failure` at `now`, with no jitter.

@@ -41,12 +41,14 @@ impl ManyKeys {
 }
 
 impl Redlock {
-    /// One attempt at every resource of `many` with `token`. A failed attempt releases what
+    /// One attempt at every resource of `many` with `token`, refused while a window for
+    /// foreign clients is open on one of them when `windowed`. A failed attempt releases what
     /// it took on every node before it returns (step 5); dropped midway, it releases in the
     /// background.
     pub(super) async fn attempt_many(
         &self,
         many: &ManyKeys,
+        windowed: bool,
         token: &Token,
         options: &LockOptions,
         acquisition: &mut Acquisition,
@@ -56,7 +58,6 @@ impl Redlock {
         let drift = timing::drift(ttl, options.get_drift_factor());
         let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
         let keys = many.keys();
-        let windowed = !self.inner().foreign_window.is_zero();
         let (keys_ref, quarantine) = (&keys, &masters.quarantine_check);
         let ttl_ms = options.ttl_millis();
         let mut cleanup = ManyCleanup {

@@ -64,6 +64,10 @@ impl Redlock {
             // waits for the others).
             policy.queue = false;
         }
+        // A request that polls takes a key a window left free, as a foreign client does, and
+        // is seen by the handles that open windows when it is refused.
+        let polls = policy.polls() && !self.inner().foreign_window.is_zero();
+        let windowed = !self.inner().foreign_window.is_zero() && !polls;
         let mut state = LoopState::default();
         let waiter = Waiter::draw();
         let request = options
@@ -103,9 +107,12 @@ impl Redlock {
                     self.attempt_permit(&keys, slots, &token, options, asking, acquisition)
                         .await
                 }
-                Target::Many(many) => self.attempt_many(many, &token, options, acquisition).await,
+                Target::Many(many) => {
+                    self.attempt_many(many, windowed, &token, options, acquisition)
+                        .await
+                }
                 Target::Lock => {
-                    self.attempt(&keys, &token, options, kind, acquisition)
+                    self.attempt(&keys, &token, options, (kind, windowed), acquisition)
                         .await
                 }
             };
@@ -135,6 +142,9 @@ impl Redlock {
                 }
                 Err(failure) => failure,
             };
+            if polls && failure.refused_by_a_holder() {
+                self.seen_polling();
+            }
             let jitter = draw(options.get_retry_jitter());
             let step = state.after_failure(&policy, failure, jitter, Instant::now());
             let shutdown = &self.inner().shutdown;

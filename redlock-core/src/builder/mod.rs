@@ -231,8 +231,12 @@ impl RedlockBuilder {
     /// hand-over names its connections `redlock-rs` with `CLIENT SETNAME`, a handle without
     /// it polls like a foreign client and is not named; subscribers, replicas and `MONITOR`
     /// connections do not count), or had a connection opened and closed since the last look
-    /// (`INFO stats`: a client that connects for each attempt). A foreign client cannot poll
-    /// without a connection, so with only our handles on the nodes no window idles the key.
+    /// (`INFO stats`: a client that connects for each attempt), or holds the key prefix's
+    /// poller mark. A foreign client cannot poll without a connection, so with only our
+    /// handles on the nodes no window idles the key, unless one of our own requests polls: a
+    /// request that never waits in the queue (one attempt and no wait, or a lock of several
+    /// resources) takes a key a window left free, as a foreign client does, and each time a
+    /// holder refuses it, it sets the poller mark on every node for 3 s.
     /// The view is read again in the background when a grant finds the key in a streak of
     /// hand-overs and the view is older than 500 ms (or `window`, if shorter); a release
     /// decides on it without waiting. A foreign client is seen within that age and one of

@@ -189,7 +189,10 @@ impl Node {
                     Value::Integer(mode.waiter.score_ms),
                     quarantine_ms.clone(),
                 ];
-                let script_keys = [keys.lock.as_str(), keys.window.as_str(), witness, marker];
+                // Without windows, the lock key stands in for the window key: the script reads
+                // it only when the key is free, so it never finds a window there.
+                let window = if windowed { &keys.window } else { &keys.lock };
+                let script_keys = [keys.lock.as_str(), window.as_str(), witness, marker];
                 self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
                     .await
             }
