@@ -54,7 +54,8 @@ pub(crate) enum Command {
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show whether a holder is present on each node, and the lock key's remaining ttl
-    /// there. The token is never read out of the nodes.
+    /// there; with --permits K, each permit of a counting semaphore instead. The token is
+    /// never read out of the nodes.
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
     /// Break a lock: remove whoever holds the resource on every node, whatever their token,
@@ -62,7 +63,8 @@ pub(crate) enum Command {
     /// ttl is long. A holder that is still alive keeps working until its next extension is
     /// refused, and may overlap the next holder until then: prefer stopping it. Always logged
     /// as a warning. A key that is not a lock (another application's data of the same name)
-    /// is left as it is.
+    /// is left as it is. A counting semaphore's permits (`redlock run --permits K`) are not
+    /// removed: they expire with their ttl (`redlock status --permits K` shows them).
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Release(ReleaseArgs),
 }
@@ -128,6 +130,16 @@ pub(crate) struct StatusArgs {
     /// The resource to look at.
     #[arg(value_parser = resource)]
     pub(crate) resource: String,
+    /// Show the permits of the counting semaphore of this many permits on the resource
+    /// (the K of the `redlock run --permits K` that take them), permit by permit, instead of
+    /// its lock. The number is not stored on the nodes: with a smaller one, the permits above
+    /// it are not shown.
+    #[arg(
+        long,
+        value_name = "K",
+        value_parser = clap::value_parser!(u32).range(1..=1024)
+    )]
+    pub(crate) permits: Option<u32>,
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 }

@@ -1,5 +1,7 @@
 //! `redlock release --force`: removes whoever holds a resource on every node
-//! ([`Redlock::force_release`](redlock_core::Redlock::force_release)).
+//! ([`Redlock::force_release`](redlock_core::Redlock::force_release)). The resource's lock
+//! only: a counting semaphore's permits are locks of other keys, left to expire with their
+//! ttl.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -52,8 +54,10 @@ fn render(resource: &str, report: &ForceReleased) -> String {
             report.removed, report.nodes
         )
     } else {
+        // Said of the lock only: a semaphore's permits are other keys, not read here.
         format!(
-            "{resource}: no holder found on the {} nodes that answered",
+            "{resource}: no holder of its lock found on the {} nodes that answered (a \
+             semaphore's permits are not looked at: `redlock status --permits K` shows them)",
             report.answered
         )
     };

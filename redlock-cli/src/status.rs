@@ -1,5 +1,7 @@
 //! `redlock status`: whether a holder is present on each node and the lock key's remaining
-//! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)); never the token.
+//! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)), or, with `--permits`,
+//! each permit of a counting semaphore
+//! ([`Redlock::inspect_permits`](redlock_core::Redlock::inspect_permits)); never the token.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -23,12 +25,29 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
         .require_quorum_at_start(false)
         .handover_grace(Duration::ZERO);
     let redlock = connect(builder).await?;
-    let status = redlock
-        .inspect(&args.resource)
-        .await
-        .map_err(CliError::Lock)?;
+    let (text, status) = match args.permits {
+        None => {
+            let status = redlock
+                .inspect(&args.resource)
+                .await
+                .map_err(CliError::Lock)?;
+            (render(&status.resource, &status, true), status)
+        }
+        Some(permits) => {
+            let slots = redlock
+                .inspect_permits(&args.resource, permits)
+                .await
+                .map_err(CliError::Lock)?;
+            let text = render_permits(&args.resource, &slots);
+            // The slot with the fewest answers decides (every slot is on the same nodes).
+            let Some(fewest) = slots.into_iter().min_by_key(ResourceStatus::answered) else {
+                return Ok(0);
+            };
+            (text, fewest)
+        }
+    };
     std::io::stdout()
-        .write_all(render(&status).as_bytes())
+        .write_all(text.as_bytes())
         .and_then(|()| std::io::stdout().flush())
         .map_err(|source| CliError::Os {
             what: "could not write the status",
@@ -44,8 +63,29 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
-/// The status as text: a summary line, then one line per node.
-fn render(status: &ResourceStatus) -> String {
+/// A semaphore's permits as text: a summary line (permits held, waiters queued), then each
+/// permit's status as [`render`] gives a lock's, named `<resource> permit <i>`, without the
+/// waiters on each node's line (they wait for any permit: the summary counts them once).
+fn render_permits(resource: &str, slots: &[ResourceStatus]) -> String {
+    let held = slots.iter().filter(|slot| slot.is_held()).count();
+    let queued = slots.first().map_or(0, |slot| {
+        let waiters = slot.nodes.iter().filter_map(|n| n.read.as_ref().ok());
+        waiters.map(|holding| holding.waiters).max().unwrap_or(0)
+    });
+    let mut out = format!("{resource}: {held} of {} permits held", slots.len());
+    if queued > 0 {
+        let _ = write!(out, ", {queued} waiting");
+    }
+    out.push('\n');
+    for (slot, status) in slots.iter().enumerate() {
+        out.push_str(&render(&format!("{resource} permit {slot}"), status, false));
+    }
+    out
+}
+
+/// The status of `status` as text, named `name`: a summary line, then one line per node
+/// (with the waiters queued there when `waiters`).
+fn render(name: &str, status: &ResourceStatus, waiters: bool) -> String {
     let nodes = status.nodes.len();
     let held_on = status.held_on();
     let summary = if status.is_held() {
@@ -59,15 +99,14 @@ fn render(status: &ResourceStatus) -> String {
         .owner()
         .map_or(String::new(), |owner| format!(" by {owner}"));
     let mut out = format!(
-        "{}: {summary}{owner}; holder on {held_on} of {nodes} nodes, {} answered, quorum {}\n",
-        status.resource,
+        "{name}: {summary}{owner}; holder on {held_on} of {nodes} nodes, {} answered, quorum {}\n",
         status.answered(),
         status.quorum,
     );
     let width = status.nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
     for node in &status.nodes {
         let line = match &node.read {
-            Ok(holding) => describe(holding),
+            Ok(holding) => describe(holding, waiters),
             Err(error) => format!("no answer: {error}"),
         };
         let _ = writeln!(out, "  {:width$}  {line}", node.node);
@@ -75,8 +114,8 @@ fn render(status: &ResourceStatus) -> String {
     out
 }
 
-/// One node's line.
-fn describe(holding: &NodeHolding) -> String {
+/// One node's line (with the waiters queued there when `waiters`).
+fn describe(holding: &NodeHolding, waiters: bool) -> String {
     let ttl = |ttl: Option<Duration>| match ttl {
         Some(ttl) => format!("ttl {}", humantime::format_duration(ttl)),
         None => "no ttl".to_owned(),
@@ -102,7 +141,7 @@ fn describe(holding: &NodeHolding) -> String {
         Holder::Other { kind } => format!("a {kind} key (not a lock), {}", ttl(holding.ttl)),
         _ => format!("held, {}", ttl(holding.ttl)),
     };
-    if holding.waiters > 0 {
+    if waiters && holding.waiters > 0 {
         let _ = write!(line, ", {} waiting", holding.waiters);
     }
     line

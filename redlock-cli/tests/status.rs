@@ -198,6 +198,70 @@ async fn status_shows_nodes_that_do_not_answer() {
     drop(guard);
 }
 
+/// Two of a semaphore's 3 permits held: `status --permits 3` shows both, permit by permit,
+/// never a token; the resource's lock itself is free, and `release --force` says its lock
+/// had no holder, not that nothing holds the resource, and leaves the permits held.
+#[tokio::test]
+async fn status_with_permits_shows_each_permit_held() {
+    let nodes = TestNodes::start(3);
+    let (a, b) = (handle(&nodes).await, handle(&nodes).await);
+    let permit = redlock_core::LockOptions::default()
+        .permits(3)
+        .ttl(std::time::Duration::from_secs(30));
+    let first = a.lock_with("export", &permit).await.unwrap();
+    let second = b.lock_with("export", &permit).await.unwrap();
+    let status = output(redlock(
+        Some(&nodes),
+        &["status", "--permits", "3", "export"],
+    ))
+    .await;
+    status.expect(0);
+    let lines: Vec<&str> = status.stdout.lines().collect();
+    assert_eq!(lines[0], "export: 2 of 3 permits held", "{status:#?}");
+    let summaries: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("export permit "))
+        .collect();
+    assert_eq!(summaries.len(), 3, "{status:#?}");
+    let held = summaries.iter().filter(|l| l.contains(": held; ")).count();
+    let free = summaries.iter().filter(|l| l.contains(": free; ")).count();
+    assert_eq!((held, free), (2, 1), "{status:#?}");
+    // A summary line and 3 node lines per permit.
+    assert_eq!(lines.len(), 1 + 3 * 4, "{status:#?}");
+    for token in [first.token().expose(), second.token().expose()] {
+        assert!(!status.stdout.contains(token), "token printed: {status:#?}");
+    }
+    // The resource's lock is another key: free.
+    let lock = output(redlock(Some(&nodes), &["status", "export"])).await;
+    assert!(lock.stdout.starts_with("export: free;"), "{lock:#?}");
+    let forced = output(redlock(Some(&nodes), &["release", "--force", "export"])).await;
+    forced.expect(0);
+    assert!(
+        forced
+            .stdout
+            .contains("no holder of its lock found on the 3 nodes that answered (a semaphore's permits are not looked at"),
+        "{forced:#?}"
+    );
+    // The permits are still held.
+    let after = output(redlock(
+        Some(&nodes),
+        &["status", "--permits", "3", "export"],
+    ))
+    .await;
+    assert!(
+        after.stdout.starts_with("export: 2 of 3 permits held"),
+        "{after:#?}"
+    );
+    let bad = output(redlock(
+        Some(&nodes),
+        &["status", "--permits", "0", "export"],
+    ))
+    .await;
+    bad.expect(64);
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
 /// Output that cannot be written (`>/dev/full`): exit code 71 and a message, not a panic.
 #[tokio::test]
 async fn status_output_that_cannot_be_written_exits_71() {
@@ -277,7 +341,10 @@ async fn release_force_breaks_the_lock_and_the_holder_stops() {
     }
     let other = output(redlock(Some(&nodes), &["release", "--force", "app-list"])).await;
     other.expect(0);
-    assert!(other.stdout.contains("no holder found"), "{other:#?}");
+    assert!(
+        other.stdout.contains("no holder of its lock found"),
+        "{other:#?}"
+    );
     assert!(
         other.stdout.contains("on 3 nodes the key holds other data"),
         "{other:#?}"

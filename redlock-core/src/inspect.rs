@@ -11,6 +11,7 @@ use crate::error::{InvalidInput, LockError};
 use crate::keys::{ResourceKeys, validate_resource};
 use crate::mode::Mode;
 use crate::node::Node;
+use crate::options::MAX_PERMITS;
 use crate::outcome::NodeError;
 use crate::redlock::Redlock;
 
@@ -52,17 +53,24 @@ impl ResourceStatus {
     }
 
     /// The plain lock's holder's label ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner))
-    /// when a quorum of nodes show the same one: who holds the resource, or leads.
+    /// when one holder holds the key on a quorum of nodes with its label shown there: who
+    /// holds the resource, or leads. Holders are told apart by their tokens (a digest read on
+    /// each node, never the token), not by their labels: two holders with the same label
+    /// that split the nodes between them are two holders, neither with a quorum, and the
+    /// answer is `None`, as it is when nobody holds a quorum or the holder has no label.
     pub fn owner(&self) -> Option<&str> {
-        let labels: Vec<&str> = self
+        let holders: Vec<(&str, &str)> = self
             .nodes
             .iter()
-            .filter_map(|n| n.read.as_ref().ok()?.owner.as_deref())
+            .filter_map(|n| {
+                let read = n.read.as_ref().ok()?;
+                Some((read.digest.as_deref()?, read.owner.as_deref()?))
+            })
             .collect();
-        labels
+        holders
             .iter()
-            .find(|label| labels.iter().filter(|l| l == label).count() >= self.quorum)
-            .copied()
+            .find(|holder| holders.iter().filter(|h| h == holder).count() >= self.quorum)
+            .map(|&(_, label)| label)
     }
 
     /// `true` when something is at the key on a quorum of nodes ([`Holder::is_present`]): a
@@ -102,6 +110,10 @@ pub struct NodeHolding {
     /// holder through a handle without a label, or a foreign client). For holders in modes,
     /// see [`ModeHolder::owner`].
     pub owner: Option<String>,
+    /// The plain lock's holder there, as the first 16 hex digits of its token's SHA-1 (never
+    /// the token): what tells two holders with the same label apart in
+    /// [`ResourceStatus::owner`]. `None` without a plain holder.
+    digest: Option<String>,
 }
 
 /// Who holds a resource's lock key on one node. Tokens are never read out.
@@ -182,6 +194,54 @@ impl Redlock {
             return Err(InvalidInput::ReservedResource.into());
         }
         let keys = self.resource_keys(key);
+        Ok(self.read_every_node(resource, keys).await)
+    }
+
+    /// [`inspect`](Self::inspect) for the permits of a counting semaphore
+    /// ([`LockOptions::permits`](crate::LockOptions::permits)): what every node holds for
+    /// each of the `permits` slots of the semaphore on `resource`, one [`ResourceStatus`] per
+    /// slot, in slot order. A slot is a plain lock of its own (its key is the resource's key
+    /// followed by a bookkeeping suffix, in [`ResourceStatus::key`]), so a permit is held
+    /// where its slot [`is_held`](ResourceStatus::is_held), by
+    /// [`owner`](ResourceStatus::owner) when its holder has a label. The semaphore's waiters
+    /// share one queue: each slot's [`NodeHolding::waiters`] counts all of them.
+    ///
+    /// The number of permits is not stored on the nodes: give the one the semaphore's holders
+    /// use (with more, the slots above theirs read free; with fewer, the slots above `permits`
+    /// are not read). One read-only `EVAL` per slot and node, all at once, each within the
+    /// handle's node timeout; the ACL needs of [`inspect`](Self::inspect).
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect); [`LockError::Invalid`] for `permits` of 0
+    /// ([`InvalidInput::ZeroPermits`]) or above [`MAX_PERMITS`](crate::MAX_PERMITS)
+    /// ([`InvalidInput::PermitsAboveCap`]). Nothing is sent.
+    pub async fn inspect_permits(
+        &self,
+        resource: &str,
+        permits: u32,
+    ) -> Result<Vec<ResourceStatus>, LockError> {
+        validate_resource(resource)?;
+        if permits == 0 {
+            return Err(InvalidInput::ZeroPermits.into());
+        }
+        if permits > MAX_PERMITS {
+            let max = MAX_PERMITS;
+            return Err(InvalidInput::PermitsAboveCap { permits, max }.into());
+        }
+        let key = self.key_for(resource);
+        if key.contains('\0') {
+            return Err(InvalidInput::ReservedResource.into());
+        }
+        let (_queue, slots) = self.permit_keys(key, permits);
+        let reads = slots
+            .slots
+            .into_iter()
+            .map(|keys| self.read_every_node(resource, keys));
+        Ok(join_all(reads).await)
+    }
+
+    /// [`INSPECT`] of `keys` on every node at once, each within the node timeout.
+    async fn read_every_node(&self, resource: &str, keys: ResourceKeys) -> ResourceStatus {
         let masters = self.masters();
         let limit = masters.node_timeout;
         let reads = masters.nodes.iter().map(|node| async {
@@ -191,12 +251,12 @@ impl Redlock {
             }
         });
         let nodes = join_all(reads).await;
-        Ok(ResourceStatus {
+        ResourceStatus {
             resource: resource.to_owned(),
             key: keys.lock,
             quorum: masters.quorum,
             nodes,
-        })
+        }
     }
 }
 
@@ -232,17 +292,23 @@ fn decode(reply: Value) -> Option<NodeHolding> {
     let queued = head[2].as_i64()?;
     // A string reserved for a waiter, or a hash holding someone else's data.
     let flagged = head[3].as_i64()? == 1;
-    let label = |value: &Value| {
-        let label = value.as_str()?;
-        Some((!label.is_empty()).then(|| label.into_owned()))
+    // A text that is empty when there is none.
+    let text = |value: &Value| {
+        let text = value.as_str()?;
+        Some((!text.is_empty()).then(|| text.into_owned()))
     };
-    let mut owner = None;
+    let (mut owner, mut digest) = (None, None);
     let mut waiters = usize::try_from(queued).unwrap_or(0);
     let holder = match &*kind {
         "none" => Holder::None,
         "string" if flagged => Holder::Reserved,
         "string" => {
-            owner = label(&head[4])?;
+            owner = text(&head[4])?;
+            // The holder's digest follows, alone.
+            let [digest_value] = entries else {
+                return None;
+            };
+            digest = text(digest_value)?;
             Holder::Plain
         }
         "hash" if flagged => Holder::Other {
@@ -259,7 +325,7 @@ fn decode(reply: Value) -> Option<NodeHolding> {
                 if waiter.as_i64()? == 1 {
                     waiters += 1;
                 } else {
-                    let owner = label(owner)?;
+                    let owner = text(owner)?;
                     holders.push(ModeHolder { mode, ttl, owner });
                 }
             }
@@ -275,6 +341,7 @@ fn decode(reply: Value) -> Option<NodeHolding> {
         ttl,
         waiters,
         owner,
+        digest,
     })
 }
 
@@ -294,10 +361,12 @@ mod tests {
             2.into(),
             0.into(),
             "web-1/4242".into(),
+            "0123456789abcdef".into(),
         ]))
         .unwrap();
         assert_eq!(plain.holder, Holder::Plain);
         assert_eq!(plain.owner.as_deref(), Some("web-1/4242"));
+        assert_eq!(plain.digest.as_deref(), Some("0123456789abcdef"));
         assert_eq!(plain.ttl, Some(Duration::from_millis(1500)));
         assert_eq!(plain.waiters, 2);
 
@@ -407,5 +476,36 @@ mod tests {
             0.into(),
         ]);
         assert_eq!(decode(torn), None);
+    }
+
+    /// A node showing `label`'s holder with the token digest `digest`, or a free node.
+    fn node(holder: Option<(&str, &str)>) -> NodeStatus {
+        NodeStatus {
+            node: "node".to_owned(),
+            read: Ok(NodeHolding {
+                holder: holder.map_or(Holder::None, |_| Holder::Plain),
+                ttl: None,
+                waiters: 0,
+                owner: holder.map(|(_, label)| label.to_owned()),
+                digest: holder.map(|(digest, _)| digest.to_owned()),
+            }),
+        }
+    }
+
+    #[test]
+    fn the_owner_is_one_holder_on_a_quorum_not_one_label() {
+        let status = |nodes: Vec<NodeStatus>| ResourceStatus {
+            resource: "r".to_owned(),
+            key: "r".to_owned(),
+            quorum: 3,
+            nodes,
+        };
+        let (a, b) = (Some(("aaaa", "replica")), Some(("bbbb", "replica")));
+        // Two holders with one label, two nodes each: nobody holds a quorum.
+        let split = status(vec![node(a), node(a), node(b), node(b), node(None)]);
+        assert_eq!(split.owner(), None);
+        assert_eq!(split.held_on(), 4);
+        let held = status(vec![node(a), node(a), node(a), node(b), node(b)]);
+        assert_eq!(held.owner(), Some("replica"));
     }
 }

@@ -124,11 +124,14 @@ impl LeaderElection {
     }
 
     /// Who leads now: the label of the resource's holder
-    /// ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)) when a quorum of nodes show
-    /// the same one; `None` when nobody leads, or the leader's handle has no label. A read of
-    /// every node ([`Redlock::inspect`]), so any process can observe the election without
-    /// campaigning: `redlock.leader_election("scheduler").leader().await?`. A snapshot: the
-    /// leader may change right after.
+    /// ([`RedlockBuilder::owner`](crate::RedlockBuilder::owner)) when one holder holds the
+    /// lock on a quorum of nodes with its label shown there
+    /// ([`ResourceStatus::owner`](crate::ResourceStatus::owner): holders are told apart by
+    /// their tokens, so candidates sharing one label that split the nodes are nobody); `None`
+    /// when nobody leads, or the leader's handle has no label. A read of every node
+    /// ([`Redlock::inspect`]), so any process can observe the election without campaigning:
+    /// `redlock.leader_election("scheduler").leader().await?`. A snapshot: the leader may
+    /// change right after.
     ///
     /// # Errors
     /// As [`Redlock::inspect`].

@@ -2,6 +2,7 @@
 //! converting its entry in place (`scripts/downgrade.lua`), so the resource is never free in
 //! between.
 
+use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
 use super::Lease;
@@ -37,6 +38,20 @@ pub(crate) async fn downgrade(
     // compatible with `to`, and no view may claim more than the nodes enforce. Nodes left
     // in `from` only exclude more.
     lease.mode.set(to);
+    // A re-entry made meanwhile (a scope of this lock polled on another thread) either sees
+    // the weaker mode and does not enter, or is seen here (`reentrant::Reentry::enter`
+    // counts its hold before it reads the mode, behind the same kind of fence): a body
+    // written for the stronger mode never runs beside the holders the weaker one admits.
+    fence(Ordering::SeqCst);
+    if lease.holds.load(Ordering::Acquire) > 1 {
+        if let Some(from) = from {
+            lease.mode.set(from);
+        }
+        return Err(InvalidInput::Shared {
+            action: "downgraded",
+        }
+        .into());
+    }
     let start = Instant::now();
     let limit = masters
         .node_timeout

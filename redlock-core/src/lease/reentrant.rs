@@ -13,18 +13,22 @@
 //!   re-enter its lock (`join!(debit(), debit())` inside `batch()`) run one after the other,
 //!   each alone under the lock, while a re-entry nested inside another gets in at once. The
 //!   turn belongs to the guard that opened the scope, so two scopes of one guard polled
-//!   together (`join!(guard.scope(a), guard.scope(b))`) take turns too.
+//!   together (`join!(guard.scope(a), guard.scope(b))`) take turns too;
+//! - a re-entry asks for the mode the lock is held in when it enters: once the lock is
+//!   downgraded, a request in the mode it was taken in is another holder, including one that
+//!   found the scope before the downgrade and waited for its turn meanwhile.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{Ordering, fence};
 use std::task::{Context, Poll};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::futures::TaskLocalFuture;
 
 use super::Lease;
+use crate::error::LostReason;
 use crate::mode::Mode;
 
 tokio::task_local! {
@@ -153,6 +157,9 @@ pub(crate) fn new_turn() -> Arc<Semaphore> {
 pub(crate) struct Reentry {
     lease: Arc<Lease>,
     turn: Arc<Semaphore>,
+    /// The mode the lease was held in when found: a downgrade since then makes it another
+    /// lock for this request ([`enter`](Self::enter)).
+    mode: Option<Mode>,
 }
 
 /// The scope to re-enter, if the caller runs in one (see [`Reentry`]).
@@ -168,6 +175,7 @@ pub(crate) fn find(handle: usize, key: &str, mode: Option<Mode>) -> Option<Reent
         .map(|link| Reentry {
             lease: Arc::clone(&link.lease),
             turn: Arc::clone(&link.turn),
+            mode,
         })
 }
 
@@ -189,7 +197,18 @@ impl Reentry {
 
     /// One more hold on the lease, which the caller owns from then on (a re-entered guard
     /// gives it back when dropped, releasing the lock if it was the last). `None` if the last
-    /// hold was already given back (the lock is released, or being released).
+    /// hold was already given back (the lock is released, or being released), or if the lease
+    /// was downgraded since it was found ([`find`]): a body written for the mode asked for
+    /// must not run beside the holders the weaker mode lets in, so the caller acquires afresh,
+    /// as for a re-entry that starts after the downgrade.
+    ///
+    /// The mode is read after the hold is counted, and the downgrade counts the holds after
+    /// it changed the mode (`downgrade.rs`), each behind a sequentially consistent fence:
+    /// a re-entry racing a downgrade from another thread either sees the weaker mode here or
+    /// is seen there (and the downgrade is refused as shared). When it sees the weaker mode
+    /// and every other guard went meanwhile, its hold is the last: the lease is returned
+    /// marked lost (released), and the caller, which checks the lease before handing out the
+    /// guard, drops that guard, which releases the lock, and acquires afresh.
     pub(crate) fn enter(self) -> Option<Arc<Lease>> {
         self.lease
             .holds
@@ -197,6 +216,22 @@ impl Reentry {
                 (holds > 0).then_some(holds + 1)
             })
             .ok()?;
+        fence(Ordering::SeqCst);
+        if self.lease.mode.get() == self.mode {
+            return Some(self.lease);
+        }
+        // Downgraded since it was found: give the hold back, unless it is the last one.
+        let given_back = self
+            .lease
+            .holds
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |holds| {
+                (holds > 1).then_some(holds - 1)
+            })
+            .is_ok();
+        if given_back {
+            return None;
+        }
+        self.lease.mark_lost(LostReason::Released);
         Some(self.lease)
     }
 }

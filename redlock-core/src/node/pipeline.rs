@@ -58,6 +58,9 @@ enum Message {
     /// `NOSCRIPT` sends it again by source, in order with the batches after it, on the
     /// handle's runtime.
     Adopt(Call, Answer),
+    /// A call sent by its caller that the node answered `NOSCRIPT`: sent again by source, as
+    /// a batch of its own, after the calls queued before it.
+    Again(Call),
 }
 
 /// One script call waiting to be sent.
@@ -169,6 +172,7 @@ impl Pipeline {
                     counted,
                 },
                 finish,
+                By::Sha1,
             ))
         };
         let tx = self.tx.clone();
@@ -177,7 +181,7 @@ impl Pipeline {
                 Issued::Direct(direct) => match direct.await {
                     Ok(answer) => return answer,
                     // `NOSCRIPT`: sent again by source, through the task.
-                    Err(again) => queue(&tx, script, again, finish)?,
+                    Err(again) => queue(&tx, script, again, finish, By::Source)?,
                 },
                 Issued::Queued(answer) => answer?,
             };
@@ -192,12 +196,15 @@ enum Issued {
     Queued(Result<oneshot::Receiver<Result<Value, NodeError>>, NodeError>),
 }
 
-/// Hands a call to the task; returns where its answer comes.
+/// Hands a call to the task, to be sent in its next batch (`By::Sha1`) or, for a call the
+/// node answered `NOSCRIPT`, by source on its own (`By::Source`); returns where its answer
+/// comes.
 fn queue(
     tx: &mpsc::UnboundedSender<Message>,
     script: &'static Script,
     again: Again,
     finish: bool,
+    by: By,
 ) -> Result<oneshot::Receiver<Result<Value, NodeError>>, NodeError> {
     let (reply, answer) = oneshot::channel();
     let call = Call {
@@ -208,8 +215,11 @@ fn queue(
         reply,
         _outstanding: again.counted,
     };
-    tx.send(Message::Call(call))
-        .map_err(|_| NodeError::Disconnected)?;
+    let message = match by {
+        By::Sha1 => Message::Call(call),
+        By::Source => Message::Again(call),
+    };
+    tx.send(message).map_err(|_| NodeError::Disconnected)?;
     Ok(answer)
 }
 
@@ -353,6 +363,13 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Message>) {
                     match message {
                         Message::Call(call) => batch.push(call),
                         Message::Adopt(call, answer) => adopt(&mut in_flight, call, answer),
+                        Message::Again(call) => {
+                            // After the calls queued before it, by source at once: the
+                            // node just said it has no script to run it by SHA1.
+                            let before = std::mem::take(&mut batch);
+                            dispatch(&client, &mut in_flight, before, By::Sha1);
+                            dispatch(&client, &mut in_flight, vec![call], By::Source);
+                        }
                     }
                     if batch.len() < MAX_BATCH {
                         next = rx.try_recv().ok();

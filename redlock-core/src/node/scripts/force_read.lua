@@ -5,6 +5,7 @@
 -- holder's lock there).
 --
 -- KEYS: key  the lock key
+-- ARGV: none
 --
 -- Returns `{0}` if the key holds no holder, `{-2}` if it holds data that is not a lock (left
 -- exactly as it is), or `{1, digest, ...}`: one digest per holder, the SHA-1 (40 hex digits)

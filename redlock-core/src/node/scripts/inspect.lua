@@ -8,23 +8,29 @@
 --       queue_key  the queue of plain waiters
 -- ARGV: none
 --
--- Returns `{kind, pttl, queued, flag, owner, [mode, ms_left, is_waiter, owner]...}`: the
--- key's type, its PTTL, the number of plain waiters queued, a flag, the plain holder's label
--- ("" without one), and for a hash (a resource held in modes) one `mode, remaining ms,
--- is-waiter, label` quadruple per live entry, the node's clock deciding what is live. A label
--- is read at the key owner.lua writes for that holder's token (named by the token's digest,
--- so a label left by an earlier holder is never read for this one). The flag says, for a string, that it is a hand-over reservation (a waiter's `~`
--- marker rather than a holder's token); for a hash, that it holds a field that is not an
--- entry of ours (mode_entry in prelude.lua), i.e. someone else's data, and then no triple
--- follows.
+-- Returns `{kind, pttl, queued, flag, owner, ...}`: the key's type, its PTTL, the number of
+-- plain waiters queued, a flag and the plain holder's label ("" without one), then, for a
+-- plain holder's string, its digest (the first 16 hex digits of the SHA-1 of its token, as
+-- holder_digest in prelude.lua reports it: what tells two holders apart whatever their
+-- labels), and for a hash (a resource held in modes) one `mode, remaining ms, is-waiter,
+-- label` quadruple per live entry, the node's clock deciding what is live. A label is read
+-- at the key owner.lua writes for that holder's token (named by the token's digest, so a
+-- label left by an earlier holder is never read for this one). The flag says, for a string,
+-- that it is a hand-over reservation (a waiter's `~` marker rather than a holder's token,
+-- and then no digest follows); for a hash, that it holds a field that is not an entry of ours
+-- (mode_entry in prelude.lua), i.e. someone else's data, and then no quadruple follows.
 --
 -- Only reads: TYPE, PTTL, GET, HGETALL, TIME, and ZCARD under `pcall` (0 without it); the
 -- labels with GET under `pcall` ("" without access).
 local key, queue_key = KEYS[1], KEYS[2]
 
--- The label of the holder whose token is `token` (owner.lua), or "".
-local function label_of(token)
-  local digest = string.sub(redis.sha1hex(token), 1, 16)
+-- The digest of a holder's token: what names its label key (owner.lua).
+local function digest_of(token)
+  return string.sub(redis.sha1hex(token), 1, 16)
+end
+
+-- The label of the holder whose token's digest is `digest` (owner.lua), or "".
+local function label_of(digest)
   local label = redis.pcall("get", key .. "\0redlock:owner:" .. digest)
   if type(label) == "string" then return label end
   return ""
@@ -37,7 +43,13 @@ if type(queued) ~= "number" then queued = 0 end
 local out = {kind, pttl, queued, 0, ""}
 if kind == "string" then
   local value = redis.call("get", key)
-  if string.sub(value, 1, 1) == "~" then out[4] = 1 else out[5] = label_of(value) end
+  if string.sub(value, 1, 1) == "~" then
+    out[4] = 1
+  else
+    local digest = digest_of(value)
+    out[5] = label_of(digest)
+    out[6] = digest
+  end
 elseif kind == "hash" then
   local now = node_now()
   local entries = redis.call("hgetall", key)
@@ -52,7 +64,7 @@ elseif kind == "hash" then
         table.insert(out, "")
       else
         table.insert(out, 0)
-        table.insert(out, label_of(entries[i]))
+        table.insert(out, label_of(digest_of(entries[i])))
       end
     end
   end
