@@ -153,8 +153,8 @@ fn busy(key: &str) -> String {
 }
 
 /// The window for foreign clients on `key`: while it exists (its ttl is the window), `key` is
-/// free and every acquisition of ours refuses it, so that a foreign client polling the key
-/// finds it free.
+/// free and every request of ours that waits refuses it, so that a client polling the key (a
+/// foreign client, or a request of ours that never queues) finds it free.
 fn window(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}window")
 }

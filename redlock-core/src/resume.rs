@@ -196,7 +196,8 @@ impl Redlock {
     /// start); if too few nodes confirm it, the guard is returned with the validity the swap
     /// gave. After the swap the detached token holds
     /// fewer than a quorum: the same `DetachedLock` resumed again, or released, is refused. A
-    /// failed resumption swaps the token back where it swapped it (expiries untouched), so it
+    /// failed resumption swaps the token back where it swapped it, with the expiry each key
+    /// had at the swap (an extension the resumption made meanwhile is cut back), so it
     /// can be tried again; a resumption dropped at any point before it returns (during the
     /// swap, the extension or the fencing round) does the same in the background.
     ///
@@ -221,7 +222,8 @@ impl Redlock {
     /// - [`LockError::NoValidity`]: a quorum swapped it, but its keys had too little time
     ///   left to be valid; the swap was undone;
     /// - [`LockError::ShuttingDown`]: the handle is shutting down (also when shutdown began
-    ///   during the rounds: the swap is then undone, so another process can resume it).
+    ///   during the rounds: the swap is then undone, so another process can resume it, unless
+    ///   [`Redlock::release_all`] released the resumed lock first).
     pub async fn resume_with(
         &self,
         detached: &DetachedLock,
@@ -284,14 +286,18 @@ impl Redlock {
             key: detached.key.clone(),
             tokens: Some((next.clone(), detached.token.clone())),
             mode,
+            left: Vec::new(),
         };
         let start = Instant::now();
         let tally = masters
             .round(masters.quorum, limit, Stop::AtDecision, |node| {
-                node.resume(key, (old, next.expose()), mode, quarantine, limit)
+                node.resume(key, (old, next.expose()), (mode, 0), quarantine, limit)
             })
             .await;
         let elapsed = start.elapsed();
+        // What each node's key had left at the swap: a give-back after the extension round
+        // restores that, not the extended expiry.
+        give_back.keep_expiries(start, &tally.counters);
         let (granted, refused) = (tally.granted, tally.refused);
         // What the swapping nodes have left (no expiry: at least the ttl asked for), the
         // longest first: the quorum-th is what a quorum holds.
@@ -390,11 +396,14 @@ impl Redlock {
         let class = telemetry::class_of(resource, options);
         let guard = self.register(resource, &class, keys, next, options, grant);
         if self.is_shutting_down() {
-            // Shutdown began during the rounds: what `release_all` may have missed is given
-            // back to the detached token, so that another process can resume it. If
-            // `release_all` took it first, it was released.
+            // Shutdown began during the rounds: what `release_all` missed is given back to
+            // the detached token, so that another process can resume it. If `release_all`
+            // took it first, it released it: nothing is given back (a swap back racing its
+            // deletes would leave the detached token on a minority).
             if guard.take_back() {
                 give_back.now().await;
+            } else {
+                give_back.tokens = None;
             }
             return Err(LockError::ShuttingDown);
         }
@@ -446,9 +455,37 @@ struct GiveBack {
     /// The fresh token and the detached one; `None` once the lock is held.
     tokens: Option<(Token, Token)>,
     mode: bool,
+    /// Per node, until when its key was to live when it swapped (from the swap round's
+    /// start, which is earlier than the swap: never later than the key's own expiry); empty
+    /// before the swap round decided. A node that swapped unheard gets the longest of them.
+    left: Vec<Option<Instant>>,
 }
 
 impl GiveBack {
+    /// Records what each node's key had left at the swap (`counters`, per node, from the
+    /// swap round started at `start`), so that the give-back restores it.
+    fn keep_expiries(&mut self, start: Instant, counters: &[Option<Option<Duration>>]) {
+        self.left = counters
+            .iter()
+            .map(|left| left.flatten().and_then(|left| start.checked_add(left)))
+            .collect();
+    }
+
+    /// The cap of node `i`'s key at a give-back now, in ms: what it had left at the swap less
+    /// the time since (at least 1 ms); 0 (no cap) before the swap round decided, when nothing
+    /// can have lengthened it.
+    fn cap_ms(&self, i: usize) -> u64 {
+        let Some(longest) = self.left.iter().flatten().max() else {
+            return 0;
+        };
+        let until = self.left.get(i).copied().flatten().unwrap_or(*longest);
+        let ms = until
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .max(1);
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    }
+
     /// Swaps back on every node, each within the node timeout.
     async fn now(&mut self) {
         if let Some(give_back) = self.sends() {
@@ -461,14 +498,16 @@ impl GiveBack {
         let (next, old) = self.tokens.take()?;
         let masters = self.redlock.masters();
         let limit = masters.node_timeout;
-        // Expiries untouched: the detached lock keeps the time it had.
+        // The detached lock keeps the time it had: each key's expiry at the swap.
         let (key, mode) = (self.key.as_str(), self.mode);
         let answers: Vec<_> = masters
             .nodes
             .iter()
-            .map(|node| {
+            .enumerate()
+            .map(|(i, node)| {
                 let tokens = (next.expose(), old.expose());
-                node.resume(key, tokens, mode, &masters.quarantine_check, limit)
+                let quarantine = &masters.quarantine_check;
+                node.resume(key, tokens, (mode, self.cap_ms(i)), quarantine, limit)
             })
             .collect();
         Some(async move {

@@ -33,7 +33,9 @@ async fn kept(nodes: &RedisNodes, key: &str, taken: Instant) {
             // Counted from before the attempt: the key's expiry is at least this far.
             let left = AT_LEAST.saturating_sub(taken.elapsed());
             let kept = pttls.iter().zip(&values).all(|(&pttl, value)| {
-                value.as_deref() == Some("redlock:kept")
+                value
+                    .as_deref()
+                    .is_some_and(|v| v.starts_with("redlock:kept:"))
                     && u64::try_from(pttl).is_ok_and(|ms| Duration::from_millis(ms) <= AT_LEAST)
             });
             if kept {

@@ -50,9 +50,14 @@ impl AttemptFailure {
     pub(super) fn votes(outcomes: Outcomes, split: Split, holders: &[Option<&str>]) -> Self {
         let mut refusing: Vec<String> = match split {
             Split::No => Vec::new(),
-            Split::Possible | Split::Certain => {
-                holders.iter().flatten().map(|h| (*h).to_owned()).collect()
-            }
+            // A request in a mode names every entry that blocked it: each name counts alone.
+            Split::Possible | Split::Certain => holders
+                .iter()
+                .flatten()
+                .flat_map(|h| h.split(' '))
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
         };
         refusing.sort_unstable();
         refusing.dedup();

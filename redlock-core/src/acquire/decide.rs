@@ -48,9 +48,11 @@ pub(super) enum Deadline {
 impl Deadline {
     /// The deadline of an acquisition started at `started`: `wait_timeout` when given (the
     /// retry count then does not count), else `retry_count` retries.
+    /// A `wait_timeout` of zero is one attempt, as `retry_count(0)` is.
     pub(super) fn new(wait_timeout: Option<Duration>, retry_count: u32, started: Instant) -> Self {
         match wait_timeout {
             None => Self::Retries(retry_count),
+            Some(Duration::ZERO) => Self::Retries(0),
             Some(wait) => started.checked_add(wait).map_or(Self::Never, Self::At),
         }
     }
@@ -458,7 +460,7 @@ mod tests {
         assert!(queued(Deadline::Retries(0)).polls());
         assert!(!queued(Deadline::Retries(1)).polls());
         assert!(!queued(Deadline::Never).polls());
-        assert!(!queued(Deadline::At(Instant::now())).polls());
+        assert!(!queued(Deadline::At(Instant::now() + MS)).polls());
     }
 
     /// Runs one attempt that fails with `failure` at `now`, with no jitter.
@@ -476,6 +478,11 @@ mod tests {
     fn the_deadline_is_the_retries_a_wait_or_never() {
         let started = Instant::now();
         assert_eq!(Deadline::new(None, 3, started), Deadline::Retries(3));
+        // No wait at all: one attempt, whatever the retries (`redlock run --wait 0s`).
+        assert_eq!(
+            Deadline::new(Some(Duration::ZERO), 3, started),
+            Deadline::Retries(0)
+        );
         assert_eq!(
             Deadline::new(Some(5 * MS), 3, started),
             Deadline::At(started + 5 * MS)

@@ -220,7 +220,8 @@ impl RedlockBuilder {
     /// would wait as long as our load lasts. Instead, once the key has been handed from holder
     /// to holder for twice `window` (T = 2 × `window`, on the nodes' clocks, counted from the
     /// last window or from when the key was last free for a whole window), the next release that finds a waiter frees the key and opens a window of
-    /// `window`: every acquisition of ours refuses the free key meanwhile, and the named waiter
+    /// `window`: every request of ours that waits refuses the free key meanwhile (pollers,
+    /// foreign or ours, share it: whoever polls first), and the named waiter
     /// attempts when it has passed. A foreign client polling at most every `window` then gets
     /// the lock within T + one of our holds + `window` (two holds if, during the streak, the
     /// key was free a moment with nobody queued and one of ours took it with its first

@@ -261,8 +261,16 @@ pub(crate) static EXTEND_MANY: Script = Script::new(
     include_str!("scripts/extend_many.lua"),
 );
 
-/// What a key kept for its minimum hold holds ([`KEEP`]): never a token (tokens are hex).
+/// What a key kept for its minimum hold holds ([`KEEP`]) begins with this, followed by `:`
+/// and 16 hex digits of the SHA-1 of the holder's token ([`kept`]): never a token (tokens are
+/// hex), and one hold's own, so that a force-release that read one kept key never deletes
+/// another hold's.
 pub(crate) const KEPT: &str = "redlock:kept";
+
+/// What the key of `token`'s hold holds while it is kept for its minimum hold.
+pub(crate) fn kept(token: &str) -> String {
+    format!("{KEPT}:{}", &fred::util::sha1_hash(token)[..16])
+}
 
 /// What a wake-up message published by [`RELEASE_MODE`] says: every waiter may attempt.
 pub(crate) const WAKE_ALL: &str = "*";
@@ -381,6 +389,15 @@ mod tests {
         // A script that says it touches no holder, but deletes the key.
         assert!(Effect::Neither.check(del).is_err());
         assert!(Effect::Neither.check(r#"redis.call("get", key)"#).is_ok());
+    }
+
+    #[test]
+    fn a_kept_key_is_one_holds_own_and_never_its_token() {
+        let (a, b) = ("a".repeat(40), "b".repeat(40));
+        assert_ne!(kept(&a), kept(&b));
+        assert!(kept(&a).starts_with("redlock:kept:"));
+        assert!(!kept(&a).contains(&a));
+        assert_eq!(kept(&a).len(), KEPT.len() + 17);
     }
 
     #[test]

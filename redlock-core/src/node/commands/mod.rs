@@ -10,8 +10,8 @@ use rand::Rng;
 use super::Node;
 use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, KEPT, LEAVE,
-    QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE, QUARANTINE,
+    RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script, kept,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -268,7 +268,11 @@ impl Node {
         let key = keys.lock.as_str();
         let answer = match (releasing, handover) {
             (Releasing::Keep { keep_ms }, _) => {
-                let args = [Value::from(token), int_arg(keep_ms), Value::from(KEPT)];
+                let args = [
+                    Value::from(token),
+                    int_arg(keep_ms),
+                    Value::from(kept(token)),
+                ];
                 self.eval_release(&KEEP, &[key], &args, limit)
             }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {

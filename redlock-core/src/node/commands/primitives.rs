@@ -152,6 +152,7 @@ impl Node {
     /// keeping its expiry ([`RESUME`]), run to completion within `limit`:
     /// [`NodeVote::Acquired`] with the time the key has left there (`None`: no expiry) if the
     /// node held `token` and now holds `next`, [`NodeVote::Held`] if it did not hold `token`,
+    /// the key then keeping at most `cap_ms` (0: its expiry as it is);
     /// [`NodeError::Quarantined`] (or [`NodeError::QuarantineMismatch`]) from the quarantine
     /// check that opens the script, as every grant's. The call is made now, before the future
     /// is polled, so that a round decided at quorum still swaps the token on every node.
@@ -159,7 +160,7 @@ impl Node {
         &self,
         key: &str,
         (token, next): (&str, &str),
-        mode: bool,
+        (mode, cap_ms): (bool, u64),
         quarantine: &QuarantineCheck,
         limit: Duration,
     ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
@@ -169,6 +170,7 @@ impl Node {
             Value::from(next),
             Value::from(if mode { "1" } else { "0" }),
             int_arg(quarantine.ms),
+            int_arg(cap_ms),
         ];
         let answer = self.eval_release(&RESUME, &[key, witness, marker], &args, limit);
         async move {

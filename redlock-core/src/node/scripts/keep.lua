@@ -6,7 +6,8 @@
 -- KEYS: key      the lock key
 -- ARGV: token    the holder's token
 --       keep_ms  how long the key is kept, in ms
---       kept     what the kept key holds ("redlock:kept": never a token, tokens are hex)
+--       kept     what the kept key holds ("redlock:kept:" and a digest of the token: never a
+--                token, tokens are hex; one hold's own)
 --
 -- Returns 1 if the key held our token, 0 otherwise.
 --

@@ -119,8 +119,8 @@ local function holder_digest(key)
 end
 
 -- true while the window for foreign clients at `window_key` is open (release_handover.lua):
--- every acquisition of ours refuses a free key while it is. Under `pcall` (without access to
--- that key: no window).
+-- every request of ours that waits refuses a free key while it is (one that polls is sent
+-- without the check). Under `pcall` (without access to that key: no window).
 local function window_open(window_key)
   return redis.pcall("exists", window_key) == 1
 end

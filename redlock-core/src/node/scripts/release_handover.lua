@@ -35,7 +35,8 @@
 -- busy as long as our waiters keep coming, and a foreign client that polls (node-redlock,
 -- redis-py, a plain `SET NX`) would never find it free. So when `window_due`, a release that
 -- finds a waiter deletes the key instead, and sets the window marker for `window_ms`, which
--- every acquire script of ours respects: the key is free for foreign clients only. It tells
+-- every acquire script of ours respects for a request that waits: the key is free for
+-- pollers only (foreign clients, and our requests that never queue). It tells
 -- the channel "<named> <next> <window_ms>": the named waiter attempts when the window has
 -- passed. The streak's start (now less `busy_ms`, or the start already there if earlier) is
 -- written at every hand-over (ttl `streak_ttl_ms`), deleted with a window, and cut to the

@@ -13,6 +13,8 @@
 --       next           the token that replaces it
 --       mode           "1" for a lock held in a mode (the token is a field of the hash), "0"
 --       quarantine_ms  the quarantine, in ms (0: off)
+--       cap_ms         optional: after the swap, the key (or entry) keeps at most this many
+--                      ms (0 or absent: its expiry as it is)
 --
 -- Returns `{1, left}` if the key (or the entry) held `token` and now holds `next`, `left` the
 -- ms it has left (-1: no expiry); `{0, 0}` otherwise (gone, expired, another holder's, or
@@ -25,10 +27,12 @@
 -- The expiry is kept as it is: never lengthened, never shortened. The client counts its
 -- validity from what the nodes report, and extends the lock afterwards with the usual
 -- extension. The swap is also how a failed resumption gives the lock back: sent with the two
--- tokens exchanged, it restores the detached lock's token where it was swapped, with the
--- expiry it had.
+-- tokens exchanged, it restores the detached lock's token where it was swapped, and with
+-- `cap_ms` (what the key had left at the swap, less the time since) the expiry it had, even
+-- after the resumption's extension lengthened it.
 local key, witness_key, marker_key = KEYS[1], KEYS[2], KEYS[3]
 local token, next, mode, quarantine_ms = ARGV[1], ARGV[2], ARGV[3] == "1", ARGV[4]
+local cap = tonumber(ARGV[5]) or 0
 
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
@@ -36,7 +40,12 @@ if quarantined then return quarantined end
 if not mode then
   if redis.pcall("get", key) ~= token then return {0, 0} end
   redis.call("set", key, next, "KEEPTTL")
-  return {1, redis.call("pttl", key)}
+  local left = redis.call("pttl", key)
+  if cap > 0 and (left < 0 or left > cap) then
+    redis.call("pexpire", key, cap)
+    left = cap
+  end
+  return {1, left}
 end
 
 if redis.call("type", key).ok ~= "hash" then return {0, 0} end
@@ -51,6 +60,7 @@ if expiry <= now then
 end
 -- The key's expiry, kept: deleting the only field deletes the key, and the HSET that follows
 -- would make it again without one.
+if cap > 0 and expiry > now + cap then expiry = now + cap end
 local key_left = redis.call("pttl", key)
 redis.call("hdel", key, token)
 redis.call("hset", key, next, held .. " " .. expiry)
