@@ -1,5 +1,6 @@
 //! The validity contract as one seeded property test, against five real redis-server
-//! processes and three handles.
+//! processes and three handles (and two over proxies of their own, whose faults the steps set:
+//! an operator's, a slow resumer's).
 //!
 //! Random sequences of what users do — lock (plain or in a mode, waiting or not, auto-extended,
 //! fenced, reentrant), extend (shorter and longer than the time left), release, drop, re-enter
@@ -7,7 +8,11 @@
 //! too), join two scopes of one guard that both re-enter, race two sibling futures of one task,
 //! delete a held lock's hold on a quorum and extend it (refused), shut a handle down with any
 //! timeout (`Duration::ZERO` to `Duration::MAX`) and rebuild it, lock over another
-//! application's hash at the key, sleep until ttls run out — on three resources, so that they
+//! application's hash at the key, detach a guard and resume it (twice at once, or dropping the
+//! resumption midway: in its swap, its extension round or its fencing round, after which the
+//! lock is the detached token's again and resumes again), force-release a resource through
+//! an operator whose requests reach some nodes late (its holders broken, the next holder taken
+//! while the late delete is on its way), sleep until ttls run out — on three resources, so that they
 //! collide (the foreign hashes on a fourth), and permits of a semaphore of two on a fifth, whose
 //! slots the checks treat as resources of their own. After every step, checks against what the
 //! nodes really hold and what the test saw, each a pure function over plain data with its own
@@ -23,21 +28,28 @@
 //!    until no later than the instant it was seen ended;
 //! 4. [`check_gone`] (after a shutdown, a release by token): a lock whose release a quorum
 //!    confirmed is on fewer than a quorum of the nodes;
-//! 5. [`check_expiry`]: every lock key on every node has an expiry.
+//! 5. [`check_expiry`]: every lock key on every node has an expiry;
+//! 6. [`check_kept`] (after a late force-release): the holder that took the resource after the
+//!    force's read keeps its key, through the late delete, on every node where it had it.
 //!
 //! The operations check their own outcomes too: a refused extension is refused, a re-entry
 //! asking for what its lock lacks is refused naming it and leaves no hold, one asking for a
 //! longer ttl is valid for it, joined scopes re-enter one at a time, a re-entry whose
 //! guard's turn a live re-entry holds is refused as busy, and a lock over a foreign hash on a
 //! quorum is refused (`ForeignKey` in a mode, `Busy` plain) while every foreign hash, on
-//! every node, stays byte for byte and expiry as it was.
+//! every node, stays byte for byte and expiry as it was; a resumed guard holds a fresh token
+//! and, for a fenced lock, a larger fencing token; a dropped resumption gives the lock back
+//! within a bound (no holder on a node that was not there before, the detached token back
+//! wherever its key lives, no longer than it had it), and the detached lock then resumes
+//! (refused as lost only once its keys ran out); the holders a force-release broke are
+//! refused their next extension and every view of them says ended.
 //!
 //! `CONTRACT_SEED` (u64) replays a run's sequence of operations (the outcomes depend on timing,
 //! so a replay is the same program, not the same interleaving); `CONTRACT_STEPS` sizes it.
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -47,9 +59,13 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlock_core::{
-    InvalidInput, LockError, LockGuard, LockInfo, LockOptions, LostReason, Mode, Redlock,
+    DetachedLock, InvalidInput, LockError, LockGuard, LockInfo, LockOptions, LostReason, Mode,
+    Redlock,
 };
-use redlock_tests::{RedisNodes, plain_client, redlock, redlock_with, within};
+use redlock_tests::proxy::{Direction, Fault, Proxy};
+use redlock_tests::{
+    RedisNodes, fencing_key, plain_client, proxy_urls, redlock, redlock_with, within,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -358,6 +374,59 @@ fn check_expiry(resource: &str, views: &[NodeView]) -> Result<(), String> {
     ))
 }
 
+/// Check 6 (after a late force-release): `claim`, a holder that took the resource after the
+/// force's read, keeps its key on every node where `mid` (read from `mid_t0`, before the
+/// force's late deletes landed) showed it living past `after_by` (an instant at or after every
+/// node's answer to the later read `after`): a late delete removes only the holders the force
+/// read, never the next one. (Its key could only have grown since: it was neither released
+/// nor handed over in between, and an extension only lengthens it.)
+fn check_kept(
+    claim: &Claim,
+    (mid, mid_t0): (&[NodeView], Instant),
+    (after, after_by): (&[NodeView], Instant),
+) -> Result<(), String> {
+    let between = after_by.saturating_duration_since(mid_t0) + ROUNDING;
+    let between = u64::try_from(between.as_millis()).unwrap_or(u64::MAX);
+    let removed: Vec<usize> = mid
+        .iter()
+        .zip(after)
+        .enumerate()
+        .filter(|(_, (m, a))| life_on(m, claim) > between && life_on(a, claim) == 0)
+        .map(|(node, _)| node)
+        .collect();
+    if removed.is_empty() {
+        return Ok(());
+    }
+    let lives = |views: &[NodeView]| {
+        describe_lives(&views.iter().map(|v| life_on(v, claim)).collect::<Vec<_>>())
+    };
+    Err(format!(
+        "{} ({} {}, token {}), taken after the force-release's read, lost its key on nodes \
+         {removed:?} though it had more than {between} ms left there: per node, ms, {} before \
+         the late deletes, {} after",
+        claim.who,
+        claim.resource,
+        claim.mode.map_or("plain", Mode::as_str),
+        short(&claim.token),
+        lives(mid),
+        lives(after),
+    ))
+}
+
+/// Who holds a key on one node, as a force-release reads it: a plain key's value, or a mode
+/// hash's holder fields (its waiters' `~` fields are not holders).
+fn holder_ids(view: &NodeView) -> BTreeSet<String> {
+    match &view.content {
+        Content::Plain(value) => BTreeSet::from([value.clone()]),
+        Content::Modes(fields) => fields
+            .keys()
+            .filter(|field| !field.starts_with('~'))
+            .cloned()
+            .collect(),
+        Content::Absent | Content::Other(_) => BTreeSet::new(),
+    }
+}
+
 fn short(token: &str) -> &str {
     token.get(..8).unwrap_or(token)
 }
@@ -623,6 +692,69 @@ mod oracle {
             check_expiry("r", &[plain(TOKEN, 500), modes(&[(TOKEN, "NL", 800)], -1)]).unwrap_err();
         assert!(error.contains("no expiry on nodes [1]"), "{error}");
         assert!(check_expiry("r", &[plain(TOKEN, -1)]).is_err());
+    }
+
+    #[test]
+    fn a_next_holder_whose_key_a_late_delete_removed_is_rejected() {
+        let t0 = Instant::now();
+        let c = claim("r", TOKEN, None, t0, 900);
+        let mid = [
+            plain(TOKEN, 1000),
+            plain(TOKEN, 1000),
+            plain(TOKEN, 1000),
+            plain(TOKEN, 1000),
+            plain(OTHER, 1000),
+        ];
+        // Kept everywhere (the node holding another token stays another's).
+        let kept = [
+            plain(TOKEN, 800),
+            plain(TOKEN, 800),
+            plain(TOKEN, 800),
+            plain(TOKEN, 800),
+            absent(),
+        ];
+        check_kept(&c, (&mid, t0), (&kept, t0 + ms(200))).unwrap();
+        // Deleted on one node with 800 ms left: a late delete removed the next holder.
+        let mut deleted = kept.clone();
+        deleted[3] = absent();
+        let error = check_kept(&c, (&mid, t0), (&deleted, t0 + ms(200))).unwrap_err();
+        assert!(error.contains("nodes [3]"), "{error}");
+        // Another holder's key there instead is as bad.
+        deleted[3] = plain(OTHER, 5000);
+        assert!(check_kept(&c, (&mid, t0), (&deleted, t0 + ms(200))).is_err());
+        // Gone where it had expired by the second read: accepted.
+        let mut expired = kept.clone();
+        expired[0] = absent();
+        let short = [
+            plain(TOKEN, 150),
+            mid[1].clone(),
+            mid[2].clone(),
+            mid[3].clone(),
+            absent(),
+        ];
+        check_kept(&c, (&short, t0), (&expired, t0 + ms(200))).unwrap();
+        // A mode holder's entry removed from the hash, the other holder left: rejected.
+        let ex = claim("r", TOKEN, Some(Mode::ProtectedRead), t0, 900);
+        let both = modes(&[(TOKEN, "PR", 1000), (OTHER, "PR", 1000)], 1000);
+        let one = modes(&[(OTHER, "PR", 800)], 800);
+        let mid = [0; 5].map(|_| both.clone());
+        let mut after = [0; 5].map(|_| both.clone());
+        after[1] = one;
+        assert!(check_kept(&ex, (&mid, t0), (&after, t0 + ms(200))).is_err());
+    }
+
+    #[test]
+    fn holders_are_values_and_holder_fields_not_waiters() {
+        assert_eq!(
+            holder_ids(&plain(TOKEN, 500)),
+            BTreeSet::from([TOKEN.to_owned()])
+        );
+        assert!(holder_ids(&absent()).is_empty());
+        let mut view = modes(&[(TOKEN, "EX", 500)], 500);
+        if let Content::Modes(fields) = &mut view.content {
+            fields.insert("~0123456789abcdef".to_owned(), "EX 1 0".to_owned());
+        }
+        assert_eq!(holder_ids(&view), BTreeSet::from([TOKEN.to_owned()]));
     }
 
     #[test]
@@ -938,6 +1070,10 @@ enum Op {
     Detach,
     /// A guard in a mode moved to a weaker one ([`downgrade`]).
     Downgrade,
+    /// A guard detached, its resumption dropped midway, then resumed ([`drop_resume`]).
+    DropResume,
+    /// A force-release whose delete reaches some nodes late, and the next holder ([`force`]).
+    Force,
     Sleep,
 }
 
@@ -946,11 +1082,12 @@ enum Op {
 /// from the others, so the run keeps its pace and its collisions; so did the three added with
 /// the primitives (many, detach, downgrade: 14%): from the lock step (a lock of several and a
 /// resumption are locks too), the sleeps, and a little from extend, nest, siblings, ask more
-/// and release.
+/// and release; so did the two added with the edges of handing on (a dropped resumption, a
+/// late force-release: 5%), from the sleeps and the lock step (each takes a lock, or two).
 ///
 /// An operation is a variant of [`Op`], a row here and an arm in the run's `match`.
-const MIX: [(Op, u32); 15] = [
-    (Op::Lock, 190),
+const MIX: [(Op, u32); 17] = [
+    (Op::Lock, 175),
     (Op::Extend, 112),
     (Op::Release, 58),
     (Op::Drop, 60),
@@ -964,7 +1101,9 @@ const MIX: [(Op, u32); 15] = [
     (Op::Many, 60),
     (Op::Detach, 40),
     (Op::Downgrade, 40),
-    (Op::Sleep, 145),
+    (Op::DropResume, 30),
+    (Op::Force, 20),
+    (Op::Sleep, 110),
 ];
 
 impl Op {
@@ -1172,6 +1311,23 @@ struct Stats {
     /// Guards moved to a weaker mode; downgrades refused (not weaker, plain, shared).
     downgraded: u64,
     downgrade_refused: u64,
+    /// Resumptions dropped midway: returned before the drop (held, or an error), dropped at a
+    /// random instant, once their extension was seen on the nodes, once their fencing round
+    /// was; resumed again after the drop, refused as lost since (the keys ran out).
+    drops: u64,
+    drops_too_late: u64,
+    drops_timed: u64,
+    drops_extended: u64,
+    drops_fenced: u64,
+    drops_resumed: u64,
+    drops_expired: u64,
+    /// Late force-releases; of them, a next holder that took the resource while the late
+    /// delete was in flight; the late nodes where the next holder's key lived through the
+    /// late delete; broken holders whose extension was refused.
+    forces: u64,
+    forces_next_held: u64,
+    forces_kept: u64,
+    forces_refused: u64,
     rereads: u64,
     max_live: usize,
     slowest_read: Duration,
@@ -1482,6 +1638,11 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
         }))
         .collect();
     let observer = Observer::new(&nodes, keys).await;
+    let proxied = Proxied::new(&nodes).await;
+    assert_eq!(
+        proxied.operator.key_for(&resources[0]),
+        handles[0].key_for(&resources[0])
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let mut run = Run {
         seed,
@@ -1509,6 +1670,7 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             | Op::Nest
             | Op::Refuse
             | Op::Detach
+            | Op::DropResume
             | Op::Downgrade
                 if live.is_empty() =>
             {
@@ -1546,6 +1708,14 @@ async fn every_valid_guard_is_backed_by_a_quorum_and_excludes_its_conflicts() {
             Op::Many => lock_many(&mut run, &mut rng, &handles, &resources, &mut live).await,
             Op::Detach => detach(&mut run, &mut rng, &handles, &mut live, &observer).await,
             Op::Downgrade => downgrade(&mut run, &mut rng, &mut live).await,
+            Op::DropResume => {
+                let with = (handles.as_slice(), resources.as_slice(), &proxied);
+                drop_resume(&mut run, &mut rng, with, &mut live, &observer).await;
+            }
+            Op::Force => {
+                let with = (handles.as_slice(), resources.as_slice());
+                force(&mut run, &mut rng, with, &mut live, &observer, &proxied).await;
+            }
             Op::Shutdown => {
                 let world = (&nodes, &observer);
                 shutdown(&mut run, &mut rng, world, &mut handles, &mut live).await;
@@ -2797,11 +2967,22 @@ async fn lock_many(
     }
 }
 
+/// A resumer is a new holder: a fenced lock resumed has a larger fencing token than the one it
+/// was detached with (storage then refuses a late write of the holder that detached it), an
+/// unfenced one none.
+fn fenced_again(detached: Option<u64>, resumed: Option<u64>) -> bool {
+    match (detached, resumed) {
+        (None, None) => true,
+        (Some(before), Some(after)) => after > before,
+        _ => false,
+    }
+}
+
 /// Resumes `detached` through `redlock`: with its defaults and the detached ttl, or with
 /// `options`.
 async fn resume_via(
     redlock: &Redlock,
-    detached: &redlock_core::DetachedLock,
+    detached: &DetachedLock,
     options: Option<&LockOptions>,
 ) -> Result<LockGuard, LockError> {
     match options {
@@ -2815,7 +2996,7 @@ async fn resume_via(
 /// handles: resumes it once; or twice at once (`tokio::join!`), of which at most one holds it
 /// (both may fail, splitting the nodes of a lock held by only a quorum); or releases it by its token, after which a
 /// quorum no longer holds the token and a resumption gets `Lost`. A resumption holds a fresh
-/// token, the detached lock's resource, mode and fencing token, and joins the live guards, its
+/// token, the detached lock's resource and mode, a larger fencing token if it had one, and joins the live guards, its
 /// validity checked against the nodes as any. Now and then instead a guard that cannot be
 /// detached (a permit, a lock of several, a lock re-entries share) is refused naming why, and
 /// its hold is given back as a drop would.
@@ -2838,67 +3019,21 @@ async fn detach(
         detach_refused(run, live, cannot[rng.random_range(0..cannot.len())]);
         return;
     }
-    let now = Instant::now();
-    let trusted: Vec<usize> = can
-        .iter()
-        .copied()
-        .filter(|&i| live[i].claim(now).is_some())
-        .collect();
-    let index = if !trusted.is_empty() && rng.random_bool(0.9) {
-        trusted[rng.random_range(0..trusted.len())]
-    } else {
-        can[rng.random_range(0..can.len())]
+    let Some(handed) = detach_one(run, rng, live, &can) else {
+        return;
     };
-    let held = live.swap_remove(index);
-    let Live {
-        guard, label, info, ..
-    } = held;
-    let lost = guard.lost();
-    let was_lost = lost.is_lost();
-    let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
-    let (resource, token, mode, fence, ttl) = (
-        guard.resource().to_owned(),
-        guard.token().expose().to_owned(),
-        guard.mode(),
-        guard.fencing_token(),
-        guard.ttl(),
-    );
-    let result = guard.detach();
-    let ended_by = Instant::now();
-    let detached = match result {
-        Ok(detached) => detached,
-        Err(LockError::Lost { .. }) if was_lost || trusted_for <= ms(100) => {
-            run.note(format!("detach {label}: lost before"));
-            run.ended(info, &label, "lost", ended_by);
-            return;
-        }
-        Err(error) => run.fail(&format!(
-            "detaching {label} (trusted for {trusted_for:?} more): unexpected error {error}"
-        )),
-    };
-    run.stats.detached += 1;
-    if detached.resource() != resource
-        || detached.token().expose() != token
-        || detached.mode() != mode
-        || detached.fencing_token() != fence
-        || detached.ttl() != ttl
-    {
-        run.fail(&format!(
-            "{label} detached as {detached:?}: not its resource {resource}, token, mode {mode:?}, \
-             fencing token {fence:?} and ttl {ttl:?}"
-        ));
-    }
-    if let Err(message) = check_ended(&Reading::of_info(&info, &label, "detached", ended_by)) {
-        run.fail(&message);
-    }
-    let reason = info.lost().reason();
-    if !matches!(reason, Some(LostReason::Detached)) {
-        run.fail(&format!(
-            "{label}, detached, has lost reason {reason:?}, not Detached"
-        ));
-    }
-    run.ended(info, &label, "detached", ended_by);
-    let short_label = label.split('(').next().unwrap_or_default().to_owned();
+    let Handed {
+        detached,
+        label,
+        short_label,
+        resource,
+        token,
+        mode,
+        fence,
+        was_lost,
+        trusted_for,
+        ended_by,
+    } = handed;
     let roll = rng.random_range(0..20);
     if roll < 3 {
         // Released by its token, then resumed: refused.
@@ -3044,13 +3179,13 @@ async fn detach(
                 if guard.token().expose() == token
                     || guard.resource() != resource
                     || guard.mode() != mode
-                    || guard.fencing_token() != fence
+                    || !fenced_again(fence, guard.fencing_token())
                     || guard.hold_count() != 1
                 {
                     run.fail(&format!(
                         "{label}, resumed via h{h}, holds {} in {:?} with fencing token {:?}, \
-                         hold count {}, {}: expected a fresh token, {resource}, {mode:?}, \
-                         {fence:?}, 1",
+                         hold count {}, {}: expected a fresh token, {resource}, {mode:?}, a \
+                         fencing token above {fence:?} (none if none), 1",
                         guard.resource(),
                         guard.mode(),
                         guard.fencing_token(),
@@ -3098,6 +3233,109 @@ async fn detach(
             run.fail(&format!("releasing detached {label}: {error}"));
         }
     }
+}
+
+/// A live guard detached ([`detach_one`]): what the steps that hand it on know of it.
+struct Handed {
+    detached: DetachedLock,
+    label: String,
+    /// Its label's first word (`g12`), for the labels of its resumptions.
+    short_label: String,
+    resource: String,
+    token: String,
+    mode: Option<Mode>,
+    fence: Option<u64>,
+    /// Its lost signal had fired before it was detached.
+    was_lost: bool,
+    /// How much longer it was trusted when it was detached.
+    trusted_for: Duration,
+    /// Taken once the detach returned.
+    ended_by: Instant,
+}
+
+/// Detaches one of the live guards at `can` (held once, neither a permit nor a lock of
+/// several), mostly one still trusted: the detached lock carries its resource, token, mode,
+/// fencing token and ttl, and its views say ended (lost reason `Detached`), now and after every
+/// later step. `None` when it was lost before (refused; its views kept as ended).
+fn detach_one(
+    run: &mut Run,
+    rng: &mut StdRng,
+    live: &mut Vec<Live>,
+    can: &[usize],
+) -> Option<Handed> {
+    let now = Instant::now();
+    let trusted: Vec<usize> = can
+        .iter()
+        .copied()
+        .filter(|&i| live[i].claim(now).is_some())
+        .collect();
+    let index = if !trusted.is_empty() && rng.random_bool(0.9) {
+        trusted[rng.random_range(0..trusted.len())]
+    } else {
+        can[rng.random_range(0..can.len())]
+    };
+    let held = live.swap_remove(index);
+    let Live {
+        guard, label, info, ..
+    } = held;
+    let lost = guard.lost();
+    let was_lost = lost.is_lost();
+    let trusted_for = lost.deadline().saturating_duration_since(Instant::now());
+    let (resource, token, mode, fence, ttl) = (
+        guard.resource().to_owned(),
+        guard.token().expose().to_owned(),
+        guard.mode(),
+        guard.fencing_token(),
+        guard.ttl(),
+    );
+    let result = guard.detach();
+    let ended_by = Instant::now();
+    let detached = match result {
+        Ok(detached) => detached,
+        Err(LockError::Lost { .. }) if was_lost || trusted_for <= ms(100) => {
+            run.note(format!("detach {label}: lost before"));
+            run.ended(info, &label, "lost", ended_by);
+            return None;
+        }
+        Err(error) => run.fail(&format!(
+            "detaching {label} (trusted for {trusted_for:?} more): unexpected error {error}"
+        )),
+    };
+    run.stats.detached += 1;
+    if detached.resource() != resource
+        || detached.token().expose() != token
+        || detached.mode() != mode
+        || detached.fencing_token() != fence
+        || detached.ttl() != ttl
+    {
+        run.fail(&format!(
+            "{label} detached as {detached:?}: not its resource {resource}, token, mode {mode:?}, \
+             fencing token {fence:?} and ttl {ttl:?}"
+        ));
+    }
+    if let Err(message) = check_ended(&Reading::of_info(&info, &label, "detached", ended_by)) {
+        run.fail(&message);
+    }
+    let reason = info.lost().reason();
+    if !matches!(reason, Some(LostReason::Detached)) {
+        run.fail(&format!(
+            "{label}, detached, has lost reason {reason:?}, not Detached"
+        ));
+    }
+    run.ended(info, &label, "detached", ended_by);
+    let short_label = label.split('(').next().unwrap_or_default().to_owned();
+    Some(Handed {
+        detached,
+        label,
+        short_label,
+        resource,
+        token,
+        mode,
+        fence,
+        was_lost,
+        trusted_for,
+        ended_by,
+    })
 }
 
 /// A detach refused: a permit (`PermitsWith`), a lock of several (`ManyWith`), a lock
@@ -3276,4 +3514,864 @@ async fn downgrade(run: &mut Run, rng: &mut StdRng, live: &mut Vec<Live>) {
             to.as_str()
         )),
     }
+}
+
+/// The latest a resumption started by [`drop_resume`] is dropped, in µs: on these nodes its
+/// swap, extension and fencing rounds take a few ms together, so the drop lands in each of
+/// them now and then, and now and then after the resumption returned.
+const DROP_WITHIN_US: u64 = 6_000;
+
+/// How much sooner than the detached token's key a given-back key may end: the give-back
+/// restores the expiry the key had at the swap as the resumer counts it, from the swap
+/// round's start, a little before the swap.
+const GIVEN_BACK_SLACK: u64 = 50;
+
+fn ms_of(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// How long a dropped resumption's give-back may take to reach every node (it is sent at
+/// once, in order behind the swap, and takes a round trip).
+const GIVE_BACK_WITHIN: Duration = Duration::from_secs(2);
+
+/// A resumption that finds its keys living on a quorum this much longer is not refused as
+/// lost.
+const STILL_HELD: Duration = Duration::from_millis(300);
+
+/// When [`drop_resume`] drops the resumption it started.
+#[derive(Debug, Clone, Copy)]
+enum DropAt {
+    /// This long after it started.
+    After(Duration),
+    /// Once a node holds a holder it did not hold before (the fresh token) with a longer life
+    /// than the detached token had anywhere: its extension round has begun.
+    Extended,
+    /// Once a node's fencing counter rose: its fencing round has begun.
+    Fenced,
+}
+
+/// The longest life on `view` of a holder not among `before` (0 if none): a fresh token's.
+fn fresh_life(view: &NodeView, before: &BTreeSet<String>) -> u64 {
+    holder_ids(view)
+        .difference(before)
+        .map(|id| {
+            let mode = match &view.content {
+                Content::Modes(fields) => fields
+                    .get(id)
+                    .and_then(|entry| entry.split(' ').next())
+                    .and_then(|m| m.parse::<Mode>().ok()),
+                _ => None,
+            };
+            let claim = Claim {
+                who: String::new(),
+                resource: String::new(),
+                token: id.clone(),
+                mode,
+                valid_until: Instant::now(),
+                lost_deadline: Instant::now(),
+            };
+            life_on(view, &claim)
+        })
+        .max()
+        .unwrap_or_default()
+}
+
+/// The fencing counter of `key` on every node (0 where there is none).
+async fn fences(observer: &Observer, key: &str) -> Vec<i64> {
+    let counters = observer
+        .on_each(
+            "reading the fencing counters",
+            "GET",
+            vec![Value::from(fencing_key(key).as_str())],
+        )
+        .await;
+    counters
+        .iter()
+        .map(|v| v.as_string().and_then(|s| s.parse().ok()).unwrap_or(0))
+        .collect()
+}
+
+/// A resumption of `handed` that held the lock joins the live guards, checked first: a fresh
+/// token, the detached lock's resource and mode, a larger fencing token if it had one, held
+/// once.
+fn push_resumed(
+    run: &mut Run,
+    live: &mut Vec<Live>,
+    handed: &Handed,
+    guard: LockGuard,
+    (h, auto): (usize, bool),
+) {
+    run.stats.resumed += 1;
+    run.stats.locked += 1;
+    let Handed {
+        label,
+        short_label,
+        resource,
+        token,
+        mode,
+        fence,
+        ..
+    } = handed;
+    if guard.token().expose() == token
+        || guard.resource() != resource
+        || guard.mode() != *mode
+        || !fenced_again(*fence, guard.fencing_token())
+        || guard.hold_count() != 1
+    {
+        run.fail(&format!(
+            "{label}, resumed via h{h}, holds {} in {:?} with fencing token {:?}, hold count \
+             {}, {}: expected a fresh token, {resource}, {mode:?}, a fencing token above \
+             {fence:?} (none if none), 1",
+            guard.resource(),
+            guard.mode(),
+            guard.fencing_token(),
+            guard.hold_count(),
+            if guard.token().expose() == token {
+                "the detached token"
+            } else {
+                "a fresh token"
+            },
+        ));
+    }
+    run.next_id += 1;
+    let new_label = format!(
+        "g{}(h{h} {resource} {} resumed from {short_label})",
+        run.next_id,
+        mode.map_or("plain", Mode::as_str)
+    );
+    live.push(Live::new(
+        run.live_id(),
+        guard,
+        h,
+        (false, auto),
+        None,
+        new_label,
+    ));
+}
+
+/// Random options for a resumption: the handle's defaults and the detached ttl (`None`), or
+/// a ttl longer than the `left` its keys have (so that it runs an extension round after its
+/// swap), auto-extended now and then.
+fn resume_options(rng: &mut StdRng, left: Duration) -> Option<LockOptions> {
+    if rng.random_bool(0.3) {
+        return None;
+    }
+    let ttl = (left + ms(rng.random_range(300..2500))).min(ms(5000));
+    let mut options = LockOptions::default().ttl(ttl);
+    if rng.random_bool(0.25) {
+        options = options.auto_extend(true);
+    }
+    Some(options)
+}
+
+/// A resumption dropped midway: a live guard is detached, its resumption through a random
+/// handle (mostly with a ttl longer than its keys have left, so that an extension round
+/// follows the swap; a fenced lock's fencing round after that) is spawned and aborted after a
+/// random 0–[`DROP_WITHIN_US`] µs. Unless it returned first (a guard that joins the live ones,
+/// or an error the contract allows), the lock goes back to the detached token: within
+/// [`GIVE_BACK_WITHIN`], no node holds a holder it did not hold before the resumption, and the
+/// detached token holds the key again wherever its key still lives, no longer than it had it
+/// (an extension that landed is cut back). The drop lands at a random instant, or, through a
+/// resumer whose replies are a few ms late, once the nodes show its extension or its fencing
+/// round landed (it then awaits that round's replies). The detached lock then
+/// stays resumable: a resumption through a random handle holds it (and joins the live guards),
+/// or fails as lost only once its keys no longer live on a quorum ([`STILL_HELD`]); one that
+/// completed before the drop leaves nothing for it to hold.
+async fn drop_resume(
+    run: &mut Run,
+    rng: &mut StdRng,
+    (handles, resources, proxied): (&[Redlock], &[String], &Proxied),
+    live: &mut Vec<Live>,
+    observer: &Observer,
+) {
+    let mut can: Vec<usize> = (0..live.len())
+        .filter(|&i| {
+            let guard = &live[i].guard;
+            guard.permits().is_none() && guard.resources().len() == 1 && guard.hold_count() == 1
+        })
+        .collect();
+    // Half the time a fenced lock (its resumption has a fencing round too): one of the live
+    // guards, or one taken now (few locks of the run are fenced).
+    let mut fenced: Vec<usize> = can
+        .iter()
+        .copied()
+        .filter(|&i| live[i].guard.fencing_token().is_some())
+        .collect();
+    if fenced.is_empty() && rng.random_bool(0.4) {
+        let h = rng.random_range(0..handles.len());
+        let mut options = LockOptions::default()
+            .ttl(ms(rng.random_range(1000..=3000)))
+            .fencing(true)
+            .retry_count(0);
+        if rng.random_bool(0.5) {
+            options = options.mode(random_mode(rng));
+        }
+        let resource = &resources[rng.random_range(0..resources.len())];
+        let label = run.label(h, resource, &options);
+        let result = within(
+            "a fenced lock to hand on",
+            handles[h].lock_with(resource, &options),
+        )
+        .await;
+        run.note(format!(
+            "drop a resumption: a fenced lock to hand on, {label}: {}",
+            result
+                .as_ref()
+                .map_or_else(ToString::to_string, |_| "held".to_owned())
+        ));
+        if let Some(guard) = acquired(run, result, &label) {
+            live.push(Live::new(
+                run.live_id(),
+                guard,
+                h,
+                (false, false),
+                None,
+                label,
+            ));
+            fenced = vec![live.len() - 1];
+            can.push(live.len() - 1);
+        }
+    }
+    if !fenced.is_empty() && rng.random_bool(0.5) {
+        can = fenced;
+    }
+    if can.is_empty() {
+        run.note("drop a resumption: nothing to detach, skipped".to_owned());
+        return;
+    }
+    let Some(handed) = detach_one(run, rng, live, &can) else {
+        return;
+    };
+    let (resource, label) = (handed.resource.clone(), handed.label.clone());
+    let key = handed.detached.key().to_owned();
+    let detached_claim = Claim {
+        who: label.clone(),
+        resource: resource.clone(),
+        token: handed.token.clone(),
+        mode: handed.mode,
+        valid_until: handed.ended_by,
+        lost_deadline: handed.ended_by,
+    };
+    let before = observer.observe().await;
+    let views = &before.views[&resource];
+    let ids_before: Vec<BTreeSet<String>> = views.iter().map(holder_ids).collect();
+    let lives_before: Vec<u64> = views.iter().map(|v| life_on(v, &detached_claim)).collect();
+    // Until then a quorum surely keeps the detached token's keys (a lower bound: the nodes
+    // read their clocks after `t0`; an extension that lands and is given back only adds).
+    let quorum_left = ms(quorum_life(&lives_before, QUORUM));
+    let kept_until = before.t0 + quorum_left;
+    let fences_before = match handed.fence {
+        Some(_) => fences(observer, &key).await,
+        None => Vec::new(),
+    };
+
+    // Mostly through the slow resumer (every reply a few ms late: its rounds take that long
+    // each), now and then through a handle of the run, as fast as the nodes answer.
+    let slow = rng
+        .random_bool(0.7)
+        .then(|| Duration::from_micros(rng.random_range(1_500..=6_000)));
+    let (h, redlock, within_us) = match slow {
+        Some(delay) => {
+            for proxy in &proxied.resumer_proxies {
+                proxy.set(Direction::Reply, Fault::Delay(delay));
+            }
+            // The swap, the extension and the fencing round, and a little after.
+            let rounds = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+            (3, &proxied.resumer, rounds * 7 / 2)
+        }
+        None => {
+            let h = rng.random_range(0..handles.len());
+            (h, &handles[h], DROP_WITHIN_US)
+        }
+    };
+    let options = resume_options(rng, quorum_left);
+    let auto = options.as_ref().is_some_and(LockOptions::get_auto_extend);
+    // When to drop it: at a random instant, or (through the slow resumer, which then awaits
+    // that round's late replies) once the nodes show its extension, or its new fencing
+    // token, landed.
+    let at = match rng.random_range(0..10) {
+        0..=2 if slow.is_some() => DropAt::Extended,
+        3..=5 if slow.is_some() && handed.fence.is_some() => DropAt::Fenced,
+        _ => DropAt::After(Duration::from_micros(rng.random_range(0..=within_us))),
+    };
+    let resuming = {
+        let (redlock, detached, options) =
+            (redlock.clone(), handed.detached.clone(), options.clone());
+        tokio::spawn(async move { resume_via(&redlock, &detached, options.as_ref()).await })
+    };
+    let started = Instant::now();
+    let waited = async {
+        match at {
+            // A random point of the resumption, finer than the timer's millisecond.
+            DropAt::After(after) => {
+                while started.elapsed() < after {
+                    tokio::task::yield_now().await;
+                }
+            }
+            DropAt::Extended => {
+                let longest = lives_before.iter().copied().max().unwrap_or_default();
+                while !resuming.is_finished() {
+                    let seen = observer.observe().await;
+                    let views = &seen.views[&resource];
+                    let fresh = (0..NODES)
+                        .map(|n| fresh_life(&views[n], &ids_before[n]))
+                        .max()
+                        .unwrap_or_default();
+                    if fresh > longest + 50 {
+                        break;
+                    }
+                }
+            }
+            DropAt::Fenced => {
+                while !resuming.is_finished()
+                    && fences(observer, &key)
+                        .await
+                        .iter()
+                        .zip(&fences_before)
+                        .all(|(now, was)| now <= was)
+                {}
+            }
+        }
+    };
+    within("the instant to drop a resumption at", waited).await;
+    let after = started.elapsed();
+    resuming.abort();
+    let finished = match within("a dropped resumption", resuming).await {
+        Ok(result) => Some(result),
+        Err(error) if error.is_cancelled() => None,
+        Err(error) => run.fail(&format!("the resumption of {label} panicked: {error}")),
+    };
+    let how = options.as_ref().map_or_else(
+        || "defaults".to_owned(),
+        |o| {
+            format!(
+                "ttl {}ms{}",
+                o.get_ttl().as_millis(),
+                if o.get_auto_extend() { " auto" } else { "" }
+            )
+        },
+    );
+    if slow.is_some() {
+        // The give-back's replies need no delay; its requests never had one.
+        for proxy in &proxied.resumer_proxies {
+            proxy.set(Direction::Reply, Fault::Pass);
+        }
+    }
+    let outcome = match &finished {
+        None => "dropped".to_owned(),
+        Some(Ok(g)) => format!(
+            "returned first, held, valid for {:?}",
+            g.remaining_validity()
+        ),
+        Some(Err(e)) => format!("returned first: {e}"),
+    };
+    let via = match slow {
+        Some(delay) => format!("the slow resumer ({delay:?} per reply)"),
+        None => format!("h{h}"),
+    };
+    run.note(format!(
+        "detach {label} (its keys on a quorum for {quorum_left:?}), resume via {via} ({how}), \
+         drop it {at:?}, after {after:?}: {outcome}"
+    ));
+    run.stats.drops += 1;
+    let completed = matches!(finished, Some(Ok(_)));
+    let dropped = finished.is_none();
+    match finished {
+        None => {}
+        Some(Ok(guard)) => {
+            run.stats.drops_too_late += 1;
+            // (Through the slow resumer, last in `live` until the step ends: see below.)
+            push_resumed(run, live, &handed, guard, (h, auto));
+        }
+        Some(Err(error @ LockError::Lost { .. })) if quorum_left > STILL_HELD => {
+            run.fail(&format!(
+                "resuming {label}, whose keys live on a quorum for {quorum_left:?} more, was \
+                 refused: {error}"
+            ));
+        }
+        Some(Err(LockError::Lost { .. })) => run.stats.drops_too_late += 1,
+        Some(Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. }))) => {
+            run.stats.drops_too_late += 1;
+            let _none = acquired(run, Err(error), &label);
+        }
+        Some(Err(error)) => run.fail(&format!(
+            "resuming {label} via h{h}: unexpected error {error}"
+        )),
+    }
+
+    if !completed {
+        // The give-back: nobody's token but those there before, the detached one back where
+        // its key still lives.
+        let mut reads = 0;
+        loop {
+            let seen = observer.observe().await;
+            reads += 1;
+            let views = &seen.views[&resource];
+            let gone_by = seen.t0.saturating_duration_since(before.t0) + ROUNDING;
+            let gone_by = u64::try_from(gone_by.as_millis()).unwrap_or(u64::MAX);
+            let strays: Vec<usize> = (0..NODES)
+                .filter(|&n| {
+                    !holder_ids(&views[n]).is_subset(&ids_before[n])
+                        || (lives_before[n] > gone_by + GIVEN_BACK_SLACK
+                            && life_on(&views[n], &detached_claim) == 0)
+                })
+                .collect();
+            if strays.is_empty() {
+                let lives: Vec<u64> = views.iter().map(|v| life_on(v, &detached_claim)).collect();
+                // Given back with the expiry it had at the swap, even after the extension
+                // round lengthened it: no key outlives the longest the detached token had
+                // (counted from the first read's last reply, with the rounding allowance).
+                let since = seen.t0.saturating_duration_since(before.t0 + before.window);
+                let longest = lives_before.iter().copied().max().unwrap_or_default();
+                let allowed = (longest + ms_of(ROUNDING)).saturating_sub(ms_of(since));
+                if let Some(n) = (0..NODES).find(|&n| lives[n] > allowed) {
+                    run.fail(&format!(
+                        "the resumption of {label} dropped {at:?} gave the lock back with a \
+                         longer life than it had: node {n} keeps it {} ms, {allowed} ms at \
+                         most (per node, ms: {} before, {} now)",
+                        lives[n],
+                        describe_lives(&lives_before),
+                        describe_lives(&lives),
+                    ));
+                }
+                let fenced = match handed.fence {
+                    Some(_) => fences(observer, &key)
+                        .await
+                        .iter()
+                        .zip(&fences_before)
+                        .any(|(now, was)| now > was),
+                    None => false,
+                };
+                match at {
+                    DropAt::Fenced if dropped => run.stats.drops_fenced += 1,
+                    DropAt::Extended if dropped => run.stats.drops_extended += 1,
+                    DropAt::After(_) if dropped => run.stats.drops_timed += 1,
+                    _ => {}
+                }
+                run.note(format!(
+                    "  given back to {label} after {reads} reads (its fencing counter raised: \
+                     {fenced}), per node, ms: {} before, {} now",
+                    describe_lives(&lives_before),
+                    describe_lives(&lives),
+                ));
+                break;
+            }
+            if started.elapsed() > GIVE_BACK_WITHIN {
+                let now: Vec<String> = strays
+                    .iter()
+                    .map(|&n| format!("node {n}: {:?}", views[n].content))
+                    .collect();
+                run.fail(&format!(
+                    "the resumption of {label} dropped after {after:?} did not give the lock \
+                     back within {GIVE_BACK_WITHIN:?}: the detached token {} held it on nodes \
+                     with lives {} ms, now {}",
+                    short(&handed.token),
+                    describe_lives(&lives_before),
+                    now.join("; ")
+                ));
+            }
+            tokio::time::sleep(ms(2)).await;
+        }
+    }
+
+    // Still resumable (unless a resumption already holds it, or its keys ran out).
+    let h = rng.random_range(0..handles.len());
+    let options = resume_options(rng, kept_until.saturating_duration_since(Instant::now()));
+    let auto = options.as_ref().is_some_and(LockOptions::get_auto_extend);
+    let asked = Instant::now();
+    let again = within(
+        "resuming a lock whose resumption was dropped",
+        resume_via(&handles[h], &handed.detached, options.as_ref()),
+    )
+    .await;
+    let left = kept_until.saturating_duration_since(asked);
+    run.note(format!(
+        "  resume {label} again via h{h} (its keys on a quorum for {left:?} more): {}",
+        again.as_ref().map_or_else(ToString::to_string, |g| format!(
+            "held, valid for {:?}",
+            g.remaining_validity()
+        ))
+    ));
+    let held = again.is_ok();
+    match again {
+        Ok(guard) if completed => run.fail(&format!(
+            "{label} was resumed twice: by the resumption that returned before its drop, and \
+             again via h{h} (token {})",
+            short(guard.token().expose())
+        )),
+        Ok(guard) => {
+            run.stats.drops_resumed += 1;
+            push_resumed(run, live, &handed, guard, (h, auto));
+        }
+        Err(LockError::Lost { .. }) if completed => {}
+        Err(error @ LockError::Lost { .. }) => {
+            if left > STILL_HELD {
+                run.fail(&format!(
+                    "{label}, whose resumption was dropped, could not be resumed again though \
+                     its keys live on a quorum for {left:?} more: {error}"
+                ));
+            }
+            run.stats.drops_expired += 1;
+        }
+        Err(error @ (LockError::Unavailable { .. } | LockError::NoValidity { .. })) => {
+            let _none = acquired(run, Err(error), &label);
+        }
+        Err(error) => run.fail(&format!(
+            "resuming {label} again via h{h}: unexpected error {error}"
+        )),
+    }
+    if !held && !completed {
+        let released = within(
+            "releasing an unresumed lock",
+            handles[0].release_detached(handed.detached),
+        )
+        .await;
+        if let Err(error @ LockError::Invalid(_)) = released {
+            run.fail(&format!("releasing detached {label}: {error}"));
+        }
+    }
+    if completed && slow.is_some() {
+        // Held through the slow resumer, which is none of the run's handles (the steps that
+        // re-enter or shut down a guard's handle know only those): checked as any, then
+        // released here.
+        run.check(live, observer).await;
+        let resumed = live.pop().unwrap();
+        let (info, label) = (resumed.info.clone(), resumed.label.clone());
+        let released = within("releasing a resumed lock", resumed.guard.release()).await;
+        run.ended(info, &label, "released", Instant::now());
+        run.note(format!("  release {label}: {released:?}"));
+        if let Err(error) = released
+            && !matches!(error, LockError::ReleaseUnconfirmed { .. })
+        {
+            run.fail(&format!("releasing {label}: {error}"));
+        }
+    }
+}
+
+/// Two handles, each over proxies of its own, whose faults the steps set and clear: the
+/// operator of [`force`], with a node timeout past every delay that step gives the proxies, so
+/// that its force-release returns once every node answered both of its rounds (its late delete
+/// has landed); and the resumer of [`drop_resume`], whose every round the step slows down by
+/// a few ms (the replies delayed), so that a drop at a random instant lands in each of them.
+struct Proxied {
+    operator: Redlock,
+    /// The operator's proxies; nothing else goes through them (their reply counts are its).
+    proxies: Vec<Proxy>,
+    resumer: Redlock,
+    resumer_proxies: Vec<Proxy>,
+}
+
+const FORCE_NODE_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl Proxied {
+    async fn new(nodes: &RedisNodes) -> Self {
+        let (proxies, resumer_proxies) = (nodes.proxies(), nodes.proxies());
+        let build = |proxies: &[Proxy], node_timeout| {
+            Redlock::builder()
+                .nodes(proxy_urls(proxies))
+                .node_timeout(node_timeout)
+                .build()
+        };
+        let operator = within("the operator's handle", build(&proxies, FORCE_NODE_TIMEOUT))
+            .await
+            .unwrap();
+        let resumer = within(
+            "the slow resumer's handle",
+            build(&resumer_proxies, redlock_core::DEFAULT_NODE_TIMEOUT),
+        )
+        .await
+        .unwrap();
+        Self {
+            operator,
+            proxies,
+            resumer,
+            resumer_proxies,
+        }
+    }
+}
+
+/// The longest [`force`] waits for a stage of the force-release it runs.
+const FORCE_STAGE_WITHIN: Duration = Duration::from_secs(5);
+
+/// A late force-release: an operator force-releases one of the three resources through
+/// proxies of which one (now and then two, or three: a majority) delays every request by a
+/// random 50–500 ms, so that its read, then its delete, reach those nodes late. Whoever held
+/// the resource is broken by force: the live guards holding it (or, if none, one taken now)
+/// leave the live guards; their extension is then refused (their keys are gone from every
+/// node) and their views say ended. Mostly their keys are first gone from the late nodes too,
+/// as their expiry would have done there. Once every node has answered the read (the reply
+/// counts of the operator's proxies) and the prompt nodes no longer hold what they held, the
+/// next holder takes the resource, while the late delete is still on its way: it joins the
+/// live guards, and check 6 ([`check_kept`]) holds its key, on every node where it had it,
+/// through the late delete (which returns before the force-release does); the checks after
+/// the step then hold its validity to a quorum as any.
+async fn force(
+    run: &mut Run,
+    rng: &mut StdRng,
+    (handles, resources): (&[Redlock], &[String]),
+    live: &mut Vec<Live>,
+    observer: &Observer,
+    proxied: &Proxied,
+) {
+    let resource = resources[rng.random_range(0..resources.len())].clone();
+    let mut victims = Vec::new();
+    let mut i = 0;
+    while i < live.len() {
+        let guard = &live[i].guard;
+        if guard.permits().is_none() && guard.resources().contains(&resource.as_str()) {
+            victims.push(live.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    if victims.is_empty() {
+        // Someone to break: a holder taken now (a stand-in for a dead one).
+        let h = rng.random_range(0..handles.len());
+        let mut options = LockOptions::default()
+            .ttl(ms(rng.random_range(1000..=3000)))
+            .retry_count(0);
+        if rng.random_bool(0.4) {
+            options = options.mode(random_mode(rng));
+        }
+        let label = run.label(h, &resource, &options);
+        let result = within(
+            "a holder to break",
+            handles[h].lock_with(&resource, &options),
+        )
+        .await;
+        run.note(format!(
+            "force: a holder to break, {label}: {}",
+            result
+                .as_ref()
+                .map_or_else(ToString::to_string, |_| "held".to_owned())
+        ));
+        if let Some(guard) = acquired(run, result, &label) {
+            let kind = (false, false);
+            victims.push(Live::new(run.live_id(), guard, h, kind, None, label));
+        }
+    }
+    let seen = observer.observe().await;
+    let ids: Vec<BTreeSet<String>> = seen.views[&resource].iter().map(holder_ids).collect();
+    let held_on: Vec<usize> = (0..NODES).filter(|&n| !ids[n].is_empty()).collect();
+    if held_on.is_empty() {
+        run.note(format!(
+            "force {resource}: nobody holds it on any node, skipped"
+        ));
+        live.extend(victims);
+        return;
+    }
+    // The late nodes, and at least one prompt node that holds it.
+    let prompt = held_on[rng.random_range(0..held_on.len())];
+    let count = match rng.random_range(0..20) {
+        0..=11 => 1,
+        12..=16 => 2,
+        _ => 3,
+    };
+    let others: Vec<usize> = (0..NODES).filter(|&n| n != prompt).collect();
+    let mut late: Vec<usize> = rand::seq::index::sample(rng, others.len(), count)
+        .into_iter()
+        .map(|i| others[i])
+        .collect();
+    late.sort_unstable();
+    let delay = ms(rng.random_range(50..=500));
+    let expired_late = rng.random_bool(0.7);
+    if expired_late {
+        for &n in &late {
+            for id in &ids[n] {
+                observer.wipe(&[n], &resource, id).await;
+            }
+        }
+    }
+    let labels: Vec<&str> = victims.iter().map(|v| v.label.as_str()).collect();
+    run.note(format!(
+        "force {resource} (held by {}; holders on nodes {held_on:?}) with nodes {late:?} \
+         {delay:?} late{}",
+        if labels.is_empty() {
+            "none of the live guards".to_owned()
+        } else {
+            labels.join(", ")
+        },
+        if expired_late {
+            ", its holders there gone first as their expiry would"
+        } else {
+            ""
+        }
+    ));
+    let replies_before: Vec<u64> = proxied
+        .proxies
+        .iter()
+        .map(|p| p.received(Direction::Reply))
+        .collect();
+    for &n in &late {
+        proxied.proxies[n].set(Direction::Request, Fault::Delay(delay));
+    }
+    let forcing = {
+        let (redlock, resource) = (proxied.operator.clone(), resource.clone());
+        tokio::spawn(async move { redlock.force_release(&resource).await })
+    };
+    let started = Instant::now();
+    // Every node answered the read (the operator's connections carry nothing else), the late
+    // ones no sooner than their delay: the next holder's token cannot be among those it read.
+    // Then the prompt nodes' deletes land.
+    let stage = |what: &str, elapsed: Duration| {
+        if elapsed > FORCE_STAGE_WITHIN {
+            run.fail(&format!(
+                "force-releasing {resource}: {what} took over {FORCE_STAGE_WITHIN:?}"
+            ));
+        }
+    };
+    while !forcing.is_finished()
+        && (started.elapsed() < delay
+            || proxied
+                .proxies
+                .iter()
+                .zip(&replies_before)
+                .any(|(p, before)| p.received(Direction::Reply) <= *before))
+    {
+        stage("every node's answer to the read", started.elapsed());
+        tokio::time::sleep(ms(1)).await;
+    }
+    let read_by = started.elapsed();
+    let prompt_nodes: Vec<usize> = (0..NODES).filter(|n| !late.contains(n)).collect();
+    while !forcing.is_finished() {
+        let seen = observer.observe().await;
+        let views = &seen.views[&resource];
+        if prompt_nodes
+            .iter()
+            .all(|&n| holder_ids(&views[n]).is_disjoint(&ids[n]))
+        {
+            break;
+        }
+        stage("the delete on the prompt nodes", started.elapsed());
+        tokio::time::sleep(ms(1)).await;
+    }
+    let in_flight = !forcing.is_finished();
+    // The next holder.
+    let h = rng.random_range(0..handles.len());
+    let options = random_options(rng).retry_count(0);
+    let label = format!("{} after a force", run.label(h, &resource, &options));
+    let result = within("the next holder", handles[h].lock_with(&resource, &options)).await;
+    let mid = observer.observe().await;
+    let report = within("a late force-release", forcing).await.unwrap();
+    let forced_by = Instant::now();
+    let after = observer.observe().await;
+    for &n in &late {
+        proxied.proxies[n].set(Direction::Request, Fault::Pass);
+    }
+    run.note(format!(
+        "  read by all after {read_by:?}; next holder {label}{}: {}; the force-release, after \
+         {:?}: {report:?}",
+        if in_flight {
+            " (the late delete in flight)"
+        } else {
+            ""
+        },
+        result
+            .as_ref()
+            .map_or_else(ToString::to_string, |_| "held".to_owned()),
+        started.elapsed(),
+    ));
+    run.stats.forces += 1;
+    // A holder living past the force-release's return was removed somewhere (the prompt
+    // node's, unless they had all expired by then).
+    let longest = seen.views[&resource]
+        .iter()
+        .map(|view| fresh_life(view, &BTreeSet::new()))
+        .max()
+        .unwrap_or_default();
+    let outlived = longest > ms_of(forced_by.duration_since(seen.t0) + ROUNDING);
+    match &report {
+        Ok(report) if report.confirmed() && (report.removed_any() || !outlived) => {}
+        other => run.fail(&format!(
+            "force-releasing {resource}, held on nodes {held_on:?} (node {prompt} answering at \
+             once, its holders living up to {longest} ms): {other:?}"
+        )),
+    }
+    if let Some(guard) = acquired(run, result, &label) {
+        if in_flight {
+            run.stats.forces_next_held += 1;
+        }
+        let claim = Claim {
+            who: label.clone(),
+            resource: resource.clone(),
+            token: guard.token().expose().to_owned(),
+            mode: guard.mode(),
+            valid_until: guard.valid_until(),
+            lost_deadline: guard.lost().deadline(),
+        };
+        let (mid_views, after_views) = (&mid.views[&resource], &after.views[&resource]);
+        if let Err(message) = check_kept(
+            &claim,
+            (mid_views, mid.t0),
+            (after_views, after.t0 + after.window),
+        ) {
+            run.fail(&message);
+        }
+        run.stats.forces_kept += late
+            .iter()
+            .filter(|&&n| life_on(&mid_views[n], &claim) > 0)
+            .count() as u64;
+        let kind = (options.get_reentrant(), options.get_auto_extend());
+        live.push(Live::new(run.live_id(), guard, h, kind, None, label));
+    }
+    broken_by_force(run, &resource, victims).await;
+}
+
+/// The holders a force-release removed: their extension is refused (their keys are gone from
+/// every node), and every view of them says ended, now and after every later step. They are
+/// dropped (the drop's release finds nothing of theirs).
+async fn broken_by_force(run: &mut Run, resource: &str, victims: Vec<Live>) {
+    let mut seen: Vec<String> = Vec::new();
+    for victim in &victims {
+        let token = victim.guard.token().expose().to_owned();
+        if seen.contains(&token) {
+            continue;
+        }
+        seen.push(token.clone());
+        let result = within("extending a broken lock", victim.guard.extend(ms(1000))).await;
+        let ended_by = Instant::now();
+        run.note(format!(
+            "  extend {}, broken by the force: {}",
+            victim.label,
+            result
+                .as_ref()
+                .map_or_else(ToString::to_string, |until| format!(
+                    "until now+{:?}",
+                    until.saturating_duration_since(ended_by)
+                ))
+        ));
+        match result {
+            Ok(_) => run.fail(&format!(
+                "{}, whose holder the force-release of {resource} removed from every node, was \
+                 extended",
+                victim.label
+            )),
+            Err(LockError::Lost { .. }) => run.stats.forces_refused += 1,
+            Err(LockError::Unavailable { .. }) => {
+                run.stats.unavailable += 1;
+                continue;
+            }
+            Err(error) => run.fail(&format!(
+                "extending {}, broken by a force-release: unexpected error {error}",
+                victim.label
+            )),
+        }
+        let mut last = None;
+        for same in victims.iter().filter(|v| v.guard.token().expose() == token) {
+            for reading in [
+                Reading::of_guard(&same.guard, &same.label, "broken by force", ended_by),
+                Reading::of_info(&same.info, &same.label, "broken by force", ended_by),
+            ] {
+                if let Err(message) = check_ended(&reading) {
+                    run.fail(&message);
+                }
+            }
+            last = Some((same.info.clone(), same.label.clone()));
+        }
+        if let Some((info, label)) = last {
+            run.ended(info, &label, "broken by force", ended_by);
+        }
+    }
+    run.stats.dropped += victims.len() as u64;
+    drop(victims);
 }

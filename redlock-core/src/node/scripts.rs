@@ -91,20 +91,23 @@ pub(crate) enum Effect {
 
 impl Effect {
     /// Whether a script body makes the checks this effect needs, read from its text: `Err`
-    /// names what is missing. The quarantine check is `quarantine_check(` (prelude.lua),
-    /// ahead of the first write; a compare is a test of the token given (`== token`,
-    /// `~= token`, the token as a hash field) or of a named holder's digest.
+    /// names what is missing, and where. The text is read without its comments (`--` to the
+    /// end of the line, outside a string; a long bracket, `--[[ ]]` or `[[ ]]`, is refused, as
+    /// the check does not read it), and each command it runs (`redis.call(` or
+    /// `redis.pcall(`, never under another name) is looked at on its own:
+    /// - a grant: the quarantine check (`local q = quarantine_check(...)` then
+    ///   `if q then return q end`, outside any block) comes before every write, whatever key;
+    /// - a compare: every write of a holder's entry (any key but the bookkeeping ones, other
+    ///   than a waiter's own `marker`) comes after a compare: a test of the token given
+    ///   (`== token`, `~= token`, the token as a hash field) or of a named holder's digest;
+    /// - neither: no write of a holder's entry at all.
+    ///
+    /// Text order only: a write in a helper function defined above the check counts as ahead
+    /// of it, and a compare in one branch counts for the writes of the branches below it. The
+    /// behavioural test (`tests/tests/effects.rs`) runs every script on a real server for what
+    /// the text cannot show.
     #[cfg(test)]
     pub(crate) fn check(self, source: &str) -> Result<(), String> {
-        const WRITES: [&str; 7] = [
-            r#"("set", key"#,
-            r#"("del", key"#,
-            r#"("hset", key"#,
-            r#"("hdel", key"#,
-            r#"("pexpire", key"#,
-            r#"("pexpireat", key"#,
-            r#"("del", KEYS["#,
-        ];
         const COMPARES: [&str; 5] = [
             "== token",
             "~= token",
@@ -112,25 +115,331 @@ impl Effect {
             "named[redis.sha1hex(",
             "== marker",
         ];
-        let first_write = WRITES.iter().filter_map(|w| source.find(w)).min();
-        let grants = matches!(self, Self::Grants | Self::Swaps);
-        let compares = matches!(self, Self::Compares | Self::Swaps);
-        if grants {
-            match (source.find("quarantine_check("), first_write) {
-                (None, _) => return Err("a grant without the quarantine check".into()),
-                (Some(check), Some(write)) if write < check => {
-                    return Err("a write before the quarantine check".into());
-                }
-                _ => {}
+        let code = lua_text::code(source)?;
+        let commands = lua_text::commands(&code)?;
+        let at = |c: &lua_text::Command<'_>| format!("line {}: `{}`", c.line, c.text);
+        if matches!(self, Self::Grants | Self::Swaps) {
+            let checked = lua_text::quarantine_guard(&code)?
+                .ok_or_else(|| "a grant without the quarantine check".to_owned())?;
+            if let Some(write) = commands.iter().find(|c| c.writes() && c.at < checked) {
+                return Err(format!(
+                    "{}: a write before the quarantine check",
+                    at(write)
+                ));
             }
         }
-        if compares && !COMPARES.iter().any(|c| source.contains(c)) {
-            return Err("a holder's entry written without a compare of its token".into());
+        if matches!(self, Self::Compares | Self::Swaps) {
+            let first_compare = COMPARES
+                .iter()
+                .filter_map(|c| code.find(c))
+                .min()
+                .ok_or_else(|| {
+                    "a holder's entry written without a compare of its token".to_owned()
+                })?;
+            if let Some(write) = commands
+                .iter()
+                .find(|c| c.writes_holder() && c.at < first_compare)
+            {
+                return Err(format!(
+                    "{}: a holder's entry written before any compare of its token",
+                    at(write)
+                ));
+            }
         }
-        if self == Self::Neither && first_write.is_some() {
-            return Err("declared to touch no holder, but it writes the lock key".into());
+        if self == Self::Neither
+            && let Some(write) = commands.iter().find(|c| c.writes_holder())
+        {
+            return Err(format!(
+                "{}: declared to touch no holder, but it writes the lock key",
+                at(write)
+            ));
         }
         Ok(())
+    }
+}
+
+/// The reading of a script's text that [`Effect::check`] makes: its code without comments,
+/// the commands it runs, and where its quarantine check is.
+#[cfg(test)]
+mod lua_text {
+    /// Commands that write no key (reads, and `PUBLISH`): every other command, and one named
+    /// by a variable, is taken for a write.
+    const READS: [&str; 24] = [
+        "get",
+        "mget",
+        "strlen",
+        "exists",
+        "type",
+        "ttl",
+        "pttl",
+        "expiretime",
+        "pexpiretime",
+        "hget",
+        "hmget",
+        "hgetall",
+        "hkeys",
+        "hvals",
+        "hexists",
+        "hlen",
+        "zcard",
+        "zrange",
+        "zrangebyscore",
+        "zscore",
+        "zrank",
+        "time",
+        "info",
+        "publish",
+    ];
+
+    /// The keys of a lock's bookkeeping (waiters, windows, streaks, fencing, quarantine), by
+    /// the names the scripts bind them to: writing them writes no holder's entry.
+    const BOOKKEEPING: [&str; 8] = [
+        "window_key",
+        "streak_key",
+        "queue_key",
+        "alive_key",
+        "witness_key",
+        "marker_key",
+        "counter_key",
+        "floor_key",
+    ];
+
+    /// Commands whose third argument is a field (or a member): with the waiter's own
+    /// `marker` there, they write that waiter's entry, not a holder's.
+    const FIELD_WRITES: [&str; 6] = ["hset", "hsetnx", "hdel", "zrem", "sadd", "srem"];
+
+    /// One command a script runs, as its text shows it.
+    #[derive(Debug)]
+    pub(super) struct Command<'a> {
+        /// Its offset in the code.
+        pub(super) at: usize,
+        /// Its line, from 1.
+        pub(super) line: usize,
+        /// Its text, `redis.call(...)`.
+        pub(super) text: &'a str,
+        /// The command's name, lowercase; `None` when a variable names it.
+        name: Option<String>,
+        /// Its first key argument's text, and its next argument's ("" if none).
+        target: &'a str,
+        field: &'a str,
+    }
+
+    impl Command<'_> {
+        /// Whether it may write a key.
+        pub(super) fn writes(&self) -> bool {
+            self.name
+                .as_deref()
+                .is_none_or(|name| !READS.contains(&name))
+        }
+
+        /// Whether it may write a holder's entry: a write to a key that is not one of the
+        /// bookkeeping keys, and not of the waiter's own `marker` field.
+        pub(super) fn writes_holder(&self) -> bool {
+            let field_write = self
+                .name
+                .as_deref()
+                .is_none_or(|name| FIELD_WRITES.contains(&name));
+            self.writes()
+                && !BOOKKEEPING.contains(&self.target)
+                && !(field_write && self.field == "marker")
+        }
+    }
+
+    /// `source` without its comments: each `--` outside a string, to the end of its line, is
+    /// cut (lines are kept, so line numbers are the file's). Err on a long bracket (a
+    /// `--[[ ]]` comment or a `[[ ]]` string), which this reading does not follow.
+    pub(super) fn code(source: &str) -> Result<String, String> {
+        let mut out = String::with_capacity(source.len());
+        for (n, line) in source.lines().enumerate() {
+            let bytes = line.as_bytes();
+            let (mut i, mut quote, mut cut) = (0, None::<u8>, line.len());
+            while i < bytes.len() {
+                let b = bytes[i];
+                match quote {
+                    Some(_) if b == b'\\' => i += 1,
+                    Some(q) if b == q => quote = None,
+                    Some(_) => {}
+                    None if b == b'"' || b == b'\'' => quote = Some(b),
+                    None if b == b'[' && matches!(bytes.get(i + 1), Some(b'[' | b'=')) => {
+                        return Err(format!(
+                            "line {}: a long bracket, which the check does not read",
+                            n + 1
+                        ));
+                    }
+                    None if b == b'-' && bytes.get(i + 1) == Some(&b'-') => {
+                        if bytes.get(i + 2) == Some(&b'[')
+                            && matches!(bytes.get(i + 3), Some(b'[' | b'='))
+                        {
+                            return Err(format!(
+                                "line {}: a long comment, which the check does not read",
+                                n + 1
+                            ));
+                        }
+                        cut = i;
+                        break;
+                    }
+                    None => {}
+                }
+                i += 1;
+            }
+            out.push_str(&line[..cut]);
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    /// Every command `code` runs, in order. Err on `redis.call` or `redis.pcall` not called
+    /// at once (an alias of it would run commands this reading does not see).
+    pub(super) fn commands(code: &str) -> Result<Vec<Command<'_>>, String> {
+        let mut out = Vec::new();
+        let mut from = 0;
+        while let Some(found) = code[from..].find("redis.") {
+            let at = from + found;
+            let rest = &code[at + "redis.".len()..];
+            from = at + "redis.".len();
+            let after = if let Some(r) = rest.strip_prefix("pcall") {
+                r
+            } else if let Some(r) = rest.strip_prefix("call") {
+                r
+            } else {
+                continue;
+            };
+            let line = 1 + code[..at].matches('\n').count();
+            let open = code.len() - after.len();
+            if !after.starts_with('(') {
+                return Err(format!(
+                    "line {line}: redis.call or redis.pcall not called where it is named"
+                ));
+            }
+            let (args, close) = arguments(code, open)
+                .ok_or_else(|| format!("line {line}: a command without its closing paren"))?;
+            let name = args.first().and_then(|a| {
+                let a = a.trim();
+                let quoted = a.len() >= 2
+                    && (a.starts_with('"') && a.ends_with('"')
+                        || a.starts_with('\'') && a.ends_with('\''));
+                quoted.then(|| a[1..a.len() - 1].to_ascii_lowercase())
+            });
+            out.push(Command {
+                at,
+                line,
+                text: &code[at..=close],
+                name,
+                target: args.get(1).map_or("", |a| a.trim()),
+                field: args.get(2).map_or("", |a| a.trim()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The arguments of the call whose `(` is at `open`, split at its own commas, and the
+    /// offset of its `)`.
+    fn arguments(code: &str, open: usize) -> Option<(Vec<&str>, usize)> {
+        let bytes = code.as_bytes();
+        let (mut depth, mut quote, mut start, mut args) = (0usize, None::<u8>, open + 1, vec![]);
+        let mut i = open;
+        while i < bytes.len() {
+            let b = bytes[i];
+            match quote {
+                Some(_) if b == b'\\' => i += 1,
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None => match b {
+                    b'"' | b'\'' => quote = Some(b),
+                    b'(' | b'[' | b'{' => depth += 1,
+                    b')' | b']' | b'}' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            args.push(&code[start..i]);
+                            return Some((args, i));
+                        }
+                    }
+                    b',' if depth == 1 => {
+                        args.push(&code[start..i]);
+                        start = i + 1;
+                    }
+                    _ => {}
+                },
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// How many blocks (`function`, `if`, `do`, `repeat`, closed by `end` or `until`) are
+    /// open at offset `at` of `code`.
+    fn depth(code: &str, at: usize) -> i64 {
+        let bytes = &code.as_bytes()[..at];
+        let (mut depth, mut quote, mut i) = (0i64, None::<u8>, 0);
+        while i < bytes.len() {
+            let b = bytes[i];
+            match quote {
+                Some(_) if b == b'\\' => i += 1,
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None if b == b'"' || b == b'\'' => quote = Some(b),
+                None if b.is_ascii_alphabetic() || b == b'_' => {
+                    let start = i;
+                    while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_')
+                    {
+                        i += 1;
+                    }
+                    let dotted = start > 0 && bytes[start - 1] == b'.';
+                    match &code[start..i] {
+                        _ if dotted => {}
+                        "function" | "if" | "do" | "repeat" => depth += 1,
+                        "end" | "until" => depth -= 1,
+                        _ => {}
+                    }
+                    continue;
+                }
+                None => {}
+            }
+            i += 1;
+        }
+        depth
+    }
+
+    /// Where the quarantine check's guard ends: the first `local q = quarantine_check(...)`
+    /// outside any block, followed by the line `if q then return q end`. `None` when `code`
+    /// never calls it; Err when it calls it otherwise (its refusal not returned, or inside a
+    /// block, where it may be skipped).
+    pub(super) fn quarantine_guard(code: &str) -> Result<Option<usize>, String> {
+        let Some(call) = code.find("quarantine_check(") else {
+            return Ok(None);
+        };
+        let line_no = 1 + code[..call].matches('\n').count();
+        let start = code[..call].rfind('\n').map_or(0, |i| i + 1);
+        let end = code[call..].find('\n').map_or(code.len(), |i| call + i);
+        let line = code[start..end].trim();
+        let bound = line
+            .strip_prefix("local ")
+            .and_then(|l| l.split_once(" = quarantine_check("))
+            .filter(|(_, rest)| rest.ends_with(')'))
+            .map(|(name, _)| name.trim());
+        let Some(name) = bound else {
+            return Err(format!(
+                "line {line_no}: the quarantine check's answer is not bound (`local q = ...`)"
+            ));
+        };
+        if depth(code, start) != 0 {
+            return Err(format!(
+                "line {line_no}: the quarantine check inside a block, where it may be skipped"
+            ));
+        }
+        let guard = format!("if {name} then return {name} end");
+        let mut offset = end;
+        for next in code[end..].split_inclusive('\n') {
+            offset += next.len();
+            match next.trim() {
+                "" => {}
+                text if text == guard => return Ok(Some(offset)),
+                _ => break,
+            }
+        }
+        Err(format!(
+            "line {line_no}: the quarantine check not followed by `{guard}`"
+        ))
     }
 }
 
@@ -364,7 +673,8 @@ mod tests {
     #[test]
     fn the_effect_check_refuses_a_script_that_skips_its_check() {
         let set = r#"redis.call("set", key, next, "KEEPTTL")"#;
-        let quarantine = "local q = quarantine_check(quarantine_ms, witness_key, marker_key)\n";
+        let quarantine = "local q = quarantine_check(quarantine_ms, witness_key, marker_key)\n\
+                          if q then return q end\n";
         let compare = "if redis.pcall(\"get\", key) ~= token then return 0 end\n";
         // A grant without the quarantine check, or with it after the write.
         assert!(Effect::Grants.check(set).is_err());
@@ -389,6 +699,135 @@ mod tests {
         // A script that says it touches no holder, but deletes the key.
         assert!(Effect::Neither.check(del).is_err());
         assert!(Effect::Neither.check(r#"redis.call("get", key)"#).is_ok());
+    }
+
+    #[test]
+    fn the_effect_check_reads_no_comment_and_every_write() {
+        let set = "redis.call(\"set\", key, next, \"KEEPTTL\")\n";
+        let quarantine = "local q = quarantine_check(quarantine_ms, witness_key, marker_key)\n\
+                          if q then return q end\n";
+        let compare = "if redis.pcall(\"get\", key) ~= token then return 0 end\n";
+        // A check or a compare in a comment is none.
+        let commented = |text: &str| {
+            text.lines()
+                .map(|l| format!("-- {l}\n"))
+                .collect::<String>()
+        };
+        assert!(
+            Effect::Grants
+                .check(&format!("{}{set}", commented(quarantine)))
+                .is_err()
+        );
+        assert!(
+            Effect::Compares
+                .check(&format!("{}{set}", commented(compare)))
+                .is_err()
+        );
+        assert!(
+            Effect::Compares
+                .check(&format!("{set}-- {compare}"))
+                .is_err()
+        );
+        // A `--` inside a string starts no comment; a long comment is refused, not skipped.
+        let dashes = "if redis.pcall(\"get\", \"--\" .. key) ~= token then return 0 end\n";
+        assert!(Effect::Compares.check(&format!("{dashes}{set}")).is_ok());
+        assert!(
+            Effect::Compares
+                .check(&format!("{compare}--[[\n{set}]]\n"))
+                .is_err()
+        );
+        // Every write, not only the first: a second write before the check, or before any
+        // compare, is refused.
+        let hset = "redis.call(\"hset\", key, token, value)\n";
+        assert!(
+            Effect::Grants
+                .check(&format!("{set}{quarantine}{hset}"))
+                .is_err()
+        );
+        assert!(
+            Effect::Compares
+                .check(&format!("{hset}{compare}{set}"))
+                .is_err()
+        );
+        assert!(
+            Effect::Compares
+                .check(&format!("{compare}{hset}{set}"))
+                .is_ok()
+        );
+        // A write of a key of the script's own bookkeeping, or of the waiter's own entry,
+        // is no holder's; a write through an alias of `redis.call` is refused.
+        let marker = "redis.call(\"hdel\", key, marker)\nredis.call(\"set\", window_key, 1)\n";
+        assert!(Effect::Neither.check(marker).is_ok());
+        assert!(
+            Effect::Compares
+                .check(&format!("{marker}{compare}{set}"))
+                .is_ok()
+        );
+        assert!(
+            Effect::Compares
+                .check(&format!(
+                    "local run = redis.call\n{compare}run(\"del\", key)"
+                ))
+                .is_err()
+        );
+        // The quarantine check's answer is returned, and it is outside any block.
+        let ignored = "quarantine_check(quarantine_ms, witness_key, marker_key)\n";
+        assert!(Effect::Grants.check(&format!("{ignored}{set}")).is_err());
+        assert!(
+            Effect::Grants
+                .check(&format!("if fast then\n{quarantine}end\n{set}"))
+                .is_err()
+        );
+    }
+
+    /// `source` with `from` (which it must hold) replaced by `to`.
+    fn mutated(source: &str, from: &str, to: &str) -> String {
+        assert!(source.contains(from), "the script no longer holds {from:?}");
+        source.replacen(from, to, 1)
+    }
+
+    #[test]
+    fn the_effect_check_refuses_the_reviewers_mutations() {
+        // force_release.lua without the digest compare of its string branch: removed, or
+        // commented out.
+        let digest = "  if not named[redis.sha1hex(redis.call(\"get\", key))] then return 0 end\n";
+        for to in [String::new(), format!("--{digest}")] {
+            let broken = mutated(FORCE_RELEASE.source, digest, &to);
+            let refused = FORCE_RELEASE.effect.check(&broken);
+            assert!(
+                refused
+                    .as_ref()
+                    .is_err_and(|e| e.contains(r#"`redis.call("del", key)`: a holder's entry"#)),
+                "force_release.lua without its compare: {refused:?}"
+            );
+        }
+        // resume.lua without the token compare of its plain branch.
+        let compare = "  if redis.pcall(\"get\", key) ~= token then return {0, 0} end\n";
+        let broken = mutated(RESUME.source, compare, "");
+        let refused = RESUME.effect.check(&broken);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains(r#"`redis.call("set", key, next, "KEEPTTL")`"#)),
+            "resume.lua without its plain branch's compare: {refused:?}"
+        );
+        // acquire_permit.lua with the quarantine check moved below the reserved take.
+        let check = "local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)\n\
+                     if quarantined then return quarantined end\n";
+        let take = "if reserved then return take(reserved, true) end\n";
+        let broken = mutated(ACQUIRE_PERMIT.source, check, "");
+        let broken = mutated(&broken, take, &format!("{take}{check}"));
+        let refused = ACQUIRE_PERMIT.effect.check(&broken);
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.ends_with("a write before the quarantine check")),
+            "acquire_permit.lua with its quarantine check below the reserved take: {refused:?}"
+        );
+        // The same scripts as they are pass.
+        for script in [&FORCE_RELEASE, &RESUME, &ACQUIRE_PERMIT] {
+            assert_eq!(script.effect.check(script.source), Ok(()));
+        }
     }
 
     #[test]
