@@ -115,7 +115,9 @@ async fn a_lost_lock_sends_sigterm_to_the_command_and_exits_79() {
     let script = until_sigterm(&journal, 0, None);
     let run = start(run_script(&nodes, "sync", SHORT_TTL, &script));
     await_line(&journal, "start").await;
-    assert_eq!(held_everywhere(&nodes, "sync").await.len(), 3);
+    // A quorum at least: a grant the node timeout cut on a loaded machine never lands on the
+    // third node, and the take-over below writes every node.
+    assert!(held_everywhere(&nodes, "sync").await.len() >= 2);
     take_over(&nodes, "sync").await;
     finish(run).await.expect(LOST).says("lost");
     let journal = lines(&journal);
@@ -437,9 +439,14 @@ async fn the_applications_lock_variables_are_ignored() {
     command.envs(app_vars).env("REDLOCK_TTL", "1s");
     let run = start(command);
     await_line(&journal, "start").await;
-    assert_eq!(held_everywhere(&nodes, "app-env").await.len(), 3);
+    // On a quorum at least (a grant the node timeout cut never lands), each with the 20 s.
+    assert!(held_everywhere(&nodes, "app-env").await.len() >= 2);
     let pttls = nodes.pttls("app-env").await;
-    assert!(pttls.iter().all(|&ms| ms > 10_000), "{pttls:?}");
+    let long = pttls.iter().filter(|&&ms| ms > 10_000).count();
+    assert!(
+        long >= 2 && pttls.iter().all(|&ms| ms > 10_000 || ms == -2),
+        "{pttls:?}"
+    );
     std::fs::write(&go, "").unwrap();
     finish(run).await.expect(0);
     nodes.gone_everywhere("app-env").await;
