@@ -3920,10 +3920,14 @@ async fn drop_resume(
                 let lives: Vec<u64> = views.iter().map(|v| life_on(v, &detached_claim)).collect();
                 // Given back with the expiry it had at the swap, even after the extension
                 // round lengthened it: no key outlives the longest the detached token had
-                // (counted from the first read's last reply, with the rounding allowance).
+                // (counted from the first read's last reply, with the rounding allowance and
+                // the spread of each read's replies: a lengthening is an extension's, seconds,
+                // never a few ms).
                 let since = seen.t0.saturating_duration_since(before.t0 + before.window);
                 let longest = lives_before.iter().copied().max().unwrap_or_default();
-                let allowed = (longest + ms_of(ROUNDING)).saturating_sub(ms_of(since));
+                let allowed =
+                    (longest + ms_of(ROUNDING) + ms_of(before.window) + ms_of(seen.window) + 5)
+                        .saturating_sub(ms_of(since));
                 if let Some(n) = (0..NODES).find(|&n| lives[n] > allowed) {
                     run.fail(&format!(
                         "the resumption of {label} dropped {at:?} gave the lock back with a \
