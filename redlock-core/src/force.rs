@@ -65,6 +65,12 @@ impl Redlock {
     /// answered (the nodes that answered were cleared, the others keep their holder until
     /// its ttl).
     ///
+    /// Holders are told apart by their values: a foreign client that writes the same value
+    /// for every holder (a constant, a host name, instead of the spec's random value) gives
+    /// every holder one digest, and a delete reaching a node late removes the next such
+    /// holder's key there too. Such a client cannot release safely either; its locks are
+    /// force-released as safely as it holds them.
+    ///
     /// # Errors
     /// [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent).
     ///

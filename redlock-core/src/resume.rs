@@ -287,6 +287,7 @@ impl Redlock {
             tokens: Some((next.clone(), detached.token.clone())),
             mode,
             left: Vec::new(),
+            _running: self.inner().tracker.token(),
         };
         let start = Instant::now();
         let tally = masters
@@ -326,6 +327,12 @@ impl Redlock {
                 outcomes,
             });
         };
+        if self.is_shutting_down() {
+            // Shutdown began during the swap: nothing more is sent but the give-back, which
+            // `shutdown` waits for (`_running`).
+            give_back.now().await;
+            return Err(LockError::ShuttingDown);
+        }
         let drift = timing::drift(held, options.get_drift_factor());
         let mut valid_until = start + held.saturating_sub(drift);
         if Instant::now() >= valid_until {
@@ -459,6 +466,10 @@ struct GiveBack {
     /// start, which is earlier than the swap: never later than the key's own expiry); empty
     /// before the swap round decided. A node that swapped unheard gets the longest of them.
     left: Vec<Option<Instant>>,
+    /// Counts the resumption among the handle's background work until the give-back, if any,
+    /// is sent or spawned (fields drop after `drop`): `shutdown` waits for it, so it never
+    /// returns while a resumption it did not release may still lengthen or keep the keys.
+    _running: tokio_util::task::task_tracker::TaskTrackerToken,
 }
 
 impl GiveBack {

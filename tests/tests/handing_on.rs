@@ -256,6 +256,13 @@ async fn a_resumption_completing_during_shutdown_gives_the_lock_back() {
     .await;
     let report = b.shutdown(Duration::from_secs(10)).await;
     assert!(report.released.is_empty(), "{report:?}");
+    // `shutdown` waited for the resumption and its give-back: when it returns, the detached
+    // token holds the lock again on a quorum (a process exits here, and drops what is left).
+    let back = holding(&nodes, &key, &old).await;
+    assert!(
+        back.iter().filter(|held| **held).count() >= 2,
+        "shutdown returned before the give-back: {back:?}"
+    );
     let resumed = within("the resumption", resuming).await.unwrap();
     assert!(
         matches!(resumed, Err(LockError::ShuttingDown)),

@@ -23,7 +23,8 @@
 -- entry of ours, or a key of another type, is not a lock of ours and is not touched. Waiters
 -- are woken ("*") when a holder was removed. A holder that took the key after the read (the
 -- next one, once this call reaches a node late) has another token, so another digest: it is
--- never removed.
+-- never removed (unless it wrote the same value: a foreign client that does not use a random
+-- value is told apart from its next holder by nothing).
 local key, channel = KEYS[1], ARGV[1]
 local named = {}
 for i = 2, #ARGV do named[ARGV[i]] = true end
