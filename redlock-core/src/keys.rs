@@ -12,8 +12,8 @@
 use crate::error::InvalidInput;
 
 /// What follows the lock key in every other key the lock writes: `"\0redlock:"`, then the
-/// kind (`waiters`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>`,
-/// `permit-waiters` and `permit-alive`). Resources and key prefixes may not hold a NUL byte.
+/// kind (`waiters`, `listen`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>`,
+/// `permit-waiters`, `permit-listen` and `permit-alive`). Resources and key prefixes may not hold a NUL byte.
 pub const BOOKKEEPING_SEPARATOR: &str = "\0redlock:";
 
 /// The longest resource name, in bytes.
@@ -60,6 +60,8 @@ pub(crate) struct ResourceKeys {
     pub(crate) busy: String,
     /// [`window`].
     pub(crate) window: String,
+    /// [`listen`] (a semaphore's slots share the semaphore's, [`permit_listen`]).
+    pub(crate) listen: String,
 }
 
 impl ResourceKeys {
@@ -74,6 +76,7 @@ impl ResourceKeys {
             fencing_window: fencing_window(namespace),
             busy: busy(&lock),
             window: window(&lock),
+            listen: listen(&lock),
             lock,
         }
     }
@@ -84,18 +87,20 @@ impl ResourceKeys {
     /// ([`LockOptions::permits`](crate::LockOptions::permits)): its waiter queue's keys
     /// (the lock key's, with [`permit_waiters`] for the waiters), and its slots'.
     pub(crate) fn permits(prefix: &str, lock: String, permits: u32) -> (Self, PermitSlots) {
-        let queue = permit_waiters(&lock);
+        let (queue, flag) = (permit_waiters(&lock), permit_listen(&lock));
         let slots = PermitSlots {
             alive: permit_alive(&lock),
             slots: (0..permits)
                 .map(|slot| Self {
                     waiters: queue.clone(),
+                    listen: flag.clone(),
                     ..Self::new(prefix, permit_slot(&lock, slot))
                 })
                 .collect(),
         };
         let base = Self {
             waiters: queue,
+            listen: flag,
             ..Self::new(prefix, lock)
         };
         (base, slots)
@@ -124,6 +129,12 @@ fn permit_waiters(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}permit-waiters")
 }
 
+/// The listen flag of the semaphore on `key` ([`listen`] for its slots): set by a queued
+/// waiter for a permit when refused, so that a slot's release hands the slot over.
+fn permit_listen(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}permit-listen")
+}
+
 /// Until when (ms of the node's clock) each waiter in [`permit_waiters`] counts: a sorted set
 /// of the same markers scored by that instant, renewed at each of the waiter's attempts, so
 /// that the entry of a waiter that crashed stops holding back the ones behind it.
@@ -135,6 +146,15 @@ fn permit_alive(key: &str) -> String {
 /// hand-over on.
 fn waiters(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}waiters")
+}
+
+/// The listen flag of `key`: set (with the waiter queue's ttl) by every request of ours that a
+/// holder of `key` refused and that waits to be told of its release (a queued waiter, a mode
+/// request refused by a plain holder), deleted by the release with the key. A release that
+/// finds no flag is the spec's compare-and-delete and nothing else: nothing is read, written
+/// or published for waiters unless one listens.
+fn listen(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}listen")
 }
 
 /// The fencing counter of `key`: a max register, with a ttl

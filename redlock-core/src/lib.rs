@@ -27,6 +27,7 @@ mod waiters;
 
 // Values shared by every layer.
 mod config;
+mod contended;
 mod error;
 mod mode;
 mod node_url;

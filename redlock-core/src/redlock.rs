@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) foreign_window: Duration,
     /// Whether a foreign client could be connected to the nodes: windows open only then.
     pub(crate) presence: Presence,
+    /// The keys seen contended lately: a first attempt checks for a window only there.
+    pub(crate) contended: crate::contended::Contended,
     pub(crate) shutdown: CancellationToken,
     pub(crate) tracker: TaskTracker,
 }
@@ -117,6 +119,7 @@ impl Redlock {
                 handover_grace,
                 foreign_window,
                 presence: Presence::new(masters_len, foreign_window, poller_key),
+                contended: crate::contended::Contended::default(),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
             }),

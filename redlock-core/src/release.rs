@@ -101,6 +101,10 @@ impl Redlock {
         let window_due = !window.is_zero()
             && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
             && self.foreign_possible();
+        if window_due {
+            // A window may open: this handle's next first attempt on the key checks for it.
+            inner.contended.mark(&keys.lock);
+        }
         let handover = inner.waiters.is_some().then(|| Handover {
             grace_ms: millis(inner.handover_grace),
             window_ms: millis(window),

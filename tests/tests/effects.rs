@@ -46,9 +46,11 @@ const QUEUE: &str = "fx:r:waiters";
 const WINDOW: &str = "fx:r:window";
 const WINDOW2: &str = "fx:s:window";
 const BUSY: &str = "fx:r:busy";
+const LISTEN: &str = "fx:r:listen";
 const OWNER: &str = "fx:r:owner";
 const PERMIT_QUEUE: &str = "fx:r:permit-waiters";
 const PERMIT_ALIVE: &str = "fx:r:permit-alive";
+const PERMIT_LISTEN: &str = "fx:r:permit-listen";
 const WITNESS: &str = "fx:witness";
 const QUARANTINE_MARKER: &str = "fx:quarantine";
 
@@ -171,8 +173,8 @@ const TABLE: &[Script] = &[
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 1,
-            keys: strings(&[KEY, QUEUE, BUSY, WINDOW]),
-            // grace_ms, channel, window_ms, window_due, busy_ms, streak_ttl_ms
+            keys: strings(&[KEY, QUEUE, BUSY, WINDOW, LISTEN]),
+            // grace_ms, channel, window_ms, window_due, busy_ms, queue_ttl_ms
             args: strings(&[token, "10000", QUEUE, "0", "0", "0", "600000"]),
         },
         writes: &[State::Plain],
@@ -219,6 +221,7 @@ const TABLE: &[Script] = &[
         call: |_, token, q| {
             let mut keys = strings(&[KEY, QUEUE, WINDOW, BUSY]);
             keys.extend(quarantine_keys(q));
+            keys.push(LISTEN.into());
             // ttl_ms, marker, score, queue_ttl_ms, quarantine_ms
             let args = vec![
                 token.to_owned(),
@@ -260,6 +263,7 @@ const TABLE: &[Script] = &[
         call: |_, token, q| {
             let mut keys = strings(&[KEY, WINDOW]);
             keys.extend(quarantine_keys(q));
+            keys.push(LISTEN.into());
             // mode, ttl_ms, marker, intent_ttl_ms, compatible, since, quarantine_ms
             let args = vec![
                 token.to_owned(),
@@ -375,8 +379,14 @@ const TABLE: &[Script] = &[
         effect: Effect::Grants,
         call: |state, token, q| {
             let mut keys = quarantine_keys(q);
-            // queue, alive, then the slots: the two lock keys.
-            keys.extend(strings(&[PERMIT_QUEUE, PERMIT_ALIVE, KEY, KEY2]));
+            // queue, alive, listen flag, then the slots: the two lock keys.
+            keys.extend(strings(&[
+                PERMIT_QUEUE,
+                PERMIT_ALIVE,
+                PERMIT_LISTEN,
+                KEY,
+                KEY2,
+            ]));
             // ttl_ms, quarantine_ms, marker (the waiter's for a reserved slot, else none yet),
             // score, queue_ttl_ms, alive_ms
             let marker = if state == State::Reserved { MARKER } else { "" };

@@ -548,7 +548,15 @@ async fn an_open_window_refuses_our_waiters_but_not_a_poller() {
             .await
             .unwrap();
     }
-    // A waiter queues and stays refused while the window lasts, in every kind of request.
+    // A waiter queues and stays refused while the window lasts, in every kind of request of
+    // a handle that saw the key contended (elsewhere a first attempt is the spec's `SET NX`
+    // alone, and takes a window as a poller does).
+    let once = LockOptions::default().retry_count(0);
+    let holder = Foreign::connect(&nodes).await;
+    assert!(holder.try_once("res", "theirs").await);
+    assert!(ours.lock_with("res", &once).await.unwrap_err().is_busy());
+    holder.release("res", "theirs").await;
+    holder.quit().await;
     let waiter = LockOptions::default()
         .retry_delay(ms(100))
         .retry_jitter(Duration::ZERO)
@@ -565,7 +573,6 @@ async fn an_open_window_refuses_our_waiters_but_not_a_poller() {
         }
     }
     // Single attempts poll: they take the key the window left free.
-    let once = LockOptions::default().retry_count(0);
     for (name, options) in [
         ("plain", once.clone()),
         ("fenced", once.clone().fencing(true)),
@@ -684,23 +691,23 @@ async fn until_queued(nodes: &RedisNodes, key: &str) {
 }
 
 /// A streak survives a moment free with nobody queued, taken back at once by a first attempt
-/// of ours (the plain `ACQUIRE` script, which reads the streak too): A hands over to B, B holds
-/// 450 ms and releases with nobody queued, C takes the key with its first attempt and holds
-/// 400 ms (longer than W, so the streak's key expires meanwhile) with D queued. 850 ms of
-/// streak is past T: C's release opens a window, and D gets the key only after it. Had C
-/// counted only its own 400 ms, D would have got it at once and a foreign poller would have
-/// waited another T.
+/// of a handle that saw the key contended (the plain `ACQUIRE` script reads the streak there):
+/// A hands over to B, B holds 450 ms and releases with nobody queued, C (B's handle, which
+/// waited for the key) takes it with its first attempt and holds 400 ms (longer than W, so
+/// the streak's key expires meanwhile) with D queued. 850 ms of streak is past T: C's release
+/// opens a window, and D gets the key only after it. Had C counted only its own 400 ms, D
+/// would have got it at once and a foreign poller would have waited another T.
 #[tokio::test]
 async fn a_first_attempt_taking_a_free_key_carries_the_streak_on() {
     let nodes = RedisNodes::start(3);
     // Windows open only while a foreign client is connected.
     let _foreign = Foreign::connect(&nodes).await;
-    let [a, b, c, d] = [
-        handle(&nodes, W).await,
+    let [a, b, d] = [
         handle(&nodes, W).await,
         handle(&nodes, W).await,
         handle(&nodes, W).await,
     ];
+    let c = b.clone();
     let wait = LockOptions::default()
         .retry_delay(ms(5_000))
         .retry_jitter(Duration::ZERO)

@@ -95,7 +95,8 @@ enum Op {
         at: Target,
         t: usize,
         ttl: u64,
-        windowed: bool,
+        /// acquire.lua's `windowed`: 0, 1 or 2.
+        windowed: u8,
         fencing: bool,
         q: u64,
     },
@@ -245,6 +246,14 @@ impl Target {
             Some(_) => book(&lock(self.r), "permit-waiters"),
         }
     }
+
+    /// Its listen flag (a slot's is its semaphore's).
+    fn listen(self) -> String {
+        match self.slot {
+            None => book(&lock(self.r), "listen"),
+            Some(_) => book(&lock(self.r), "permit-listen"),
+        }
+    }
 }
 
 /// The quarantine's keys, or `stand_in` for both when it is off (as the client passes them).
@@ -320,13 +329,8 @@ impl Op {
                 if *fencing {
                     keys.extend(fencing_keys(&key));
                 }
-                let windowed = if *windowed { "1" } else { "0" };
-                let args = vec![
-                    token(*t, &key),
-                    ttl.to_string(),
-                    q.to_string(),
-                    windowed.into(),
-                ];
+                let windowed = windowed.to_string();
+                let args = vec![token(*t, &key), ttl.to_string(), q.to_string(), windowed];
                 (id::ACQUIRE, keys, args)
             }
             Self::AcquireQueued {
@@ -346,6 +350,7 @@ impl Op {
                     book(&key, "busy"),
                 ];
                 keys.extend(quarantine_keys(*q, &key));
+                keys.push(book(&key, "listen"));
                 if *fencing {
                     keys.extend(fencing_keys(&key));
                 }
@@ -379,6 +384,7 @@ impl Op {
                     at.waiters(),
                     book(&key, "busy"),
                     book(&key, "window"),
+                    at.listen(),
                 ];
                 let args = vec![
                     token(*t, &key),
@@ -443,6 +449,7 @@ impl Op {
                 let key = lock(*r);
                 let mut keys = vec![key.clone(), book(&key, "window")];
                 keys.extend(quarantine_keys(*q, &key));
+                keys.push(book(&key, "listen"));
                 if *fencing {
                     keys.extend(fencing_keys(&key));
                 }
@@ -489,7 +496,11 @@ impl Op {
                 let key = lock(*r);
                 let queue = book(&key, "permit-waiters");
                 let mut keys = quarantine_keys(*q, &queue).to_vec();
-                keys.extend([queue, book(&key, "permit-alive")]);
+                keys.extend([
+                    queue,
+                    book(&key, "permit-alive"),
+                    book(&key, "permit-listen"),
+                ]);
                 keys.extend((0..*k).map(|i| {
                     let slot = (i + rotate) % k;
                     book(&key, &format!("permit:{slot}"))
@@ -515,6 +526,7 @@ impl Op {
                 let mut keys = vec![lock(0), lock(1)];
                 if *wake {
                     keys.extend([book(&lock(0), "waiters"), book(&lock(1), "waiters")]);
+                    keys.extend([book(&lock(0), "listen"), book(&lock(1), "listen")]);
                 }
                 let wake = if *wake { "1" } else { "0" };
                 (
@@ -611,22 +623,16 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
     // A holder's operations: mostly by whoever holds the key.
     let h = || prop_oneof![1 => 0..3usize, 2 => Just(HOLDER)];
     let w = || 0..2usize;
-    let acquire = (
-        target(),
-        t(),
-        ttl(),
-        any::<bool>(),
-        any::<bool>(),
-        quarantine(),
-    )
-        .prop_map(|(at, t, ttl, windowed, fencing, q)| Op::Acquire {
+    let acquire = (target(), t(), ttl(), 0..3u8, any::<bool>(), quarantine()).prop_map(
+        |(at, t, ttl, windowed, fencing, q)| Op::Acquire {
             at,
             t,
             ttl,
             windowed,
             fencing,
             q,
-        });
+        },
+    );
     let queued = (
         target(),
         t(),
@@ -1329,7 +1335,7 @@ fn odd_values_and_errors_agree() {
         at: r0,
         t,
         ttl: 500_000,
-        windowed: false,
+        windowed: 0,
         fencing,
         q: 0,
     };
@@ -1504,12 +1510,12 @@ fn odd_values_and_errors_agree() {
             ],
         ),
         (
-            "an odd number of keys to wake",
+            "a number of keys to wake that is not a multiple of three",
             vec![
                 acquire(0, false),
                 raw(
                     id::RELEASE_SLOTS,
-                    &[key.clone(), lock(1), waiters.clone()],
+                    &[key.clone(), lock(1), waiters.clone(), book(&key, "listen")],
                     &[TOKENS[0], "1"],
                 ),
             ],

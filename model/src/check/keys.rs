@@ -12,6 +12,8 @@ pub(super) const KEY: &str = "r";
 pub(super) const QUEUE: &str = "r:q";
 const WINDOW: &str = "r:w";
 const STREAK: &str = "r:s";
+/// The listen flag (`keys::listen`): set by refused waiters, deleted with the key.
+const LISTEN: &str = "r:l";
 const WITNESS: &str = "witness";
 const MARKER: &str = "quarantined";
 const COUNTER: &str = "r:fence";
@@ -103,7 +105,7 @@ impl Req {
                     .filter(|m| config.client_flaws.wrong_compatibility || mode.compatible(*m))
                     .map(Mode::as_str)
                     .collect();
-                let mut keys = vec![KEY, WINDOW, WITNESS, MARKER];
+                let mut keys = vec![KEY, WINDOW, WITNESS, MARKER, LISTEN];
                 if program.fencing {
                     keys.extend([COUNTER, FLOOR]);
                 }
@@ -162,7 +164,7 @@ fn acquire(config: &Config, token: &str, fencing: bool, foreign: bool) -> Call {
 
 /// A queued waiter's attempt (acquire_queued.lua).
 fn acquire_queued(config: &Config, token: &str, marker: &str, score: u64, fencing: bool) -> Call {
-    let mut keys = vec![KEY, QUEUE, WINDOW, STREAK, WITNESS, MARKER];
+    let mut keys = vec![KEY, QUEUE, WINDOW, STREAK, WITNESS, MARKER, LISTEN];
     if fencing {
         keys.extend([COUNTER, FLOOR]);
     }
@@ -197,7 +199,7 @@ fn release_handover(config: &Config, token: &str, busy: u64) -> Call {
     };
     Call::new(
         id::RELEASE_HANDOVER,
-        &[KEY, QUEUE, STREAK, WINDOW],
+        &[KEY, QUEUE, STREAK, WINDOW, LISTEN],
         &[
             token,
             &config.grace.to_string(),

@@ -105,7 +105,8 @@ fn now_f64(node: &Node) -> f64 {
 pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, window_key) = (need(call, 1)?, need(call, 2)?);
     let (witness_key, marker_key) = (need(call, 3)?, need(call, 4)?);
-    let (counter_key, floor_key) = (key_at(call, 5), key_at(call, 6));
+    let listen_key = key_at(call, 5);
+    let (counter_key, floor_key) = (key_at(call, 6), key_at(call, 7));
     let (token, mode, ttl_ms, marker) = (arg(call, 1), arg(call, 2), arg(call, 3), arg(call, 4));
     let (intent_ttl_ms, compatible_modes) = (arg(call, 5), arg(call, 6));
     let (since, quarantine_ms) = (arg(call, 7), arg(call, 8));
@@ -134,6 +135,7 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
         ])
     };
     if kind == "string" {
+        super::scripts::set_listen(node, listen_key, intent_ttl_ms);
         return Ok(refusal(fence, ms_left(node, key), holder_digest(node, key)));
     }
     if kind != "none" && kind != "hash" {

@@ -1,6 +1,6 @@
 //! The semaphore's scripts mirrored: acquire_permit.lua, release_slots.lua.
 
-use super::args::{arg, need, pget};
+use super::args::{arg, key, need, pget};
 use super::prelude::{Raise, holder_digest, ms_left, node_now, quarantine_check, tonumber};
 use super::{Call, Node, Reply};
 
@@ -20,7 +20,8 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
     let (marker, score, queue_ttl_ms, alive_ms) =
         (arg(call, 4), arg(call, 5), arg(call, 6), arg(call, 7));
-    let first_slot = 5;
+    let listen_key = key(call, 5).map(str::to_owned);
+    let first_slot = 6;
 
     if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
         return Ok(refused);
@@ -54,6 +55,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
             if let Some(queue_ttl) = score_arg(queue_ttl_ms) {
                 node.store.pexpire(&queue_key, queue_ttl);
             }
+            super::scripts::set_listen(node, listen_key.as_deref(), queue_ttl_ms);
             let alive = tonumber(alive_ms)
                 .ok_or_else(|| "attempt to perform arithmetic on a nil value".to_owned())?;
             #[allow(clippy::cast_possible_truncation)] // whole ms
@@ -171,20 +173,24 @@ fn ttl(s: &str) -> Result<u64, Raise> {
 pub(super) fn release_slots(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (token, wake) = (arg(call, 1), arg(call, 2) == "1");
     let keys = &call.keys;
-    // `n = #KEYS / 2` with `wake`: a fraction for an odd count, whose queues `KEYS[n + i]`
-    // are then nil (no publish).
-    let (n, queues) = if wake {
-        (keys.len() / 2, keys.len().is_multiple_of(2))
-    } else {
-        (keys.len(), false)
-    };
+    // `n = math.floor(#KEYS / 3)` with `wake`: the queues at `KEYS[n + i]`, the listen flags at
+    // `KEYS[2n + i]`.
+    let n = if wake { keys.len() / 3 } else { keys.len() };
     let mut deleted = 0;
     for i in 0..n {
-        if pget(node, &keys[i]).as_deref() == Some(token) {
-            deleted += i64::from(node.store.delete(&keys[i]));
-            if wake && queues {
+        if pget(node, &keys[i]).as_deref() != Some(token) {
+            continue;
+        }
+        if wake {
+            // `DEL key flag`: the flag was there when it deletes two.
+            node.store.delete(&keys[i]);
+            let listened = node.store.delete(&keys[2 * n + i]);
+            deleted += 1;
+            if listened {
                 node.published.push((keys[n + i].clone(), "*".to_owned()));
             }
+        } else {
+            deleted += i64::from(node.store.delete(&keys[i]));
         }
     }
     Ok(Reply::Int(deleted))

@@ -40,7 +40,7 @@ pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (witness_key, marker_key) = (need(call, 4)?, need(call, 5)?);
     let (counter_key, floor_key) = (key_opt(call, 6), key_opt(call, 7));
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
-    let windowed = arg(call, 4) == "1";
+    let (windowed, streak) = (arg(call, 4) == "1", matches!(arg(call, 4), "1" | "2"));
 
     if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
         return Ok(refused);
@@ -68,11 +68,20 @@ pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
         ]));
     }
     node.store.set(key, token, Some(ms(ttl_ms)?));
-    Ok(array(vec![
-        Reply::Int(1),
-        fence,
-        Reply::Int(busy_read(node, streak_key)),
-    ]))
+    let busy = if streak {
+        busy_read(node, streak_key)
+    } else {
+        0
+    };
+    Ok(array(vec![Reply::Int(1), fence, Reply::Int(busy)]))
+}
+
+/// `redis.pcall("set", listen_key, "1", "PX", ttl_ms)`: the listen flag, when its key was
+/// passed and the ttl is one `PX` takes (the error is swallowed otherwise).
+pub(super) fn set_listen(node: &mut Node, listen_key: Option<&str>, ttl_ms: &str) {
+    if let (Some(listen_key), Ok(px)) = (listen_key, ms(ttl_ms)) {
+        node.store.set(listen_key, "1", Some(px));
+    }
 }
 
 /// An optional key (`KEYS[i]`, nil when not passed).
@@ -84,7 +93,8 @@ fn key_opt(call: &Call, i: usize) -> Option<String> {
 pub(super) fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, queue_key, window_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
     let (streak_key, witness_key, marker_key) = (need(call, 4)?, need(call, 5)?, need(call, 6)?);
-    let (counter_key, floor_key) = (key_opt(call, 7), key_opt(call, 8));
+    let listen_key = key_opt(call, 7);
+    let (counter_key, floor_key) = (key_opt(call, 8), key_opt(call, 9));
     let (token, ttl_ms, marker, score) = (arg(call, 1), arg(call, 2), arg(call, 3), arg(call, 4));
     let (queue_ttl_ms, quarantine_ms) = (arg(call, 5), arg(call, 6));
 
@@ -108,6 +118,7 @@ pub(super) fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Rais
         let _ = node.store.zadd_nx(queue_key, number(score), marker);
     }
     let _ = node.store.pexpire(queue_key, number(queue_ttl_ms));
+    set_listen(node, listen_key.as_deref(), queue_ttl_ms);
     let mut left = ms_left(node, key);
     if left < 0 {
         left = ms_left(node, window_key);
@@ -184,11 +195,21 @@ pub(super) fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Ra
     );
     let (token, grace_ms, channel) = (arg(call, 1), arg(call, 2), arg(call, 3));
     let (window_ms, window_due) = (number(arg(call, 4)), arg(call, 5) == "1");
-    let (busy_ms, streak_ttl_ms) = (number(arg(call, 6)), number(arg(call, 7)));
+    let listen_key = key_opt(call, 5);
+    let (busy_ms, queue_ttl_ms) = (number(arg(call, 6)), number(arg(call, 7)));
 
     if pget(node, key).as_deref() != Some(token) {
         return Ok(Reply::Int(0));
     }
+    // `DEL key listen_key` (or `DEL key` without the flag's key): 1 when the flag was missing.
+    let deleted = node.store.delete(key);
+    if let Some(listen_key) = listen_key.as_deref()
+        && !node.store.delete(listen_key)
+        && deleted
+    {
+        return Ok(Reply::Int(1));
+    }
+    let listen_again = |node: &mut Node| set_listen(node, listen_key.as_deref(), arg(call, 7));
     let now = i64::try_from(node_now(node)).unwrap_or(i64::MAX);
     // The streak's start to write: now less busy_ms, or `before` if earlier.
     let streak_start = |before: Option<i64>| {
@@ -210,8 +231,8 @@ pub(super) fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Ra
             // `SET window_key named PX window_ms` (under pcall: always succeeds here).
             node.store
                 .set(window_key, &named, Some(window_ms.unsigned_abs()));
-            node.store.delete(key);
             node.store.delete(streak_key);
+            listen_again(node);
             node.published.push((
                 channel.to_owned(),
                 // `window_ms` is a Lua number: `..` writes it as "%.14g" does.
@@ -223,15 +244,15 @@ pub(super) fn release_handover(node: &mut Node, call: &Call) -> Result<Reply, Ra
         if window_ms > 0 {
             let before = pget(node, streak_key).map(|b| lua_tonumber(&b));
             let since = streak_start(before.flatten());
-            if streak_ttl_ms > 0 {
-                let px = Some(streak_ttl_ms.unsigned_abs());
+            if queue_ttl_ms > 0 {
+                let px = Some(queue_ttl_ms.unsigned_abs());
                 node.store.set(streak_key, &since.to_string(), px);
             }
         }
+        listen_again(node);
         node.published
             .push((channel.to_owned(), format!("{named} {following}")));
     } else {
-        node.store.delete(key);
         if window_ms > 0
             && let Some(before) = pget(node, streak_key)
         {

@@ -130,7 +130,8 @@ pub(super) struct Granted {
 
 impl Redlock {
     /// One attempt with `token`: Redlock steps 1–5, plus the fencing write-back when asked
-    /// for; refused while a window for foreign clients is open when `windowed`. A failed
+    /// for; refused while a window for foreign clients is open when `windowed`, and reading
+    /// the streak of hand-overs when `streak` (a plain attempt; the others always do). A failed
     /// attempt releases what it took on every node before it returns (step 5); dropped
     /// midway, it releases in the background.
     pub(super) async fn attempt(
@@ -138,7 +139,7 @@ impl Redlock {
         keys: &ResourceKeys,
         token: &Token,
         options: &LockOptions,
-        (kind, windowed): (AcquireKind<'_>, bool),
+        (kind, windowed, streak): (AcquireKind<'_>, bool, bool),
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
@@ -153,6 +154,7 @@ impl Redlock {
             fencing: options.get_fencing(),
             quarantine: &masters.quarantine_check,
             windowed,
+            streak,
         };
         let request = &request;
         // The longest streak of hand-overs a granting node reports.

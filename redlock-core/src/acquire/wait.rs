@@ -96,6 +96,11 @@ impl Redlock {
                 (None, true) => AcquireKind::Queued(&waiter),
                 (None, false) => AcquireKind::Plain,
             };
+            // A plain attempt checks for a window and reads the streak only on a key seen
+            // contended lately: the spec's `SET NX PX` alone everywhere else (`contended`).
+            let streak = !self.inner().foreign_window.is_zero()
+                && (!matches!(kind, AcquireKind::Plain) || self.inner().contended.is(&keys.lock));
+            let windowed = windowed && streak;
             let attempt = match &target {
                 Target::Permit(slots) => {
                     let asking = PermitAsk {
@@ -112,13 +117,15 @@ impl Redlock {
                         .await
                 }
                 Target::Lock => {
-                    self.attempt(&keys, &token, options, (kind, windowed), acquisition)
+                    let windows = (kind, windowed, streak);
+                    self.attempt(&keys, &token, options, windows, acquisition)
                         .await
                 }
             };
             let failure = match attempt {
                 Ok(granted) => {
                     if !granted.grant.busy.is_zero() {
+                        self.inner().contended.mark(&keys.lock);
                         // A streak of hand-overs: this lock's release may open a window for
                         // foreign clients, and decides on a view refreshed now.
                         self.refresh_presence();
@@ -142,8 +149,11 @@ impl Redlock {
                 }
                 Err(failure) => failure,
             };
-            if polls && failure.refused_by_a_holder() {
-                self.seen_polling();
+            if failure.refused_by_a_holder() {
+                self.inner().contended.mark(&keys.lock);
+                if polls {
+                    self.seen_polling();
+                }
             }
             let jitter = draw(options.get_retry_jitter());
             let step = state.after_failure(&policy, failure, jitter, Instant::now());

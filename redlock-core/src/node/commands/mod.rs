@@ -121,6 +121,10 @@ pub(crate) struct AcquireRequest<'a> {
     pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
+    /// A plain attempt reads the streak of hand-overs (`windowed` implies it): on a key seen
+    /// contended lately, so that a poller's hold carries the streak on. Without either, a
+    /// plain attempt is the spec's `SET NX PX` alone.
+    pub(crate) streak: bool,
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -173,6 +177,7 @@ impl Node {
             fencing,
             quarantine,
             windowed,
+            streak,
         } = *request;
         let quarantine_ms = int_arg(quarantine.ms);
         let (witness, marker) = quarantine.keys_or(&keys.lock);
@@ -192,7 +197,13 @@ impl Node {
                 // Without windows, the lock key stands in for the window key: the script reads
                 // it only when the key is free, so it never finds a window there.
                 let window = if windowed { &keys.window } else { &keys.lock };
-                let script_keys = [keys.lock.as_str(), window.as_str(), witness, marker];
+                let script_keys = [
+                    keys.lock.as_str(),
+                    window.as_str(),
+                    witness,
+                    marker,
+                    keys.listen.as_str(),
+                ];
                 self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
                     .await
             }
@@ -212,6 +223,7 @@ impl Node {
                     keys.busy.as_str(),
                     witness,
                     marker,
+                    keys.listen.as_str(),
                 ];
                 self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
                     .await
@@ -221,7 +233,11 @@ impl Node {
                     Value::from(token),
                     int_arg(ttl_ms),
                     quarantine_ms.clone(),
-                    Value::from(if windowed { "1" } else { "0" }),
+                    Value::from(match (windowed, streak) {
+                        (true, _) => "1",
+                        (false, true) => "2",
+                        (false, false) => "0",
+                    }),
                 ];
                 let script_keys = [
                     keys.lock.as_str(),
@@ -307,6 +323,7 @@ impl Node {
                     keys.waiters.as_str(),
                     keys.busy.as_str(),
                     keys.window.as_str(),
+                    keys.listen.as_str(),
                 ];
                 self.eval_release(&RELEASE_HANDOVER, &script_keys, &args, limit)
             }

@@ -56,8 +56,14 @@ impl Node {
             quarantine,
         } = *request;
         let (witness, marker) = quarantine.keys_or(&queue.waiters);
-        let mut keys = Vec::with_capacity(slots.len() + 4);
-        keys.extend([witness, marker, queue.waiters.as_str(), alive]);
+        let mut keys = Vec::with_capacity(slots.len() + 5);
+        keys.extend([
+            witness,
+            marker,
+            queue.waiters.as_str(),
+            alive,
+            queue.listen.as_str(),
+        ]);
         keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
         let args = [
             Value::from(token),
@@ -102,6 +108,7 @@ impl Node {
         let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
         if wake {
             all.extend(keys.iter().map(|k| k.waiters.as_str()));
+            all.extend(keys.iter().map(|k| k.listen.as_str()));
         }
         let args = [
             Value::from(token),

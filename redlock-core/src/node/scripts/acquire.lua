@@ -12,8 +12,10 @@
 -- ARGV: token          the attempt's token
 --       ttl_ms         the lock's ttl, in ms
 --       quarantine_ms  the quarantine, in ms (0: off)
---       windowed       "1" when the handle has windows for foreign clients on (one with
---                      windows off takes the key as a foreign client would)
+--       windowed       "1": refuse a key a window for foreign clients left free, and read
+--                      the streak; "2": read the streak only (a request that polls, on a key
+--                      its handle saw contended); "0": neither (windows off, or a key not
+--                      seen contended: the key is taken as a foreign client would)
 --
 -- Returns, in one round trip, `{1 | 0 | -1 | -3, counter, busy[, left, holder]}`: 1 granted,
 -- 0 refused, -1 quarantined, -3 a handle with another quarantine (prelude.lua); `counter`
@@ -22,10 +24,13 @@
 -- `holder` who refused it (holder_digest, or "window").
 --
 -- Refused while the node is quarantined, and while a window for foreign clients is open when
--- `windowed`.
+-- `windowed` is "1". An attempt with "0" (the first attempt on a resource the handle has not
+-- seen contended) that asks for no fencing token, with the quarantine off, runs the spec's
+-- `SET NX PX` and nothing else (its `busy` is 0).
 local key, window_key, streak_key = KEYS[1], KEYS[2], KEYS[3]
 local witness_key, marker_key, counter_key, floor_key = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local token, ttl_ms, quarantine_ms, windowed = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == "1"
+local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
+local windowed, streak = ARGV[4] == "1", ARGV[4] == "1" or ARGV[4] == "2"
 
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
@@ -36,4 +41,5 @@ end
 if not redis.call("set", key, token, "NX", "PX", ttl_ms) then
   return {0, fence, 0, ms_left(key), holder_digest(key)}
 end
-return {1, fence, busy_read(streak_key)}
+if streak then return {1, fence, busy_read(streak_key)} end
+return {1, fence, 0}

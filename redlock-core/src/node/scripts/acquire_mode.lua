@@ -8,6 +8,7 @@
 --       window_key     the window marker for foreign clients (release_handover.lua)
 --       witness_key    the node's data witness (quarantine_check in prelude.lua)
 --       marker_key     the quarantine marker
+--       listen_key     the resource's listen flag (release_handover.lua)
 --       counter_key    optional: the resource's fencing counter, when a token is asked for
 --       floor_key      optional, with counter_key: the key prefix's fencing floor (fence.lua)
 -- ARGV: token          the attempt's token (the holder's field)
@@ -40,9 +41,11 @@
 -- or a list, set, sorted set or stream): it is refused, and nothing is written, deleted or
 -- expired. Every field is parsed before anything is written, so a hash that is not wholly
 -- ours is left exactly as it was. A string is a plain holder (ours or a foreign client's
--- `SET NX`), refused as busy, as the plain lock's `SET NX` is.
+-- `SET NX`), refused as busy, as the plain lock's `SET NX` is; a request of ours refused by
+-- one cannot queue there (a string has no room for its entry), so it sets the resource's
+-- listen flag for `intent_ttl_ms`: the plain holder's release then wakes every waiter.
 local key, window_key, witness_key, marker_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local counter_key, floor_key = KEYS[5], KEYS[6]
+local listen_key, counter_key, floor_key = KEYS[5], KEYS[6], KEYS[7]
 local token, mode, ttl_ms, marker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local intent_ttl_ms, compatible_modes, since, quarantine_ms = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 
@@ -51,7 +54,10 @@ if quarantined then return quarantined end
 local compatible, score = " " .. compatible_modes .. " ", tonumber(since)
 local fence = fence_read(counter_key, floor_key)
 local kind = redis.call("type", key).ok
-if kind == "string" then return {0, fence, 0, ms_left(key), holder_digest(key)} end
+if kind == "string" then
+  if listen_key then redis.pcall("set", listen_key, "1", "PX", intent_ttl_ms) end
+  return {0, fence, 0, ms_left(key), holder_digest(key)}
+end
 if kind ~= "none" and kind ~= "hash" then return {-2, fence, 0, -1} end
 if kind == "none" and window_open(window_key) then
   return {0, fence, 0, ms_left(window_key), "window"}

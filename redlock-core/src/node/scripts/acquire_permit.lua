@@ -11,6 +11,9 @@
 --                      start), also the channel its slots' releases publish hand-overs on
 --       alive_key      until when each queued waiter counts (a sorted set of the same markers
 --                      scored by ms of the node's clock)
+--       listen_key     the semaphore's listen flag (release_handover.lua), set with the
+--                      queue's ttl by a queued waiter refused, so that its slots' releases
+--                      hand them over
 --       slot_key...    the K slots' lock keys, in the order the client prefers them
 -- ARGV: token          the attempt's token
 --       ttl_ms         the permit's ttl, in ms
@@ -47,9 +50,10 @@
 -- from the queue and that never came back), so that the set stays within the queue's size
 -- plus the waiters that left within the last `alive_ms`.
 local witness_key, marker_key, queue_key, alive_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local listen_key = KEYS[5]
 local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
 local marker, score, queue_ttl_ms, alive_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local first_slot = 5
+local first_slot = 6
 
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
@@ -72,6 +76,7 @@ local function refused(earliest)
       redis.pcall("zadd", queue_key, "NX", score, marker)
     end
     redis.pcall("pexpire", queue_key, queue_ttl_ms)
+    if listen_key then redis.pcall("set", listen_key, "1", "PX", queue_ttl_ms) end
     if now then
       redis.pcall("zadd", alive_key, now + tonumber(alive_ms), marker)
       redis.pcall("pexpire", alive_key, queue_ttl_ms)

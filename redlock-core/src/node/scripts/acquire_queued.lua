@@ -9,6 +9,7 @@
 --       streak_key     the streak's start (release_handover.lua)
 --       witness_key    the node's data witness (quarantine_check in prelude.lua)
 --       marker_key     the quarantine marker
+--       listen_key     the resource's listen flag (release_handover.lua)
 --       counter_key    optional: the resource's fencing counter, when a token is asked for
 --       floor_key      optional, with counter_key: the key prefix's fencing floor (fence.lua)
 -- ARGV: token          the attempt's token
@@ -26,10 +27,11 @@
 -- this waiter (a hand-over named it), and leaves the queue. Otherwise joins the queue
 -- (`ZADD NX`, so a waiter keeps its place) unless it already holds MAX_QUEUED_WAITERS (1024)
 -- entries (a waiter left out is woken by its retry timer), and keeps the queue alive for
--- `queue_ttl_ms`. The queue commands run under `pcall`: without them (ACL) it is a plain
--- attempt.
+-- `queue_ttl_ms`, and sets the listen flag for as long, so that the next release hands the key
+-- over. The queue commands run under `pcall`: without them (ACL) it is a plain attempt.
 local key, queue_key, window_key, streak_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local witness_key, marker_key, counter_key, floor_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local witness_key, marker_key, listen_key = KEYS[5], KEYS[6], KEYS[7]
+local counter_key, floor_key = KEYS[8], KEYS[9]
 local token, ttl_ms, marker, score = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local queue_ttl_ms, quarantine_ms = ARGV[5], ARGV[6]
 
@@ -46,6 +48,7 @@ if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
   redis.pcall("zadd", queue_key, "NX", score, marker)
 end
 redis.pcall("pexpire", queue_key, queue_ttl_ms)
+if listen_key then redis.pcall("set", listen_key, "1", "PX", queue_ttl_ms) end
 local left = ms_left(key)
 local holder = "window"
 if left < 0 then left = ms_left(window_key) end

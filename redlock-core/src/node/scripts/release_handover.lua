@@ -10,6 +10,9 @@
 --       streak_key     the streak's start: ms on this node's clock since when the key has
 --                      been busy without a window for foreign clients
 --       window_key     the window marker for foreign clients
+--       listen_key     optional: the resource's listen flag, set by every request of ours
+--                      that a holder refused and that waits to be told of the release (a
+--                      queued waiter, a mode request refused by this plain key)
 -- ARGV: token          the holder's token
 --       grace_ms       how long a key handed over stays reserved for the named waiter
 --       channel        where hand-over messages are published (the queue key's name)
@@ -19,9 +22,15 @@
 --                      by the client, so that every node decides alike)
 --       busy_ms        the streak the releasing holder counted (read when granted, plus its
 --                      hold), in ms
---       streak_ttl_ms  how long a streak's start outlives the hand-over that wrote it
+--       queue_ttl_ms   how long a streak's start, and a listen flag set again, outlive the
+--                      hand-over that wrote them
 --
 -- Returns 1 if the key held our token, 0 otherwise.
+--
+-- With `listen_key` given and no listen flag on this node, this is release.lua with the flag's
+-- key in its `DEL` (which finds it missing): nobody waits to be told, so nothing is read,
+-- written or published for waiters, windows or streaks. Otherwise (the flag was there, now
+-- deleted with the key, or no `listen_key`) somebody may listen:
 --
 -- Like release.lua, but if waiters are queued on this node the key is not deleted: it is
 -- reserved for the longest waiter (value: its popped marker, ttl `grace_ms`) and `channel`
@@ -43,16 +52,28 @@
 -- window's length when the key is freed with nobody queued: a key that stays free that long
 -- starts a new streak. A release with nobody queued opens no window: the key is free for
 -- anyone at once (a long hold released with nobody waiting costs our next locker nothing).
+-- A release that hands the key over or opens a window sets the listen flag again (the
+-- waiters after the named one listen too); one that finds nobody queued does not.
 --
 -- The queue and bookkeeping commands run under `pcall`, so an ACL user without
 -- `ZPOPMIN`/`PUBLISH`/`TIME` or without access to our keys still releases (without hand-over
 -- or windows).
 local key, queue_key, streak_key, window_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local listen_key = KEYS[5]
 local token, grace_ms, channel = ARGV[1], ARGV[2], ARGV[3]
 local window_ms, window_due = tonumber(ARGV[4]) or 0, ARGV[5] == "1"
-local busy_ms, streak_ttl_ms = tonumber(ARGV[6]) or 0, ARGV[7]
+local busy_ms, queue_ttl_ms = tonumber(ARGV[6]) or 0, ARGV[7]
 
 if redis.pcall("get", key) ~= token then return 0 end
+-- (Without access to the flag's key, ACL, the `DEL` of both fails: the key alone is deleted,
+-- and the release goes on as if somebody listened.)
+local deleted = listen_key and redis.pcall("del", key, listen_key)
+if deleted == 1 then return 1 end
+if type(deleted) ~= "number" then redis.call("del", key) end
+-- Somebody may listen: the key is deleted, and handed over below if a waiter is queued.
+local function listen_again()
+  if listen_key then redis.pcall("set", listen_key, "1", "PX", queue_ttl_ms) end
+end
 -- The streak's start to write: now less `busy_ms`, or `before` if earlier; nil without TIME.
 local function streak_start(before)
   local now = node_now_or_nil()
@@ -69,8 +90,8 @@ if type(head) == "table" and head[1] then
   if window_ms > 0 and window_due then
     local opened = redis.pcall("set", window_key, head[1], "PX", window_ms)
     if type(opened) == "table" and opened.ok then
-      redis.call("del", key)
       redis.pcall("del", streak_key)
+      listen_again()
       redis.pcall("publish", channel, head[1] .. " " .. following .. " " .. window_ms)
       return 1
     end
@@ -78,11 +99,11 @@ if type(head) == "table" and head[1] then
   redis.call("set", key, head[1], "PX", grace_ms)
   if window_ms > 0 then
     local since = streak_start(redis.pcall("get", streak_key))
-    if since then redis.pcall("set", streak_key, since, "PX", streak_ttl_ms) end
+    if since then redis.pcall("set", streak_key, since, "PX", queue_ttl_ms) end
   end
+  listen_again()
   redis.pcall("publish", channel, head[1] .. " " .. following)
 else
-  redis.call("del", key)
   if window_ms > 0 then
     local before = redis.pcall("get", streak_key)
     local since = type(before) == "string" and streak_start(before)
