@@ -14,7 +14,7 @@ const NODES_VAR: &str = "REDLOCK_NODES";
 /// `REDLOCK_MODE`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
 /// handle refuses as its default, such as `REDLOCK_MODE`, would otherwise stop it).
-const HANDLE_VARS: [&str; 14] = [
+const HANDLE_VARS: [&str; 15] = [
     NODES_VAR,
     "REDLOCK_KEY_PREFIX",
     "REDLOCK_NODE_TIMEOUT",
@@ -22,6 +22,7 @@ const HANDLE_VARS: [&str; 14] = [
     "REDLOCK_REQUIRE_QUORUM_AT_START",
     "REDLOCK_HANDOVER_GRACE",
     "REDLOCK_FOREIGN_WINDOW",
+    "REDLOCK_FOREIGN_CLIENTS",
     "REDLOCK_QUARANTINE",
     "REDLOCK_FENCING_COUNTER_TTL",
     "REDLOCK_NODE_SET_CHECK",

@@ -20,9 +20,6 @@ pub(crate) struct Connect {
     pub(crate) connect_timeout: Duration,
     pub(crate) node_timeout: Duration,
     pub(crate) require_quorum: bool,
-    /// Name every connection ([`CONNECTION_NAME`](crate::node::CONNECTION_NAME)): the
-    /// handle's waiters are served by hand-overs, so it is no foreign client.
-    pub(crate) named: bool,
 }
 
 impl Connect {
@@ -45,10 +42,10 @@ impl Connect {
     }
 
     pub(crate) async fn connect_all(&self, nodes: &[Node]) -> Result<(), BuildError> {
-        let (timeout, named) = (self.connect_timeout, self.named);
+        let timeout = self.connect_timeout;
         let results = futures_util::future::join_all(nodes.iter().map(|node| async move {
             // Subscribed before connecting, so no (re)connection is missed.
-            node.keep_scripts_loaded(timeout, named);
+            node.keep_scripts_loaded(timeout);
             if !node.client.is_connected() {
                 // The client retries in the background: a refusal (a TLS certificate not
                 // trusted, a wrong password) shows only there.
@@ -74,9 +71,6 @@ impl Connect {
                         ));
                     }
                 }
-            }
-            if named {
-                crate::node::name_connection(&node.client, &node.label, timeout).await;
             }
             node.load_scripts(timeout).await;
             Ok(())

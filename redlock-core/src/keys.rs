@@ -211,15 +211,6 @@ pub(crate) fn witness(prefix: &str) -> String {
     format!("{prefix}{BOOKKEEPING_SEPARATOR}witness")
 }
 
-/// The mark of a polling request of ours for the handles of key prefix `prefix`
-/// ([`presence`](crate::presence)): a refused request that never queues (one attempt, or no
-/// queue for it) sets it on every node for [`POLLER_TTL`](crate::presence::POLLER_TTL), and a
-/// handle that finds it counts as having a foreign client, so its releases open windows.
-/// Under the prefix, so that ACL key patterns written for the prefix cover it.
-pub(crate) fn poller(prefix: &str) -> String {
-    format!("{prefix}{BOOKKEEPING_SEPARATOR}poller")
-}
-
 /// The quarantine marker for the handles of key prefix `prefix`: while it exists (its ttl is
 /// what is left of the quarantine, its value the quarantine in ms it was written for), the
 /// node grants no acquisition ([`witness`]).

@@ -33,7 +33,6 @@ mod mode;
 mod node_url;
 mod options;
 mod outcome;
-mod presence;
 mod server_info;
 mod telemetry;
 mod timing;

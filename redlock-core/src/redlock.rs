@@ -11,7 +11,6 @@ use tokio_util::task::TaskTracker;
 use crate::lease::Ledger;
 use crate::masters::Masters;
 use crate::options::LockOptions;
-use crate::presence::Presence;
 use crate::waiters::Waiters;
 
 /// A Redlock distributed lock manager over N independent Redis masters.
@@ -55,10 +54,9 @@ pub(crate) struct Inner {
     /// How long a released key stays reserved for the waiter it was handed to.
     pub(crate) handover_grace: Duration,
     /// Windows for foreign clients ([`RedlockBuilder::foreign_window`](crate::RedlockBuilder::foreign_window)):
-    /// zero when off, and always zero without hand-over.
+    /// zero when off ([`RedlockBuilder::foreign_clients`](crate::RedlockBuilder::foreign_clients)
+    /// `false`), and always zero without hand-over.
     pub(crate) foreign_window: Duration,
-    /// Whether a foreign client could be connected to the nodes: windows open only then.
-    pub(crate) presence: Presence,
     /// The keys seen contended lately: a first attempt checks for a window only there.
     pub(crate) contended: crate::contended::Contended,
     pub(crate) shutdown: CancellationToken,
@@ -105,8 +103,6 @@ impl Redlock {
             waiters,
         } = parts;
         let runtime = tokio::runtime::Handle::try_current().ok();
-        let masters_len = masters.len();
-        let poller_key = crate::keys::poller(&key_prefix);
         Self {
             inner: Arc::new(Inner {
                 masters: Arc::new(masters),
@@ -118,7 +114,6 @@ impl Redlock {
                 waiters,
                 handover_grace,
                 foreign_window,
-                presence: Presence::new(masters_len, foreign_window, poller_key),
                 contended: crate::contended::Contended::default(),
                 shutdown: CancellationToken::new(),
                 tracker: TaskTracker::new(),
@@ -184,80 +179,6 @@ impl Redlock {
         permits: u32,
     ) -> (crate::keys::ResourceKeys, crate::keys::PermitSlots) {
         crate::keys::ResourceKeys::permits(&self.inner.key_prefix, key, permits)
-    }
-
-    /// Whether a foreign client could be connected to the nodes
-    /// ([`presence`](crate::presence)), as the last check found; starts a new check in the
-    /// background when that one is older than its maximum age. Never waits: a release
-    /// decides on it before anything is sent, and must not be cut short by a caller that
-    /// stops waiting.
-    pub(crate) fn foreign_possible(&self) -> bool {
-        let (foreign, due) = self.inner.presence.view();
-        if due {
-            self.start_presence_check();
-        }
-        foreign
-    }
-
-    /// Starts a new check of the view in the background when it is older than its maximum
-    /// age: called when a grant finds the key in a streak of hand-overs, so that the release
-    /// that may open a window decides on a fresh view.
-    pub(crate) fn refresh_presence(&self) {
-        if self.inner.foreign_window.is_zero() {
-            return;
-        }
-        if let (_, true) = self.inner.presence.view() {
-            self.start_presence_check();
-        }
-    }
-
-    /// A polling request of this handle was refused by a holder: sets the key prefix's poller
-    /// mark on every node (in the background, each within the node timeout; at most once a
-    /// third of its ttl), so that every handle's view counts a foreign client and releases
-    /// open windows for it ([`presence`](crate::presence)).
-    pub(crate) fn seen_polling(&self) {
-        let Some(key) = self.inner.presence.mark_due() else {
-            return;
-        };
-        let masters = &self.inner.masters;
-        let (limit, ttl_ms) = (
-            masters.node_timeout,
-            crate::presence::POLLER_TTL.as_millis(),
-        );
-        let marks: Vec<_> = masters
-            .nodes
-            .iter()
-            .map(|node| {
-                let args = vec![
-                    fred::types::Value::from(key),
-                    fred::types::Value::from("1"),
-                    fred::types::Value::from("PX"),
-                    fred::types::Value::from(ttl_ms.to_string()),
-                ];
-                let node = node.clone();
-                async move {
-                    let _marked = tokio::time::timeout(limit, node.call("SET", args)).await;
-                }
-            })
-            .collect();
-        let _spawned = self.spawn_background(async move {
-            futures_util::future::join_all(marks).await;
-        });
-    }
-
-    /// Runs the check [`Presence::view`] made due, in a tracked background task.
-    fn start_presence_check(&self) {
-        let redlock = self.clone();
-        let started = self.spawn_background(async move {
-            let inner = redlock.inner();
-            let _foreign = inner
-                .presence
-                .check(&inner.masters, inner.masters.node_timeout)
-                .await;
-        });
-        if !started {
-            self.inner.presence.abandon();
-        }
     }
 
     /// Runs `work` in a tracked task ([`shutdown`](Self::shutdown) waits for it) on the

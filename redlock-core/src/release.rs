@@ -98,9 +98,7 @@ impl Redlock {
         let millis =
             |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
         let window = inner.foreign_window;
-        let window_due = !window.is_zero()
-            && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY)
-            && self.foreign_possible();
+        let window_due = !window.is_zero() && busy >= window.saturating_mul(FOREIGN_WINDOW_EVERY);
         if window_due {
             // A window may open: this handle's next first attempt on the key checks for it.
             inner.contended.mark(&keys.lock);

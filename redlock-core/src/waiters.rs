@@ -95,16 +95,6 @@ impl Waiters {
         });
         for subscriber in &waiters.subscribers {
             dispatch(Arc::downgrade(&waiters), subscriber);
-            // Named at every connection, until it subscribes (a subscriber's connection is
-            // not a foreign client's either way: `crate::presence`).
-            let named = subscriber.clone();
-            let _listener = subscriber.on_reconnect(move |_server| {
-                let named = named.clone();
-                async move {
-                    crate::node::name_connection(&named, "subscriber", node_timeout).await;
-                    Ok(())
-                }
-            });
             let _resubscribe = subscriber.manage_subscriptions();
             let _connection = subscriber.connect();
         }
@@ -115,12 +105,7 @@ impl Waiters {
     /// connecting in the background).
     pub(crate) async fn connected(&self, limit: Duration) {
         let connections = self.subscribers.iter().map(|subscriber| async move {
-            if tokio::time::timeout(limit, subscriber.wait_for_connect())
-                .await
-                .is_ok()
-            {
-                crate::node::name_connection(subscriber, "subscriber", limit).await;
-            }
+            let _connected = tokio::time::timeout(limit, subscriber.wait_for_connect()).await;
         });
         futures_util::future::join_all(connections).await;
     }

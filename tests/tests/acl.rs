@@ -93,8 +93,12 @@ fn the_readme_lists_the_commands_each_feature_needs() {
     assert!(list("Waking waiters").iter().any(|c| c == "+publish"));
     let windows = list("Windows");
     assert!(windows.iter().any(|c| c == "+zadd") && windows.iter().any(|c| c == "+time"));
-    for needed in ["+client|list", "+client|setname", "+info"] {
-        assert!(windows.iter().any(|c| c == needed), "{needed}: {windows:?}");
+    // Foreign clients are declared, not detected: no connection list, no `INFO`, no names.
+    for unneeded in ["+client|list", "+client|setname", "+info"] {
+        assert!(
+            !windows.iter().any(|c| c == unneeded),
+            "{unneeded}: {windows:?}"
+        );
     }
     for (_, commands) in &rows {
         assert!(
@@ -255,14 +259,7 @@ const TABLE: &[Uses] = &[
             "release_handover.lua: +publish",
             "leave.lua: +zrem",
         ],
-        // Whether a foreign client could be connected (presence.rs).
-        client: &[
-            "+subscribe",
-            "+unsubscribe",
-            "+info",
-            "+client|list",
-            "+client|setname",
-        ],
+        client: &["+subscribe", "+unsubscribe"],
     },
     Uses {
         feature: "Lock modes",

@@ -205,18 +205,7 @@ impl Cluster {
             }
             Nemesis::FlushScripts => {
                 for url in self.nodes.urls() {
-                    // The operator's connection is named as a handle's and closed at once: left
-                    // open and unnamed, it would count as a foreign client for the rest of the
-                    // run, and windows for foreign clients would open that the fault-free
-                    // baseline never had.
                     let operator = plain_client(&url).await;
-                    let name = fred::types::CustomCommand::new_static(
-                        "CLIENT",
-                        fred::types::ClusterHash::FirstKey,
-                        false,
-                    );
-                    let _: Result<(), _> =
-                        operator.custom(name, vec!["SETNAME", "redlock-rs"]).await;
                     let _ = operator.script_flush(false).await;
                     let _ = operator.quit().await;
                 }
@@ -281,9 +270,7 @@ const DELETE_IF: &str = r#"if redis.call("get", KEYS[1]) == ARGV[1] then
 end
 return 0"#;
 
-/// Plain connections to every node for one hand-on episode's reads, named as a handle's and
-/// closed when it ends: left open and unnamed, they would count as foreign clients for the
-/// rest of the run (see [`Nemesis::FlushScripts`]).
+/// Plain connections to every node for one hand-on episode's reads, closed when it ends.
 struct Reader {
     clients: Vec<Client>,
 }
@@ -292,10 +279,7 @@ impl Reader {
     async fn open(nodes: &RedisNodes) -> Self {
         let mut clients = Vec::new();
         for url in nodes.urls() {
-            let client = plain_client(&url).await;
-            let name = CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false);
-            let _: Result<(), _> = client.custom(name, vec!["SETNAME", "redlock-rs"]).await;
-            clients.push(client);
+            clients.push(plain_client(&url).await);
         }
         Self { clients }
     }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use fred::interfaces::{ClientLike, KeysInterface};
+use fred::interfaces::KeysInterface;
 use redlock_tests::{RedisNodes, RedisServer, free_port, plain_client};
 use reqwest::Method;
 
@@ -583,25 +583,11 @@ struct Handover {
     nodes: usize,
 }
 
-/// One client per lock node, for reading the lock keys. Each connection is named as a
-/// redlock-core handle's (`CLIENT SETNAME redlock-rs`): it only reads, and an unnamed
-/// connection would count as a foreign client that may poll, for which releases open
-/// windows (redlock-core's guide, "how it works": "Windows only when a foreign client could be there").
+/// One client per lock node, for reading the lock keys.
 async fn observers(nodes: &str) -> Vec<fred::clients::Client> {
     let mut clients = Vec::new();
     for url in nodes.split(',') {
-        let client = plain_client(url.trim()).await;
-        let _: Result<(), _> = client
-            .custom(
-                fred::types::CustomCommand::new_static(
-                    "CLIENT",
-                    fred::types::ClusterHash::FirstKey,
-                    false,
-                ),
-                vec!["SETNAME", "redlock-rs"],
-            )
-            .await;
-        clients.push(client);
+        clients.push(plain_client(url.trim()).await);
     }
     clients
 }

@@ -64,8 +64,7 @@ impl Redlock {
             // waits for the others).
             policy.queue = false;
         }
-        // A request that polls takes a key a window left free, as a foreign client does, and
-        // is seen by the handles that open windows when it is refused.
+        // A request that polls takes a key a window left free, as a foreign client does.
         let polls = policy.polls() && !self.inner().foreign_window.is_zero();
         let windowed = !self.inner().foreign_window.is_zero() && !polls;
         let mut state = LoopState::default();
@@ -125,10 +124,8 @@ impl Redlock {
             let failure = match attempt {
                 Ok(granted) => {
                     if !granted.grant.busy.is_zero() {
+                        // A streak of hand-overs: this lock's release may open a window.
                         self.inner().contended.mark(&keys.lock);
-                        // A streak of hand-overs: this lock's release may open a window for
-                        // foreign clients, and decides on a view refreshed now.
-                        self.refresh_presence();
                     }
                     let queued = state.queued();
                     if let Some(exit) = &mut exit {
@@ -151,9 +148,6 @@ impl Redlock {
             };
             if failure.refused_by_a_holder() {
                 self.inner().contended.mark(&keys.lock);
-                if polls {
-                    self.seen_polling();
-                }
             }
             let jitter = draw(options.get_retry_jitter());
             let step = state.after_failure(&policy, failure, jitter, Instant::now());

@@ -46,9 +46,6 @@ impl RedlockBuilder {
             connect_timeout: self.connect_timeout,
             node_timeout: self.node_timeout,
             require_quorum: self.require_quorum,
-            // A handle with hand-over queues its waiters, which hand-overs serve; one without
-            // polls like a foreign client, and must be seen as one (`presence`).
-            named: !self.handover_grace.is_zero(),
         };
         #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
         let tls = self
@@ -119,23 +116,13 @@ impl RedlockBuilder {
             owner: self.owner.map(std::sync::Arc::from),
             handover_grace: self.handover_grace,
             foreign_window: match waiters {
-                Some(_) => self.foreign_window.min(MAX_FOREIGN_WINDOW),
-                None => Duration::ZERO,
+                Some(_) if self.foreign_clients => self.foreign_window.min(MAX_FOREIGN_WINDOW),
+                _ => Duration::ZERO,
             },
             waiters,
         });
         if let Some(node_set) = node_set {
             node_set.refresh(Arc::downgrade(redlock.masters()), self.node_timeout);
-        }
-        if !redlock.inner().foreign_window.is_zero() {
-            // The first view of foreign clients, so that the first due window is decided
-            // on what the nodes show.
-            let inner = redlock.inner();
-            let _due = inner.presence.view();
-            let _foreign = inner
-                .presence
-                .check(&inner.masters, self.connect_timeout)
-                .await;
         }
         Ok(redlock)
     }

@@ -79,6 +79,7 @@ impl RedlockBuilder {
             require_quorum_at_start,
             handover_grace,
             foreign_window,
+            foreign_clients,
             quarantine,
             fencing_counter_ttl,
             node_set_check,
@@ -99,6 +100,7 @@ impl RedlockBuilder {
             .set_if(require_quorum_at_start, Self::require_quorum_at_start)
             .set_if(handover_grace, Self::handover_grace)
             .set_if(foreign_window, Self::foreign_window)
+            .set_if(foreign_clients, Self::foreign_clients)
             .set_if(quarantine, Self::quarantine)
             .set_if(fencing_counter_ttl, Self::fencing_counter_ttl)
             .set_if(node_set_check, Self::node_set_check)
@@ -133,7 +135,7 @@ mod tests {
     use crate::options::LockOptions;
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 30] = [
+    const SAMPLES: [(&str, &str); 31] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -141,6 +143,7 @@ mod tests {
         ("require_quorum_at_start", "false"),
         ("handover_grace", "1s"),
         ("foreign_window", "1s"),
+        ("foreign_clients", "false"),
         ("quarantine", "1h"),
         ("fencing_counter_ttl", "1h"),
         ("node_set_check", "false"),

@@ -44,9 +44,9 @@ pub(crate) const DEFAULT_FENCING_COUNTER_TTL: Duration = Duration::from_secs(600
 pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
 
 /// A window for foreign clients opens once the key has been handed over for this many windows'
-/// lengths without one (T = 2 W): under a continuous load of ours with a foreign client
-/// connected that does not poll, at most a third of the time goes to windows nobody uses.
-pub(crate) const FOREIGN_WINDOW_EVERY: u32 = 2;
+/// lengths without one (T = 9 W): under a continuous load of ours, at most a tenth of the
+/// time goes to windows, used or not.
+pub(crate) const FOREIGN_WINDOW_EVERY: u32 = 9;
 
 impl Redlock {
     /// Starts a [`RedlockBuilder`].
@@ -87,6 +87,7 @@ pub struct RedlockBuilder {
     require_quorum: bool,
     handover_grace: Duration,
     foreign_window: Duration,
+    foreign_clients: bool,
     quarantine: Duration,
     fencing_counter_ttl: Duration,
     node_set_check: bool,
@@ -108,6 +109,7 @@ impl Default for RedlockBuilder {
             require_quorum: true,
             handover_grace: DEFAULT_HANDOVER_GRACE,
             foreign_window: DEFAULT_FOREIGN_WINDOW,
+            foreign_clients: true,
             quarantine: Duration::ZERO,
             fencing_counter_ttl: DEFAULT_FENCING_COUNTER_TTL,
             node_set_check: true,
@@ -210,51 +212,47 @@ impl RedlockBuilder {
         self
     }
 
-    /// Windows for foreign clients during hand-overs (default
-    /// [`DEFAULT_FOREIGN_WINDOW`], 350 ms; `Duration::ZERO`
-    /// turns them off; above [`MAX_FOREIGN_WINDOW`], 10 s, it is cut
-    /// to that).
+    /// The window for foreign clients during hand-overs (default [`DEFAULT_FOREIGN_WINDOW`],
+    /// 350 ms; `Duration::ZERO` turns windows off, as
+    /// [`foreign_clients(false)`](Self::foreign_clients) does; above [`MAX_FOREIGN_WINDOW`],
+    /// 10 s, it is cut to that).
     ///
     /// Hand-over keeps a resource busy as long as our waiters keep coming, so a foreign
     /// client polling the same key (node-redlock, redis-py, redlock-php, a plain `SET NX PX`)
-    /// would wait as long as our load lasts. Instead, once the key has been handed from holder
-    /// to holder for twice `window` (T = 2 × `window`, on the nodes' clocks, counted from the
-    /// last window or from when the key was last free for a whole window), the next release that finds a waiter frees the key and opens a window of
-    /// `window`: every request of ours that waits refuses the free key meanwhile (pollers,
-    /// foreign or ours, share it: whoever polls first), and the named waiter
-    /// attempts when it has passed. A foreign client polling at most every `window` then gets
-    /// the lock within T + one of our holds + `window` (two holds if, during the streak, the
-    /// key was free a moment with nobody queued and one of ours took it with its first
-    /// attempt: that holder counts only its own hold).
+    /// would wait as long as our load lasts. Instead, once the key has been handed from
+    /// holder to holder for nine windows (T = 9 × `window`, on the nodes' clocks, counted from
+    /// the last window or from when the key was last free for a whole window), the next
+    /// release that finds a waiter frees the key and opens a window of `window`: every
+    /// request of ours that waits refuses the free key meanwhile (pollers, foreign or ours,
+    /// share it: whoever polls first), and the named waiter attempts when it has passed. A
+    /// foreign client polling at most every `window` then gets the lock within T + one of
+    /// our holds + `window` (3.5 s and a hold with the defaults; two holds if, during the
+    /// streak, the key was free a moment with nobody queued and a handle that had not seen
+    /// it contended took it with its first attempt: that holder counts only its own hold).
+    /// Our own requests that poll (one attempt and no wait, or a lock of several resources)
+    /// take a key a window left free too, and get in within the same bound.
     ///
-    /// Windows open only while a foreign client could be there: while some node shows a
-    /// connection that is not one of our hand-over handles' (`CLIENT LIST`; every handle with
-    /// hand-over names its connections `redlock-rs` with `CLIENT SETNAME`, a handle without
-    /// it polls like a foreign client and is not named; subscribers, replicas and `MONITOR`
-    /// connections do not count), or had a connection opened and closed since the last look
-    /// (`INFO stats`: a client that connects for each attempt), or holds the key prefix's
-    /// poller mark. A foreign client cannot poll without a connection, so with only our
-    /// handles on the nodes no window idles the key, unless one of our own requests polls: a
-    /// request that never waits in the queue (one attempt and no wait, or a lock of several
-    /// resources) takes a key a window left free, as a foreign client does, and each time a
-    /// holder refuses it, it sets the poller mark on every node for 3 s.
-    /// The view is read again in the background when a grant finds the key in a streak of
-    /// hand-overs and the view is older than 500 ms (or `window`, if shorter); a release
-    /// decides on it without waiting. A foreign client is seen within that age and one of
-    /// our holds after it connects, and from then on the bound above holds; an idle or
-    /// uncontended handle reads nothing. A node that does not answer that read within the
-    /// node timeout, or refuses it (an ACL user without `+client|list`, `+info` or
-    /// `+client|setname`), counts as having a foreign client. Costs: while a foreign client
-    /// is connected and our load is continuous, a third of the time goes to windows (used or
-    /// not); a `CLIENT LIST` and an `INFO stats` per node at most every 500 ms (or
-    /// `window`) while the key is in a streak; and a plain attempt's script checks the
-    /// window marker (inside the same call).
-    /// Needs hand-over (no effect with
-    /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle
-    /// of a resource: a handle with windows off takes an open window's key like a foreign
+    /// Cost: under a continuous load of ours, a tenth of the resource's time goes to
+    /// windows, used or not; a release that finds nobody waiting opens none, and an
+    /// uncontended lock pays nothing. Needs hand-over (no effect with
+    /// [`handover_grace`](Self::handover_grace) zero). Set the same window on every handle of
+    /// a resource: a handle with windows off takes an open window's key like a foreign
     /// client.
     pub fn foreign_window(mut self, window: Duration) -> Self {
         self.foreign_window = window;
+        self
+    }
+
+    /// Whether clients other than this library's handles lock on these nodes (default
+    /// `true`): node-redlock, redis-py, redlock-php, a plain `SET NX PX`, or our own handles
+    /// polling with single attempts. With `true`, windows for foreign clients
+    /// ([`foreign_window`](Self::foreign_window)) open during long streaks of hand-overs, so
+    /// that pollers get in within the bound given there. With `false` no window ever opens:
+    /// for nodes that only our handles use, whose waiters all queue. The library does not
+    /// detect foreign clients (a metrics exporter or a `redis-cli` session looks like one to
+    /// the server): it is declared here. Set it alike on every handle of a resource.
+    pub fn foreign_clients(mut self, present: bool) -> Self {
+        self.foreign_clients = present;
         self
     }
 

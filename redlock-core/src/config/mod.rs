@@ -83,6 +83,7 @@ options! {
     /// | `REDLOCK_REQUIRE_QUORUM_AT_START` | [`require_quorum_at_start`](Self::require_quorum_at_start) | `true` or `false` |
     /// | `REDLOCK_HANDOVER_GRACE` | [`handover_grace`](Self::handover_grace) | duration |
     /// | `REDLOCK_FOREIGN_WINDOW` | [`foreign_window`](Self::foreign_window) | duration |
+    /// | `REDLOCK_FOREIGN_CLIENTS` | [`foreign_clients`](Self::foreign_clients) | `true` or `false` |
     /// | `REDLOCK_QUARANTINE` | [`quarantine`](Self::quarantine) | duration |
     /// | `REDLOCK_FENCING_COUNTER_TTL` | [`fencing_counter_ttl`](Self::fencing_counter_ttl) | duration |
     /// | `REDLOCK_NODE_SET_CHECK` | [`node_set_check`](Self::node_set_check) | `true` or `false` |
@@ -126,6 +127,8 @@ options! {
         handover_grace: Duration,
         /// [`RedlockBuilder::foreign_window`](crate::RedlockBuilder::foreign_window).
         foreign_window: Duration,
+        /// [`RedlockBuilder::foreign_clients`](crate::RedlockBuilder::foreign_clients).
+        foreign_clients: bool,
         /// [`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine).
         quarantine: Duration,
         /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl).

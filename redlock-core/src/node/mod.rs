@@ -137,41 +137,19 @@ impl Node {
         load_scripts(&self.client, &self.label, limit).await;
     }
 
-    /// Keeps the scripts loaded and, when `named`, the connection named
-    /// ([`presence`](crate::presence)): now if connected, and after every (re)connection,
-    /// since a restarted node has an empty script cache. The listener holds the client and
-    /// the label only: the pipeline task ends with the handle.
-    pub(crate) fn keep_scripts_loaded(&self, limit: Duration, named: bool) {
+    /// Keeps the scripts loaded: now if connected, and after every (re)connection, since a
+    /// restarted node has an empty script cache. The listener holds the client and the label
+    /// only: the pipeline task ends with the handle.
+    pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
         use fred::interfaces::EventInterface;
         let (client, label) = (self.client.clone(), self.label.clone());
         let _listener = self.client.on_reconnect(move |_server| {
             let (client, label) = (client.clone(), label.clone());
             async move {
-                if named {
-                    name_connection(&client, &label, limit).await;
-                }
                 load_scripts(&client, &label, limit).await;
                 Ok(())
             }
         });
-    }
-}
-
-/// The name every connection of a handle that can send commands carries (`CLIENT SETNAME`):
-/// connections without it count as a foreign client's ([`presence`](crate::presence)).
-pub(crate) const CONNECTION_NAME: &str = "redlock-rs";
-
-/// Names the connection of `client` ([`CONNECTION_NAME`]), within `limit`; a refusal is
-/// logged at debug level (the connection then counts as a foreign client's).
-pub(crate) async fn name_connection<C: ClientLike>(client: &C, label: &str, limit: Duration) {
-    let command = CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false);
-    let args = vec![Value::from("SETNAME"), Value::from(CONNECTION_NAME)];
-    let named = tokio::time::timeout(limit, client.custom::<Value, Value>(command, args))
-        .await
-        .map_err(|_| NodeError::Timeout(limit))
-        .and_then(|named| named.map_err(NodeError::from_fred));
-    if let Err(error) = named {
-        tracing::debug!(node = %label, error = error.detailed(), "could not name the connection (windows for foreign clients stay on)");
     }
 }
 
