@@ -50,8 +50,6 @@ pub(crate) struct ResourceKeys {
     pub(crate) waiters: String,
     /// [`fencing`].
     pub(crate) fencing: String,
-    /// [`legacy_fencing`].
-    pub(crate) legacy_fencing: String,
     /// [`fencing_floor`] of the resource's [`fencing_namespace`].
     pub(crate) fencing_floor: String,
     /// [`fencing_window`] of the resource's [`fencing_namespace`].
@@ -71,7 +69,6 @@ impl ResourceKeys {
         Self {
             waiters: waiters(&lock),
             fencing: fencing(&lock),
-            legacy_fencing: legacy_fencing(&lock),
             fencing_floor: fencing_floor(namespace),
             fencing_window: fencing_window(namespace),
             busy: busy(&lock),
@@ -243,13 +240,6 @@ fn fencing_floor(namespace: &str) -> String {
 /// it), `current` counts as `past`.
 fn fencing_window(namespace: &str) -> String {
     format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-window")
-}
-
-/// Where 0.1.0 kept the fencing counter of `key`. Read (never written) as a floor, so tokens
-/// keep increasing across the upgrade; a foreign key of that name that is not a decimal
-/// number reads as 0.
-fn legacy_fencing(key: &str) -> String {
-    format!("{key}:fencing-counter")
 }
 
 #[cfg(test)]

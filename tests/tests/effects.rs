@@ -243,12 +243,7 @@ const TABLE: &[Script] = &[
         effect: Effect::Neither,
         call: |_, _, _| Call {
             id: 5,
-            keys: strings(&[
-                "fx:r:fencing",
-                "fx:r:fencing-counter",
-                "fx:fencing-floor",
-                "fx:fencing-window",
-            ]),
+            keys: strings(&["fx:r:fencing", "fx:fencing-floor", "fx:fencing-window"]),
             // claim, keep_ms
             args: strings(&["7", "600000"]),
         },

@@ -424,7 +424,6 @@ impl Op {
                 let key = lock(*r);
                 let keys = vec![
                     book(&key, "fencing"),
-                    format!("{key}:fencing-counter"),
                     prefixed("fencing-floor"),
                     prefixed("fencing-window"),
                 ];
@@ -1402,8 +1401,8 @@ fn odd_values_and_errors_agree() {
             ],
         ),
         (
-            "a legacy fencing counter that is not a number",
-            vec![put(&format!("{key}:fencing-counter"), "abc"), fence("3")],
+            "a fencing counter that is not a number",
+            vec![put(&book(&key, "fencing"), "abc"), fence("3")],
         ),
         (
             "a rank compared with a nil since",

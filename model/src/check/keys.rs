@@ -17,7 +17,6 @@ const LISTEN: &str = "r:l";
 const WITNESS: &str = "witness";
 const MARKER: &str = "quarantined";
 const COUNTER: &str = "r:fence";
-const LEGACY: &str = "r:fence-legacy";
 const FLOOR: &str = "fence-floor";
 const FLOOR_WINDOW: &str = "fence-floor-window";
 
@@ -221,7 +220,7 @@ fn extend(token: &str, ttl: u64) -> Call {
 fn fence(claim: u64) -> Call {
     Call::new(
         id::FENCE,
-        &[COUNTER, LEGACY, FLOOR, FLOOR_WINDOW],
+        &[COUNTER, FLOOR, FLOOR_WINDOW],
         &[&claim.to_string(), "0"],
     )
 }

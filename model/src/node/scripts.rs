@@ -281,12 +281,7 @@ fn lua_tonumber(s: &str) -> Option<i64> {
 
 /// fence.lua.
 pub(super) fn fence(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (counter_key, legacy_key, floor_key, window_key) = (
-        need(call, 1)?,
-        need(call, 2)?,
-        need(call, 3)?,
-        need(call, 4)?,
-    );
+    let (counter_key, floor_key, window_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
     let (claim, keep) = (arg(call, 1), number(arg(call, 2)));
     let window_ms = (keep / 2).max(1);
 
@@ -307,12 +302,6 @@ pub(super) fn fence(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let before = match cget(node, counter_key)? {
         Some(b) => decimal(Some(&b)),
         None => past.clone(),
-    };
-    let legacy = decimal(pget(node, legacy_key).as_deref());
-    let before = if below(&before, &legacy) {
-        legacy
-    } else {
-        before
     };
     if !below(&before, claim) {
         return Ok(array(vec![Reply::Int(0), Reply::Bulk(before)]));

@@ -27,7 +27,7 @@ const FENCE_SPREAD: u64 = 64;
 /// returns it once a fencing quorum ([`timing::fencing_quorum`], 4 of 5) confirmed their
 /// counter was below it. A node reporting a counter at or above the claim (one the read
 /// missed, or a compatible holder's claim) starts another round above it (spread out when
-/// the claim was split, [`FENCE_SPREAD`]). The legacy counter of 0.1.0 counts as a floor.
+/// the claim was split, [`FENCE_SPREAD`]).
 /// Where the resource's counter has expired, the node compares the claim with the key
 /// prefix's fencing floor, which covers every token the counter held (the fence script,
 /// `FENCE` in `node::scripts`).

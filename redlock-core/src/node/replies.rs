@@ -156,7 +156,7 @@ pub(super) fn permit_reply(
 }
 
 /// A fencing counter from a script reply (an integer, or its decimal string).
-/// Decimal strings above `u64::MAX` (only a foreign legacy key can hold one) saturate.
+/// Decimal strings above `u64::MAX` (a counter some other writer set) saturate.
 fn counter(value: &Value) -> Option<u64> {
     let digits = |text: &str| -> Option<u64> {
         if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {

@@ -355,7 +355,6 @@ impl Node {
         let args = [Value::from(value.to_string()), int_arg(counter_ttl_ms)];
         let script_keys = [
             keys.fencing.as_str(),
-            keys.legacy_fencing.as_str(),
             keys.fencing_floor.as_str(),
             keys.fencing_window.as_str(),
         ];

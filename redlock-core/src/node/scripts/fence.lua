@@ -5,8 +5,6 @@
 -- step 2, at the fencing quorum.
 --
 -- KEYS: counter_key  the resource's counter (a max register)
---       legacy_key   0.1.0's counter of the resource (read under `pcall` as a floor, never
---                    written)
 --       floor_key    the fencing floor of the key prefix (without one, of the resource's
 --                    family: the key up to its first ':'), "<past> <current>"
 --       window_key   the floor's window
@@ -33,9 +31,8 @@
 --
 -- Counters are compared as decimal strings (decimal and below in prelude.lua), never as Lua
 -- numbers: those are doubles, exact only below 2^53, and two claims above it would compare
--- equal. Anything that is not a plain decimal (a foreign key of the legacy name holding a
--- token or a hash) reads as 0.
-local counter_key, legacy_key, floor_key, window_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- equal. A counter that is not a plain decimal reads as 0.
+local counter_key, floor_key, window_key = KEYS[1], KEYS[2], KEYS[3]
 local claim, keep = ARGV[1], tonumber(ARGV[2])
 
 -- The window lasts half the counter ttl: it ends that long before any counter written in it.
@@ -55,8 +52,6 @@ if window_left == -2 then
 end
 local before = redis.call("get", counter_key)
 if before then before = decimal(before) else before = past end
-local legacy = decimal(redis.pcall("get", legacy_key))
-if below(before, legacy) then before = legacy end
 if not below(before, claim) then return {0, before} end
 -- The window first, ending before the counter written after it.
 if keep > 0 and (window_left == -1 or window_left == -2 or window_left > window_ms) then
