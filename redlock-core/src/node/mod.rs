@@ -6,18 +6,18 @@ mod commands;
 mod pipeline;
 mod replies;
 pub(crate) mod scripts;
+mod transport;
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
-use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::Value;
 
 use crate::outcome::NodeError;
 use pipeline::Pipeline;
 use scripts::{BATCH, Script};
+use transport::{Fred, Transport};
 
 pub(crate) use commands::{
     AcquireKind, AcquireRequest, Handover, ModeRequest, PermitRequest, QuarantineCheck, Releasing,
@@ -25,49 +25,24 @@ pub(crate) use commands::{
 };
 
 /// A client for one independent master, its script pipeline, and its display label
-/// (`host:port`, no credentials).
+/// (`host:port`, no credentials). Every command goes through its [`Transport`]; the `fred`
+/// client itself is kept for connecting, reconnection events and quitting.
 #[derive(Clone)]
 pub(crate) struct Node {
     pub(crate) client: Client,
     pub(crate) label: String,
+    transport: Arc<dyn Transport>,
     pipeline: Pipeline,
-}
-
-/// Per-call options: one attempt (fred must not silently re-send a `SET NX` after a
-/// reconnect), fail-fast when the client is not connected, and no fred timer: the time limit
-/// is one timer per round over all nodes ([`Masters::round`](crate::masters::Masters::round)), not two
-/// per command. Sent through `custom()` on `WithOptions`, the one path where fred honours them
-/// for scripts too (fred.rs#353: `with_options(..).eval(..)` drops them).
-fn call_options() -> &'static Options {
-    static OPTIONS: OnceLock<Options> = OnceLock::new();
-    OPTIONS.get_or_init(|| Options {
-        timeout: Some(Duration::ZERO),
-        max_attempts: Some(1),
-        fail_fast: true,
-        ..Options::default()
-    })
-}
-
-/// Sends one command on `client` with [`call_options`], unbounded in time by itself.
-async fn send(
-    client: &Client,
-    command: &'static str,
-    args: Vec<Value>,
-) -> Result<Value, NodeError> {
-    let cmd = CustomCommand::new_static(command, ClusterHash::FirstKey, false);
-    client
-        .with_options(call_options())
-        .custom::<Value, Value>(cmd, args)
-        .await
-        .map_err(NodeError::from_fred)
 }
 
 impl Node {
     /// The node `client` talks to, labelled `label`; starts its script pipeline on the current
     /// tokio runtime.
     pub(crate) fn new(client: Client, label: String) -> Self {
+        let transport: Arc<dyn Transport> = Arc::new(Fred(client.clone()));
         Self {
-            pipeline: Pipeline::start(client.clone()),
+            pipeline: Pipeline::start(transport.clone()),
+            transport,
             client,
             label,
         }
@@ -80,7 +55,7 @@ impl Node {
         command: &'static str,
         args: Vec<Value>,
     ) -> Result<Value, NodeError> {
-        send(&self.client, command, args).await
+        self.transport.send(command, args).await
     }
 
     /// Runs `script` on `keys` and `args` in the node's next batch ([`pipeline`]): sent as
@@ -134,7 +109,7 @@ impl Node {
     /// there, or a `SET` that landed late would outlive the failed attempt until its ttl. Best
     /// effort: a user without `+script|load` still gets the `EVAL` fallback on answered calls.
     pub(crate) async fn load_scripts(&self, limit: Duration) {
-        load_scripts(&self.client, &self.label, limit).await;
+        load_scripts(self.transport.as_ref(), &self.label, limit).await;
     }
 
     /// Keeps the scripts loaded: now if connected, and after every (re)connection, since a
@@ -142,21 +117,21 @@ impl Node {
     /// only: the pipeline task ends with the handle.
     pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
         use fred::interfaces::EventInterface;
-        let (client, label) = (self.client.clone(), self.label.clone());
+        let (transport, label) = (self.transport.clone(), self.label.clone());
         let _listener = self.client.on_reconnect(move |_server| {
-            let (client, label) = (client.clone(), label.clone());
+            let (transport, label) = (transport.clone(), label.clone());
             async move {
-                load_scripts(&client, &label, limit).await;
+                load_scripts(transport.as_ref(), &label, limit).await;
                 Ok(())
             }
         });
     }
 }
 
-/// [`Node::load_scripts`] on `client`, labelled `label` in the log.
-async fn load_scripts(client: &Client, label: &str, limit: Duration) {
+/// [`Node::load_scripts`] through `transport`, labelled `label` in the log.
+async fn load_scripts(transport: &dyn Transport, label: &str, limit: Duration) {
     let args = vec![Value::from("LOAD"), Value::from(BATCH.source.as_str())];
-    let load = send(client, "SCRIPT", args);
+    let load = transport.send("SCRIPT", args);
     let loaded = tokio::time::timeout(limit, load)
         .await
         .unwrap_or(Err(NodeError::Timeout(limit)));

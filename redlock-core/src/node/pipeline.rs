@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use fred::clients::Client;
 use fred::error::{Error, ErrorKind};
 use fred::types::Value;
 use futures_util::stream::FuturesUnordered;
@@ -33,6 +32,7 @@ use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::scripts::{BATCH, ERROR_MARKER, Script};
+use super::transport::Transport;
 use crate::outcome::{ClientError, NodeError};
 
 /// The most calls one `EVALSHA` carries.
@@ -43,7 +43,7 @@ const MAX_BATCH: usize = 64;
 #[derive(Clone)]
 pub(crate) struct Pipeline {
     tx: mpsc::UnboundedSender<Message>,
-    client: Client,
+    transport: Arc<dyn Transport>,
     /// Calls made and not yet answered (or given up by their caller, once sent): while there
     /// are none, a call is sent by its caller ([`Pipeline::call`]).
     outstanding: Arc<AtomicUsize>,
@@ -106,14 +106,15 @@ type Answer = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
 type Sent = Pin<Box<dyn Future<Output = (Vec<Call>, By, Result<Value, NodeError>)> + Send>>;
 
 impl Pipeline {
-    /// Starts the pipeline task of the node `client` talks to, on the current tokio runtime.
-    pub(crate) fn start(client: Client) -> Self {
+    /// Starts the pipeline task of the node `transport` reaches, on the current tokio
+    /// runtime.
+    pub(crate) fn start(transport: Arc<dyn Transport>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let outstanding = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(run(client.clone(), rx));
+        tokio::spawn(run(transport.clone(), rx));
         Self {
             tx,
-            client,
+            transport,
             outstanding,
         }
     }
@@ -259,7 +260,7 @@ impl Direct {
             keys: &keys,
             args: &args,
         }];
-        let mut sent = Box::pin(send(&pipeline.client, &call, By::Sha1));
+        let mut sent = send(pipeline.transport.as_ref(), &call, By::Sha1);
         // The first poll hands the command to the client, now.
         let sent: Answer = match sent.as_mut().now_or_never() {
             Some(done) => Box::pin(std::future::ready(done)),
@@ -347,13 +348,14 @@ impl Call {
 
 /// The task: takes the queued calls as one batch whenever it wakes, hands each batch to the
 /// client before taking the next, and delivers the replies.
-async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Message>) {
+async fn run(transport: Arc<dyn Transport>, mut rx: mpsc::UnboundedReceiver<Message>) {
+    let transport = transport.as_ref();
     let mut in_flight: FuturesUnordered<Sent> = FuturesUnordered::new();
     loop {
         tokio::select! {
             biased;
             Some((batch, by, result)) = in_flight.next() => {
-                settle(&client, &mut in_flight, batch, by, result);
+                settle(transport, &mut in_flight, batch, by, result);
             }
             message = rx.recv() => {
                 let Some(message) = message else { break };
@@ -367,20 +369,20 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Message>) {
                             // After the calls queued before it, by source at once: the
                             // node just said it has no script to run it by SHA1.
                             let before = std::mem::take(&mut batch);
-                            dispatch(&client, &mut in_flight, before, By::Sha1);
-                            dispatch(&client, &mut in_flight, vec![call], By::Source);
+                            dispatch(transport, &mut in_flight, before, By::Sha1);
+                            dispatch(transport, &mut in_flight, vec![call], By::Source);
                         }
                     }
                     if batch.len() < MAX_BATCH {
                         next = rx.try_recv().ok();
                     }
                 }
-                dispatch(&client, &mut in_flight, batch, By::Sha1);
+                dispatch(transport, &mut in_flight, batch, By::Sha1);
             }
         }
     }
     while let Some((batch, by, result)) = in_flight.next().await {
-        settle(&client, &mut in_flight, batch, by, result);
+        settle(transport, &mut in_flight, batch, by, result);
     }
 }
 
@@ -395,29 +397,30 @@ fn adopt(in_flight: &mut FuturesUnordered<Sent>, call: Call, answer: Answer) {
 
 /// Sends `batch` and hands its command to the client now (the first poll queues it on the
 /// connection), so that what is queued after it goes after it.
-fn dispatch(client: &Client, in_flight: &mut FuturesUnordered<Sent>, batch: Vec<Call>, by: By) {
+fn dispatch(
+    transport: &dyn Transport,
+    in_flight: &mut FuturesUnordered<Sent>,
+    batch: Vec<Call>,
+    by: By,
+) {
     if batch.is_empty() {
         return;
     }
     let parts: Vec<Parts<'_>> = batch.iter().map(Call::parts).collect();
-    let send = send(client, &parts, by);
+    let send = send(transport, &parts, by);
     drop(parts);
     let mut sent: Sent = Box::pin(async move {
         let result = send.await;
         (batch, by, result)
     });
     match sent.as_mut().now_or_never() {
-        Some((batch, by, result)) => settle(client, in_flight, batch, by, result),
+        Some((batch, by, result)) => settle(transport, in_flight, batch, by, result),
         None => in_flight.push(sent),
     }
 }
 
 /// The `EVALSHA` (or `EVAL`) of `batch`, built now.
-fn send(
-    client: &Client,
-    batch: &[Parts<'_>],
-    by: By,
-) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
     let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
@@ -438,8 +441,7 @@ fn send(
         By::Sha1 => "EVALSHA",
         By::Source => "EVAL",
     };
-    let client = client.clone();
-    async move { super::send(&client, command, all).await }
+    transport.send(command, all)
 }
 
 /// Delivers a batch's replies, or sends it again: by source after `NOSCRIPT`, call by call
@@ -447,7 +449,7 @@ fn send(
 /// for one call's key, which must not fail the others). Any other error goes to every call:
 /// some may have run, and running them twice would see their own writes.
 fn settle(
-    client: &Client,
+    transport: &dyn Transport,
     in_flight: &mut FuturesUnordered<Sent>,
     mut batch: Vec<Call>,
     by: By,
@@ -467,11 +469,11 @@ fn settle(
         }
         Err(NodeError::Reply(error)) if by == By::Sha1 && no_script(&error) => {
             batch.retain(Call::wanted);
-            dispatch(client, in_flight, batch, By::Source);
+            dispatch(transport, in_flight, batch, By::Source);
         }
         Err(NodeError::Reply(error)) if batch.len() > 1 && refused_unrun(error.details()) => {
             for call in batch.into_iter().filter(Call::wanted) {
-                dispatch(client, in_flight, vec![call], by);
+                dispatch(transport, in_flight, vec![call], by);
             }
         }
         Err(error) => {
