@@ -17,11 +17,13 @@ use tokio::net::TcpStream;
 /// The key a plain client reads to mark the end of a trace.
 const END: &str = "trace:end";
 
-/// One command as `MONITOR` shows it: its name (upper case), and whether a script ran it.
+/// One command as `MONITOR` shows it: its name (upper case), whether a script ran it, and its
+/// arguments as `MONITOR` quotes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Seen {
     name: String,
     in_script: bool,
+    args: String,
 }
 
 /// A `MONITOR` line's command: `<time> [<db> <client>|lua] "NAME" "arg"...`.
@@ -32,29 +34,31 @@ fn parse(line: &str) -> Option<Seen> {
         .split('"')
         .next()?
         .to_ascii_uppercase();
+    let args = rest.get(name.len() + 2..)?.trim().to_owned();
     Some(Seen {
         name,
         in_script: client.ends_with("lua"),
+        args,
     })
 }
 
 /// A `MONITOR` connection to the node at `url`, ready (its `+OK` read).
 struct Monitor {
     lines: tokio::io::Lines<BufReader<TcpStream>>,
-    url: String,
+    /// The client that sends the end mark, connected before the trace starts (its handshake
+    /// is not in the trace).
+    marker: fred::clients::Client,
 }
 
 impl Monitor {
     async fn start(url: &str) -> Self {
+        let marker = plain_client(url).await;
         let address = url.trim_start_matches("redis://").trim_end_matches('/');
         let mut stream = TcpStream::connect(address).await.unwrap();
         stream.write_all(b"MONITOR\r\n").await.unwrap();
         let mut lines = BufReader::new(stream).lines();
         assert_eq!(lines.next_line().await.unwrap().as_deref(), Some("+OK"));
-        Self {
-            lines,
-            url: url.to_owned(),
-        }
+        Self { lines, marker }
     }
 
     /// Every command the node ran from now until a plain client's `GET trace:end`, which
@@ -62,8 +66,7 @@ impl Monitor {
     /// behind has landed: a release returns at a quorum, so the trace waits for the sentinel).
     async fn trace<F: std::future::Future<Output = ()>>(mut self, cycle: F) -> Vec<Seen> {
         cycle.await;
-        let client = plain_client(&self.url).await;
-        let _: Option<String> = fred::interfaces::KeysInterface::get(&client, END)
+        let _: Option<String> = fred::interfaces::KeysInterface::get(&self.marker, END)
             .await
             .unwrap();
         let mut seen = Vec::new();
@@ -91,10 +94,10 @@ fn in_scripts(seen: &[Seen]) -> Vec<&str> {
         .collect()
 }
 
-/// The commands the handle sent (not from scripts), other than connection housekeeping.
+/// The commands the handle sent (not from scripts), other than the client's heartbeat.
 fn sent(seen: &[Seen]) -> Vec<&str> {
     seen.iter()
-        .filter(|s| !s.in_script && !matches!(s.name.as_str(), "PING" | "CLIENT" | "INFO"))
+        .filter(|s| !s.in_script && s.name != "PING")
         .map(|s| s.name.as_str())
         .collect()
 }
@@ -119,7 +122,8 @@ fn the_monitor_parser_reads_names_and_script_lines_and_refuses_others() {
         script,
         Some(Seen {
             name: "SET".into(),
-            in_script: true
+            in_script: true,
+            args: r#""k" "t" "NX" "PX" "30000""#.into(),
         })
     );
     let sent = parse(r#"1733390000.123456 [0 127.0.0.1:50000] "EVALSHA" "abc" "1" "k""#);
@@ -127,7 +131,8 @@ fn the_monitor_parser_reads_names_and_script_lines_and_refuses_others() {
         sent,
         Some(Seen {
             name: "EVALSHA".into(),
-            in_script: false
+            in_script: false,
+            args: r#""abc" "1" "k""#.into(),
         })
     );
     assert_eq!(parse("+OK"), None);
@@ -149,6 +154,15 @@ async fn a_plain_uncontended_cycle_runs_the_floors_commands_and_nothing_else() {
         .await;
     assert_eq!(in_scripts(&seen), ["SET", "GET", "DEL"], "{seen:#?}");
     assert_eq!(sent(&seen), ["EVALSHA", "EVALSHA"], "{seen:#?}");
+    // The spec's `SET key token NX PX ttl`; the `DEL` takes the key and its listen flag (which
+    // is not there: nobody waits).
+    let set = seen.iter().find(|s| s.name == "SET").unwrap();
+    assert!(set.args.ends_with(r#""NX" "PX" "30000""#), "{set:?}");
+    let del = seen.iter().find(|s| s.name == "DEL").unwrap();
+    assert_eq!(
+        del.args, r#""order:42" "order:42\x00redlock:listen""#,
+        "{del:?}"
+    );
 }
 
 /// Each primitive's cycle runs no command beyond its list (a contended plain lock: the

@@ -135,7 +135,10 @@ pub(super) fn acquire_mode(node: &mut Node, call: &Call) -> Result<Reply, Raise>
         ])
     };
     if kind == "string" {
-        super::scripts::set_listen(node, listen_key, intent_ttl_ms);
+        // `SET listen_key 1 NX PX intent_ttl_ms`: a longer flag is left as it is.
+        if !listen_key.is_some_and(|k| node.store.exists(k)) {
+            super::scripts::set_listen(node, listen_key, intent_ttl_ms);
+        }
         return Ok(refusal(fence, ms_left(node, key), holder_digest(node, key)));
     }
     if kind != "none" && kind != "hash" {

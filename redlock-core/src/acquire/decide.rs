@@ -21,6 +21,10 @@ use crate::waiters::Wake;
 /// keeps the node's expiry arithmetic exact.
 pub(super) const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
 
+// A waiter's place in the queue and its listen flag outlive the longest wait between its
+// attempts.
+const _: () = assert!(crate::node::QUEUE_TTL_MS > MAX_RETRY_WAIT.as_millis() as u64);
+
 /// Attempts after a split vote beyond the retries and the wait deadline: enough for one of
 /// several contenders that split the vote to take the resource alone (each backs off for a
 /// random delay, see [`SPLIT_BACKOFF`]), few enough that a resource that stays split is
@@ -105,8 +109,7 @@ pub(super) struct Policy<'a> {
 impl Policy<'_> {
     /// Whether this request polls, as a foreign client does: it never waits in the queue
     /// (one attempt and no wait, or no queue for it), so hand-overs never serve it. Such a
-    /// request takes a key that a window for foreign clients left free, and a refusal makes
-    /// it seen, so that windows open for it (`Presence`).
+    /// request takes a key that a window for foreign clients left free.
     pub(super) fn polls(&self) -> bool {
         !self.queue || self.deadline == Deadline::Retries(0)
     }

@@ -20,8 +20,8 @@ use scripts::{BATCH, Script};
 use transport::{Fred, Transport};
 
 pub(crate) use commands::{
-    AcquireKind, AcquireRequest, Handover, ModeRequest, PermitRequest, QuarantineCheck, Releasing,
-    Waiter,
+    AcquireKind, AcquireRequest, Handover, ModeRequest, PermitRequest, QUEUE_TTL_MS,
+    QuarantineCheck, Releasing, Waiter,
 };
 
 /// A client for one independent master, its script pipeline, and its display label

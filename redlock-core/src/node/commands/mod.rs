@@ -21,10 +21,13 @@ mod primitives;
 
 pub(crate) use primitives::PermitRequest;
 
-/// How long a waiter queue outlives its last enqueue, in ms: waiters refresh it at every
-/// attempt, so this only bounds how long the entries of waiters that died linger. Also how long
-/// a streak's start ([`keys::busy`](crate::keys)) outlives the hand-over that wrote it.
-pub(crate) const QUEUE_TTL_MS: u64 = 30_000;
+/// How long a waiter queue and the resource's listen flag outlive the attempt that wrote them,
+/// in ms: waiters refresh both at every attempt, so this bounds how long the entries of waiters
+/// that died linger; it is longer than the longest wait between a waiter's attempts (60 s, the
+/// longest retry delay), so that a live waiter keeps its place and a release still tells it.
+/// Also how long a streak's start ([`keys::busy`](crate::keys)) outlives the hand-over that
+/// wrote it.
+pub(crate) const QUEUE_TTL_MS: u64 = 90_000;
 
 /// One acquisition's identity as a waiter, drawn once for all its attempts.
 #[derive(Debug, Clone)]

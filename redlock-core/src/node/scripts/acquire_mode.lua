@@ -43,7 +43,8 @@
 -- ours is left exactly as it was. A string is a plain holder (ours or a foreign client's
 -- `SET NX`), refused as busy, as the plain lock's `SET NX` is; a request of ours refused by
 -- one cannot queue there (a string has no room for its entry), so it sets the resource's
--- listen flag for `intent_ttl_ms`: the plain holder's release then wakes every waiter.
+-- listen flag for `intent_ttl_ms` (`NX`: never shortening a queued waiter's): the plain
+-- holder's release then wakes every waiter.
 local key, window_key, witness_key, marker_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local listen_key, counter_key, floor_key = KEYS[5], KEYS[6], KEYS[7]
 local token, mode, ttl_ms, marker = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -55,7 +56,7 @@ local compatible, score = " " .. compatible_modes .. " ", tonumber(since)
 local fence = fence_read(counter_key, floor_key)
 local kind = redis.call("type", key).ok
 if kind == "string" then
-  if listen_key then redis.pcall("set", listen_key, "1", "PX", intent_ttl_ms) end
+  if listen_key then redis.pcall("set", listen_key, "1", "NX", "PX", intent_ttl_ms) end
   return {0, fence, 0, ms_left(key), holder_digest(key)}
 end
 if kind ~= "none" and kind ~= "hash" then return {-2, fence, 0, -1} end
