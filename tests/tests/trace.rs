@@ -86,6 +86,11 @@ impl Monitor {
     }
 }
 
+/// What the node at `url` runs for `cycle` ([`Monitor::trace`]).
+async fn trace_of<F: std::future::Future<Output = ()>>(url: &str, cycle: F) -> Vec<Seen> {
+    Monitor::start(url).await.trace(cycle).await
+}
+
 /// The commands scripts ran, in order.
 fn in_scripts(seen: &[Seen]) -> Vec<&str> {
     seen.iter()
@@ -185,37 +190,31 @@ async fn each_primitive_runs_only_its_own_commands() {
         assert!(!ran.is_empty(), "{what} ran nothing: {seen:#?}");
     };
 
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let guard = redlock
-                .lock_with("fenced", &LockOptions::default().fencing(true))
-                .await
-                .unwrap();
-            guard.release().await.unwrap();
-        })
-        .await;
+    let seen = trace_of(&url, async {
+        let guard = redlock
+            .lock_with("fenced", &LockOptions::default().fencing(true))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    })
+    .await;
     check("a fenced lock", &seen, &["SET", "GET", "DEL", "PTTL"]);
 
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let guard = labelled.lock("labelled").await.unwrap();
-            guard.release().await.unwrap();
-        })
-        .await;
+    let seen = trace_of(&url, async {
+        let guard = labelled.lock("labelled").await.unwrap();
+        guard.release().await.unwrap();
+    })
+    .await;
     check("an owner label", &seen, &["SET", "GET", "DEL", "PTTL"]);
 
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let guard = redlock
-                .lock_mode("moded", Mode::ProtectedRead, ttl)
-                .await
-                .unwrap();
-            guard.release().await.unwrap();
-        })
-        .await;
+    let seen = trace_of(&url, async {
+        let guard = redlock
+            .lock_mode("moded", Mode::ProtectedRead, ttl)
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    })
+    .await;
     check(
         "a lock in a mode",
         &seen,
@@ -232,16 +231,14 @@ async fn each_primitive_runs_only_its_own_commands() {
         ],
     );
 
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let permit = redlock
-                .lock_with("pool", &LockOptions::default().permits(2))
-                .await
-                .unwrap();
-            permit.release().await.unwrap();
-        })
-        .await;
+    let seen = trace_of(&url, async {
+        let permit = redlock
+            .lock_with("pool", &LockOptions::default().permits(2))
+            .await
+            .unwrap();
+        permit.release().await.unwrap();
+    })
+    .await;
     check(
         "a permit",
         &seen,
@@ -256,33 +253,29 @@ async fn each_primitive_runs_only_its_own_commands() {
         ],
     );
 
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let both = redlock.lock_many(&["a", "b"]).await.unwrap();
-            both.release().await.unwrap();
-        })
-        .await;
+    let seen = trace_of(&url, async {
+        let both = redlock.lock_many(&["a", "b"]).await.unwrap();
+        both.release().await.unwrap();
+    })
+    .await;
     check("a lock of several", &seen, &["SET", "GET", "DEL"]);
 
     // Contended: b waits for a's lock, a's release hands it over.
     let waiter = redlock.clone();
-    let seen = Monitor::start(&url)
-        .await
-        .trace(async {
-            let held = redlock.lock("contended").await.unwrap();
-            let waiting = tokio::spawn(async move { waiter.lock("contended").await });
-            within("the waiter to queue", async {
-                while nodes.queued(&redlock.key_for("contended")).await[0] < 1 {
-                    tokio::time::sleep(Duration::from_millis(2)).await;
-                }
-            })
-            .await;
-            held.release().await.unwrap();
-            let next = within("the hand-over", waiting).await.unwrap().unwrap();
-            next.release().await.unwrap();
+    let seen = trace_of(&url, async {
+        let held = redlock.lock("contended").await.unwrap();
+        let waiting = tokio::spawn(async move { waiter.lock("contended").await });
+        within("the waiter to queue", async {
+            while nodes.queued(&redlock.key_for("contended")).await[0] < 1 {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
         })
         .await;
+        held.release().await.unwrap();
+        let next = within("the hand-over", waiting).await.unwrap().unwrap();
+        next.release().await.unwrap();
+    })
+    .await;
     check(
         "a contended lock",
         &seen,
