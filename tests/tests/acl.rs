@@ -1653,11 +1653,25 @@ async fn a_downgrade_with_its_row_converts_and_wakes_a_waiting_reader() {
         waiting >= quorum && listened_to_everywhere(&servers, &channel).await
     })
     .await;
-    // The wake-up, watched from outside too: whether the reader's second attempt (made once
-    // it listens) lands before or after the downgrade, the downgrade must publish it.
-    let watcher = redlock_tests::plain_client(&admin_urls(&servers)[0]).await;
-    let mut messages = watcher.message_rx();
-    watcher.subscribe(channel.as_str()).await.unwrap();
+    // The wake-up, watched from outside too, on every node: a node publishes it when it
+    // converts while the reader's entry is there. Not necessarily node 0: the writer's grant
+    // there may have been cut, or the reader's second attempt (made once it listens) may land
+    // after the conversion of the other two, be granted by them, and leave its entry on every
+    // node before node 0 converts. But some node of the quorum that let the reader in also
+    // had its entry when it converted.
+    let (published, mut messages) = tokio::sync::mpsc::unbounded_channel();
+    for url in admin_urls(&servers) {
+        let watcher = redlock_tests::plain_client(&url).await;
+        let mut received = watcher.message_rx();
+        watcher.subscribe(channel.as_str()).await.unwrap();
+        let published = published.clone();
+        tokio::spawn(async move {
+            let _watching = watcher;
+            while let Ok(message) = received.recv().await {
+                let _ = published.send(message);
+            }
+        });
+    }
 
     let downgraded = Instant::now();
     writer.downgrade(Mode::ProtectedRead).await.unwrap();

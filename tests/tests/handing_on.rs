@@ -302,7 +302,7 @@ async fn a_fenced_lock_resumed_gets_a_larger_fencing_token() {
     }
 }
 
-/// A force-release whose delete reaches one node late (its connection there 4 s slow)
+/// A force-release whose delete reaches one node late (its connection there 8 s slow)
 /// removes only the holder its read found: the next holder, which took that node meanwhile,
 /// keeps its key there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -317,10 +317,14 @@ async fn a_late_force_release_leaves_the_next_holder_alone() {
         .build()
         .await
         .unwrap();
-    let options = LockOptions::default().ttl(Duration::from_secs(10));
+    let options = LockOptions::default().ttl(Duration::from_secs(20));
     let stuck = redlock_tests::lock_everywhere(&a, &nodes, "stuck", &options).await;
     let key = stuck.key().to_owned();
-    proxies[2].set(Direction::Request, Fault::Delay(ms(4000)));
+    // 8 s: the delete, sent when the read's 1 s timeout passed, is late by 7 s after the
+    // force-release returns; the next holder must take every node within that, and each retry
+    // of `lock_everywhere` (a grant that missed a node on a loaded machine) costs its 2 s
+    // settle. With 4 s, two retries (or one and a stall) let the delete land first.
+    proxies[2].set(Direction::Request, Fault::Delay(ms(8000)));
     let report = operator.force_release("stuck").await.unwrap();
     assert_eq!((report.removed, report.answered), (2, 2), "{report:?}");
     // Node 2 still holds the old holder's key (its delete is on its way): free it there as
