@@ -51,9 +51,10 @@ async fn cycle(
             labelled.lock(resource).await?.release().await?;
         }
         Variant::Permit => {
-            let options = LockOptions::default().ttl(TTL).permits(3);
+            let options = LockOptions::default().ttl(TTL);
             redlock
-                .lock_with(resource, &options)
+                .semaphore(resource, 3)
+                .acquire_with(&options)
                 .await?
                 .release()
                 .await?;

@@ -102,7 +102,6 @@ mod tests {
             "REDLOCK_FENCING",
             "REDLOCK_REENTRANT",
             "REDLOCK_MODE",
-            "REDLOCK_PERMITS",
         ];
         let mut placed: Vec<&str> = HANDLE_VARS.iter().chain(&lock_vars).copied().collect();
         placed.sort_unstable();

@@ -31,8 +31,18 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
         redlock = connect(builder) => redlock?,
         signal = signals.recv() => return Err(CliError::Interrupted { signal }),
     };
+    // With --permits, one permit of the resource's semaphore instead of its lock.
+    let acquire = async {
+        match args.permits {
+            Some(permits) => {
+                let semaphore = redlock.semaphore(args.resource.as_str(), permits);
+                semaphore.acquire_with(&options).await
+            }
+            None => redlock.lock_with(&args.resource, &options).await,
+        }
+    };
     let acquired = tokio::select! {
-        guard = redlock.lock_with(&args.resource, &options) => guard.map_err(CliError::Lock),
+        guard = acquire => guard.map_err(CliError::Lock),
         signal = signals.recv() => Err(CliError::Interrupted { signal }),
     };
     let guard = match acquired {
@@ -92,8 +102,8 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
 }
 
 /// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing,
-/// a minimum hold, a mode and permits if asked (the lock's validation refuses what does not go
-/// together).
+/// a minimum hold and a mode if asked (the lock's validation refuses what does not go
+/// together; a semaphore's, what a permit cannot give).
 fn plain_options(args: &RunArgs) -> LockOptions {
     let mut options = LockOptions::default()
         .ttl(args.ttl)
@@ -105,9 +115,6 @@ fn plain_options(args: &RunArgs) -> LockOptions {
     }
     if let Some(mode) = args.mode {
         options = options.mode(mode);
-    }
-    if let Some(permits) = args.permits {
-        options = options.permits(permits);
     }
     options
 }

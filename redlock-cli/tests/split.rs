@@ -255,7 +255,10 @@ async fn tick(
             command
                 .env("REPLICA", r.to_string())
                 // The core's debug lines on stderr: whether the vote split, how it ended.
-                .env("RUST_LOG", "warn,fred=error,redlock_core::acquire=debug");
+                .env(
+                    "RUST_LOG",
+                    "warn,fred=error,redlock_core::kernel::acquire=debug",
+                );
             started.push(start(command));
         }
         started

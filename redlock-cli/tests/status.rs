@@ -205,11 +205,17 @@ async fn status_shows_nodes_that_do_not_answer() {
 async fn status_with_permits_shows_each_permit_held() {
     let nodes = TestNodes::start(3);
     let (a, b) = (handle(&nodes).await, handle(&nodes).await);
-    let permit = redlock_core::LockOptions::default()
-        .permits(3)
-        .ttl(std::time::Duration::from_secs(30));
-    let first = a.lock_with("export", &permit).await.unwrap();
-    let second = b.lock_with("export", &permit).await.unwrap();
+    let permit = redlock_core::LockOptions::default().ttl(std::time::Duration::from_secs(30));
+    let first = a
+        .semaphore("export", 3)
+        .acquire_with(&permit)
+        .await
+        .unwrap();
+    let second = b
+        .semaphore("export", 3)
+        .acquire_with(&permit)
+        .await
+        .unwrap();
     let status = output(redlock(
         Some(&nodes),
         &["status", "--permits", "3", "export"],

@@ -177,7 +177,7 @@ pub enum InvalidInput {
         "lock_at_least_for applies to the plain exclusive lock only, not to a lock taken in a mode"
     )]
     AtLeastWithMode,
-    /// A semaphore of zero permits ([`LockOptions::permits`](crate::LockOptions::permits)).
+    /// A semaphore of zero permits ([`Redlock::semaphore`](crate::Redlock::semaphore)).
     #[error("permits is zero; a semaphore needs at least one permit")]
     ZeroPermits,
     /// More permits than [`MAX_PERMITS`](crate::MAX_PERMITS).

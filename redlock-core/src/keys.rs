@@ -81,7 +81,7 @@ impl ResourceKeys {
 
 impl ResourceKeys {
     /// The keys of a semaphore's permits on the lock key `lock`
-    /// ([`LockOptions::permits`](crate::LockOptions::permits)): its waiter queue's keys
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): its waiter queue's keys
     /// (the lock key's, with [`permit_waiters`] for the waiters), and its slots'.
     pub(crate) fn permits(prefix: &str, lock: String, permits: u32) -> (Self, PermitSlots) {
         let (queue, flag) = (permit_waiters(&lock), permit_listen(&lock));

@@ -8,9 +8,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{InvalidInput, LockError};
-use crate::lease::LockInfo;
+use crate::kernel::lease::LockInfo;
+use crate::kernel::redlock::Redlock;
 use crate::options::LockOptions;
-use crate::redlock::Redlock;
 
 impl Redlock {
     /// A leader election on `resource` among every process that runs one on it (a
@@ -155,10 +155,6 @@ impl LeaderElection {
         if self.options.get_mode().is_some() {
             return Err(InvalidInput::LeaderWithMode.into());
         }
-        if self.options.get_permits().is_some() {
-            let option = "leader election";
-            return Err(InvalidInput::PermitsWith { option }.into());
-        }
         let resource = self.resource.as_str();
         let options = self
             .options
@@ -168,7 +164,7 @@ impl LeaderElection {
             .reentrant(false);
         let mut number = 0u64;
         loop {
-            let campaign = self.redlock.lock_with(resource, &options);
+            let campaign = self.redlock.lock_one(resource, &options);
             let guard = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(()),

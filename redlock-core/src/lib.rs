@@ -4,40 +4,30 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The handle and what it does: acquisition, release, scoped locking, inspection, the guard.
-mod acquire;
-mod builder;
-mod connect;
-mod force;
-mod guard;
-mod inspect;
-mod leader;
-mod redlock;
-mod release;
-mod resume;
-mod scoped;
+// The kernel: the handle's state and each Redlock step, written once (attempt, round,
+// retry and wait, lease, extension, release, fencing, the quarantine check).
+mod kernel;
 
-// Below the handle: leases, the masters and one round on them, one node.
-mod keys;
-mod lease;
-mod masters;
+// The slices: each primitive over the kernel, with its Lua. None imports another.
+mod admin;
+mod detach;
+mod leader;
+mod lock;
+mod modes;
+mod semaphore;
+mod setup;
+
+// Below the kernel: one node, and the transport every command to it goes through.
 mod node;
-mod nodeset;
-mod waiters;
 
 // Values shared by every layer.
-mod config;
-mod contended;
 mod error;
+mod keys;
 mod mode;
-mod node_url;
 mod options;
 mod outcome;
-mod server_info;
 mod telemetry;
 mod timing;
-#[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
-mod tls;
 mod token;
 
 pub mod registry;
@@ -45,27 +35,28 @@ pub mod registry;
 // The guide: doc-only pages, empty modules.
 pub mod guide;
 
-pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOREIGN_WINDOW, DEFAULT_HANDOVER_GRACE, DEFAULT_NODE_TIMEOUT,
-    MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder,
-};
-pub use config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
+pub use admin::force::ForceReleased;
+pub use admin::inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
+pub use detach::resume::DetachedLock;
 pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
-pub use force::ForceReleased;
-pub use guard::LockGuard;
-pub use inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
+pub use kernel::guard::LockGuard;
+pub use kernel::lease::{LockInfo, LostFuture, LostSignal, Scoped};
+pub use kernel::redlock::Redlock;
+pub use kernel::release::{ReleaseAllReport, Released};
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_OWNER_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
 pub use leader::{LeaderElection, Term};
-pub use lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use mode::{Mode, ParseModeError};
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_EXTEND_FRACTION, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,
     DEFAULT_RETRY_JITTER, DEFAULT_TTL, LockOptions, MAX_PERMITS, MAX_QUEUED_WAITERS, MAX_TTL,
 };
 pub use outcome::{ClientError, NodeError, NodeOutcome, NodeVote, Outcomes};
-pub use redlock::Redlock;
-pub use release::{ReleaseAllReport, Released};
-pub use resume::DetachedLock;
+pub use semaphore::Semaphore;
+pub use setup::builder::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOREIGN_WINDOW, DEFAULT_HANDOVER_GRACE, DEFAULT_NODE_TIMEOUT,
+    MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder,
+};
+pub use setup::config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
 pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};

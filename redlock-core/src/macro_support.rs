@@ -89,7 +89,7 @@ pub fn sent_scripts() -> [SentScript; 2] {
         },
         SentScript {
             name: "inspect",
-            source: crate::inspect::INSPECT,
+            source: crate::admin::inspect::INSPECT,
             sha1: None,
         },
     ]

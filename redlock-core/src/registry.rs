@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use crate::error::LockError;
-use crate::redlock::Redlock;
+use crate::kernel::redlock::Redlock;
 
 /// The name used when none is given.
 pub const DEFAULT: &str = "default";

@@ -53,7 +53,7 @@ pub const OTHER_CLASS: &str = "other";
 /// The label of a lock taken without a mode (the plain exclusive lock).
 const PLAIN: &str = "plain";
 
-/// The `mode` label of a semaphore's permit ([`LockOptions::permits`]).
+/// The `mode` label of a semaphore's permit ([`Redlock::semaphore`](crate::Redlock::semaphore)).
 const PERMIT: &str = "permit";
 
 /// The class a resource is labelled by: its text up to the first `:` (`order:42` →
@@ -156,11 +156,12 @@ impl Acquisition {
     pub(crate) fn start(
         resource: &str,
         options: &LockOptions,
+        permits: Option<u32>,
         nodes: usize,
         quorum: usize,
     ) -> Self {
         let class = class_of(resource, options);
-        let kind = kind_label(options.get_mode(), options.get_permits().is_some());
+        let kind = kind_label(options.get_mode(), permits.is_some());
         let ttl_ms = options.ttl_millis();
         let span = tracing::info_span!(
             "redlock.acquire",
@@ -179,7 +180,7 @@ impl Acquisition {
             redlock.votes.failed = tracing::field::Empty,
             error.type = tracing::field::Empty,
         );
-        if let Some(permits) = options.get_permits() {
+        if let Some(permits) = permits {
             span.record("redlock.permits", permits);
         }
         Self {

@@ -86,6 +86,13 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
     });
     let lock_call = if many {
         quote! { __redlock_handle.lock_many_with(&__redlock_resources, &__redlock_options).await }
+    } else if let Some(permits) = args.permits {
+        quote! {
+            __redlock_handle
+                .semaphore(::core::convert::AsRef::<str>::as_ref(&__redlock_resource), #permits)
+                .acquire_with(&__redlock_options)
+                .await
+        }
     } else {
         quote! { __redlock_handle.lock_with(&__redlock_resource, &__redlock_options).await }
     };
@@ -148,9 +155,8 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
             let variant = &mode.0;
             quote! { .mode(#krate::Mode::#variant) }
         }),
-        args.permits.map(|n| quote! { .permits(#n) }),
     ];
-    // A permit, or a lock of several resources, is never re-entered (`LockOptions::permits`,
+    // A permit, or a lock of several resources, is never re-entered (`Redlock::semaphore`,
     // `Redlock::lock_many`).
     let reentrant = args.reentrant.unwrap_or(args.permits.is_none() && !many);
     let bind_guard = args.guard.as_ref().map(|name| {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// The lock options `#[redlock]` takes as arguments, each with an attribute that gives it.
 /// `expand` maps each to the `LockOptions` setter of the same name.
-const LOCK_OPTION_ARGS: [(&str, &str); 13] = [
+const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
     ("ttl", r#"ttl = "1s""#),
     ("retry_count", "retry_count = 3"),
     ("retry_delay", r#"retry_delay = "50ms""#),
@@ -21,7 +21,6 @@ const LOCK_OPTION_ARGS: [(&str, &str); 13] = [
     ("fencing", "fencing"),
     ("mode", r#"mode = "read""#),
     ("reentrant", "reentrant = false"),
-    ("permits", "permits = 3"),
 ];
 
 /// The lock options it takes no argument for: tunings of auto-extension and of the lost
@@ -30,8 +29,9 @@ const LOCK_OPTION_ARGS: [(&str, &str); 13] = [
 const LEFT_TO_THE_HANDLE: [&str; 3] = ["extend_fraction", "max_extensions", "lost_margin"];
 
 /// Its arguments that are not lock options: the resource, what to do when it is busy,
-/// the guard's binding, the handle, and where redlock-core is.
-const NOT_LOCK_OPTIONS: [&str; 7] = [
+/// the guard's binding, the handle, where redlock-core is, and a semaphore's permits (a
+/// semaphore is its own type in redlock-core, `Redlock::semaphore`, not an option).
+const NOT_LOCK_OPTIONS: [&str; 8] = [
     "resource",
     "resources",
     "on_busy",
@@ -39,6 +39,7 @@ const NOT_LOCK_OPTIONS: [&str; 7] = [
     "pool",
     "redlock",
     "crate",
+    "permits",
 ];
 
 fn set<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {

@@ -113,7 +113,7 @@ fn the_readme_lists_the_commands_each_feature_needs() {
 // ---------------------------------------------------------------------------------------------
 // Every row against the commands its scripts can run.
 //
-// The scripts are read from `redlock-core/src/node/scripts/` when the test runs (not when it
+// The scripts are read from every folder of `redlock-core/src/` when the test runs (not when it
 // is built), so a script edited since is checked as it is now. From each one the check reads
 // the commands it runs (`redis.call("x"` and `redis.pcall("x"`, a container command with its
 // subcommand: `redis.call("client", "list")` is `+client|list`), and the helpers of
@@ -346,8 +346,8 @@ const TABLE: &[Uses] = &[
     },
 ];
 
-/// The Lua sources the check reads: `prelude.lua`, and every other `.lua` file under the
-/// scripts' folder by its path there.
+/// The Lua sources the check reads: `prelude.lua`, and every other `.lua` file under
+/// `redlock-core/src/`, by its file name.
 struct Sources {
     prelude: String,
     scripts: BTreeMap<String, String>,
@@ -361,13 +361,13 @@ impl Sources {
                 let path = entry.unwrap().path();
                 let name = format!("{under}{}", path.file_name().unwrap().to_str().unwrap());
                 if path.is_dir() {
-                    walk(&path, &format!("{name}/"), out);
+                    walk(&path, "", out);
                 } else if name.ends_with(".lua") {
                     out.insert(name, std::fs::read_to_string(&path).unwrap());
                 }
             }
         }
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src/node/scripts");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src");
         let mut scripts = BTreeMap::new();
         walk(&dir, "", &mut scripts);
         let prelude = scripts.remove("prelude.lua").expect("prelude.lua");
@@ -1499,13 +1499,12 @@ async fn lock_modes_work_with_their_row() {
 async fn semaphores_work_with_their_row() {
     let servers = servers(&list("Counting semaphores"));
     let (a, b) = (handle(&servers).await, handle(&servers).await);
-    let permits = LockOptions::default()
-        .permits(2)
-        .ttl(Duration::from_secs(5));
-    let first = a.lock_with("acl:sem", &permits).await.unwrap();
-    let second = b.lock_with("acl:sem", &permits).await.unwrap();
+    let permits = LockOptions::default().ttl(Duration::from_secs(5));
+    let (sem_a, sem_b) = (a.semaphore("acl:sem", 2), b.semaphore("acl:sem", 2));
+    let first = sem_a.acquire_with(&permits).await.unwrap();
+    let second = sem_b.acquire_with(&permits).await.unwrap();
     let once = permits.clone().retry_count(0);
-    let refused = b.lock_with("acl:sem", &once).await.unwrap_err();
+    let refused = sem_b.acquire_with(&once).await.unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     second.extend(Duration::from_secs(5)).await.unwrap();
     // A waiter queued on every node is woken by a release, not its 4 s retry delay.
@@ -1518,7 +1517,11 @@ async fn semaphores_work_with_their_row() {
         let b = b.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let guard = b.lock_with("acl:sem", &patient).await.unwrap();
+            let guard = b
+                .semaphore("acl:sem", 2)
+                .acquire_with(&patient)
+                .await
+                .unwrap();
             let waited = started.elapsed();
             guard.release().await.unwrap();
             waited

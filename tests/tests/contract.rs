@@ -1790,15 +1790,14 @@ async fn lock(
 /// auto-extension now and then (a permit takes no mode, fencing or re-entry).
 async fn lock_permit(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut Vec<Live>) {
     let handle = rng.random_range(0..handles.len());
-    let mut options = LockOptions::default()
-        .ttl(ms(rng.random_range(200..=3000)))
-        .permits(PERMITS);
+    let mut options = LockOptions::default().ttl(ms(rng.random_range(200..=3000)));
     options = random_wait(rng, options);
     if rng.random_bool(0.25) {
         options = options.auto_extend(true);
     }
     let label = run.label(handle, SEMAPHORE, &options);
-    let result = within("a permit", handles[handle].lock_with(SEMAPHORE, &options)).await;
+    let semaphore = handles[handle].semaphore(SEMAPHORE, PERMITS);
+    let result = within("a permit", semaphore.acquire_with(&options)).await;
     let outcome = match &result {
         Ok(guard) => format!("held, slot {:?}", guard.info().slot()),
         Err(e) => e.to_string(),
@@ -2907,11 +2906,10 @@ async fn lock_many(
     }
     let mut refused = None;
     if rng.random_bool(0.05) {
-        let (option, with) = match rng.random_range(0..5) {
+        let (option, with) = match rng.random_range(0..4) {
             0 => ("mode", options.clone().mode(random_mode(rng))),
-            1 => ("permits", options.clone().permits(PERMITS)),
-            2 => ("fencing", options.clone().fencing(true)),
-            3 => ("reentrant", options.clone().reentrant(true)),
+            1 => ("fencing", options.clone().fencing(true)),
+            2 => ("reentrant", options.clone().reentrant(true)),
             _ => (
                 "lock_at_least_for",
                 options

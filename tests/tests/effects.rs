@@ -146,7 +146,7 @@ fn compatible(mode: Mode) -> String {
 
 macro_rules! lua {
     ($file:literal) => {
-        include_str!(concat!("../../redlock-core/src/node/scripts/", $file))
+        include_str!(concat!("../../redlock-core/src/", $file))
     };
 }
 
@@ -156,7 +156,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 0,
         file: "release.lua",
-        source: lua!("release.lua"),
+        source: lua!("kernel/scripts/release.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 0,
@@ -169,7 +169,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 1,
         file: "release_handover.lua",
-        source: lua!("release_handover.lua"),
+        source: lua!("kernel/scripts/release_handover.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 1,
@@ -183,7 +183,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 2,
         file: "extend.lua",
-        source: lua!("extend.lua"),
+        source: lua!("kernel/scripts/extend.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 2,
@@ -196,7 +196,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 3,
         file: "acquire.lua",
-        source: lua!("acquire.lua"),
+        source: lua!("kernel/scripts/acquire.lua"),
         effect: Effect::Grants,
         call: |_, token, q| {
             let mut keys = strings(&[KEY, WINDOW, BUSY]);
@@ -216,7 +216,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 4,
         file: "acquire_queued.lua",
-        source: lua!("acquire_queued.lua"),
+        source: lua!("kernel/scripts/acquire_queued.lua"),
         effect: Effect::Grants,
         call: |_, token, q| {
             let mut keys = strings(&[KEY, QUEUE, WINDOW, BUSY]);
@@ -239,7 +239,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 5,
         file: "fence.lua",
-        source: lua!("fence.lua"),
+        source: lua!("kernel/scripts/fence.lua"),
         effect: Effect::Neither,
         call: |_, _, _| Call {
             id: 5,
@@ -253,7 +253,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 6,
         file: "acquire_mode.lua",
-        source: lua!("acquire_mode.lua"),
+        source: lua!("modes/acquire_mode.lua"),
         effect: Effect::Grants,
         call: |_, token, q| {
             let mut keys = strings(&[KEY, WINDOW]);
@@ -278,7 +278,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 7,
         file: "extend_mode.lua",
-        source: lua!("extend_mode.lua"),
+        source: lua!("modes/extend_mode.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 7,
@@ -291,7 +291,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 8,
         file: "release_mode.lua",
-        source: lua!("release_mode.lua"),
+        source: lua!("modes/release_mode.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 8,
@@ -305,7 +305,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 9,
         file: "leave.lua",
-        source: lua!("leave.lua"),
+        source: lua!("kernel/scripts/leave.lua"),
         effect: Effect::Neither,
         call: |state, _, _| match state {
             // The waiter's entry in the holders' hash, or its place in the queue.
@@ -326,7 +326,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 10,
         file: "keep.lua",
-        source: lua!("keep.lua"),
+        source: lua!("kernel/scripts/keep.lua"),
         effect: Effect::Compares,
         call: |_, token, _| {
             // kept: "redlock:kept:" and 16 hex digits of the token's SHA-1.
@@ -344,7 +344,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 11,
         file: "noop.lua",
-        source: lua!("noop.lua"),
+        source: lua!("node/scripts/noop.lua"),
         effect: Effect::Neither,
         call: |_, _, _| Call {
             id: 11,
@@ -357,7 +357,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 12,
         file: "quarantine.lua",
-        source: lua!("quarantine.lua"),
+        source: lua!("kernel/scripts/quarantine.lua"),
         effect: Effect::Neither,
         call: |_, _, _| Call {
             id: 12,
@@ -370,7 +370,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 13,
         file: "acquire_permit.lua",
-        source: lua!("acquire_permit.lua"),
+        source: lua!("semaphore/acquire_permit.lua"),
         effect: Effect::Grants,
         call: |state, token, q| {
             let mut keys = quarantine_keys(q);
@@ -402,7 +402,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 14,
         file: "release_slots.lua",
-        source: lua!("release_slots.lua"),
+        source: lua!("semaphore/release_slots.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 14,
@@ -415,7 +415,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 15,
         file: "resume.lua",
-        source: lua!("resume.lua"),
+        source: lua!("detach/resume.lua"),
         effect: Effect::Swaps,
         call: |state, token, q| {
             let mut keys = strings(&[KEY]);
@@ -430,7 +430,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 16,
         file: "downgrade.lua",
-        source: lua!("downgrade.lua"),
+        source: lua!("modes/downgrade.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 16,
@@ -444,7 +444,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 17,
         file: "force_release.lua",
-        source: lua!("force_release.lua"),
+        source: lua!("admin/force_release.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 17,
@@ -458,7 +458,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 18,
         file: "owner.lua",
-        source: lua!("owner.lua"),
+        source: lua!("admin/owner.lua"),
         effect: Effect::Compares,
         call: |state, token, _| Call {
             id: 18,
@@ -477,7 +477,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 19,
         file: "acquire_many.lua",
-        source: lua!("acquire_many.lua"),
+        source: lua!("lock/acquire_many.lua"),
         effect: Effect::Grants,
         call: |_, token, q| {
             let mut keys = quarantine_keys(q);
@@ -497,7 +497,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 20,
         file: "extend_many.lua",
-        source: lua!("extend_many.lua"),
+        source: lua!("lock/extend_many.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 20,
@@ -510,7 +510,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 21,
         file: "force_read.lua",
-        source: lua!("force_read.lua"),
+        source: lua!("admin/force_read.lua"),
         effect: Effect::Neither,
         call: |_, _, _| Call {
             id: 21,
@@ -766,12 +766,17 @@ async fn the_table_is_every_script_the_dispatch_script_knows() {
             script.id,
             script.file
         );
+        // Declared with this id and effect, and the file's text, wherever its slice keeps it.
         let declaration = format!(
-            "Script::new({},Effect::{:?},include_str!(\"scripts/{}\")",
-            script.id, script.effect, script.file
+            "Script::new({},Effect::{:?},include_str!(\"",
+            script.id, script.effect
         );
+        let path = declared
+            .split(&declaration)
+            .nth(1)
+            .and_then(|rest| rest.split('"').next());
         assert!(
-            declared.contains(&declaration),
+            path.is_some_and(|path| path.rsplit('/').next() == Some(script.file)),
             "scripts.rs does not declare {} as {:?} at id {}",
             script.file,
             script.effect,

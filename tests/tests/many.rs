@@ -228,7 +228,6 @@ async fn what_a_lock_of_several_cannot_give_is_refused_before_anything_is_sent()
         (once().mode(Mode::Exclusive), "mode"),
         (once().fencing(true), "fencing"),
         (once().reentrant(true), "reentrant"),
-        (once().permits(2), "permits"),
         (
             once().lock_at_least_for(Duration::from_secs(1)),
             "lock_at_least_for",

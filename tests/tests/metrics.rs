@@ -393,7 +393,11 @@ async fn a_permit_is_measured_with_the_mode_label_permit() {
     let nodes = RedisNodes::start(3);
     let a = redlock(&nodes).await;
     let permit = [("resource_class", "m7"), ("mode", "permit")];
-    let guard = a.lock_with("m7:export", &once().permits(2)).await.unwrap();
+    let guard = a
+        .semaphore("m7:export", 2)
+        .acquire_with(&once())
+        .await
+        .unwrap();
     assert_eq!(m.gauge("redlock_held", &[("resource_class", "m7")]), 1.0);
     let acquired = [permit[0], permit[1], ("outcome", "acquired")];
     assert_eq!(

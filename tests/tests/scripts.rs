@@ -1,6 +1,6 @@
 //! The Lua scripts as a real server sees them: every script the lock sends loads
 //! (`SCRIPT LOAD` compiles it), the SHA-1 the server returns is the one the code sends with
-//! `EVALSHA`, each runs, and every `.lua` file of `redlock-core/src/node/scripts/` is part
+//! `EVALSHA`, each runs, and every `.lua` file under `redlock-core/src/` is part
 //! of a script the lock sends (no file left over).
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
@@ -74,14 +74,10 @@ async fn every_script_loads_under_the_sha_the_code_sends() {
 /// its Redlock step, its `KEYS` and `ARGV` and what it returns.
 #[test]
 fn every_lua_file_is_sent() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src/node/scripts");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src");
     let sent = sent_scripts();
     let mut first_lines = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("lua") {
-            continue;
-        }
+    for path in lua_files(&dir) {
         let text = std::fs::read_to_string(&path).unwrap();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
@@ -192,4 +188,19 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
         let value = run(&client, "GET", vec![key.into()]).await;
         assert_eq!(value, Value::from("t2"), "{key}");
     }
+}
+
+/// Every `.lua` file under `dir`, in every folder (each slice keeps its own scripts).
+fn lua_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(lua_files(&path));
+        } else if path.extension().and_then(|e| e.to_str()) == Some("lua") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
 }

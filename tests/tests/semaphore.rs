@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlock_core::{BuildError, InvalidInput, LockError, LockOptions, Mode, Redlock};
+use redlock_core::{InvalidInput, LockError, LockOptions, Mode, Redlock};
 use redlock_tests::checker::History;
 use redlock_tests::proxy::Proxy;
 use redlock_tests::{RedisNodes, plain_client, proxy_urls, redlock, within};
@@ -26,7 +26,6 @@ fn ms(n: u64) -> Duration {
 /// A permit of `K` with a short ttl, waiting up to 5 s.
 fn permit() -> LockOptions {
     LockOptions::default()
-        .permits(K)
         .ttl(ms(2_000))
         .retry_delay(ms(50))
         .retry_jitter(ms(50))
@@ -109,12 +108,12 @@ async fn workload(
         tokio::spawn(async move {
             let mut seen = Seen::default();
             while Instant::now() < until {
-                match redlock.lock_with(&resource, &options).await {
+                match redlock.semaphore(&resource, K).acquire_with(&options).await {
                     Ok(guard) => {
                         let start = Instant::now();
                         let info = guard.info();
-                        assert_eq!(info.permits(), options.get_permits());
-                        assert!(info.slot().unwrap() < options.get_permits().unwrap());
+                        assert_eq!(info.permits(), Some(K));
+                        assert!(info.slot().unwrap() < K);
                         assert_eq!(info.resource(), resource);
                         let hold = rand::rng().random_range(5..=30);
                         tokio::time::sleep(ms(hold)).await;
@@ -203,7 +202,7 @@ async fn past_quarantine(redlock: &Redlock, nodes: &RedisNodes, options: &LockOp
     let deadline = Instant::now() + Duration::from_secs(15);
     let key = redlock.key_for("probe");
     loop {
-        if let Ok(guard) = redlock.lock_with("probe", options).await {
+        if let Ok(guard) = redlock.semaphore("probe", K).acquire_with(options).await {
             tokio::time::sleep(ms(20)).await;
             let slot = guard.info().slot().unwrap();
             let slot_key = format!("{key}\0redlock:permit:{slot}");
@@ -279,7 +278,7 @@ async fn a_partition_and_a_node_restarted_empty_keep_at_most_k() {
 async fn third_after_a_restart(quarantine: Duration) -> bool {
     let mut nodes = RedisNodes::start(5);
     let ttl = ms(3_000);
-    let options = LockOptions::default().permits(2).ttl(ttl);
+    let options = LockOptions::default().ttl(ttl);
     let (a, pa) = proxied(&nodes, ttl, quarantine).await;
     let (b, pb) = proxied(&nodes, ttl, quarantine).await;
     let (c, pc) = proxied(&nodes, ttl, quarantine).await;
@@ -290,16 +289,14 @@ async fn third_after_a_restart(quarantine: Duration) -> bool {
         own[3].partition();
         own[4].partition();
     }
-    let first = a.lock_with("job", &options).await.unwrap();
-    let second = b.lock_with("job", &options).await.unwrap();
+    let first = a.semaphore("job", 2).acquire_with(&options).await.unwrap();
+    let second = b.semaphore("job", 2).acquire_with(&options).await.unwrap();
     nodes.servers[0].restart();
     pc[1].partition();
     pc[2].partition();
     let third = c
-        .lock_with(
-            "job",
-            &options.clone().retry_delay(ms(50)).wait_timeout(ms(1_000)),
-        )
+        .semaphore("job", 2)
+        .acquire_with(&options.clone().retry_delay(ms(50)).wait_timeout(ms(1_000)))
         .await;
     // Both holders are still valid.
     assert!(first.is_valid() && second.is_valid());
@@ -332,11 +329,12 @@ async fn without_the_quarantine_a_node_restarted_empty_lets_a_third_holder_in() 
 async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
     let nodes = RedisNodes::start(5);
     let redlock = redlock(&nodes).await;
-    let options = LockOptions::default()
-        .permits(2)
-        .ttl(ms(500))
-        .auto_extend(true);
-    let guard = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(500)).auto_extend(true);
+    let guard = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     assert_eq!(guard.permits(), Some(2));
     let slot = guard.info().slot().unwrap();
     let slot_key = format!("{}\0redlock:permit:{slot}", redlock.key_for("job"));
@@ -368,14 +366,26 @@ async fn a_permit_is_a_lease_extended_auto_extended_and_released_like_a_lock() {
     gone_soon(&nodes, &slot_key).await;
     // A dropped guard releases its slot; a shutdown releases every permit held (a 30 s
     // ttl: gone within 1 s only by their releases).
-    let long = LockOptions::default().permits(2).ttl(ms(30_000));
-    let dropped = redlock.lock_with("job", &long).await.unwrap();
+    let long = LockOptions::default().ttl(ms(30_000));
+    let dropped = redlock
+        .semaphore("job", 2)
+        .acquire_with(&long)
+        .await
+        .unwrap();
     let slot = dropped.info().slot().unwrap();
     drop(dropped);
     let key = redlock.key_for("job");
     gone_soon(&nodes, &self::slot_key(&key, slot)).await;
-    let _one = redlock.lock_with("job", &long).await.unwrap();
-    let _two = redlock.lock_with("job", &long).await.unwrap();
+    let _one = redlock
+        .semaphore("job", 2)
+        .acquire_with(&long)
+        .await
+        .unwrap();
+    let _two = redlock
+        .semaphore("job", 2)
+        .acquire_with(&long)
+        .await
+        .unwrap();
     let report = redlock.shutdown(Duration::from_secs(5)).await;
     assert_eq!(report.released, ["job", "job"], "{report:?}");
     for slot in 0..2 {
@@ -391,19 +401,20 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
         redlock(&nodes).await,
         redlock(&nodes).await,
     );
-    let options = LockOptions::default().permits(2).ttl(ms(1_000));
+    let options = LockOptions::default().ttl(ms(1_000));
     // Before the attempt: every node's key expires at least the ttl after this.
     let asked = Instant::now();
-    let crashed = a.lock_with("job", &options).await.unwrap();
+    let crashed = a.semaphore("job", 2).acquire_with(&options).await.unwrap();
     let crashed_slot = crashed.info().slot().unwrap();
     // The holder crashes: its guard is never released, and its handle goes.
     std::mem::forget(crashed);
     drop(a);
-    let kept = b.lock_with("job", &options).await.unwrap();
+    let kept = b.semaphore("job", 2).acquire_with(&options).await.unwrap();
     assert_ne!(kept.info().slot().unwrap(), crashed_slot);
     // Both permits held: a third is busy at once.
     let busy = c
-        .lock_with("job", &options.clone().retry_count(0))
+        .semaphore("job", 2)
+        .acquire_with(&options.clone().retry_count(0))
         .await
         .unwrap_err();
     assert!(busy.is_busy(), "{busy}");
@@ -412,9 +423,12 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
         .clone()
         .retry_delay(ms(50))
         .wait_timeout(Duration::from_secs(5));
-    let guard = within("the crashed permit", c.lock_with("job", &waiting))
-        .await
-        .unwrap();
+    let guard = within(
+        "the crashed permit",
+        c.semaphore("job", 2).acquire_with(&waiting),
+    )
+    .await
+    .unwrap();
     let after = asked.elapsed();
     assert_eq!(guard.info().slot(), Some(crashed_slot));
     // Not before the crashed permit's ttl (Redis counts whole ms), and soon after it.
@@ -438,9 +452,9 @@ async fn a_release_wakes_a_waiter_not_its_retry_delay() {
         redlock(&nodes).await,
         redlock(&nodes).await,
     );
-    let options = LockOptions::default().permits(2).ttl(ms(30_000));
-    let first = a.lock_with("job", &options).await.unwrap();
-    let second = b.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let first = a.semaphore("job", 2).acquire_with(&options).await.unwrap();
+    let second = b.semaphore("job", 2).acquire_with(&options).await.unwrap();
     // A waiter whose retry delay alone would make it wait 10 s.
     let waiting = options
         .clone()
@@ -448,7 +462,7 @@ async fn a_release_wakes_a_waiter_not_its_retry_delay() {
         .retry_jitter(Duration::ZERO)
         .wait_timeout(Duration::from_secs(30));
     let key = c.key_for("job");
-    let waiter = tokio::spawn(async move { c.lock_with("job", &waiting).await });
+    let waiter = tokio::spawn(async move { c.semaphore("job", 2).acquire_with(&waiting).await });
     // Until it has queued on every node.
     let queue = format!("{key}\0redlock:permit-waiters");
     within("the waiter to queue", async {
@@ -476,8 +490,12 @@ async fn a_release_wakes_a_waiter_not_its_retry_delay() {
 async fn a_newcomer_does_not_pass_an_earlier_waiter_but_a_crashed_one_stops_counting() {
     let nodes = RedisNodes::start(5);
     let redlock = redlock(&nodes).await;
-    let options = LockOptions::default().permits(2).ttl(ms(30_000));
-    let held = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let held = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     // A waiter that started long ago, queued on every node and still attempting: the one
     // free slot is its.
     let key = redlock.key_for("job");
@@ -491,11 +509,19 @@ async fn a_newcomer_does_not_pass_an_earlier_waiter_but_a_crashed_one_stops_coun
         .zadd(&alive, &["99999999999999".to_owned(), earlier.clone()])
         .await;
     let once = options.clone().retry_count(0);
-    let refused = redlock.lock_with("job", &once).await.unwrap_err();
+    let refused = redlock
+        .semaphore("job", 2)
+        .acquire_with(&once)
+        .await
+        .unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     // It stopped attempting: its entry stops counting, and the newcomer gets the slot.
     nodes.zadd(&alive, &["1".to_owned(), earlier.clone()]).await;
-    let granted = redlock.lock_with("job", &once).await.unwrap();
+    let granted = redlock
+        .semaphore("job", 2)
+        .acquire_with(&once)
+        .await
+        .unwrap();
     assert_ne!(granted.info().slot(), held.info().slot());
     // Its stale entry was dropped from the queue on the way.
     assert!(nodes.keys(&queue).await.iter().all(Vec::is_empty));
@@ -512,14 +538,14 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
         Err(LockError::Invalid(input)) => input,
         other => panic!("not refused as invalid: {other:?}"),
     };
-    let zero = LockOptions::default().permits(0);
+    let plain = LockOptions::default();
     assert_eq!(
-        invalid(redlock.lock_with("r", &zero).await),
+        invalid(redlock.semaphore("r", 0).acquire_with(&plain).await),
         InvalidInput::ZeroPermits
     );
-    let many = LockOptions::default().permits(redlock_core::MAX_PERMITS + 1);
+    let many = redlock.semaphore("r", redlock_core::MAX_PERMITS + 1);
     assert!(matches!(
-        invalid(redlock.lock_with("r", &many).await),
+        invalid(many.acquire_with(&plain).await),
         InvalidInput::PermitsAboveCap { .. }
     ));
     for (options, option) in [
@@ -527,29 +553,12 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
         (LockOptions::default().fencing(true), "fencing"),
         (LockOptions::default().reentrant(true), "reentrant"),
     ] {
-        let options = options.permits(3);
         assert_eq!(
-            invalid(redlock.lock_with("r", &options).await),
+            invalid(redlock.semaphore("r", 3).acquire_with(&options).await),
             InvalidInput::PermitsWith { option }
         );
     }
     assert_eq!(nodes.script_calls().await, before, "something was sent");
-    // As a handle's default, permits would make every lock a permit: refused at build.
-    let built = Redlock::builder()
-        .nodes(nodes.urls())
-        .lock_options(LockOptions::default().permits(3))
-        .build()
-        .await;
-    assert!(
-        matches!(
-            built,
-            Err(BuildError::Option {
-                name: "permits",
-                ..
-            })
-        ),
-        "{built:?}"
-    );
 }
 
 /// Node `i`'s slot `slot` of `key` written from a plain client with a 30 s ttl: a holder's
@@ -573,9 +582,17 @@ async fn delete_on(nodes: &RedisNodes, i: usize, key: &str) {
 async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
     let nodes = RedisNodes::start(3);
     let redlock = redlock(&nodes).await;
-    let options = LockOptions::default().permits(2).ttl(ms(30_000));
-    let first = redlock.lock_with("job", &options).await.unwrap();
-    let second = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let first = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
+    let second = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     assert_eq!(
         (first.info().slot(), second.info().slot()),
         (Some(0), Some(1))
@@ -589,7 +606,8 @@ async fn a_full_semaphore_whose_holders_missed_nodes_is_busy_not_a_split() {
     // was free on two nodes: busy, not a split polled every few ms.
     let before = nodes.script_calls().await;
     let error = redlock
-        .lock_with("job", &options.clone().retry_count(3))
+        .semaphore("job", 2)
+        .acquire_with(&options.clone().retry_count(3))
         .await
         .unwrap_err();
     let calls: Vec<u64> = nodes
@@ -640,13 +658,13 @@ async fn a_split_round_releases_what_it_took_and_the_next_asks_for_the_free_slot
     for i in [2, 3, 4] {
         plant(&nodes, i, &slot_key(&key, 1), "one").await;
     }
-    let options = LockOptions::default()
-        .permits(3)
-        .ttl(ms(30_000))
-        .retry_count(0);
-    let guard = within("the attempts", redlock.lock_with("job", &options))
-        .await
-        .unwrap();
+    let options = LockOptions::default().ttl(ms(30_000)).retry_count(0);
+    let guard = within(
+        "the attempts",
+        redlock.semaphore("job", 3).acquire_with(&options),
+    )
+    .await
+    .unwrap();
     assert_eq!(guard.info().slot(), Some(2));
     // Nothing of the split round is left: the planted keys only (a 30 s ttl, so not by
     // expiry), and slot 2 the permit's.
@@ -664,8 +682,12 @@ async fn a_split_round_releases_what_it_took_and_the_next_asks_for_the_free_slot
 async fn waiters_that_leave_leave_no_alive_entries() {
     let nodes = RedisNodes::start(3);
     let redlock = redlock(&nodes).await;
-    let options = LockOptions::default().permits(1).ttl(ms(30_000));
-    let held = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let held = redlock
+        .semaphore("job", 1)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     let key = redlock.key_for("job");
     let (queue, alive) = (
         format!("{key}\0redlock:permit-waiters"),
@@ -675,11 +697,13 @@ async fn waiters_that_leave_leave_no_alive_entries() {
     let waiting = options.clone().retry_delay(ms(50)).retry_jitter(ms(10));
     let timing_out = (0..4).map(|_| {
         let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(400)));
-        async move { redlock.lock_with("job", &waiting).await }
+        async move { redlock.semaphore("job", 1).acquire_with(&waiting).await }
     });
     let dropped = (0..2).map(|_| {
         let (redlock, waiting) = (redlock.clone(), waiting.clone().wait_timeout(ms(10_000)));
-        async move { tokio::time::timeout(ms(400), redlock.lock_with("job", &waiting)).await }
+        async move {
+            tokio::time::timeout(ms(400), redlock.semaphore("job", 1).acquire_with(&waiting)).await
+        }
     });
     let (timed_out, dropped) = within("the waiters", async {
         futures_util::future::join(
@@ -726,8 +750,12 @@ async fn an_alive_entry_no_longer_queued_is_dropped_by_the_next_attempt() {
     nodes
         .zadd(&alive, &["99999999999999".to_owned(), gone])
         .await;
-    let options = LockOptions::default().permits(2).ttl(ms(30_000));
-    let guard = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let guard = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     assert_eq!(zcards(&nodes, &alive).await, [0, 0, 0]);
     guard.release().await.unwrap();
 }
@@ -740,8 +768,12 @@ async fn an_alive_entry_no_longer_queued_is_dropped_by_the_next_attempt() {
 async fn a_newcomer_refused_by_rank_on_a_quorum_is_busy_not_a_split() {
     let nodes = RedisNodes::start(5);
     let redlock = redlock(&nodes).await;
-    let options = LockOptions::default().permits(2).ttl(ms(30_000));
-    let held = redlock.lock_with("job", &options).await.unwrap();
+    let options = LockOptions::default().ttl(ms(30_000));
+    let held = redlock
+        .semaphore("job", 2)
+        .acquire_with(&options)
+        .await
+        .unwrap();
     let key = redlock.key_for("job");
     let (queue, alive) = (
         format!("{key}\0redlock:permit-waiters"),
@@ -755,7 +787,11 @@ async fn a_newcomer_refused_by_rank_on_a_quorum_is_busy_not_a_split() {
         let _: i64 = on_node(&nodes, i, "ZADD", counts).await;
     }
     let once = options.clone().retry_count(0);
-    let refused = redlock.lock_with("job", &once).await.unwrap_err();
+    let refused = redlock
+        .semaphore("job", 2)
+        .acquire_with(&once)
+        .await
+        .unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     held.release().await.unwrap();
 }

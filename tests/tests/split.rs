@@ -84,7 +84,7 @@ async fn tick_of(replicas: &[Replica], resource: &str, job: Job) -> Tick {
     let held = Duration::from_secs(2);
     let (options, work) = match job {
         Job::Plain => (once.lock_at_least_for(held), ms(20)),
-        Job::Permit => (once.lock_at_least_for(held).permits(2), ms(20)),
+        Job::Permit => (once.lock_at_least_for(held), ms(20)),
         // Without a minimum hold, the work lasts longer than a split's attempts (1.26 s).
         Job::Exclusive => (once.mode(Mode::Exclusive), held),
         Job::Several => (once, held),
@@ -100,6 +100,10 @@ async fn tick_of(replicas: &[Replica], resource: &str, job: Job) -> Tick {
                 Job::Several => {
                     let resources = [resource.clone(), format!("{resource}:b")];
                     redlock.lock_many_with(&resources, &job_options).await
+                }
+                Job::Permit => {
+                    let semaphore = redlock.semaphore(resource.as_str(), 2);
+                    semaphore.acquire_with(&job_options).await
                 }
                 _ => redlock.lock_with(&resource, &job_options).await,
             };

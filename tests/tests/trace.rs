@@ -233,7 +233,8 @@ async fn each_primitive_runs_only_its_own_commands() {
 
     let seen = trace_of(&url, async {
         let permit = redlock
-            .lock_with("pool", &LockOptions::default().permits(2))
+            .semaphore("pool", 2)
+            .acquire_with(&LockOptions::default())
             .await
             .unwrap();
         permit.release().await.unwrap();

@@ -14,6 +14,11 @@
 //! its own layer or of a layer below. The diagram is read as it is written (see
 //! [`layer_order`]); a module it does not place, a module it names that does not exist, and an
 //! import of a higher layer fail the check.
+//!
+//! A layer named exactly `slices` ([`SLICES`]) is a layer of independent slices: a module under
+//! one of its top-level modules may not import a module under another of them (a slice's own
+//! children and lower layers stay allowed, and lower layers may not import a slice, as above).
+//! In every other layer, siblings may import each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -40,8 +45,12 @@ const LAYERED: &str = "redlock-core";
 /// The heading of ARCHITECTURE.md's section whose diagram gives [`LAYERED`]'s layers.
 const LAYERS_HEADING: &str = "## redlock-core: layers";
 
+/// The name of the layer whose top-level modules are independent slices: none imports another.
+const SLICES: &str = "slices";
+
 /// Imports against the layer order that are known and allowed for now, as `(importing module,
-/// imported module)`. Temporary: each is to be moved to its layer (or the diagram changed),
+/// imported module)`: an import of a higher layer, or a slice's import of another slice.
+/// Temporary: each is to be moved to its layer (or the diagram changed),
 /// and its entry dropped, by whoever owns the file.
 const KNOWN_VIOLATIONS: &[(&str, &str)] = &[];
 
@@ -96,8 +105,13 @@ pub(crate) fn check(root: &Path, verbose: bool) -> anyhow::Result<()> {
             let allowed = allowed_violations(&graph, &layers, KNOWN_VIOLATIONS);
             for (from, to) in KNOWN_VIOLATIONS {
                 if allowed.contains(&((*from).to_owned(), (*to).to_owned())) {
+                    let what = if slice_to_slice(&layers, from, to) {
+                        "is a slice importing another slice"
+                    } else {
+                        "imports a higher layer"
+                    };
                     println!(
-                        "{krate}: {from} -> {to} imports a higher layer: allowed for now (xtask/src/layers.rs, KNOWN_VIOLATIONS)"
+                        "{krate}: {from} -> {to} {what}: allowed for now (xtask/src/layers.rs, KNOWN_VIOLATIONS)"
                     );
                 } else {
                     println!(
@@ -235,8 +249,18 @@ fn top(module: &str) -> &str {
     module.split("::").next().unwrap_or(module)
 }
 
-/// Every import of `graph` from a module of a layer to a module of a higher one, as
-/// `(importing module, imported module)`.
+/// Whether `from` and `to` are under two different top-level modules of the [`SLICES`] layer.
+fn slice_to_slice(layers: &[Layer], from: &str, to: &str) -> bool {
+    top(from) != top(to)
+        && layers.iter().any(|layer| {
+            layer.name == SLICES
+                && layer.modules.contains(top(from))
+                && layer.modules.contains(top(to))
+        })
+}
+
+/// Every import of `graph` from a module of a layer to a module of a higher one, or from one
+/// slice to another ([`slice_to_slice`]), as `(importing module, imported module)`.
 fn violations(graph: &Graph, layers: &[Layer]) -> Vec<(String, String)> {
     let layer_of = |module: &str| {
         layers
@@ -249,7 +273,9 @@ fn violations(graph: &Graph, layers: &[Layer]) -> Vec<(String, String)> {
             continue;
         };
         for import in imports {
-            if layer_of(import).is_some_and(|to| to < from) {
+            if layer_of(import).is_some_and(|to| to < from)
+                || slice_to_slice(layers, module, import)
+            {
                 found.push((module.clone(), import.clone()));
             }
         }
@@ -270,8 +296,8 @@ fn allowed_violations(
 }
 
 /// What breaks the layer order: a module in no layer or in two, a layer's module that does not
-/// exist, and each import of a higher layer that `known` does not allow ([`KNOWN_VIOLATIONS`]
-/// in the check).
+/// exist, and each import of a higher layer or of another slice that `known` does not allow
+/// ([`KNOWN_VIOLATIONS`] in the check).
 fn check_layers(graph: &Graph, layers: &[Layer], known: &[(&str, &str)]) -> Vec<String> {
     let mut problems = Vec::new();
     let modules: BTreeSet<&str> = graph
@@ -313,7 +339,14 @@ fn check_layers(graph: &Graph, layers: &[Layer], known: &[(&str, &str)]) -> Vec<
             .map_or("", |layer| layer.name.as_str())
     };
     for (from, to) in violations(graph, layers) {
-        if !known.contains(&(from.as_str(), to.as_str())) {
+        if known.contains(&(from.as_str(), to.as_str())) {
+            continue;
+        }
+        if slice_to_slice(layers, &from, &to) {
+            problems.push(format!(
+                "slice {from} -> {to}: a slice imports another slice"
+            ));
+        } else {
             problems.push(format!(
                 "{from} ({}) imports {to} ({}), a higher layer",
                 layer_name(&from),
@@ -726,6 +759,51 @@ mod tests {
     }
 
     #[test]
+    fn a_slice_imports_no_other_slice_and_other_layers_keep_their_siblings() {
+        let layers = layers_of(&[
+            ("handle", &["h"]),
+            ("slices", &["a", "b"]),
+            ("kernel", &["k", "l"]),
+        ]);
+        let fine = graph_of(&[
+            ("h", &["a", "b::x"]),
+            ("a", &["a::x", "k"]),
+            ("a::x", &["a::y", "l"]),
+            ("a::y", &[]),
+            ("b", &[]),
+            ("b::x", &["k"]),
+            ("k", &["l"]),
+            ("l", &["k"]),
+        ]);
+        assert!(check_layers(&fine, &layers, KNOWN).is_empty());
+        let wrong = graph_of(&[
+            ("h", &[]),
+            ("a", &["b"]),
+            ("a::x", &[]),
+            ("b", &[]),
+            ("b::x", &["a::x"]),
+            ("k", &["a"]),
+            ("l", &[]),
+        ]);
+        assert_eq!(
+            check_layers(&wrong, &layers, KNOWN),
+            [
+                "slice a -> b: a slice imports another slice",
+                "slice b::x -> a::x: a slice imports another slice",
+                "k (kernel) imports a (slices), a higher layer",
+            ]
+        );
+        // Only a layer named exactly `slices` is one of slices.
+        let named = layers_of(&[("slices two", &["a", "b"]), ("kernel", &["k"])]);
+        assert!(check_layers(&wrong, &named, KNOWN)[0].starts_with("module h is in no layer"));
+        assert!(
+            !check_layers(&wrong, &named, KNOWN)
+                .iter()
+                .any(|p| p.contains("slice "))
+        );
+    }
+
+    #[test]
     fn every_module_in_exactly_one_layer() {
         let layers = layers_of(&[("top", &["a", "gone"]), ("bottom", &["b", "a"])]);
         let graph = graph_of(&[
@@ -760,6 +838,21 @@ mod tests {
             [("tls".to_owned(), "connect".to_owned())]
                 .into_iter()
                 .collect()
+        );
+    }
+
+    #[test]
+    fn a_known_violation_may_be_a_slice_importing_another() {
+        const KNOWN: &[(&str, &str)] = &[("a", "b")];
+        let layers = layers_of(&[("slices", &["a", "b", "c"])]);
+        let graph = graph_of(&[("a", &["b"]), ("b", &[]), ("c", &["b"])]);
+        assert_eq!(
+            check_layers(&graph, &layers, KNOWN),
+            ["slice c -> b: a slice imports another slice"]
+        );
+        assert_eq!(
+            allowed_violations(&graph, &layers, KNOWN),
+            [("a".to_owned(), "b".to_owned())].into_iter().collect()
         );
     }
 }

@@ -1,5 +1,5 @@
 //! One Redis node as the lock's scripts see it: a keyspace with expiry on the node's clock,
-//! and each script of `redlock-core/src/node/scripts/` mirrored in Rust, run on it as the
+//! and each script of redlock-core (its `.lua` files, with the slice that sends each) mirrored in Rust, run on it as the
 //! dispatch script runs a call (`pcall`: an error is a reply).
 //!
 //! A [`Call`] is exactly what the dispatch script is sent for one call: the script's id (its

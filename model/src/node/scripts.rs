@@ -1,6 +1,6 @@
 //! The plain lock's scripts mirrored, and the dispatch of a call to its script.
 //!
-//! Each function is the script of the same name under `redlock-core/src/node/scripts/`,
+//! Each function is the script of the same name under `redlock-core/src/` (in its slice),
 //! statement for statement: its keys and arguments bound by position first, as the Lua binds
 //! them to named locals.
 

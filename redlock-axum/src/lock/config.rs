@@ -45,6 +45,9 @@ pub(crate) struct Config {
     pub(crate) mode: ModeFrom,
     /// The options as given; [`for_requests`](Self::for_requests) applies `auto_extend`.
     pub(crate) options: LockOptions,
+    /// [`RedlockLayer::concurrency_limit`](super::RedlockLayer::concurrency_limit): a permit
+    /// of a semaphore of this many permits per request, instead of the resource's lock.
+    pub(crate) permits: Option<u32>,
     pub(crate) auto_extend: bool,
     /// [`RedlockLayer::max_hold`](super::RedlockLayer::max_hold); `None` keeps the options'
     /// own cap, or [`DEFAULT_MAX_HOLD`] when they have none.
@@ -76,6 +79,7 @@ impl Config {
             redlock,
             resource,
             mode: ModeFrom::Options,
+            permits: None,
             auto_extend: true,
             max_hold: None,
             busy_status: StatusCode::LOCKED,
@@ -100,7 +104,8 @@ impl Config {
     /// The configuration the services run with: the options of [`request_options`].
     pub(crate) fn for_requests(&self) -> Self {
         let mut config = self.clone();
-        config.options = request_options(&self.options, self.auto_extend, self.max_hold);
+        let permit = self.permits.is_some();
+        config.options = request_options(&self.options, permit, self.auto_extend, self.max_hold);
         config
     }
 }
@@ -108,10 +113,11 @@ impl Config {
 /// The options each request's lock is taken with: `options` with `auto_extend` applied, the
 /// hold capped (the layer's `max_hold`, else the options' own cap, else
 /// [`DEFAULT_MAX_HOLD`]), and made reentrant (so that `#[redlock]` functions the handler
-/// calls on the same resource share the lock), unless it is a semaphore's permit
-/// (`LockOptions::permits`), which is never re-entered.
+/// calls on the same resource share the lock), unless it is a semaphore's `permit`
+/// (`Redlock::semaphore`), which is never re-entered.
 fn request_options(
     options: &LockOptions,
+    permit: bool,
     auto_extend: bool,
     max_hold: Option<Duration>,
 ) -> LockOptions {
@@ -122,7 +128,7 @@ fn request_options(
         .clone()
         .auto_extend(auto_extend)
         .max_hold(max_hold)
-        .reentrant(options.get_permits().is_none())
+        .reentrant(!permit)
 }
 
 #[cfg(test)]
@@ -131,9 +137,9 @@ mod tests {
 
     #[test]
     fn a_permit_per_request_is_not_made_reentrant() {
-        let lock = request_options(&LockOptions::default(), true, None);
+        let lock = request_options(&LockOptions::default(), false, true, None);
         assert!(lock.get_reentrant());
-        let permit = request_options(&LockOptions::default().permits(3), true, None);
+        let permit = request_options(&LockOptions::default(), true, true, None);
         assert!(!permit.get_reentrant());
         assert_eq!(permit.validate(), Ok(()));
     }
@@ -150,7 +156,7 @@ mod tests {
         ];
         for (options, layer, expected) in cases {
             for auto_extend in [true, false] {
-                let applied = request_options(&options, auto_extend, layer);
+                let applied = request_options(&options, false, auto_extend, layer);
                 assert_eq!(
                     applied.get_max_hold(),
                     Some(expected),

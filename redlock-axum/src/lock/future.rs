@@ -151,11 +151,22 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
         None => redlock_core::resource_class(&resource),
     };
     let span = observe::span(parts.extensions.get::<MatchedPath>(), Some(&class));
-    let locked = config
-        .redlock
-        .lock_with(&resource, &options)
-        .instrument(span.clone())
-        .await;
+    let locked = match config.permits {
+        Some(permits) => {
+            let semaphore = config.redlock.semaphore(resource.as_str(), permits);
+            semaphore
+                .acquire_with(&options)
+                .instrument(span.clone())
+                .await
+        }
+        None => {
+            config
+                .redlock
+                .lock_with(&resource, &options)
+                .instrument(span.clone())
+                .await
+        }
+    };
     match locked {
         Ok(guard) => {
             parts.extensions.insert(guard.info());

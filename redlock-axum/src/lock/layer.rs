@@ -164,16 +164,15 @@ impl RedlockLayer {
     }
 
     /// A concurrency limit across every replica: each request takes one of `permits` permits
-    /// of a counting semaphore on its resource ([`LockOptions::permits`]) instead of the
+    /// of a counting semaphore on its resource ([`Redlock::semaphore`]) instead of the
     /// resource's lock, so at most `permits` requests per resource run at once, fleet-wide
     /// ("at most 3 exports per tenant"); the others are answered as for a busy lock (`423`,
-    /// after the options' retries). Set it after [`options`](Self::options), which replaces
-    /// the options it sets. A permit takes no mode: with [`mode`](Self::mode),
+    /// after the options' retries). A permit takes no mode: with [`mode`](Self::mode),
     /// [`mode_by_method`](Self::mode_by_method) or [`mode_from_fn`](Self::mode_from_fn) every
     /// request is refused (`500`, `InvalidInput::PermitsWith` logged).
     #[must_use]
     pub fn concurrency_limit(mut self, permits: u32) -> Self {
-        self.config.options = self.config.options.clone().permits(permits);
+        self.config.permits = Some(permits);
         self
     }
 

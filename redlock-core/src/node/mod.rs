@@ -49,7 +49,7 @@ impl Node {
     }
 
     /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
-    /// [`Masters::round`](crate::masters::Masters::round), a single call with [`Node::bounded`].
+    /// [`Masters::round`](crate::kernel::masters::Masters::round), a single call with [`Node::bounded`].
     pub(crate) async fn call(
         &self,
         command: &'static str,

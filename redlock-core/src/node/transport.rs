@@ -8,7 +8,7 @@
 //! answers the same commands: the dispatch script's `EVALSHA`/`EVAL` with the batch layout of
 //! [`scripts::BATCH`](super::scripts::BATCH), and `NOSCRIPT` when it wants the source.
 //!
-//! The pub/sub side of waiting (the subscribers of [`waiters`](crate::waiters)) still talks to
+//! The pub/sub side of waiting (the subscribers of [`waiters`](crate::kernel::waiters)) still talks to
 //! `fred` directly.
 
 use std::future::Future;
@@ -41,7 +41,7 @@ pub(crate) struct Fred(pub(crate) Client);
 
 /// Per-call options: one attempt (fred must not silently re-send a `SET NX` after a
 /// reconnect), fail-fast when the client is not connected, and no fred timer: the time limit
-/// is one timer per round over all nodes ([`Masters::round`](crate::masters::Masters::round)),
+/// is one timer per round over all nodes ([`Masters::round`](crate::kernel::masters::Masters::round)),
 /// not two per command. Sent through `custom()` on `WithOptions`, the one path where fred
 /// honours them for scripts too (fred.rs#353: `with_options(..).eval(..)` drops them).
 fn call_options() -> &'static Options {

@@ -74,8 +74,8 @@ pub(crate) const MAX_DEFAULT_LOST_MARGIN: Duration = Duration::from_secs(1);
 /// can cost, however many accumulate.
 pub const MAX_QUEUED_WAITERS: usize = 1024;
 
-/// The most permits a semaphore may have ([`LockOptions::permits`]): each attempt reads every
-/// slot's key on each node.
+/// The most permits a semaphore may have ([`Redlock::semaphore`](crate::Redlock::semaphore)):
+/// each attempt reads every slot's key on each node.
 pub const MAX_PERMITS: u32 = 1024;
 
 /// How one acquisition behaves: how long the lock lives, how often and how long to retry.
@@ -112,7 +112,6 @@ pub struct LockOptions {
     fencing: bool,
     reentrant: bool,
     mode: Option<Mode>,
-    permits: Option<u32>,
 }
 
 impl Default for LockOptions {
@@ -134,7 +133,6 @@ impl Default for LockOptions {
             fencing: false,
             reentrant: false,
             mode: None,
-            permits: None,
         }
     }
 }
@@ -334,35 +332,6 @@ impl LockOptions {
     /// The mode, if the lock is taken in one.
     pub fn get_mode(&self) -> Option<Mode> {
         self.mode
-    }
-
-    /// Take one of `permits` permits of a counting semaphore on the resource instead of the
-    /// lock itself: at most `permits` holders at once across every handle and process (e.g.
-    /// at most 3 exports per tenant). Default: none, the plain lock.
-    ///
-    /// A semaphore of `permits` permits is that many plain locks on the resource's slots
-    /// (bookkeeping keys of the resource); a permit is the lock of one slot, granted by a
-    /// majority within its validity like the lock, so extension, auto-extension, the lost
-    /// signal and release work as for the lock. Each attempt is one round: every node takes
-    /// the first free slot for the request, and the request holds the slot a majority gave
-    /// it. A semaphore of 1 permit is a lock on its one slot: it does not exclude the resource's
-    /// plain lock, which is another key. See the guide,
-    /// [`guide::semaphore`](crate::guide::semaphore).
-    ///
-    /// From 1 to [`MAX_PERMITS`] ([`InvalidInput::ZeroPermits`],
-    /// [`InvalidInput::PermitsAboveCap`]); not with a [`mode`](Self::mode), fencing or
-    /// re-entry ([`InvalidInput::PermitsWith`]). Every handle on the resource must ask for the
-    /// same number of permits: a request for more permits uses more slots.
-    #[must_use]
-    pub fn permits(mut self, permits: u32) -> Self {
-        self.permits = Some(permits);
-        self
-    }
-
-    /// The number of permits, if the lock is one of a semaphore's
-    /// ([`permits`](Self::permits)).
-    pub fn get_permits(&self) -> Option<u32> {
-        self.permits
     }
 
     /// The ttl.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{LockOptions, MAX_PERMITS, MAX_TTL};
+use super::{LockOptions, MAX_TTL};
 use crate::error::InvalidInput;
 use crate::timing;
 
@@ -60,34 +60,7 @@ impl LockOptions {
                 return Err(InvalidInput::AtLeastAboveTtl { at_least, ttl });
             }
         }
-        self.validate_permits()
-    }
-
-    /// The checks of [`permits`](Self::permits): between 1 and [`MAX_PERMITS`], and none of
-    /// the options a permit cannot give (a mode, fencing, re-entry).
-    fn validate_permits(&self) -> Result<(), InvalidInput> {
-        let Some(permits) = self.permits else {
-            return Ok(());
-        };
-        if permits == 0 {
-            return Err(InvalidInput::ZeroPermits);
-        }
-        if permits > MAX_PERMITS {
-            return Err(InvalidInput::PermitsAboveCap {
-                permits,
-                max: MAX_PERMITS,
-            });
-        }
-        let option = if self.mode.is_some() {
-            "mode"
-        } else if self.fencing {
-            "fencing"
-        } else if self.reentrant {
-            "reentrant"
-        } else {
-            return Ok(());
-        };
-        Err(InvalidInput::PermitsWith { option })
+        Ok(())
     }
 
     /// The ttl in whole milliseconds, as sent with `PX` (rounded down; at least 1 after
@@ -124,45 +97,6 @@ mod tests {
             assert!(options.validate().is_err(), "{factor}");
             assert_eq!(options.drift(), Duration::MAX, "{factor}");
         }
-    }
-
-    #[test]
-    fn permits_are_bounded_and_refuse_what_a_permit_cannot_give() {
-        let base = LockOptions::default();
-        assert_eq!(base.clone().permits(1).validate(), Ok(()));
-        assert_eq!(base.clone().permits(MAX_PERMITS).validate(), Ok(()));
-        assert_eq!(
-            base.clone().permits(0).validate(),
-            Err(InvalidInput::ZeroPermits)
-        );
-        assert_eq!(
-            base.clone().permits(MAX_PERMITS + 1).validate(),
-            Err(InvalidInput::PermitsAboveCap {
-                permits: MAX_PERMITS + 1,
-                max: MAX_PERMITS
-            })
-        );
-        let with = |options: LockOptions| options.permits(3).validate();
-        let mode = base.clone().mode(crate::Mode::ProtectedRead);
-        assert_eq!(
-            with(mode),
-            Err(InvalidInput::PermitsWith { option: "mode" })
-        );
-        let fencing = base.clone().fencing(true);
-        assert_eq!(
-            with(fencing),
-            Err(InvalidInput::PermitsWith { option: "fencing" })
-        );
-        let reentrant = base.clone().reentrant(true);
-        let refused = InvalidInput::PermitsWith {
-            option: "reentrant",
-        };
-        assert_eq!(with(reentrant), Err(refused));
-        // What a permit can give as a lock does.
-        let extended = base
-            .auto_extend(true)
-            .lock_at_least_for(Duration::from_secs(1));
-        assert_eq!(with(extended), Ok(()));
     }
 
     #[test]

@@ -1,0 +1,105 @@
+//! Extension by quorum (distlock spec, "Making the algorithm more reliable: Extending the
+//! lock"): compare-and-pexpire on every node at once, valid only if a quorum confirmed it
+//! before the lock's lost deadline.
+
+use std::time::{Duration, Instant};
+
+use super::Lease;
+use crate::error::{LockError, LostReason};
+use crate::kernel::masters::{Masters, Stop};
+use crate::options::LockOptions;
+use crate::telemetry;
+use crate::timing;
+
+/// Extends `lease` to `ttl` from now on `masters`. See
+/// [`LockGuard::extend`](crate::LockGuard::extend).
+pub(crate) async fn extend(
+    masters: &Masters,
+    lease: &Lease,
+    ttl: Duration,
+) -> Result<Instant, LockError> {
+    let was_lost = lease.is_lost();
+    let result = extend_once(masters, lease, ttl).await;
+    telemetry::extension(&lease.class, was_lost, result.as_ref().map(|_| ()));
+    result
+}
+
+async fn extend_once(
+    masters: &Masters,
+    lease: &Lease,
+    ttl: Duration,
+) -> Result<Instant, LockError> {
+    let lost = |reason| LockError::Lost {
+        resource: lease.resource.clone(),
+        reason,
+    };
+    // The acquisition's rules for the new ttl: not zero, under the cap, longer than the
+    // drift and the lost margin.
+    let options = LockOptions::default()
+        .ttl(ttl)
+        .drift_factor(lease.drift_factor)
+        .lost_margin(lease.lost_margin);
+    options.validate()?;
+    masters.check_quarantine(ttl)?;
+    let (ttl, ttl_ms) = (options.sent_ttl(), options.ttl_millis());
+    let drift = timing::drift(ttl, lease.drift_factor);
+    lease.check().map_err(lost)?;
+
+    let n = masters.len();
+    let deadline = lease.lost_at();
+    let start = Instant::now();
+    let limit = masters
+        .node_timeout
+        .min(deadline.saturating_duration_since(start));
+    let (key, token, mode) = (
+        lease.keys.lock.as_str(),
+        lease.token.expose(),
+        lease.mode.get().is_some(),
+    );
+    let owner = lease.owner.as_ref();
+    let tally = masters
+        .round(masters.quorum, limit, Stop::AtDecision, |node| {
+            // The label follows the lock's ttl, in the same batch (not awaited: it is for
+            // operators, and decides nothing).
+            if let Some(owner) = owner {
+                let labels = (token, &*owner.label);
+                drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
+            }
+            let many = (!lease.also.is_empty()).then(|| lease.lock_keys());
+            async move {
+                let vote = match many {
+                    Some(keys) => node.extend_many(&keys, token, ttl_ms).await,
+                    None => node.extend(key, token, ttl_ms, mode).await,
+                };
+                (vote, ())
+            }
+        })
+        .await;
+    let (granted, refused) = (tally.granted, tally.refused);
+    let outcomes = masters.outcomes(tally.votes);
+    tracing::debug!(
+        resource = %lease.resource,
+        extended = granted,
+        refused,
+        elapsed_us = start.elapsed().as_micros() as u64,
+        "extension decided"
+    );
+    if granted >= masters.quorum {
+        // Only an extension confirmed within the current validity counts (spec: "within
+        // the validity time"); the signal may have fired meanwhile, and never un-fires.
+        lease.check().map_err(lost)?;
+        lease.extend_to(start + ttl - drift);
+        return Ok(lease.valid_until());
+    }
+    if refused > n - masters.quorum {
+        let reason = LostReason::Refused(outcomes);
+        lease.mark_lost(reason.clone());
+        return Err(lost(reason));
+    }
+    Err(LockError::Unavailable {
+        resource: lease.resource.clone(),
+        attempts: 1,
+        quorum: masters.quorum,
+        outcomes,
+    })
+}

@@ -1,0 +1,391 @@
+//! [`RedlockBuilder::build`]: the options checked, before anything is sent, then the nodes
+//! connected and checked (by `connect.rs`: independent masters, distinct servers), the node
+//! set checked, and the handle started.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::ClientLike;
+
+use super::{MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder};
+use crate::error::BuildError;
+use crate::kernel::masters::Masters;
+use crate::kernel::redlock::{Parts, Redlock};
+use crate::kernel::waiters::Waiters;
+use crate::node::Node;
+use crate::options::MAX_TTL;
+use crate::outcome::ClientError;
+use crate::setup::connect::Connect;
+use crate::setup::node_url::server_label;
+use crate::setup::nodeset::NodeSet;
+
+impl RedlockBuilder {
+    /// Validates everything, then connects to all nodes at once, with the connections that
+    /// wake waiters (one subscriber per node, unless hand-over is off), each within the connect
+    /// timeout, and reads each reachable node's `INFO` (one command, within the connect
+    /// timeout) to check that the nodes are distinct, independent masters. A node unreachable
+    /// at build time (allowed while a quorum is reachable) is not checked, then or when it
+    /// connects later; nor is one whose user may not run `INFO` (logged as a warning).
+    ///
+    /// # Errors
+    /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
+    /// [`BuildError::Env`], [`BuildError::ReadFile`],
+    /// [`BuildError::InvalidUrl`], [`BuildError::TlsNotEnabled`],
+    /// [`BuildError::UnixSocketsNotEnabled`], [`BuildError::ClusterNotSupported`],
+    /// [`BuildError::SentinelNotSupported`], [`BuildError::DuplicateNode`],
+    /// [`BuildError::Invalid`], [`BuildError::Option`], [`BuildError::Tls`].
+    /// After connecting (the connections are closed again): [`BuildError::TooFewReachable`]
+    /// if fewer than a quorum connected within the connect timeout;
+    /// [`BuildError::ClusterEnabled`], [`BuildError::Replica`] or
+    /// [`BuildError::EvictionPolicy`] for a node that is not an independent master;
+    /// [`BuildError::DuplicateNode`] if two URLs reach the same server (same `run_id`);
+    /// [`BuildError::SameReplicationGroup`] if two nodes share a replication id.
+    pub async fn build(mut self) -> Result<Redlock, BuildError> {
+        self.check_options()?;
+        let connect = Connect {
+            connect_timeout: self.connect_timeout,
+            node_timeout: self.node_timeout,
+            require_quorum: self.require_quorum,
+        };
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+        let tls = self
+            .tls
+            .connector()
+            .map_err(|reason| BuildError::Tls { reason })?;
+        let mut nodes = Vec::with_capacity(self.urls.len() + self.clients.len());
+        for (index, url) in self.urls.iter().enumerate() {
+            #[cfg(not(any(feature = "tls-rustls", feature = "tls-native")))]
+            let (label, config) = crate::setup::node_url::parse_url(index, url)?;
+            #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+            let (label, config) = crate::setup::tls::parse_url_with(index, url, tls.as_ref())?;
+            if nodes.iter().any(|n: &Node| n.label == label) {
+                return Err(BuildError::DuplicateNode { node: label });
+            }
+            let client = connect.client_for(config).map_err(|e| BuildError::Client {
+                node: label.clone(),
+                source: ClientError::new(e),
+            })?;
+            nodes.push(Node::new(client, label));
+        }
+        #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
+        if tls.is_some()
+            && !nodes
+                .iter()
+                .any(|n: &Node| n.client.client_config().uses_tls())
+        {
+            tracing::warn!(
+                "TLS settings given, but no node URL uses rediss://: they have no effect"
+            );
+        }
+        for client in std::mem::take(&mut self.clients) {
+            let label = server_label(nodes.len(), &client.client_config().server)?;
+            nodes.push(Node::new(client, label));
+        }
+        if nodes.is_empty() {
+            return Err(BuildError::NoNodes);
+        }
+        // The waiters' subscriber connections open beside the nodes' own, so that a built
+        // handle is ready to wake its first waiter (and sends nothing more on its own).
+        let waiters = (!self.handover_grace.is_zero()).then(|| {
+            let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
+            Waiters::start(&clients, self.node_timeout)
+        });
+        let subscribers = async {
+            if let Some(waiters) = &waiters {
+                waiters.connected(self.connect_timeout).await;
+            }
+        };
+        let (connected, ()) = tokio::join!(connect.connect_all(&nodes), subscribers);
+        connected?;
+        let masters = Masters::new(
+            nodes,
+            self.node_timeout,
+            self.quarantine,
+            self.fencing_counter_ttl,
+            &self.key_prefix,
+        );
+        let node_set = self.node_set_check.then(|| NodeSet::new(&self.key_prefix));
+        if let Some(node_set) = &node_set {
+            node_set.check(&masters, self.connect_timeout).await?;
+        }
+        masters.start_quarantine().await;
+        let redlock = Redlock::from_parts(Parts {
+            masters,
+            defaults: self.options,
+            key_prefix: self.key_prefix,
+            owner: self.owner.map(std::sync::Arc::from),
+            handover_grace: self.handover_grace,
+            foreign_window: match waiters {
+                Some(_) if self.foreign_clients => self.foreign_window.min(MAX_FOREIGN_WINDOW),
+                _ => Duration::ZERO,
+            },
+            waiters,
+        });
+        if let Some(node_set) = node_set {
+            node_set.refresh(Arc::downgrade(redlock.masters()), self.node_timeout);
+        }
+        Ok(redlock)
+    }
+
+    /// The checks of [`build`](Self::build) before it connects: the first input error kept
+    /// by a setter, then each option's range, in the order of the options' docs.
+    fn check_options(&mut self) -> Result<(), BuildError> {
+        if let Some(error) = self.deferred.take() {
+            return Err(error);
+        }
+        self.options.validate()?;
+        if let Some(owner) = &self.owner {
+            let reason = if owner.is_empty() {
+                Some("is empty; give a label such as host/pid/application, or none".to_owned())
+            } else if owner.len() > crate::MAX_OWNER_LEN {
+                Some(format!(
+                    "is {} bytes, more than the {} allowed",
+                    owner.len(),
+                    crate::MAX_OWNER_LEN
+                ))
+            } else if owner.chars().any(char::is_control) {
+                Some("holds a control character (a newline, a tab...)".to_owned())
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(BuildError::Option {
+                    name: "owner",
+                    reason,
+                });
+            }
+        }
+        if self.key_prefix.contains('\0') {
+            return Err(BuildError::Option {
+                name: "key_prefix",
+                reason: "holds a NUL byte, which the lock's bookkeeping keys reserve".into(),
+            });
+        }
+        if let Some(at_least) = self.options.get_lock_at_least_for() {
+            return Err(BuildError::Option {
+                name: "lock_at_least_for",
+                reason: format!(
+                    "a default minimum hold ({at_least:?}) would keep every lock of the handle (every layer route, every read or write lock, refused with it) at least that long; give it per acquisition (LockOptions::lock_at_least_for, #[redlock(lock_at_least_for = ..)])"
+                ),
+            });
+        }
+        if let Some(mode) = self.options.get_mode() {
+            return Err(BuildError::Option {
+                name: "mode",
+                reason: format!(
+                    "a default mode ({mode}) would apply to every lock(), #[redlock] function and layer route of the handle, making the shared modes shared everywhere; give the mode per acquisition (lock_mode, read_lock, write_lock, LockOptions::mode, #[redlock(mode = ..)])"
+                ),
+            });
+        }
+        for (name, value) in [
+            ("node_timeout", self.node_timeout),
+            ("connect_timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(BuildError::Option {
+                    name,
+                    reason: "must be more than zero".into(),
+                });
+            }
+        }
+        if self.handover_grace > MAX_HANDOVER_GRACE {
+            return Err(BuildError::Option {
+                name: "handover_grace",
+                reason: format!(
+                    "{:?} is above {MAX_HANDOVER_GRACE:?}: a reservation that long only delays the next holder",
+                    self.handover_grace
+                ),
+            });
+        }
+        if !self.quarantine.is_zero()
+            && (self.quarantine < self.options.get_ttl() || self.quarantine > MAX_TTL)
+        {
+            return Err(BuildError::Option {
+                name: "quarantine",
+                reason: format!(
+                    "{:?} must be between the default ttl ({:?}) and {MAX_TTL:?}: a shorter quarantine lets a restarted node vote while a key it lost may still be held",
+                    self.quarantine,
+                    self.options.get_ttl()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::InvalidInput;
+    use crate::options::LockOptions;
+    use crate::setup::builder::lookup;
+    use crate::setup::config::NODES_ENV;
+
+    #[tokio::test]
+    async fn input_errors_come_before_any_connection() {
+        let started = std::time::Instant::now();
+        type Expect = fn(&BuildError) -> bool;
+        let cases: Vec<(RedlockBuilder, Expect)> = vec![
+            (RedlockBuilder::default(), |e| {
+                matches!(e, BuildError::NoNodes)
+            }),
+            (
+                RedlockBuilder::default()
+                    .nodes(["redis://10.255.255.1:1", "redis://10.255.255.1:1"]),
+                |e| matches!(e, BuildError::DuplicateNode { .. }),
+            ),
+            (
+                RedlockBuilder::default().from_env_var("REDLOCK_TEST_SURELY_UNSET"),
+                |e| matches!(e, BuildError::MissingEnv { .. }),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().ttl(Duration::ZERO)),
+                |e| matches!(e, BuildError::Invalid(_)),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .key_prefix("lock\0"),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "key_prefix",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().lock_at_least_for(Duration::from_secs(1))),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "lock_at_least_for",
+                            ..
+                        }
+                    )
+                },
+            ),
+            (
+                // A default mode would make every lock of the handle shared.
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .lock_options(LockOptions::default().mode(crate::Mode::ProtectedRead)),
+                |e| matches!(e, BuildError::Option { name: "mode", .. }),
+            ),
+            (
+                RedlockBuilder::default()
+                    .node("redis://10.255.255.1:1")
+                    .node_timeout(Duration::ZERO),
+                |e| {
+                    matches!(
+                        e,
+                        BuildError::Option {
+                            name: "node_timeout",
+                            ..
+                        }
+                    )
+                },
+            ),
+        ];
+        for (builder, expected) in cases {
+            let error = builder.build().await.unwrap_err();
+            assert!(expected(&error), "unexpected error: {error}");
+        }
+        // 10.255.255.1 is unroutable: had any case tried to connect, it would have waited.
+        assert!(started.elapsed() < Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn out_of_range_config_values_fail_build_as_the_setters_do() {
+        let started = std::time::Instant::now();
+        type Expect = fn(&BuildError) -> bool;
+        let cases: [(&str, &str, Expect); 9] = [
+            ("REDLOCK_TTL", "0s", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::ZeroTtl))
+            }),
+            ("REDLOCK_TTL", "2d", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::TtlAboveCap { .. }))
+            }),
+            ("REDLOCK_DRIFT_FACTOR", "0.5", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::DriftFactor(_)))
+            }),
+            ("REDLOCK_LOST_MARGIN", "1h", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::LostMargin { .. }))
+            }),
+            ("REDLOCK_MAX_HOLD", "0s", |e| {
+                matches!(e, BuildError::Invalid(InvalidInput::ZeroMaxHold))
+            }),
+            ("REDLOCK_NODE_TIMEOUT", "0s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "node_timeout",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_CONNECT_TIMEOUT", "0ms", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "connect_timeout",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_HANDOVER_GRACE", "11s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "handover_grace",
+                        ..
+                    }
+                )
+            }),
+            ("REDLOCK_QUARANTINE", "1s", |e| {
+                matches!(
+                    e,
+                    BuildError::Option {
+                        name: "quarantine",
+                        ..
+                    }
+                )
+            }),
+        ];
+        for (var, value, expected) in cases {
+            let error = RedlockBuilder::default()
+                .from_env_with(lookup(&[
+                    (NODES_ENV, "redis://10.255.255.1:1"),
+                    (var, value),
+                ]))
+                .build()
+                .await
+                .unwrap_err();
+            assert!(expected(&error), "{var}={value}: unexpected error: {error}");
+        }
+        let extend = RedlockBuilder::default()
+            .from_env_with(lookup(&[
+                (NODES_ENV, "redis://10.255.255.1:1"),
+                ("REDLOCK_AUTO_EXTEND", "true"),
+                ("REDLOCK_EXTEND_FRACTION", "1.5"),
+            ]))
+            .build()
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                extend,
+                BuildError::Invalid(InvalidInput::ExtendFraction { .. })
+            ),
+            "{extend}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(500));
+    }
+}
