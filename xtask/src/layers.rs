@@ -701,24 +701,19 @@ mod tests {
         let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
         let layers = layer_order(&text).unwrap();
         let names: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "handle", "leases", "waiters", "node set", "masters", "node", "values"
-            ]
-        );
+        assert_eq!(names, ["handle", "slices", "kernel", "node", "values"]);
         let layer_of = |module: &str| {
             layers
                 .iter()
                 .find(|l| l.modules.contains(module))
                 .map(|l| l.name.as_str())
         };
-        assert_eq!(layer_of("acquire"), Some("handle"));
-        assert_eq!(layer_of("connect"), Some("handle"));
-        assert_eq!(layer_of("lease"), Some("leases"));
-        assert_eq!(layer_of("nodeset"), Some("node set"));
+        assert_eq!(layer_of("registry"), Some("handle"));
+        assert_eq!(layer_of("semaphore"), Some("slices"));
+        assert_eq!(layer_of("setup"), Some("slices"));
+        assert_eq!(layer_of("kernel"), Some("kernel"));
         assert_eq!(layer_of("node"), Some("node"));
-        assert_eq!(layer_of("tls"), Some("values"));
+        assert_eq!(layer_of("keys"), Some("values"));
         // Words in the diagram's comments are not modules.
         assert_eq!(layer_of("scripts"), None);
         assert_eq!(layer_of("Inner"), None);
