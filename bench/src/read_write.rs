@@ -137,14 +137,7 @@ async fn run(
             let (inside, resource) = (Arc::clone(&inside), resource.to_owned());
             tokio::spawn(async move {
                 let wait = redlock.options().clone().wait_timeout(run_for);
-                let (read, write) = if modes {
-                    (
-                        wait.clone().mode(Mode::ProtectedRead),
-                        wait.mode(Mode::Exclusive),
-                    )
-                } else {
-                    (wait.clone(), wait)
-                };
+
                 let (mut read_waits, mut write_waits) = (Vec::new(), Vec::new());
                 for i in (id as u64).. {
                     let asked = Instant::now();
@@ -152,8 +145,20 @@ async fn run(
                         break;
                     }
                     let is_write = i % WRITE_EVERY == 0;
-                    let options = if is_write { &write } else { &read };
-                    let Ok(guard) = redlock.lock_with(&resource, options).await else {
+                    let locked = match (modes, is_write) {
+                        (false, _) => redlock.lock_with(&resource, &wait).await,
+                        (true, true) => {
+                            redlock
+                                .lock_mode_with(&resource, Mode::Exclusive, &wait)
+                                .await
+                        }
+                        (true, false) => {
+                            redlock
+                                .lock_mode_with(&resource, Mode::ProtectedRead, &wait)
+                                .await
+                        }
+                    };
+                    let Ok(guard) = locked else {
                         continue;
                     };
                     let waited = asked.elapsed();

@@ -17,7 +17,7 @@ use crate::exit::EXIT_CODES_HELP;
 /// variable: comma-separated URLs such as redis://user:password@10.0.0.1:6379/0 (rediss://
 /// for TLS). The handle's other REDLOCK_* variables are read too (REDLOCK_KEY_PREFIX,
 /// REDLOCK_NODE_TIMEOUT, REDLOCK_CONNECT_TIMEOUT, REDLOCK_TLS_CA...); the lock options'
-/// variables (REDLOCK_TTL, REDLOCK_MODE, REDLOCK_LOCK_AT_LEAST_FOR...) are not: they belong
+/// variables (REDLOCK_TTL, REDLOCK_FENCING, REDLOCK_LOCK_AT_LEAST_FOR...) are not: they belong
 /// to the applications sharing the environment, and the lock is set by the flags (--ttl,
 /// --mode, --lock-at-least-for...).
 #[derive(Debug, Parser)]

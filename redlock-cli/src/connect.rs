@@ -11,9 +11,9 @@ const NODES_VAR: &str = "REDLOCK_NODES";
 
 /// The `REDLOCK_*` variables `redlock` reads: the handle's (where the nodes are, how to reach
 /// them, the key prefix, the quarantine...). The lock options' variables (`REDLOCK_TTL`,
-/// `REDLOCK_MODE`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
+/// `REDLOCK_FENCING`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
-/// handle refuses as its default, such as `REDLOCK_MODE`, would otherwise stop it).
+/// handle refuses as its default, such as `REDLOCK_LOCK_AT_LEAST_FOR`, would otherwise stop it).
 const HANDLE_VARS: [&str; 15] = [
     NODES_VAR,
     "REDLOCK_KEY_PREFIX",
@@ -101,7 +101,6 @@ mod tests {
             "REDLOCK_LOST_MARGIN",
             "REDLOCK_FENCING",
             "REDLOCK_REENTRANT",
-            "REDLOCK_MODE",
         ];
         let mut placed: Vec<&str> = HANDLE_VARS.iter().chain(&lock_vars).copied().collect();
         placed.sort_unstable();

@@ -33,12 +33,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
     };
     // With --permits, one permit of the resource's semaphore instead of its lock.
     let acquire = async {
-        match args.permits {
-            Some(permits) => {
+        match (args.permits, args.mode) {
+            // Refused by the arguments already (`--permits` conflicts with `--mode`).
+            (Some(_), Some(_)) => Err(LockError::Invalid(InvalidInput::PermitsWith {
+                option: "mode",
+            })),
+            (Some(permits), None) => {
                 let semaphore = redlock.semaphore(args.resource.as_str(), permits);
                 semaphore.acquire_with(&options).await
             }
-            None => redlock.lock_with(&args.resource, &options).await,
+            (None, Some(mode)) => {
+                let resource = args.resource.as_str();
+                redlock.lock_mode_with(resource, mode, &options).await
+            }
+            (None, None) => redlock.lock_with(&args.resource, &options).await,
         }
     };
     let acquired = tokio::select! {
@@ -102,8 +110,8 @@ fn lock_options(args: &RunArgs) -> Result<LockOptions, CliError> {
 }
 
 /// The lock's options before the grace is added: the ttl, the wait, auto-extension, fencing,
-/// a minimum hold and a mode if asked (the lock's validation refuses what does not go
-/// together; a semaphore's, what a permit cannot give).
+/// and a minimum hold if asked (the lock's validation refuses what does not go together; the
+/// mode and the permits are entry points, in `run`).
 fn plain_options(args: &RunArgs) -> LockOptions {
     let mut options = LockOptions::default()
         .ttl(args.ttl)
@@ -113,16 +121,13 @@ fn plain_options(args: &RunArgs) -> LockOptions {
     if let Some(at_least) = args.lock_at_least_for {
         options = options.lock_at_least_for(at_least);
     }
-    if let Some(mode) = args.mode {
-        options = options.mode(mode);
-    }
     options
 }
 
 /// The default lost margin of the lock (`min(ttl / 10, 1 s)`): the time left, between SIGKILL
 /// going out and the lock's validity ending, for the group to die.
 fn default_margin(args: &RunArgs) -> Duration {
-    plain_options(args).get_lost_margin()
+    plain_options(args).lost_margin_in_effect()
 }
 
 /// `options` with a lost margin of `grace` plus their default margin (`min(ttl / 10, 1 s)`,
@@ -130,7 +135,7 @@ fn default_margin(args: &RunArgs) -> Duration {
 /// confirmed, SIGTERM goes out `grace` + that margin before the validity ends, and SIGKILL
 /// `grace` later, still before it ends.
 fn with_grace(options: LockOptions, grace: Duration) -> LockOptions {
-    let margin = grace.saturating_add(options.get_lost_margin());
+    let margin = grace.saturating_add(options.lost_margin_in_effect());
     options.lost_margin(margin)
 }
 
@@ -185,7 +190,7 @@ async fn supervise(
 ) -> Result<u8, CliError> {
     let (info, signal) = (guard.info(), guard.lost());
     let margin = default_margin(args);
-    let lost_margin = with_grace(plain_options(args), args.grace).get_lost_margin();
+    let lost_margin = with_grace(plain_options(args), args.grace).lost_margin_in_effect();
     // Until when the nodes keep the key. A lock lost by its lost deadline (or not lost) is
     // kept until the validity they gave, which the views stop reporting once the signal
     // fired: the lost deadline plus the margin. A refused or released one ends where the

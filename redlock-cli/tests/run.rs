@@ -406,8 +406,8 @@ async fn the_command_does_not_inherit_the_redlock_variables() {
     assert!(env.iter().any(|l| l.starts_with("FENCE=")), "{env:?}");
 }
 
-/// The applications' lock options in the environment (`REDLOCK_MODE` and
-/// `REDLOCK_LOCK_AT_LEAST_FOR`, which a handle refuses as its default; a `REDLOCK_TTL` that
+/// The applications' lock options in the environment (`REDLOCK_MODE`, which a handle refuses
+/// as no longer an option, `REDLOCK_LOCK_AT_LEAST_FOR`, which it refuses as its default; a `REDLOCK_TTL` that
 /// is not a duration, or a short one) are not `redlock`'s: each alone, `run` and `status`
 /// ignore them. `run` takes its plain exclusive lock with its own `--ttl`. The handle's own
 /// variables are still read: a bad `REDLOCK_NODE_TIMEOUT` is refused (64), naming it.
@@ -419,6 +419,7 @@ async fn the_applications_lock_variables_are_ignored() {
     let go = scratch.file("go");
     let app_vars = [
         ("REDLOCK_MODE", "read"),
+        ("REDLOCK_FENCING", "maybe"),
         ("REDLOCK_LOCK_AT_LEAST_FOR", "1m"),
         ("REDLOCK_TTL", "soon"),
         ("REDLOCK_AUTO_EXTEND", "maybe"),

@@ -100,15 +100,14 @@ pub enum InvalidInput {
         max: usize,
     },
     /// A lock of several resources ([`Redlock::lock_many`](crate::Redlock::lock_many)) was
-    /// asked with an option it cannot give: a `mode`, `permits`, `fencing` (one token would
+    /// asked with an option it cannot give: `fencing` (one token would
     /// have to order several resources' writers), `reentrant` (re-entry follows one
     /// resource's lock), `lock_at_least_for`, or it was detached (`detach`).
     #[error(
         "a lock of several resources cannot be taken with {option}; take it without, or lock the resources one by one"
     )]
     ManyWith {
-        /// The option: `mode`, `permits`, `fencing`, `reentrant`, `lock_at_least_for` or
-        /// `detach`.
+        /// The option: `fencing`, `reentrant`, `lock_at_least_for` or `detach`.
         option: &'static str,
     },
     /// [`LockGuard::detach`](crate::LockGuard::detach) or
@@ -123,7 +122,7 @@ pub enum InvalidInput {
     },
     /// [`LockGuard::downgrade`](crate::LockGuard::downgrade) to a mode that is not weaker
     /// ([`Mode::weaker_than`](crate::Mode::weaker_than)), or of the plain lock (`from` is
-    /// `None`), which is not held in a mode: take it with `LockOptions::mode(Mode::Exclusive)`
+    /// `None`), which is not held in a mode: take it with `Redlock::write_lock` or `lock_mode_with`
     /// to downgrade it later.
     #[error(
         "{to} is not a downgrade of {}; a downgrade moves to a mode compatible with more holders (EX -> PR for write -> read), and only a lock taken in a mode can move",
@@ -136,12 +135,12 @@ pub enum InvalidInput {
         to: crate::Mode,
     },
     /// [`Redlock::resume_with`](crate::Redlock::resume_with) asked for what the detached lock
-    /// does not have: another mode, fencing it was taken without, or another key prefix.
+    /// does not have: fencing it was taken without, or another key prefix.
     #[error(
         "the resumption asks for another {option} than the detached lock has; resume it with the detached lock's own (or through a handle with its key prefix)"
     )]
     ResumeMismatch {
-        /// `mode`, `fencing` or `key prefix`.
+        /// `fencing` or `key prefix`.
         option: &'static str,
     },
     /// A reentrant acquisition inside the scope of a lock that cannot give what it asks for:
@@ -168,10 +167,6 @@ pub enum InvalidInput {
         /// The ttl.
         ttl: Duration,
     },
-    /// A leader election was given a lock mode: a shared mode would let several candidates
-    /// lead at once.
-    #[error("a leader election takes the plain exclusive lock: remove the mode from its options")]
-    LeaderWithMode,
     /// `lock_at_least_for` was asked for a lock in a mode.
     #[error(
         "lock_at_least_for applies to the plain exclusive lock only, not to a lock taken in a mode"
@@ -188,14 +183,14 @@ pub enum InvalidInput {
         /// The cap.
         max: u32,
     },
-    /// A semaphore's permit was asked with an option it cannot give: a `mode` (a permit is a
-    /// plain lock on one slot), `fencing` (the holders of different slots share no order), or
-    /// `reentrant` (re-entry follows the resource's lock, not a slot), for a leader election
-    /// (`leader election`: one leader per term), or a permit was detached (`detach`: a
-    /// permit is not handed on).
+    /// A semaphore's permit was asked with an option it cannot give: `fencing` (the holders of
+    /// different slots share no order) or `reentrant` (re-entry follows the resource's lock,
+    /// not a slot); or a permit was detached (`detach`: a permit is not handed on); or the
+    /// axum layer was given both a concurrency limit and a mode (`mode`: a permit is a plain
+    /// lock on one slot).
     #[error("permits cannot be combined with {option}; remove one of the two")]
     PermitsWith {
-        /// The option: `mode`, `fencing`, `reentrant`, `leader election` or `detach`.
+        /// The option: `fencing`, `reentrant`, `detach` or `mode`.
         option: &'static str,
     },
 }

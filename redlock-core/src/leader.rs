@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{InvalidInput, LockError};
+use crate::error::LockError;
 use crate::kernel::lease::LockInfo;
 use crate::kernel::redlock::Redlock;
 use crate::options::LockOptions;
@@ -93,11 +93,8 @@ impl LeaderElection {
     /// `run` sets three of them whatever is given: [`wait_forever`](LockOptions::wait_forever),
     /// [`auto_extend`](LockOptions::auto_extend) and `reentrant(false)` (a candidate is always
     /// a holder of its own). [`max_hold`](LockOptions::max_hold) limits the length of a term:
-    /// the lock then runs out, the term ends, and the candidate campaigns again. A
-    /// [`mode`](LockOptions::mode) is refused by `run` ([`InvalidInput::LeaderWithMode`]): a
-    /// shared mode would let several candidates lead.
-    ///
-    /// [`InvalidInput::LeaderWithMode`]: crate::InvalidInput::LeaderWithMode
+    /// the lock then runs out, the term ends, and the candidate campaigns again. The lock is
+    /// always the plain exclusive one: a shared mode would let several candidates lead.
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
@@ -152,9 +149,6 @@ impl LeaderElection {
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = ()>,
     {
-        if self.options.get_mode().is_some() {
-            return Err(InvalidInput::LeaderWithMode.into());
-        }
         let resource = self.resource.as_str();
         let options = self
             .options
@@ -164,7 +158,7 @@ impl LeaderElection {
             .reentrant(false);
         let mut number = 0u64;
         loop {
-            let campaign = self.redlock.lock_one(resource, &options);
+            let campaign = self.redlock.lock_one(resource, None, &options);
             let guard = tokio::select! {
                 biased;
                 () = self.shutdown.cancelled() => return Ok(()),

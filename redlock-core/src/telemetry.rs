@@ -87,7 +87,7 @@ impl Classes {
 /// The class of a lock on `resource` with `options`: the one the options give
 /// ([`LockOptions::resource_class`]), else [`resource_class`]'s.
 pub(crate) fn class_of(resource: &str, options: &LockOptions) -> String {
-    match options.get_resource_class() {
+    match options.resource_class.as_deref() {
         Some(class) => class.to_owned(),
         None => resource_class(resource),
     }
@@ -156,12 +156,12 @@ impl Acquisition {
     pub(crate) fn start(
         resource: &str,
         options: &LockOptions,
-        permits: Option<u32>,
+        (mode, permits): (Option<Mode>, Option<u32>),
         nodes: usize,
         quorum: usize,
     ) -> Self {
         let class = class_of(resource, options);
-        let kind = kind_label(options.get_mode(), permits.is_some());
+        let kind = kind_label(mode, permits.is_some());
         let ttl_ms = options.ttl_millis();
         let span = tracing::info_span!(
             "redlock.acquire",

@@ -86,6 +86,13 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
     });
     let lock_call = if many {
         quote! { __redlock_handle.lock_many_with(&__redlock_resources, &__redlock_options).await }
+    } else if let Some(mode) = &args.mode {
+        let variant = &mode.0;
+        quote! {
+            __redlock_handle
+                .lock_mode_with(&__redlock_resource, #krate::Mode::#variant, &__redlock_options)
+                .await
+        }
     } else if let Some(permits) = args.permits {
         quote! {
             __redlock_handle
@@ -151,10 +158,6 @@ fn expand(args: &Args, function: ItemFn) -> syn::Result<TokenStream> {
         }),
         args.auto_extend.then(|| quote! { .auto_extend(true) }),
         args.fencing.then(|| quote! { .fencing(true) }),
-        args.mode.as_ref().map(|mode| {
-            let variant = &mode.0;
-            quote! { .mode(#krate::Mode::#variant) }
-        }),
     ];
     // A permit, or a lock of several resources, is never re-entered (`Redlock::semaphore`,
     // `Redlock::lock_many`).

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 /// The lock options `#[redlock]` takes as arguments, each with an attribute that gives it.
 /// `expand` maps each to the `LockOptions` setter of the same name.
-const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
+const LOCK_OPTION_ARGS: [(&str, &str); 11] = [
     ("ttl", r#"ttl = "1s""#),
     ("retry_count", "retry_count = 3"),
     ("retry_delay", r#"retry_delay = "50ms""#),
@@ -19,7 +19,6 @@ const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
     ("max_hold", r#"auto_extend, max_hold = "1h""#),
     ("lock_at_least_for", r#"lock_at_least_for = "1s""#),
     ("fencing", "fencing"),
-    ("mode", r#"mode = "read""#),
     ("reentrant", "reentrant = false"),
 ];
 
@@ -29,9 +28,10 @@ const LOCK_OPTION_ARGS: [(&str, &str); 12] = [
 const LEFT_TO_THE_HANDLE: [&str; 3] = ["extend_fraction", "max_extensions", "lost_margin"];
 
 /// Its arguments that are not lock options: the resource, what to do when it is busy,
-/// the guard's binding, the handle, where redlock-core is, and a semaphore's permits (a
-/// semaphore is its own type in redlock-core, `Redlock::semaphore`, not an option).
-const NOT_LOCK_OPTIONS: [&str; 8] = [
+/// the guard's binding, the handle, where redlock-core is, a lock mode and a semaphore's
+/// permits (each its own entry point in redlock-core, `Redlock::lock_mode_with` and
+/// `Redlock::semaphore`, not an option).
+const NOT_LOCK_OPTIONS: [&str; 9] = [
     "resource",
     "resources",
     "on_busy",
@@ -40,6 +40,7 @@ const NOT_LOCK_OPTIONS: [&str; 8] = [
     "redlock",
     "crate",
     "permits",
+    "mode",
 ];
 
 fn set<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {

@@ -19,8 +19,11 @@ async fn holdings_show_tokens_mode_holders_foreign_values_and_dead_nodes() {
     assert_eq!(nodes.holder("a").await, None);
 
     // A lock in a mode: a hash of holders on every node, no single token.
-    let read = LockOptions::default().mode(Mode::ProtectedRead);
-    let guard = lock.lock_with("a", &read).await.unwrap();
+    let read = LockOptions::default();
+    let guard = lock
+        .lock_mode_with("a", Mode::ProtectedRead, &read)
+        .await
+        .unwrap();
     // The lock returned at a quorum: the last grants land after it (or, cut by the node
     // timeout, never: those nodes stay free).
     let token = guard.token().expose();

@@ -61,10 +61,11 @@ pub async fn lock_everywhere(
     redlock: &redlock_core::Redlock,
     nodes: &RedisNodes,
     resource: &str,
+    mode: Option<redlock_core::Mode>,
     options: &redlock_core::LockOptions,
 ) -> redlock_core::LockGuard {
     for _ in 0..5 {
-        let guard = match redlock.lock_with(resource, options).await {
+        let guard = match lock_as(redlock, resource, mode, options).await {
             Ok(guard) => guard,
             Err(error) => panic!("{resource}: {error}"),
         };
@@ -79,4 +80,20 @@ pub async fn lock_everywhere(
         nodes.gone_everywhere(&key).await;
     }
     panic!("{resource} never held on every node in 5 tries");
+}
+
+/// `resource`'s lock with `options`: in `mode` when there is one
+/// ([`Redlock::lock_mode_with`](redlock_core::Redlock::lock_mode_with)), the plain lock
+/// otherwise ([`Redlock::lock_with`](redlock_core::Redlock::lock_with)). For scenarios that
+/// draw the mode at random.
+pub async fn lock_as(
+    redlock: &redlock_core::Redlock,
+    resource: &str,
+    mode: Option<redlock_core::Mode>,
+    options: &redlock_core::LockOptions,
+) -> Result<redlock_core::LockGuard, redlock_core::LockError> {
+    match mode {
+        Some(mode) => redlock.lock_mode_with(resource, mode, options).await,
+        None => redlock.lock_with(resource, options).await,
+    }
 }

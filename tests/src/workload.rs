@@ -163,16 +163,9 @@ async fn one_client(
                 Mode::ProtectedRead
             }
         });
-        let moded;
-        let options = match mode {
-            Some(mode) => {
-                moded = load.options.clone().mode(mode);
-                &moded
-            }
-            None => &load.options,
-        };
         let called = Instant::now();
-        let guard = match client.lock_with(&load.resource, options).await {
+        let locked = crate::lock_as(client, &load.resource, mode, &load.options).await;
+        let guard = match locked {
             Ok(guard) => guard,
             Err(error) => {
                 match error {

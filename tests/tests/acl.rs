@@ -1484,13 +1484,19 @@ async fn lock_modes_work_with_their_row() {
         .lock_mode("acl:modes", Mode::ProtectedRead, ttl)
         .await
         .unwrap();
-    let writer = once.clone().mode(Mode::Exclusive);
-    let refused = b.lock_with("acl:modes", &writer).await.unwrap_err();
+    let writer = once.clone();
+    let refused = b
+        .lock_mode_with("acl:modes", Mode::Exclusive, &writer)
+        .await
+        .unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     r1.extend(Duration::from_secs(5)).await.unwrap();
     assert!(r1.release().await.unwrap().was_held());
     assert!(r2.release().await.unwrap().was_held());
-    let w = b.lock_with("acl:modes", &writer).await.unwrap();
+    let w = b
+        .lock_mode_with("acl:modes", Mode::Exclusive, &writer)
+        .await
+        .unwrap();
     w.extend(Duration::from_secs(5)).await.unwrap();
     w.release().await.unwrap();
 }
@@ -1629,13 +1635,15 @@ async fn a_downgrade_with_its_row_converts_and_wakes_a_waiting_reader() {
         .await
         .unwrap();
     let reader = LockOptions::default()
-        .mode(Mode::ProtectedRead)
         .ttl(ttl)
         .retry_count(2)
         .retry_delay(PATIENCE)
         .retry_jitter(Duration::ZERO);
     let waiter = tokio::spawn(async move {
-        let guard = b.lock_with("acl:downgrade", &reader).await.unwrap();
+        let guard = b
+            .lock_mode_with("acl:downgrade", Mode::ProtectedRead, &reader)
+            .await
+            .unwrap();
         let granted = Instant::now();
         guard.release().await.unwrap();
         granted
@@ -1802,13 +1810,15 @@ async fn the_force_release_row_breaks_a_lock_in_a_mode_beside_its_waiter() {
         .await
         .unwrap();
     let reader = LockOptions::default()
-        .mode(Mode::ProtectedRead)
         .ttl(ttl)
         .retry_count(2)
         .retry_delay(PATIENCE)
         .retry_jitter(Duration::ZERO);
     let waiter = tokio::spawn(async move {
-        let guard = b.lock_with("acl:stuck-mode", &reader).await.unwrap();
+        let guard = b
+            .lock_mode_with("acl:stuck-mode", Mode::ProtectedRead, &reader)
+            .await
+            .unwrap();
         guard.release().await.unwrap();
     });
     // The holder and the waiter on a quorum (each returns at a quorum).

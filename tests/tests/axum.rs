@@ -547,10 +547,7 @@ async fn a_closure_picks_each_requests_lock_mode() {
     let url = format!("{base}/ledger/1");
     // A concurrent writer holds the ledger: CW requests may join it, PW may not.
     let held = redlock
-        .lock_with(
-            "ledger:1",
-            &LockOptions::default().mode(Mode::ConcurrentWrite),
-        )
+        .lock_mode_with("ledger:1", Mode::ConcurrentWrite, &LockOptions::default())
         .await
         .unwrap();
     let send = |mode: &'static str| {

@@ -64,7 +64,7 @@ use redlock_core::{
 };
 use redlock_tests::proxy::{Direction, Fault, Proxy};
 use redlock_tests::{
-    RedisNodes, fencing_key, plain_client, proxy_urls, redlock, redlock_with, within,
+    RedisNodes, fencing_key, lock_as, plain_client, proxy_urls, redlock, redlock_with, within,
 };
 
 fn ms(n: u64) -> Duration {
@@ -1424,24 +1424,30 @@ impl Run {
         self.next_live
     }
 
-    fn label(&mut self, handle: usize, resource: &str, options: &LockOptions) -> String {
+    fn label(
+        &mut self,
+        handle: usize,
+        resource: &str,
+        mode: Option<Mode>,
+        options: &LockOptions,
+    ) -> String {
         self.next_id += 1;
         let mut label = format!(
             "g{}(h{handle} {resource} {} ttl {}ms",
             self.next_id,
-            options.get_mode().map_or("plain", Mode::as_str),
-            options.get_ttl().as_millis(),
+            mode.map_or("plain", Mode::as_str),
+            options.ttl.as_millis(),
         );
-        if options.get_auto_extend() {
+        if options.auto_extend {
             label.push_str(" auto");
-            if let Some(max) = options.get_max_hold() {
+            if let Some(max) = options.max_hold {
                 label.push_str(&format!(" max_hold {}ms", max.as_millis()));
             }
         }
-        if options.get_fencing() {
+        if options.fencing {
             label.push_str(" fenced");
         }
-        if options.get_reentrant() {
+        if options.reentrant {
             label.push_str(" re");
         }
         label.push(')');
@@ -1565,12 +1571,10 @@ fn random_wait(rng: &mut StdRng, options: LockOptions) -> LockOptions {
 }
 
 /// Random options for a new lock.
-fn random_options(rng: &mut StdRng) -> LockOptions {
+fn random_options(rng: &mut StdRng) -> (LockOptions, Option<Mode>) {
     let mut options = LockOptions::default().ttl(ms(rng.random_range(200..=3000)));
     options = random_wait(rng, options);
-    if rng.random_bool(0.5) {
-        options = options.mode(random_mode(rng));
-    }
+    let mode = rng.random_bool(0.5).then(|| random_mode(rng));
     if rng.random_bool(0.5) {
         options = options.reentrant(true);
     }
@@ -1583,7 +1587,7 @@ fn random_options(rng: &mut StdRng) -> LockOptions {
             options = options.max_hold(ms(rng.random_range(300..2500)));
         }
     }
-    options
+    (options, mode)
 }
 
 /// The outcome of an acquisition, for the history; `None` for an error the contract allows
@@ -1763,9 +1767,9 @@ async fn lock(
 ) {
     let handle = rng.random_range(0..handles.len());
     let resource = &resources[rng.random_range(0..resources.len())];
-    let options = random_options(rng);
-    let label = run.label(handle, resource, &options);
-    let result = within("lock", handles[handle].lock_with(resource, &options)).await;
+    let (options, mode) = random_options(rng);
+    let label = run.label(handle, resource, mode, &options);
+    let result = within("lock", lock_as(&handles[handle], resource, mode, &options)).await;
     let outcome = match &result {
         Ok(_) => "held".to_owned(),
         Err(e) => e.to_string(),
@@ -1781,7 +1785,7 @@ async fn lock(
                 guard.hold_count()
             ));
         }
-        let kind = (options.get_reentrant(), options.get_auto_extend());
+        let kind = (options.reentrant, options.auto_extend);
         live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
     }
 }
@@ -1795,7 +1799,7 @@ async fn lock_permit(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live:
     if rng.random_bool(0.25) {
         options = options.auto_extend(true);
     }
-    let label = run.label(handle, SEMAPHORE, &options);
+    let label = run.label(handle, SEMAPHORE, None, &options);
     let semaphore = handles[handle].semaphore(SEMAPHORE, PERMITS);
     let result = within("a permit", semaphore.acquire_with(&options)).await;
     let outcome = match &result {
@@ -1805,7 +1809,7 @@ async fn lock_permit(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live:
     run.note(format!("permit {label}: {outcome}"));
     if let Some(guard) = acquired(run, result, &label) {
         run.stats.permits += 1;
-        let kind = (false, options.get_auto_extend());
+        let kind = (false, options.auto_extend);
         live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
     }
 }
@@ -1843,7 +1847,7 @@ async fn extend(run: &mut Run, rng: &mut StdRng, live: &mut [Live]) {
     // (its views' validity then ends where it was seen lost).
     let margin = LockOptions::default()
         .ttl(held.guard.ttl())
-        .get_lost_margin();
+        .lost_margin_in_effect();
     let trusted_for = lost.deadline().saturating_duration_since(now);
     let was_lost = lost.is_lost();
     let left = before.saturating_duration_since(now);
@@ -1978,13 +1982,11 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     } else {
         (outer.handle + rng.random_range(1..handles.len())) % handles.len()
     };
-    let mut options = LockOptions::default()
+    let options = LockOptions::default()
         .ttl(ms(rng.random_range(200..=3000)))
         .retry_count(0)
         .reentrant(true);
-    if let Some(mode) = outer.guard.mode() {
-        options = options.mode(mode);
-    }
+    let mode = outer.guard.mode();
     let deeper = rng.random_bool(0.3);
     let holds = outer.guard.hold_count();
     let trusted = !outer.guard.lost().is_lost();
@@ -1999,11 +2001,13 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let (first, second) = within(
         "re-entering",
         outer.guard.scope(async {
-            let first = redlock.lock_with(&resource, &options).await;
+            let first = lock_as(redlock, &resource, mode, &options).await;
             let second = match (&first, deeper) {
-                (Ok(inner), true) => {
-                    Some(inner.scope(redlock.lock_with(&resource, &options)).await)
-                }
+                (Ok(inner), true) => Some(
+                    inner
+                        .scope(lock_as(redlock, &resource, mode, &options))
+                        .await,
+                ),
                 _ => None,
             };
             (first, second)
@@ -2013,7 +2017,7 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
     let outer_label = outer.label.clone();
     let holds_now = outer.guard.hold_count();
     let still_trusted = !outer.guard.lost().is_lost();
-    let base = run.label(via, &resource, &options);
+    let base = run.label(via, &resource, mode, &options);
     let describe = |r: &Result<LockGuard, LockError>| match r {
         Ok(g) if g.token().expose() == outer_token => {
             format!("re-entered (holds {})", g.hold_count())
@@ -2099,7 +2103,7 @@ async fn nest(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &mut V
             // Asking for auto-extension past the outer lock's cap (see `refused_for_a_cap`).
             Err(LockError::Invalid(InvalidInput::ReentryAsksMore {
                 option: "max_hold" | "max_extensions",
-            })) if options.get_auto_extend() => {}
+            })) if options.auto_extend => {}
             Err(error) if expect_reentry && depth == 0 && trusted && still_trusted => {
                 run.fail(&format!(
                     "{label}, in the scope of trusted reentrant {outer_label}, failed: {error}"
@@ -2133,18 +2137,16 @@ async fn siblings(
         .ttl(ms(rng.random_range(200..=3000)))
         .reentrant(true);
     options = random_wait(rng, options);
-    if rng.random_bool(0.5) {
-        options = options.mode(random_mode(rng));
-    }
+    let mode = rng.random_bool(0.5).then(|| random_mode(rng));
     let redlock = &handles[handle];
     let (a, b) = within("sibling futures", async {
         tokio::join!(
-            redlock.lock_with(resource, &options),
-            redlock.lock_with(resource, &options)
+            lock_as(redlock, resource, mode, &options),
+            lock_as(redlock, resource, mode, &options)
         )
     })
     .await;
-    let base = run.label(handle, resource, &options);
+    let base = run.label(handle, resource, mode, &options);
     let show = |r: &Result<LockGuard, LockError>| match r {
         Ok(g) => format!("held (holds {})", g.hold_count()),
         Err(e) => e.to_string(),
@@ -2319,9 +2321,6 @@ async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &m
     let outer = &live[index];
     let mode = outer.guard.mode();
     let mut options = LockOptions::default().retry_count(0).reentrant(true);
-    if let Some(mode) = mode {
-        options = options.mode(mode);
-    }
     let outer_ttl = outer.guard.ttl();
     options = match ask {
         Ask::LongerTtl => {
@@ -2354,12 +2353,14 @@ async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &m
     let before = Instant::now();
     let result = within(
         "a re-entry asking for more",
-        outer.guard.scope(redlock.lock_with(&resource, &options)),
+        outer
+            .guard
+            .scope(lock_as(redlock, &resource, mode, &options)),
     )
     .await;
     let holds_now = outer.guard.hold_count();
     let still_trusted = !outer.guard.lost().is_lost();
-    let base = run.label(outer_handle, &resource, &options);
+    let base = run.label(outer_handle, &resource, mode, &options);
     let outcome = match &result {
         Ok(g) if g.token().expose() == outer_token => format!(
             "re-entered (holds {}, valid for {:?}, fencing {:?})",
@@ -2401,7 +2402,7 @@ async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &m
         run.stats.asked_refused += 1;
         return;
     }
-    if options.get_auto_extend() && refused_for_a_cap(&result) {
+    if options.auto_extend && refused_for_a_cap(&result) {
         if holds_now != holds {
             run.fail(&format!(
                 "the refused re-entry {base} left a hold behind: {outer_label}'s hold count went \
@@ -2438,7 +2439,7 @@ async fn ask_more(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &m
                 // The validity asked for: the extension round started after `before`.
                 let until = guard.valid_until();
                 if ask == Ask::LongerTtl && !outer_auto && !guard.lost().is_lost() {
-                    let sent = ms(options.get_ttl().as_millis() as u64);
+                    let sent = ms(options.ttl.as_millis() as u64);
                     let want = before + sent - options.drift();
                     if until < want {
                         run.fail(&format!(
@@ -2500,13 +2501,11 @@ async fn joined(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &[Li
     let turn_held = Live::turn_holder(live, outer.id).map(|l| l.label.clone());
     // Each body waits its turn up to its wait; with the turn held elsewhere, a short one.
     let wait = if turn_held.is_some() { ms(50) } else { ms(500) };
-    let mut options = LockOptions::default()
+    let options = LockOptions::default()
         .ttl(ms(200))
         .reentrant(true)
         .wait_timeout(wait);
-    if let Some(mode) = outer.guard.mode() {
-        options = options.mode(mode);
-    }
+    let mode = outer.guard.mode();
     let pauses = [ms(rng.random_range(3..15)), ms(rng.random_range(3..15))];
     let holds = outer.guard.hold_count();
     let (resource, token) = (
@@ -2519,7 +2518,7 @@ async fn joined(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], live: &[Li
         let (options, resource, token, inside, most) =
             (&options, &resource, &token, &inside, &most);
         async move {
-            let guard = redlock.lock_with(resource, options).await?;
+            let guard = lock_as(redlock, resource, mode, options).await?;
             let same = guard.token().expose() == token;
             let held = guard.hold_count();
             if same {
@@ -2786,17 +2785,15 @@ async fn foreign(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], observer:
     let before = observer.dumps(&key).await;
     let ttl = ms(rng.random_range(200..=3000));
     let mut options = random_wait(rng, LockOptions::default().ttl(ttl));
-    if rng.random_bool(0.75) {
-        options = options.mode(random_mode(rng));
-    }
+    let mode = rng.random_bool(0.75).then(|| random_mode(rng));
     if rng.random_bool(0.2) {
         options = options.fencing(true);
     }
-    let label = run.label(handle, resource, &options);
+    let label = run.label(handle, resource, mode, &options);
     let started = Instant::now();
     let result = within(
         "a lock over a foreign hash",
-        handles[handle].lock_with(resource, &options),
+        lock_as(&handles[handle], resource, mode, &options),
     )
     .await;
     let outcome = match &result {
@@ -2819,7 +2816,7 @@ async fn foreign(run: &mut Run, rng: &mut StdRng, handles: &[Redlock], observer:
                 .map(|_| ())
         }
         Err(error) => {
-            let expected = match (&error, options.get_mode()) {
+            let expected = match (&error, mode) {
                 (LockError::ForeignKey { key: named, .. }, Some(_)) => *named == key,
                 (error, None) if count >= QUORUM => error.is_busy(),
                 // Too few foreign nodes to refuse it alone: only a slow node can (no other
@@ -2906,10 +2903,9 @@ async fn lock_many(
     }
     let mut refused = None;
     if rng.random_bool(0.05) {
-        let (option, with) = match rng.random_range(0..4) {
-            0 => ("mode", options.clone().mode(random_mode(rng))),
-            1 => ("fencing", options.clone().fencing(true)),
-            2 => ("reentrant", options.clone().reentrant(true)),
+        let (option, with) = match rng.random_range(0..3) {
+            0 => ("fencing", options.clone().fencing(true)),
+            1 => ("reentrant", options.clone().reentrant(true)),
             _ => (
                 "lock_at_least_for",
                 options
@@ -2920,7 +2916,7 @@ async fn lock_many(
         refused = Some(option);
         options = with;
     }
-    let label = run.label(handle, &expected.join("+"), &options);
+    let label = run.label(handle, &expected.join("+"), None, &options);
     let result = within(
         "a lock of several",
         handles[handle].lock_many_with(&chosen, &options),
@@ -2960,7 +2956,7 @@ async fn lock_many(
                 guard.hold_count(),
             ));
         }
-        let kind = (false, options.get_auto_extend());
+        let kind = (false, options.auto_extend);
         live.push(Live::new(run.live_id(), guard, handle, kind, None, label));
     }
 }
@@ -3123,8 +3119,8 @@ async fn detach(
                 |o| {
                     format!(
                         "ttl {}ms{}",
-                        o.get_ttl().as_millis(),
-                        if o.get_auto_extend() { " auto" } else { "" }
+                        o.ttl.as_millis(),
+                        if o.auto_extend { " auto" } else { "" }
                     )
                 },
             );
@@ -3201,7 +3197,7 @@ async fn detach(
                     run.next_id,
                     mode.map_or("plain", Mode::as_str)
                 );
-                let auto = options.is_some_and(|o| o.get_auto_extend());
+                let auto = options.is_some_and(|o| o.auto_extend);
                 live.push(Live::new(
                     run.live_id(),
                     guard,
@@ -3697,18 +3693,16 @@ async fn drop_resume(
         .collect();
     if fenced.is_empty() && rng.random_bool(0.4) {
         let h = rng.random_range(0..handles.len());
-        let mut options = LockOptions::default()
+        let options = LockOptions::default()
             .ttl(ms(rng.random_range(1000..=3000)))
             .fencing(true)
             .retry_count(0);
-        if rng.random_bool(0.5) {
-            options = options.mode(random_mode(rng));
-        }
+        let mode = rng.random_bool(0.5).then(|| random_mode(rng));
         let resource = &resources[rng.random_range(0..resources.len())];
-        let label = run.label(h, resource, &options);
+        let label = run.label(h, resource, mode, &options);
         let result = within(
             "a fenced lock to hand on",
-            handles[h].lock_with(resource, &options),
+            lock_as(&handles[h], resource, mode, &options),
         )
         .await;
         run.note(format!(
@@ -3783,7 +3777,7 @@ async fn drop_resume(
         }
     };
     let options = resume_options(rng, quorum_left);
-    let auto = options.as_ref().is_some_and(LockOptions::get_auto_extend);
+    let auto = options.as_ref().is_some_and(|o| o.auto_extend);
     // When to drop it: at a random instant, or (through the slow resumer, which then awaits
     // that round's late replies) once the nodes show its extension, or its new fencing
     // token, landed.
@@ -3844,8 +3838,8 @@ async fn drop_resume(
         |o| {
             format!(
                 "ttl {}ms{}",
-                o.get_ttl().as_millis(),
-                if o.get_auto_extend() { " auto" } else { "" }
+                o.ttl.as_millis(),
+                if o.auto_extend { " auto" } else { "" }
             )
         },
     );
@@ -3979,7 +3973,7 @@ async fn drop_resume(
     // Still resumable (unless a resumption already holds it, or its keys ran out).
     let h = rng.random_range(0..handles.len());
     let options = resume_options(rng, kept_until.saturating_duration_since(Instant::now()));
-    let auto = options.as_ref().is_some_and(LockOptions::get_auto_extend);
+    let auto = options.as_ref().is_some_and(|o| o.auto_extend);
     let asked = Instant::now();
     let again = within(
         "resuming a lock whose resumption was dropped",
@@ -4129,16 +4123,14 @@ async fn force(
     if victims.is_empty() {
         // Someone to break: a holder taken now (a stand-in for a dead one).
         let h = rng.random_range(0..handles.len());
-        let mut options = LockOptions::default()
+        let options = LockOptions::default()
             .ttl(ms(rng.random_range(1000..=3000)))
             .retry_count(0);
-        if rng.random_bool(0.4) {
-            options = options.mode(random_mode(rng));
-        }
-        let label = run.label(h, &resource, &options);
+        let mode = rng.random_bool(0.4).then(|| random_mode(rng));
+        let label = run.label(h, &resource, mode, &options);
         let result = within(
             "a holder to break",
-            handles[h].lock_with(&resource, &options),
+            lock_as(&handles[h], &resource, mode, &options),
         )
         .await;
         run.note(format!(
@@ -4250,9 +4242,14 @@ async fn force(
     let in_flight = !forcing.is_finished();
     // The next holder.
     let h = rng.random_range(0..handles.len());
-    let options = random_options(rng).retry_count(0);
-    let label = format!("{} after a force", run.label(h, &resource, &options));
-    let result = within("the next holder", handles[h].lock_with(&resource, &options)).await;
+    let (options, mode) = random_options(rng);
+    let options = options.retry_count(0);
+    let label = format!("{} after a force", run.label(h, &resource, mode, &options));
+    let result = within(
+        "the next holder",
+        lock_as(&handles[h], &resource, mode, &options),
+    )
+    .await;
     let mid = observer.observe().await;
     let report = within("a late force-release", forcing).await.unwrap();
     let forced_by = Instant::now();
@@ -4313,7 +4310,7 @@ async fn force(
             .iter()
             .filter(|&&n| life_on(&mid_views[n], &claim) > 0)
             .count() as u64;
-        let kind = (options.get_reentrant(), options.get_auto_extend());
+        let kind = (options.reentrant, options.auto_extend);
         live.push(Live::new(run.live_id(), guard, h, kind, None, label));
     }
     broken_by_force(run, &resource, victims).await;

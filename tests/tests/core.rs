@@ -259,7 +259,7 @@ async fn plain_set_nx_holders_exclude_and_are_excluded() {
         ]
     );
     // The other way round: while we hold it, their SET NX is refused everywhere.
-    let guard = lock_everywhere(&a, &nodes, "mine", &LockOptions::default()).await;
+    let guard = lock_everywhere(&a, &nodes, "mine", None, &LockOptions::default()).await;
     for i in 0..5 {
         assert_eq!(foreign_set_nx(&foreign(i), "mine").await, None);
     }
@@ -295,7 +295,7 @@ async fn releases_left_behind_at_quorum_survive_a_script_cache_flush() {
         // Every node holds the key before the caches are emptied, so that nodes 3 and 4 have
         // a key for their left-behind release to delete (a late grant would find NOSCRIPT
         // and, its round decided, not be sent again).
-        let guard = lock_everywhere(&a, &nodes, &resource, &options).await;
+        let guard = lock_everywhere(&a, &nodes, &resource, None, &options).await;
         for url in nodes.urls() {
             let _: () = plain_client(&url).await.script_flush(false).await.unwrap();
         }
@@ -678,8 +678,11 @@ async fn a_busy_error_says_when_the_holders_ttl_runs_out() {
         .lock_mode("ra:modes", redlock_core::Mode::ProtectedRead, ttl)
         .await
         .unwrap();
-    let writer = once.clone().mode(redlock_core::Mode::Exclusive);
-    let busy = b.lock_with("ra:modes", &writer).await.unwrap_err();
+    let writer = once.clone();
+    let busy = b
+        .lock_mode_with("ra:modes", redlock_core::Mode::Exclusive, &writer)
+        .await
+        .unwrap_err();
     let after = busy.retry_after().expect("a mode holder with a ttl");
     assert!(
         after <= ttl && after > ttl - Duration::from_millis(500),

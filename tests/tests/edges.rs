@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use redlock_core::{LockError, LockOptions, Mode, Redlock, redlock};
-use redlock_tests::{RedisNodes, free_within, is_free, waiters_key, within};
+use redlock_tests::{RedisNodes, free_within, is_free, lock_as, waiters_key, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -95,25 +95,18 @@ async fn waits_and_caps_of_duration_max_mean_no_limit_and_never_panic() {
         redlock_tests::redlock(&nodes).await,
     );
     for mode in [None, Some(Mode::Exclusive)] {
-        let with_mode = |options: LockOptions| match mode {
-            Some(mode) => options.mode(mode),
-            None => options,
-        };
-        let holder = a
-            .lock_with("max", &with_mode(LockOptions::default()))
+        let holder = lock_as(&a, "max", mode, &LockOptions::default())
             .await
             .unwrap();
         // Wait forever, and retry delays too long for the clock: woken by the release.
-        let forever = with_mode(LockOptions::default().wait_timeout(Duration::MAX));
-        let far = with_mode(
-            LockOptions::default()
-                .wait_timeout(Duration::from_secs(30))
-                .retry_delay(Duration::MAX)
-                .retry_jitter(ms(10)),
-        );
+        let forever = LockOptions::default().wait_timeout(Duration::MAX);
+        let far = LockOptions::default()
+            .wait_timeout(Duration::from_secs(30))
+            .retry_delay(Duration::MAX)
+            .retry_jitter(ms(10));
         let waiters = [forever, far].map(|options| {
             let b = b.clone();
-            tokio::spawn(async move { b.lock_with("max", &options).await.map(drop) })
+            tokio::spawn(async move { lock_as(&b, "max", mode, &options).await.map(drop) })
         });
         tokio::time::sleep(ms(300)).await;
         assert!(waiters.iter().all(|w| !w.is_finished()), "a waiter gave up");

@@ -253,7 +253,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 6,
         file: "acquire_mode.lua",
-        source: lua!("modes/acquire_mode.lua"),
+        source: lua!("kernel/scripts/acquire_mode.lua"),
         effect: Effect::Grants,
         call: |_, token, q| {
             let mut keys = strings(&[KEY, WINDOW]);
@@ -278,7 +278,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 7,
         file: "extend_mode.lua",
-        source: lua!("modes/extend_mode.lua"),
+        source: lua!("kernel/scripts/extend_mode.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 7,
@@ -291,7 +291,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 8,
         file: "release_mode.lua",
-        source: lua!("modes/release_mode.lua"),
+        source: lua!("kernel/scripts/release_mode.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 8,
@@ -402,7 +402,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 14,
         file: "release_slots.lua",
-        source: lua!("semaphore/release_slots.lua"),
+        source: lua!("kernel/scripts/release_slots.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 14,
@@ -430,7 +430,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 16,
         file: "downgrade.lua",
-        source: lua!("modes/downgrade.lua"),
+        source: lua!("kernel/scripts/downgrade.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 16,
@@ -458,7 +458,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 18,
         file: "owner.lua",
-        source: lua!("admin/owner.lua"),
+        source: lua!("kernel/scripts/owner.lua"),
         effect: Effect::Compares,
         call: |state, token, _| Call {
             id: 18,
@@ -497,7 +497,7 @@ const TABLE: &[Script] = &[
     Script {
         id: 20,
         file: "extend_many.lua",
-        source: lua!("lock/extend_many.lua"),
+        source: lua!("kernel/scripts/extend_many.lua"),
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 20,

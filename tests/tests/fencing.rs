@@ -350,11 +350,13 @@ async fn concurrent_readers_all_get_distinct_tokens() {
     let readers = join_all((0..8).map(|_| redlock(&nodes))).await;
     for round in 0..5 {
         let resource = format!("shared:{round}");
-        let options = LockOptions::default()
-            .mode(Mode::ProtectedRead)
-            .fencing(true)
-            .retry_count(0);
-        let guards = join_all(readers.iter().map(|r| r.lock_with(&resource, &options))).await;
+        let options = LockOptions::default().fencing(true).retry_count(0);
+        let guards = join_all(
+            readers
+                .iter()
+                .map(|r| r.lock_mode_with(&resource, Mode::ProtectedRead, &options)),
+        )
+        .await;
         let mut tokens: Vec<u64> = guards
             .iter()
             .map(|g| match g {
@@ -391,16 +393,14 @@ async fn two_readers_split_three_two_still_both_get_tokens() {
     for n in 0..3 {
         b.proxies[n].set(Direction::Request, Fault::Delay(ms(20)));
     }
-    let options = LockOptions::default()
-        .ttl(TTL)
-        .mode(Mode::ProtectedRead)
-        .fencing(true)
-        .retry_count(0);
+    let options = LockOptions::default().ttl(TTL).fencing(true).retry_count(0);
     for round in 0..3 {
         let resource = format!("split:{round}");
         let (ga, gb) = tokio::join!(
-            a.redlock.lock_with(&resource, &options),
-            b.redlock.lock_with(&resource, &options)
+            a.redlock
+                .lock_mode_with(&resource, Mode::ProtectedRead, &options),
+            b.redlock
+                .lock_mode_with(&resource, Mode::ProtectedRead, &options)
         );
         let (ga, gb) = (ga.unwrap(), gb.unwrap());
         assert_ne!(ga.fencing_token(), gb.fencing_token(), "round {round}");

@@ -22,7 +22,7 @@ use fred::types::{Expiration, SetOptions};
 use rand::Rng;
 use redlock_core::{BOOKKEEPING_SEPARATOR, DEFAULT_FOREIGN_WINDOW, LockOptions, Mode, Redlock};
 use redlock_tests::checker::History;
-use redlock_tests::{RedisNodes, plain_client, within};
+use redlock_tests::{RedisNodes, lock_as, plain_client, within};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -540,23 +540,23 @@ async fn an_open_window_refuses_our_waiters_but_not_a_poller() {
         .retry_jitter(Duration::ZERO)
         .wait_timeout(ms(400));
     let attempts = [
-        ("plain", waiter.clone()),
-        ("fenced", waiter.clone().fencing(true)),
-        ("in a mode", waiter.clone().mode(Mode::ProtectedRead)),
+        ("plain", waiter.clone(), None),
+        ("fenced", waiter.clone().fencing(true), None),
+        ("in a mode", waiter.clone(), Some(Mode::ProtectedRead)),
     ];
-    for (name, options) in &attempts {
-        match ours.lock_with("res", options).await {
+    for (name, options, mode) in &attempts {
+        match lock_as(&ours, "res", *mode, options).await {
             Err(error) if error.is_busy() => {}
             other => panic!("{name}: a waiter took the key during a window: {other:?}"),
         }
     }
     // Single attempts poll: they take the key the window left free.
-    for (name, options) in [
-        ("plain", once.clone()),
-        ("fenced", once.clone().fencing(true)),
-        ("in a mode", once.clone().mode(Mode::ProtectedRead)),
+    for (name, options, mode) in [
+        ("plain", once.clone(), None),
+        ("fenced", once.clone().fencing(true), None),
+        ("in a mode", once.clone(), Some(Mode::ProtectedRead)),
     ] {
-        match ours.lock_with("res", &options).await {
+        match lock_as(&ours, "res", mode, &options).await {
             Ok(guard) => assert!(guard.release().await.unwrap().was_held(), "{name}"),
             Err(error) => panic!("{name}: a single attempt refused by a window: {error}"),
         }

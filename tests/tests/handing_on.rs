@@ -110,7 +110,8 @@ async fn resumed_after_an_old_snapshot(
         past_quarantine(&b, &nodes).await;
     }
     let held =
-        redlock_tests::lock_everywhere(&a, &nodes, "job", &LockOptions::default().ttl(TTL)).await;
+        redlock_tests::lock_everywhere(&a, &nodes, "job", None, &LockOptions::default().ttl(TTL))
+            .await;
     let detached = held.detach().unwrap();
     // Node 2's snapshot, while it holds the detached token.
     on_node(&nodes, 2, "SAVE").await;
@@ -178,7 +179,7 @@ async fn a_resumption_dropped_in_its_extension_round_gives_the_lock_back() {
     let proxies = nodes.proxies();
     let b = slow_replies(&proxies, ms(1000)).await;
     let options = LockOptions::default().ttl(Duration::from_secs(10));
-    let held = redlock_tests::lock_everywhere(&a, &nodes, "job", &options).await;
+    let held = redlock_tests::lock_everywhere(&a, &nodes, "job", None, &options).await;
     let detached = held.detach().unwrap();
     let key = detached.key().to_owned();
     // A longer ttl than the keys have left: the resumption extends after its swap.
@@ -231,7 +232,7 @@ async fn a_resumption_completing_during_shutdown_gives_the_lock_back() {
     let proxies = nodes.proxies();
     let b = slow_replies(&proxies, ms(800)).await;
     let options = LockOptions::default().ttl(Duration::from_secs(10));
-    let held = redlock_tests::lock_everywhere(&a, &nodes, "job", &options).await;
+    let held = redlock_tests::lock_everywhere(&a, &nodes, "job", None, &options).await;
     let detached = held.detach().unwrap();
     let (key, old) = (
         detached.key().to_owned(),
@@ -318,7 +319,7 @@ async fn a_late_force_release_leaves_the_next_holder_alone() {
         .await
         .unwrap();
     let options = LockOptions::default().ttl(Duration::from_secs(20));
-    let stuck = redlock_tests::lock_everywhere(&a, &nodes, "stuck", &options).await;
+    let stuck = redlock_tests::lock_everywhere(&a, &nodes, "stuck", None, &options).await;
     let key = stuck.key().to_owned();
     // 8 s: the delete, sent when the read's 1 s timeout passed, is late by 7 s after the
     // force-release returns; the next holder must take every node within that, and each retry
@@ -335,7 +336,7 @@ async fn a_late_force_release_leaves_the_next_holder_alone() {
             .await
             .unwrap();
     }
-    let taken = redlock_tests::lock_everywhere(&next, &nodes, "stuck", &options).await;
+    let taken = redlock_tests::lock_everywhere(&next, &nodes, "stuck", None, &options).await;
     // The late delete lands: the operator's shutdown waits until every node answered every
     // command sent to it.
     assert!(

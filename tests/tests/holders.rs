@@ -66,7 +66,7 @@ mod owners {
             redlock(&nodes).await,
         );
         let options = LockOptions::default().ttl(Duration::from_secs(30));
-        let first = lock_everywhere(&a, &nodes, "job", &options).await;
+        let first = lock_everywhere(&a, &nodes, "job", None, &options).await;
         labels(&nodes, "job", &[1; 5]).await;
         // a's key goes from nodes 2, 3 and 4 (expired there, flushed): b takes them, a
         // quorum, and is the owner.
@@ -239,17 +239,22 @@ async fn a_reentry_that_waited_for_its_turn_across_a_downgrade_does_not_enter() 
     let nodes = RedisNodes::start(3);
     let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
     let exclusive = LockOptions::default()
-        .mode(Mode::Exclusive)
         .reentrant(true)
         .ttl(Duration::from_secs(10))
         .wait_timeout(ms(300));
-    let guard = a.lock_with("doc", &exclusive).await.unwrap();
+    let guard = a
+        .lock_mode_with("doc", Mode::Exclusive, &exclusive)
+        .await
+        .unwrap();
     guard
         .scope(async {
-            let first = a.lock_with("doc", &exclusive).await.unwrap();
+            let first = a
+                .lock_mode_with("doc", Mode::Exclusive, &exclusive)
+                .await
+                .unwrap();
             assert_eq!(guard.hold_count(), 2);
             // A sibling re-entry finds the scope in EX and waits for the first one's turn.
-            let mut second = Box::pin(a.lock_with("doc", &exclusive));
+            let mut second = Box::pin(a.lock_mode_with("doc", Mode::Exclusive, &exclusive));
             assert!(futures_util::poll!(second.as_mut()).is_pending());
             // The first one leaves: the turn is the second one's, the lock has one hold,
             // and the downgrade goes ahead; a reader comes in.
@@ -287,14 +292,16 @@ async fn a_reentry_racing_a_downgrade_from_another_thread_never_runs_beside_it()
     let nodes = RedisNodes::start(3);
     let a = redlock(&nodes).await;
     let exclusive = LockOptions::default()
-        .mode(Mode::Exclusive)
         .reentrant(true)
         .ttl(Duration::from_secs(10))
         .retry_count(0);
     let (mut both, mut entered, mut downgraded) = (0, 0, 0);
     for round in 0..300 {
         let resource = format!("race:{round}");
-        let guard = a.lock_with(&resource, &exclusive).await.unwrap();
+        let guard = a
+            .lock_mode_with(&resource, Mode::Exclusive, &exclusive)
+            .await
+            .unwrap();
         let start = Arc::new(Barrier::new(2));
         let reentry = {
             let (a, resource, options, start) = (
@@ -305,7 +312,7 @@ async fn a_reentry_racing_a_downgrade_from_another_thread_never_runs_beside_it()
             );
             tokio::spawn(guard.scope(async move {
                 start.wait();
-                a.lock_with(&resource, &options).await
+                a.lock_mode_with(&resource, Mode::Exclusive, &options).await
             }))
         };
         start.wait();

@@ -278,7 +278,7 @@ async fn an_aborted_leader_task_lets_the_other_candidate_lead_within_a_ttl() {
     );
     // The dropped guard is released at once; without that, the ttl (2 s) would pass first.
     assert!(
-        began - aborted < options.get_ttl(),
+        began - aborted < options.ttl,
         "took over after {:?}",
         began - aborted
     );
@@ -316,7 +316,7 @@ async fn a_leader_cut_off_from_every_node_ends_its_term_before_the_other_leads()
     );
     assert_eq!(term.info().lost().reason(), Some(LostReason::Expired));
     assert!(
-        began - cut < options.get_ttl() + Duration::from_secs(1),
+        began - cut < options.ttl + Duration::from_secs(1),
         "took over after {:?}",
         began - cut
     );
@@ -369,8 +369,7 @@ async fn waiting_forever_outlasts_the_default_retries() {
     let holder = redlock_tests::redlock(&nodes).await;
     let waiter = redlock_tests::redlock(&nodes).await;
     let defaults = waiter.options().clone();
-    let budget =
-        (defaults.get_retry_delay() + defaults.get_retry_jitter()) * defaults.get_retry_count();
+    let budget = (defaults.retry_delay + defaults.retry_jitter) * defaults.retry_count;
     let hold = Duration::from_millis(1_200);
     assert!(hold > budget * 3);
 

@@ -62,7 +62,7 @@ async fn extension_succeeds_with_two_of_five_down_and_not_with_three() {
     assert!(!lost.is_lost());
     within("the lost signal", lost.cancelled()).await;
     // Before the validity the nodes gave (the views say it ended once the signal fired).
-    assert!(Instant::now() < lost.deadline() + options.get_lost_margin());
+    assert!(Instant::now() < lost.deadline() + options.lost_margin_in_effect());
     assert!(!guard.is_valid());
     assert_eq!(lost.reason(), Some(LostReason::Expired));
     // Once lost, the lock is not extended again, even by a quorum.
@@ -114,7 +114,7 @@ async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answ
         server.resume();
     }
     // The validity the nodes gave: the views say it ended once the signal fired.
-    let deadline = lost.deadline() + options.get_lost_margin();
+    let deadline = lost.deadline() + options.lost_margin_in_effect();
     assert!(
         fired < deadline,
         "fired {:?} after the deadline",
@@ -123,11 +123,11 @@ async fn the_lost_signal_fires_before_the_validity_deadline_when_nodes_stop_answ
     let margin = deadline - fired;
     println!(
         "lost signal fired {margin:?} before the validity deadline (lost margin {:?})",
-        options.get_lost_margin()
+        options.lost_margin_in_effect()
     );
     // It fired at the margin — not at the first failed extension, which came ~600 ms earlier.
     assert!(
-        margin <= options.get_lost_margin(),
+        margin <= options.lost_margin_in_effect(),
         "fired {margin:?} early"
     );
     assert_eq!(lost.reason(), Some(LostReason::Expired));
@@ -140,12 +140,9 @@ async fn an_extension_with_a_shorter_ttl_never_shortens_the_lock() {
     let single = LockOptions::default().retry_count(0);
     for mode in [None, Some(Mode::ProtectedRead)] {
         let resource = format!("shorter-{}", mode.map_or("plain", Mode::as_str));
-        let mut options = LockOptions::default().ttl(ms(30_000));
-        if let Some(mode) = mode {
-            options = options.mode(mode);
-        }
+        let options = LockOptions::default().ttl(ms(30_000));
         // On every node (no node reads -2 below).
-        let guard = lock_everywhere(&a, &nodes, &resource, &options).await;
+        let guard = lock_everywhere(&a, &nodes, &resource, mode, &options).await;
         let before = guard.valid_until();
         let deadline = guard.extend(ms(2_000)).await.unwrap();
         assert_eq!(deadline, before, "{resource}: the deadline moved");
@@ -162,7 +159,7 @@ async fn an_extension_with_a_shorter_ttl_never_shortens_the_lock() {
         // first guard claims its validity.
         tokio::time::sleep(ms(2_500)).await;
         let second = b
-            .lock_with(&resource, &single.clone().mode(Mode::Exclusive))
+            .lock_mode_with(&resource, Mode::Exclusive, &single.clone())
             .await;
         assert!(
             matches!(second, Err(LockError::Busy { .. })),
@@ -198,7 +195,7 @@ async fn an_awaited_lost_signal_owns_itself_and_fires_at_its_deadline_or_release
     let fired = Instant::now();
     assert!(!worked, "the work ran past the lost deadline");
     assert!(fired >= deadline, "fired {:?} early", deadline - fired);
-    let validity = deadline + options.get_lost_margin();
+    let validity = deadline + options.lost_margin_in_effect();
     assert!(
         fired < validity,
         "fired {:?} after the validity deadline",
@@ -328,7 +325,14 @@ async fn an_extension_never_resurrects_a_deleted_key_nor_touches_another_holders
     let token = guard.token().expose();
     nodes.settle("taken", |h| h.value.holds(token)).await;
     nodes.delete("taken").await;
-    let theirs = lock_everywhere(&b, &nodes, "taken", &LockOptions::default().ttl(ms(3_000))).await;
+    let theirs = lock_everywhere(
+        &b,
+        &nodes,
+        "taken",
+        None,
+        &LockOptions::default().ttl(ms(3_000)),
+    )
+    .await;
     assert!(guard.extend(ms(60_000)).await.is_err());
     for left in nodes.pttls("taken").await {
         assert!((1..=3_000).contains(&left), "their key's ttl became {left}");

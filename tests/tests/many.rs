@@ -86,8 +86,11 @@ async fn a_set_is_taken_all_or_none_and_a_refusal_leaves_nothing_behind() {
     // Each is the plain lock of its resource: a single holder, or a reader, is refused.
     let error = a.lock_with("c", &once()).await.unwrap_err();
     assert!(error.is_busy(), "{error:?}");
-    let read = once().mode(Mode::ProtectedRead);
-    let error = a.lock_with("a", &read).await.unwrap_err();
+    let read = once();
+    let error = a
+        .lock_mode_with("a", Mode::ProtectedRead, &read)
+        .await
+        .unwrap_err();
     assert!(error.is_busy(), "{error:?}");
     assert!(guard.release().await.unwrap().was_held());
     for key in ["a", "b", "c"] {
@@ -167,7 +170,7 @@ async fn a_release_wakes_the_waiters_of_each_resource() {
         async move { b.lock_with("w1", &patient).await }
     });
     let reader =
-        tokio::spawn(async move { c.lock_with("w2", &patient.mode(Mode::ProtectedRead)).await });
+        tokio::spawn(async move { c.lock_mode_with("w2", Mode::ProtectedRead, &patient).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     guard.release().await.unwrap();
@@ -225,7 +228,6 @@ async fn what_a_lock_of_several_cannot_give_is_refused_before_anything_is_sent()
         "{error:?}"
     );
     for (options, option) in [
-        (once().mode(Mode::Exclusive), "mode"),
         (once().fencing(true), "fencing"),
         (once().reentrant(true), "reentrant"),
         (

@@ -149,9 +149,9 @@ async fn bad_minimum_holds_are_refused_before_anything_is_sent() {
         a.lock_with("job:bad", &long).await,
         Err(LockError::Invalid(InvalidInput::AtLeastAboveTtl { .. }))
     ));
-    let moded = single().mode(Mode::Exclusive).lock_at_least_for(AT_LEAST);
+    let moded = single().lock_at_least_for(AT_LEAST);
     assert!(matches!(
-        a.lock_with("job:bad", &moded).await,
+        a.lock_mode_with("job:bad", Mode::Exclusive, &moded).await,
         Err(LockError::Invalid(InvalidInput::AtLeastWithMode))
     ));
     assert_eq!(

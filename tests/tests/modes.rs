@@ -18,9 +18,9 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// One attempt in `mode`.
-fn once(mode: Mode) -> LockOptions {
-    LockOptions::default().retry_count(0).mode(mode)
+/// One attempt.
+fn once() -> LockOptions {
+    LockOptions::default().retry_count(0)
 }
 
 /// Waiting for up to `wait`, retrying every `delay` when not woken.
@@ -31,9 +31,9 @@ fn patient(delay: Duration, wait: Duration) -> LockOptions {
         .wait_timeout(wait)
 }
 
-/// Waiting in `mode` for up to `wait`, retrying every `delay` when not woken.
-fn waiting(mode: Mode, delay: Duration, wait: Duration) -> LockOptions {
-    patient(delay, wait).mode(mode)
+/// Waiting for up to `wait`, retrying every `delay` when not woken.
+fn waiting(delay: Duration, wait: Duration) -> LockOptions {
+    patient(delay, wait)
 }
 
 /// Three handles over `nodes`: two holders and a third client (each its own connections).
@@ -65,10 +65,12 @@ async fn the_whole_table_pairwise_against_five_nodes() {
         for asked in Mode::ALL.map(Mode::as_str) {
             let resource = format!("table:{held}:{asked}");
             let first = a
-                .lock_with(&resource, &once(held.parse().unwrap()))
+                .lock_mode_with(&resource, held.parse().unwrap(), &once())
                 .await
                 .unwrap();
-            let second = b.lock_with(&resource, &once(asked.parse().unwrap())).await;
+            let second = b
+                .lock_mode_with(&resource, asked.parse().unwrap(), &once())
+                .await;
             let expected = row.contains(&asked);
             match &second {
                 Ok(guard) => {
@@ -121,10 +123,10 @@ async fn readers_share_and_writers_exclude_under_the_checker() {
             Mode::Exclusive
         };
         clients.push(tokio::spawn(async move {
-            let options = waiting(mode, ms(50), Duration::from_secs(3)).ttl(ms(2_000));
+            let options = waiting(ms(50), Duration::from_secs(3)).ttl(ms(2_000));
             let mut tally = Tally::default();
             while Instant::now() < deadline {
-                let guard = match redlock.lock_with("rw", &options).await {
+                let guard = match redlock.lock_mode_with("rw", mode, &options).await {
                     Ok(guard) => guard,
                     Err(error) if error.is_busy() => {
                         tally.busy += 1;
@@ -183,18 +185,18 @@ async fn one_holders_expiry_does_not_free_the_others() {
     let nodes = RedisNodes::start(5);
     let (a, b, w) = three(&nodes).await;
     let short = a
-        .lock_with("exp", &once(Mode::ProtectedRead).ttl(ms(300)))
+        .lock_mode_with("exp", Mode::ProtectedRead, &once().ttl(ms(300)))
         .await
         .unwrap();
     let long = b
-        .lock_with("exp", &once(Mode::ProtectedRead).ttl(ms(30_000)))
+        .lock_mode_with("exp", Mode::ProtectedRead, &once().ttl(ms(30_000)))
         .await
         .unwrap();
     let short_token = short.token().expose().to_owned();
     // The short reader's process dies: its entry is left to expire.
     std::mem::forget(short);
     tokio::time::sleep(ms(350)).await;
-    let refused = w.lock_with("exp", &once(Mode::Exclusive)).await;
+    let refused = w.lock_mode_with("exp", Mode::Exclusive, &once()).await;
     assert!(
         refused.unwrap_err().is_busy(),
         "the long reader still holds"
@@ -206,7 +208,10 @@ async fn one_holders_expiry_does_not_free_the_others() {
     // The key itself lives as long as its latest holder.
     assert!(nodes.pttls("exp").await.iter().all(|&t| t > 25_000));
     long.release().await.unwrap();
-    let writer = w.lock_with("exp", &once(Mode::Exclusive)).await.unwrap();
+    let writer = w
+        .lock_mode_with("exp", Mode::Exclusive, &once())
+        .await
+        .unwrap();
     writer.release().await.unwrap();
 }
 
@@ -219,7 +224,7 @@ async fn release_and_extension_touch_only_their_own_entry() {
     let released = first.release().await.unwrap();
     assert!(released.was_held());
     assert!(
-        w.lock_with("own", &once(Mode::Exclusive))
+        w.lock_mode_with("own", Mode::Exclusive, &once())
             .await
             .unwrap_err()
             .is_busy()
@@ -242,14 +247,18 @@ async fn release_and_extension_touch_only_their_own_entry() {
 async fn readers_then_writer(handles: &[Redlock], resource: &str) {
     let r1 = handles[0].read_lock(resource).await.unwrap();
     let r2 = handles[1].read_lock(resource).await.unwrap();
-    let busy = handles[2].lock_with(resource, &once(Mode::Exclusive)).await;
+    let busy = handles[2]
+        .lock_mode_with(resource, Mode::Exclusive, &once())
+        .await;
     assert!(busy.unwrap_err().is_busy());
     let writer = {
         let handle = handles[2].clone();
         let resource = resource.to_owned();
         tokio::spawn(async move {
-            let options = waiting(Mode::Exclusive, ms(100), ms(8_000));
-            handle.lock_with(&resource, &options).await
+            let options = waiting(ms(100), ms(8_000));
+            handle
+                .lock_mode_with(&resource, Mode::Exclusive, &options)
+                .await
         })
     };
     tokio::time::sleep(ms(50)).await;
@@ -258,7 +267,7 @@ async fn readers_then_writer(handles: &[Redlock], resource: &str) {
     r2.release().await.unwrap();
     let writer = within("the writer", writer).await.unwrap().unwrap();
     let reader = handles[0]
-        .lock_with(resource, &once(Mode::ProtectedRead))
+        .lock_mode_with(resource, Mode::ProtectedRead, &once())
         .await;
     // Refused (with nodes down the round may stop before a quorum answered, so the error
     // can read "unavailable": the refusals already made a quorum impossible).
@@ -296,10 +305,13 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
         let (stop, reads) = (Arc::clone(&stop), Arc::clone(&reads));
         readers.push(tokio::spawn(async move {
             tokio::time::sleep(ms(i * 40)).await;
-            let options = waiting(Mode::ProtectedRead, ms(20), ms(9_000));
+            let options = waiting(ms(20), ms(9_000));
             while !stop.load(Ordering::SeqCst) {
                 let asked = Instant::now();
-                let guard = redlock.lock_with("stream", &options).await.unwrap();
+                let guard = redlock
+                    .lock_mode_with("stream", Mode::ProtectedRead, &options)
+                    .await
+                    .unwrap();
                 reads.lock().unwrap().push((asked, Instant::now()));
                 tokio::time::sleep(READ_HOLD).await;
                 guard.release().await.unwrap();
@@ -309,10 +321,13 @@ async fn a_writer_is_not_starved_by_a_stream_of_readers() {
     let writer = redlock(&nodes).await;
     tokio::time::sleep(ms(400)).await;
     let asked = Instant::now();
-    let options = waiting(Mode::Exclusive, ms(20), ms(8_000));
-    let guard = within("the writer", writer.lock_with("stream", &options))
-        .await
-        .unwrap();
+    let options = waiting(ms(20), ms(8_000));
+    let guard = within(
+        "the writer",
+        writer.lock_mode_with("stream", Mode::Exclusive, &options),
+    )
+    .await
+    .unwrap();
     let granted = Instant::now();
     let waited = granted - asked;
     tokio::time::sleep(ms(50)).await;
@@ -350,7 +365,7 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
     let r2 = b.read_lock("wake").await.unwrap();
     // Polling with a 10 s delay would take 10 s after the last release.
     let writer = tokio::spawn(async move {
-        w.lock_with("wake", &waiting(Mode::Exclusive, ms(10_000), ms(20_000)))
+        w.lock_mode_with("wake", Mode::Exclusive, &waiting(ms(10_000), ms(20_000)))
             .await
     });
     within("the writer's waiter entry", async {
@@ -377,16 +392,17 @@ async fn a_waiting_writer_is_woken_by_the_last_readers_release() {
 async fn mode_locks_get_fencing_tokens_and_auto_extension() {
     let nodes = RedisNodes::start(5);
     let (a, b, w) = three(&nodes).await;
-    let fenced = |mode| once(mode).fencing(true);
+    let fenced = || once().fencing(true);
     let reader = a
-        .lock_with(
+        .lock_mode_with(
             "fx",
-            &fenced(Mode::ProtectedRead).ttl(ms(300)).auto_extend(true),
+            Mode::ProtectedRead,
+            &fenced().ttl(ms(300)).auto_extend(true),
         )
         .await
         .unwrap();
     let other = b
-        .lock_with("fx", &fenced(Mode::ConcurrentRead))
+        .lock_mode_with("fx", Mode::ConcurrentRead, &fenced())
         .await
         .unwrap();
     let (t1, t2) = (
@@ -402,13 +418,16 @@ async fn mode_locks_get_fencing_tokens_and_auto_extension() {
     assert!(reader.is_valid() && !reader.lost().is_lost());
     other.release().await.unwrap();
     assert!(
-        w.lock_with("fx", &fenced(Mode::Exclusive))
+        w.lock_mode_with("fx", Mode::Exclusive, &fenced())
             .await
             .unwrap_err()
             .is_busy()
     );
     reader.release().await.unwrap();
-    let writer = w.lock_with("fx", &fenced(Mode::Exclusive)).await.unwrap();
+    let writer = w
+        .lock_mode_with("fx", Mode::Exclusive, &fenced())
+        .await
+        .unwrap();
     assert!(writer.fencing_token().unwrap() > t2);
     writer.release().await.unwrap();
 }
@@ -419,7 +438,7 @@ async fn plain_and_mode_locks_on_one_resource_exclude_each_other() {
     let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
     let plain = a.lock("mixed").await.unwrap();
     for mode in Mode::ALL {
-        let error = b.lock_with("mixed", &once(mode)).await.unwrap_err();
+        let error = b.lock_mode_with("mixed", mode, &once()).await.unwrap_err();
         assert!(error.is_busy(), "{mode} beside a plain lock: {error}");
     }
     plain.release().await.unwrap();
@@ -484,7 +503,7 @@ async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
     let reader = tokio::spawn({
         let b = b.clone();
         async move {
-            b.lock_with("cross", &waiting(Mode::ProtectedRead, delay, wait))
+            b.lock_mode_with("cross", Mode::ProtectedRead, &waiting(delay, wait))
                 .await
         }
     });
@@ -531,14 +550,20 @@ async fn plain_and_mode_waiters_are_woken_by_each_others_releases() {
 async fn a_reentrant_reader_re_enters_its_read_lock_only() {
     let nodes = RedisNodes::start(3);
     let redlock = redlock(&nodes).await;
-    let options = once(Mode::ProtectedRead).reentrant(true);
-    let outer = redlock.lock_with("re", &options).await.unwrap();
+    let options = once().reentrant(true);
+    let outer = redlock
+        .lock_mode_with("re", Mode::ProtectedRead, &options)
+        .await
+        .unwrap();
     let (inner, write) = outer
         .scope(async {
-            let inner = redlock.lock_with("re", &options).await.unwrap();
+            let inner = redlock
+                .lock_mode_with("re", Mode::ProtectedRead, &options)
+                .await
+                .unwrap();
             // No upgrade: the holder's own read lock refuses its write request.
             let write = redlock
-                .lock_with("re", &once(Mode::Exclusive).reentrant(true))
+                .lock_mode_with("re", Mode::Exclusive, &once().reentrant(true))
                 .await;
             (inner, write)
         })
@@ -567,16 +592,20 @@ async fn contended_readers_and_writers_are_woken_never_left_to_their_retry_timer
     }
     for (id, redlock) in handles.into_iter().enumerate() {
         lockers.push(tokio::spawn(async move {
-            let (read, write) = (
-                waiting(Mode::ProtectedRead, RETRY, ms(30_000)),
-                waiting(Mode::Exclusive, RETRY, ms(30_000)),
-            );
+            let options = waiting(RETRY, ms(30_000));
             let mut longest = Duration::ZERO;
             for i in id..id + 40 {
                 // One acquisition in four is a write.
-                let options = if i % 4 == 0 { &write } else { &read };
+                let mode = if i % 4 == 0 {
+                    Mode::Exclusive
+                } else {
+                    Mode::ProtectedRead
+                };
                 let asked = Instant::now();
-                let guard = redlock.lock_with("herd", options).await.unwrap();
+                let guard = redlock
+                    .lock_mode_with("herd", mode, &options)
+                    .await
+                    .unwrap();
                 longest = longest.max(asked.elapsed());
                 tokio::time::sleep(ms(1)).await;
                 guard.release().await.unwrap();
@@ -666,17 +695,17 @@ async fn mode_locks_never_touch_a_hash_that_is_not_theirs() {
         let attempts: [(&str, Result<_, LockError>); 3] = [
             (
                 "read_lock",
-                a.lock_with(key, &quick(a.options().clone().mode(Mode::ProtectedRead)))
+                a.lock_mode_with(key, Mode::ProtectedRead, &quick(a.options().clone()))
                     .await,
             ),
             (
                 "write_lock",
-                a.lock_with(key, &quick(a.options().clone().mode(Mode::Exclusive)))
+                a.lock_mode_with(key, Mode::Exclusive, &quick(a.options().clone()))
                     .await,
             ),
             (
                 "lock_mode(CR)",
-                a.lock_with(key, &quick(a.options().clone().mode(Mode::ConcurrentRead)))
+                a.lock_mode_with(key, Mode::ConcurrentRead, &quick(a.options().clone()))
                     .await,
             ),
         ];
@@ -760,9 +789,10 @@ async fn a_node_timeout_of_duration_max_writes_readable_waiter_entries() {
     let holder = a.write_lock("max:timeout").await.unwrap();
     // A writer waits: refused, it leaves its waiter entry (now + the entry's life).
     let waiter = tokio::spawn(async move {
-        b.lock_with(
+        b.lock_mode_with(
             "max:timeout",
-            &waiting(Mode::Exclusive, ms(50), Duration::from_secs(5)),
+            Mode::Exclusive,
+            &waiting(ms(50), Duration::from_secs(5)),
         )
         .await
     });

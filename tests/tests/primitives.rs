@@ -270,12 +270,17 @@ mod resume {
                 "{holding:?}"
             );
         }
-        let reader = LockOptions::default()
-            .mode(Mode::ProtectedRead)
-            .retry_count(0);
-        assert!(a.lock_with("doc", &reader).await.is_err());
+        let reader = LockOptions::default().retry_count(0);
+        assert!(
+            a.lock_mode_with("doc", Mode::ProtectedRead, &reader)
+                .await
+                .is_err()
+        );
         resumed.release().await.unwrap();
-        let _reader = a.lock_with("doc", &reader).await.unwrap();
+        let _reader = a
+            .lock_mode_with("doc", Mode::ProtectedRead, &reader)
+            .await
+            .unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -290,7 +295,6 @@ mod resume {
             .unwrap();
         let detached = a.lock("plain").await.unwrap().detach().unwrap();
         let asks = [
-            (&a, LockOptions::default().mode(Mode::ProtectedRead), "mode"),
             (&a, LockOptions::default().fencing(true), "fencing"),
             (&prefixed, LockOptions::default(), "key prefix"),
         ];
@@ -572,10 +576,13 @@ mod downgrade {
             .await
             .unwrap();
         let info = writer.info();
-        let read = LockOptions::default()
-            .mode(Mode::ProtectedRead)
-            .retry_count(0);
-        assert!(b.lock_with("catalog", &read).await.is_err(), "a control");
+        let read = LockOptions::default().retry_count(0);
+        assert!(
+            b.lock_mode_with("catalog", Mode::ProtectedRead, &read)
+                .await
+                .is_err(),
+            "a control"
+        );
         writer.downgrade(Mode::ProtectedRead).await.unwrap();
         // Every view says so, and every node holds the same entry in the weaker mode.
         assert_eq!(writer.mode(), Some(Mode::ProtectedRead));
@@ -599,9 +606,16 @@ mod downgrade {
             assert!(holders[0].1.starts_with("PR "), "{holders:?}");
         }
         // Readers come in beside it now; a writer does not.
-        let reader = b.lock_with("catalog", &read).await.unwrap();
-        let write = LockOptions::default().mode(Mode::Exclusive).retry_count(0);
-        assert!(b.lock_with("catalog", &write).await.is_err());
+        let reader = b
+            .lock_mode_with("catalog", Mode::ProtectedRead, &read)
+            .await
+            .unwrap();
+        let write = LockOptions::default().retry_count(0);
+        assert!(
+            b.lock_mode_with("catalog", Mode::Exclusive, &write)
+                .await
+                .is_err()
+        );
         reader.release().await.unwrap();
         writer.release().await.unwrap();
     }
@@ -619,11 +633,11 @@ mod downgrade {
         let hammer = tokio::spawn({
             let stop = stop.clone();
             async move {
-                let write = LockOptions::default().mode(Mode::Exclusive).retry_count(0);
+                let write = LockOptions::default().retry_count(0);
                 let mut tries = 0;
                 while !stop.is_cancelled() {
                     tries += 1;
-                    if let Ok(guard) = c.lock_with("gapless", &write).await {
+                    if let Ok(guard) = c.lock_mode_with("gapless", Mode::Exclusive, &write).await {
                         return Err(guard.valid_until());
                     }
                 }
@@ -689,19 +703,19 @@ mod downgrade {
             .unwrap();
         // A second writer waits (refused at first: its request's entry ranks it), then gets
         // it when the first releases.
-        let write = LockOptions::default()
-            .mode(Mode::Exclusive)
-            .wait_timeout(Duration::from_secs(5));
-        let waiting = tokio::spawn(async move { b.lock_with("queued", &write).await });
+        let write = LockOptions::default().wait_timeout(Duration::from_secs(5));
+        let waiting =
+            tokio::spawn(async move { b.lock_mode_with("queued", Mode::Exclusive, &write).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
         first.release().await.unwrap();
         let writer = within("the second writer", waiting).await.unwrap().unwrap();
         writer.downgrade(Mode::ProtectedRead).await.unwrap();
         // A reader asking once is let in: the writer's old request no longer ranks ahead of it.
-        let read = LockOptions::default()
-            .mode(Mode::ProtectedRead)
-            .retry_count(0);
-        let reader = c.lock_with("queued", &read).await.unwrap();
+        let read = LockOptions::default().retry_count(0);
+        let reader = c
+            .lock_mode_with("queued", Mode::ProtectedRead, &read)
+            .await
+            .unwrap();
         reader.release().await.unwrap();
         writer.release().await.unwrap();
     }
@@ -761,11 +775,13 @@ mod downgrade {
             .await
             .unwrap();
         let patient = LockOptions::default()
-            .mode(Mode::ProtectedRead)
             .retry_count(3)
             .retry_delay(Duration::from_secs(5))
             .retry_jitter(Duration::ZERO);
-        let waiting = tokio::spawn(async move { b.lock_with("woken-reader", &patient).await });
+        let waiting = tokio::spawn(async move {
+            b.lock_mode_with("woken-reader", Mode::ProtectedRead, &patient)
+                .await
+        });
         tokio::time::sleep(Duration::from_millis(300)).await;
         let downgraded = Instant::now();
         writer.downgrade(Mode::ProtectedRead).await.unwrap();
@@ -785,8 +801,11 @@ mod downgrade {
             .await
             .unwrap();
         let plain = a.lock("refused-plain").await.unwrap();
-        let reentrant = LockOptions::default().mode(Mode::Exclusive).reentrant(true);
-        let shared = a.lock_with("refused-shared", &reentrant).await.unwrap();
+        let reentrant = LockOptions::default().reentrant(true);
+        let shared = a
+            .lock_mode_with("refused-shared", Mode::Exclusive, &reentrant)
+            .await
+            .unwrap();
         let mut before = nodes.script_calls().await;
         for (guard, to, from) in [
             (&reader, Mode::Exclusive, Some(Mode::ProtectedRead)),
@@ -807,7 +826,10 @@ mod downgrade {
         assert_eq!(nodes.script_calls().await, before, "something was sent");
         shared
             .scope(async {
-                let inner = a.lock_with("refused-shared", &reentrant).await.unwrap();
+                let inner = a
+                    .lock_mode_with("refused-shared", Mode::Exclusive, &reentrant)
+                    .await
+                    .unwrap();
                 before = nodes.script_calls().await;
                 let error = inner.downgrade(Mode::ProtectedRead).await.unwrap_err();
                 assert!(

@@ -91,7 +91,10 @@ fn claimed_until(guard: &LockGuard) -> Instant {
     let lost = guard.lost();
     match lost.reason() {
         None | Some(LostReason::Expired) => {
-            lost.deadline() + LockOptions::default().ttl(guard.ttl()).get_lost_margin()
+            lost.deadline()
+                + LockOptions::default()
+                    .ttl(guard.ttl())
+                    .lost_margin_in_effect()
         }
         Some(_) => guard.valid_until(),
     }

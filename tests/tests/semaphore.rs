@@ -1,4 +1,4 @@
-//! A counting semaphore (`LockOptions::permits`) against real redis-server processes (5, or
+//! A counting semaphore (`Redlock::semaphore`) against real redis-server processes (5, or
 //! 3): at most K holders at once across separate handles, and all K used; the bound kept
 //! under a partition and a node restarted empty with the quarantine on; a crashed holder's
 //! permit freed at its ttl; a release waking a waiter at once; bad input refused before
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlock_core::{InvalidInput, LockError, LockOptions, Mode, Redlock};
+use redlock_core::{InvalidInput, LockError, LockOptions, Redlock};
 use redlock_tests::checker::History;
 use redlock_tests::proxy::Proxy;
 use redlock_tests::{RedisNodes, plain_client, proxy_urls, redlock, within};
@@ -549,7 +549,6 @@ async fn bad_permits_are_refused_before_anything_is_sent() {
         InvalidInput::PermitsAboveCap { .. }
     ));
     for (options, option) in [
-        (LockOptions::default().mode(Mode::ProtectedRead), "mode"),
         (LockOptions::default().fencing(true), "fencing"),
         (LockOptions::default().reentrant(true), "reentrant"),
     ] {

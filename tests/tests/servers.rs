@@ -64,7 +64,11 @@ async fn a_mixed_set_of_redis_and_valkey_nodes_is_one_quorum() {
     let resource = "mixed:order";
 
     // Lock: the same token on every node, Redis and Valkey alike.
-    let guard = within("A's lock", lock_everywhere(&a, &nodes, resource, &once())).await;
+    let guard = within(
+        "A's lock",
+        lock_everywhere(&a, &nodes, resource, None, &once()),
+    )
+    .await;
     let token = guard.token().expose().to_owned();
     for holding in nodes.holdings(resource).await {
         assert!(holding.ttl.is_some(), "{holding:?}");

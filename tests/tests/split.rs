@@ -86,7 +86,7 @@ async fn tick_of(replicas: &[Replica], resource: &str, job: Job) -> Tick {
         Job::Plain => (once.lock_at_least_for(held), ms(20)),
         Job::Permit => (once.lock_at_least_for(held), ms(20)),
         // Without a minimum hold, the work lasts longer than a split's attempts (1.26 s).
-        Job::Exclusive => (once.mode(Mode::Exclusive), held),
+        Job::Exclusive => (once, held),
         Job::Several => (once, held),
     };
     let start = Arc::new(tokio::sync::Barrier::new(replicas.len()));
@@ -100,6 +100,12 @@ async fn tick_of(replicas: &[Replica], resource: &str, job: Job) -> Tick {
                 Job::Several => {
                     let resources = [resource.clone(), format!("{resource}:b")];
                     redlock.lock_many_with(&resources, &job_options).await
+                }
+                Job::Exclusive => {
+                    let exclusive = Mode::Exclusive;
+                    redlock
+                        .lock_mode_with(&resource, exclusive, &job_options)
+                        .await
                 }
                 Job::Permit => {
                     let semaphore = redlock.semaphore(resource.as_str(), 2);

@@ -131,7 +131,7 @@ async fn mutual_tls_needs_the_client_certificate() {
         .await
         .unwrap();
     // Every node took the client certificate: the lock lands on all three.
-    let held = lock_everywhere(&redlock, &nodes, "mtls", &LockOptions::default()).await;
+    let held = lock_everywhere(&redlock, &nodes, "mtls", None, &LockOptions::default()).await;
     holds_then_releases(&nodes, "mtls", held).await;
 }
 

@@ -112,10 +112,11 @@ impl Bank {
     /// [`BankError::Lock`] when the catalog stayed busy, or the downgrade could not be
     /// confirmed.
     pub async fn rebuild_catalog<F: Future<Output = ()>>(&self, read: F) -> Result<(), BankError> {
-        let write = LockOptions::default()
-            .mode(Mode::Exclusive)
-            .wait_timeout(Duration::from_secs(5));
-        let guard = self.redlock.lock_with("catalog", &write).await?;
+        let write = LockOptions::default().wait_timeout(Duration::from_secs(5));
+        let guard = self
+            .redlock
+            .lock_mode_with("catalog", Mode::Exclusive, &write)
+            .await?;
         // ... write the catalog ...
         guard.downgrade(Mode::ProtectedRead).await?;
         guard.until_lost(read).await?;

@@ -97,12 +97,18 @@ async fn the_catalog_is_read_on_beside_readers_after_its_rebuild_and_labels_say_
     let reader = b.clone();
     bank.rebuild_catalog(async move {
         // Readers come in beside the downgraded writer; a writer does not.
-        let read = redlock_core::LockOptions::default()
-            .mode(Mode::ProtectedRead)
-            .retry_count(0);
-        let guard = reader.lock_with("catalog", &read).await.unwrap();
-        let write = read.clone().mode(Mode::Exclusive);
-        assert!(reader.lock_with("catalog", &write).await.is_err());
+        let read = redlock_core::LockOptions::default().retry_count(0);
+        let guard = reader
+            .lock_mode_with("catalog", Mode::ProtectedRead, &read)
+            .await
+            .unwrap();
+        let write = read.clone();
+        assert!(
+            reader
+                .lock_mode_with("catalog", Mode::Exclusive, &write)
+                .await
+                .is_err()
+        );
         guard.release().await.unwrap();
     })
     .await

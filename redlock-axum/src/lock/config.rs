@@ -78,7 +78,7 @@ impl Config {
             options: redlock.options().clone(),
             redlock,
             resource,
-            mode: ModeFrom::Options,
+            mode: ModeFrom::Plain,
             permits: None,
             auto_extend: true,
             max_hold: None,
@@ -121,9 +121,7 @@ fn request_options(
     auto_extend: bool,
     max_hold: Option<Duration>,
 ) -> LockOptions {
-    let max_hold = max_hold
-        .or(options.get_max_hold())
-        .unwrap_or(DEFAULT_MAX_HOLD);
+    let max_hold = max_hold.or(options.max_hold).unwrap_or(DEFAULT_MAX_HOLD);
     options
         .clone()
         .auto_extend(auto_extend)
@@ -138,9 +136,9 @@ mod tests {
     #[test]
     fn a_permit_per_request_is_not_made_reentrant() {
         let lock = request_options(&LockOptions::default(), false, true, None);
-        assert!(lock.get_reentrant());
+        assert!(lock.reentrant);
         let permit = request_options(&LockOptions::default(), true, true, None);
-        assert!(!permit.get_reentrant());
+        assert!(!permit.reentrant);
         assert_eq!(permit.validate(), Ok(()));
     }
 
@@ -157,13 +155,9 @@ mod tests {
         for (options, layer, expected) in cases {
             for auto_extend in [true, false] {
                 let applied = request_options(&options, false, auto_extend, layer);
-                assert_eq!(
-                    applied.get_max_hold(),
-                    Some(expected),
-                    "{options:?} {layer:?}"
-                );
-                assert_eq!(applied.get_auto_extend(), auto_extend);
-                assert!(applied.get_reentrant());
+                assert_eq!(applied.max_hold, Some(expected), "{options:?} {layer:?}");
+                assert_eq!(applied.auto_extend, auto_extend);
+                assert!(applied.reentrant);
             }
         }
         assert_eq!(DEFAULT_MAX_HOLD, 2 * redlock_core::DEFAULT_TTL);

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use futures_util::future::{BoxFuture, Either};
 use http::{Request, StatusCode};
 use pin_project_lite::pin_project;
-use redlock_core::{LockGuard, Scoped};
+use redlock_core::{InvalidInput, LockError, LockGuard, Scoped};
 use tower_service::Service;
 use tracing::{Instrument, Span};
 
@@ -134,13 +134,10 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
         }
     };
     let (mode, class) = (config.mode.resolve(&parts), config.resource.class());
-    let options = if mode.is_none() && class.is_none() {
+    let options = if class.is_none() {
         std::borrow::Cow::Borrowed(&config.options)
     } else {
         let mut options = config.options.clone();
-        if let Some(mode) = mode {
-            options = options.mode(mode);
-        }
         if let Some(class) = class {
             options = options.resource_class(std::sync::Arc::clone(class));
         }
@@ -151,15 +148,26 @@ async fn acquire<ReqBody>(config: Arc<Config>, request: Request<ReqBody>) -> Acq
         None => redlock_core::resource_class(&resource),
     };
     let span = observe::span(parts.extensions.get::<MatchedPath>(), Some(&class));
-    let locked = match config.permits {
-        Some(permits) => {
+    let locked = match (config.permits, mode) {
+        // A permit takes no mode: each slot is one plain lock.
+        (Some(_), Some(_)) => Err(LockError::Invalid(InvalidInput::PermitsWith {
+            option: "mode",
+        })),
+        (Some(permits), None) => {
             let semaphore = config.redlock.semaphore(resource.as_str(), permits);
             semaphore
                 .acquire_with(&options)
                 .instrument(span.clone())
                 .await
         }
-        None => {
+        (None, Some(mode)) => {
+            config
+                .redlock
+                .lock_mode_with(&resource, mode, &options)
+                .instrument(span.clone())
+                .await
+        }
+        (None, None) => {
             config
                 .redlock
                 .lock_with(&resource, &options)

@@ -176,8 +176,8 @@ impl RedlockLayer {
         self
     }
 
-    /// Takes every request's lock in `mode` ([`LockOptions::mode`]; default: the mode of the
-    /// [`options`](Self::options), none unless set there: the plain exclusive lock). The last
+    /// Takes every request's lock in `mode` ([`Redlock::lock_mode_with`]; default: none, the
+    /// plain exclusive lock). The last
     /// of `mode`, [`mode_by_method`](Self::mode_by_method) and
     /// [`mode_from_fn`](Self::mode_from_fn) wins.
     #[must_use]

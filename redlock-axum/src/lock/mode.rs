@@ -12,9 +12,9 @@ type ModeFn = dyn Fn(&Parts) -> Mode + Send + Sync;
 /// Where a request's lock mode comes from.
 #[derive(Clone, Default)]
 pub(crate) enum ModeFrom {
-    /// The layer's lock options, as given (no mode: the plain exclusive lock).
+    /// No mode: the plain exclusive lock.
     #[default]
-    Options,
+    Plain,
     /// One mode for every request.
     Fixed(Mode),
     /// Safe methods read, the others write ([`by_method`]).
@@ -26,7 +26,7 @@ pub(crate) enum ModeFrom {
 impl fmt::Debug for ModeFrom {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Options => f.write_str("Options"),
+            Self::Plain => f.write_str("Plain"),
             Self::Fixed(mode) => write!(f, "Fixed({mode})"),
             Self::Method => f.write_str("Method"),
             Self::Fn(_) => f.write_str("Fn(..)"),
@@ -35,10 +35,10 @@ impl fmt::Debug for ModeFrom {
 }
 
 impl ModeFrom {
-    /// The mode for this request; `None` keeps the options' own.
+    /// The mode for this request; `None`: the plain lock.
     pub(crate) fn resolve(&self, parts: &Parts) -> Option<Mode> {
         match self {
-            Self::Options => None,
+            Self::Plain => None,
             Self::Fixed(mode) => Some(*mode),
             Self::Method => Some(by_method(&parts.method)),
             Self::Fn(f) => Some(f(parts)),

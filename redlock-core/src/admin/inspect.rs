@@ -16,7 +16,7 @@ use crate::options::MAX_PERMITS;
 use crate::outcome::NodeError;
 
 /// Reads one resource on one node, atomically, and returns what the lock layout says about it
-/// without the token (`node/scripts.rs` describes the layout, `node/scripts/inspect.lua` the
+/// without the token (`node/scripts.rs` describes the layout, `admin/inspect.lua` the
 /// script's keys and reply). Sent on its own with `EVAL`, after the scripts' shared helpers
 /// (`node/scripts/prelude.lua`, of which it calls `node_now` and `mode_entry`).
 pub(crate) const INSPECT: &str = concat!(
@@ -127,7 +127,7 @@ pub enum Holder {
     /// A hand-over in progress: a release reserved the key for a queued waiter, for the
     /// hand-over grace ([`RedlockBuilder::handover_grace`](crate::RedlockBuilder::handover_grace)).
     Reserved,
-    /// Held in lock modes ([`LockOptions::mode`](crate::LockOptions::mode)): each live
+    /// Held in lock modes ([`Redlock::lock_mode_with`](crate::Redlock::lock_mode_with)): each live
     /// holder's mode and the ttl its entry has left, on the node's clock. Empty when only
     /// waiters' entries are left (counted in [`NodeHolding::waiters`]): the key is still
     /// there, and still refuses a plain acquisition and incompatible later requests.

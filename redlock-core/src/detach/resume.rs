@@ -211,9 +211,9 @@ impl Redlock {
     /// the handle's runtime; [`Redlock::shutdown`] waits for it).
     ///
     /// # Errors
-    /// - [`LockError::Invalid`]: bad options (checked with the detached lock's mode: no
-    ///   minimum hold for a lock in a mode); `options` ask for a mode or fencing the
-    ///   detached lock does not have, or `detached` was taken through another key prefix
+    /// - [`LockError::Invalid`]: bad options (a minimum hold for a lock in a mode is
+    ///   [`InvalidInput::AtLeastWithMode`]); `options` ask for fencing the detached lock does
+    ///   not have, or `detached` was taken through another key prefix
     ///   ([`InvalidInput::ResumeMismatch`]) (nothing is sent);
     /// - [`LockError::Lost`]: a majority no longer holds the detached token (it expired, was
     ///   released, or was already resumed);
@@ -231,23 +231,20 @@ impl Redlock {
     ) -> Result<LockGuard, LockError> {
         let resource = detached.resource.as_str();
         self.check_detached(detached)?;
-        if options.get_mode().is_some_and(|m| Some(m) != detached.mode) {
-            return Err(InvalidInput::ResumeMismatch { option: "mode" }.into());
-        }
-        if options.get_fencing() && detached.fencing_token.is_none() {
+        if options.fencing && detached.fencing_token.is_none() {
             return Err(InvalidInput::ResumeMismatch { option: "fencing" }.into());
         }
-        let options = match detached.mode {
-            Some(mode) => options.clone().mode(mode),
-            None => options.clone(),
-        };
+        if detached.mode.is_some() && options.lock_at_least_for.is_some() {
+            // A minimum hold is the plain lock's (`Redlock::lock_mode_with`).
+            return Err(InvalidInput::AtLeastWithMode.into());
+        }
         options.validate()?;
-        self.masters().check_quarantine(options.get_ttl())?;
+        self.masters().check_quarantine(options.ttl)?;
         if self.is_shutting_down() {
             return Err(LockError::ShuttingDown);
         }
         let span = telemetry::resume_span(resource);
-        self.resume_round(detached, &options).instrument(span).await
+        self.resume_round(detached, options).instrument(span).await
     }
 
     /// The checks every use of a detached lock makes before anything is sent: its resource,
@@ -333,7 +330,7 @@ impl Redlock {
             give_back.now().await;
             return Err(LockError::ShuttingDown);
         }
-        let drift = timing::drift(held, options.get_drift_factor());
+        let drift = timing::drift(held, options.drift_factor);
         let mut valid_until = start + held.saturating_sub(drift);
         if Instant::now() >= valid_until {
             give_back.now().await;
@@ -348,7 +345,7 @@ impl Redlock {
         // it is held all the same, until what the swap gave.
         let (ttl, ttl_drift) = (
             options.sent_ttl(),
-            timing::drift(options.sent_ttl(), options.get_drift_factor()),
+            timing::drift(options.sent_ttl(), options.drift_factor),
         );
         if valid_until < start + ttl.saturating_sub(ttl_drift) {
             let token = next.expose();
@@ -395,6 +392,7 @@ impl Redlock {
             started: start,
             valid_until,
             fencing_token,
+            mode: detached.mode,
             marker: detached.marker.clone(),
             busy: Duration::ZERO,
             permit: None,

@@ -109,7 +109,7 @@ impl LockGuard {
         &self.lease().token
     }
 
-    /// The mode the lock is held in ([`LockOptions::mode`](crate::LockOptions::mode)); `None`
+    /// The mode the lock is held in ([`Redlock::lock_mode_with`](crate::Redlock::lock_mode_with)); `None`
     /// for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
         self.lease().mode.get()

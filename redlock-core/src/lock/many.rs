@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::kernel::acquire::attempt::{AttemptFailure, Granted, Split};
+use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};
 use crate::kernel::acquire::{Ask, Protocol};
 use crate::kernel::lease::Grant;
 use crate::kernel::masters::Stop;
@@ -21,7 +21,6 @@ use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
 use crate::options::LockOptions;
 use crate::telemetry::Acquisition;
-use crate::timing;
 use crate::token::Token;
 
 /// The resources of a lock of several, in the order their keys are sent: sorted, without
@@ -73,9 +72,8 @@ impl Redlock {
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
-        let ttl = options.sent_ttl();
-        let drift = timing::drift(ttl, options.get_drift_factor());
-        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let clock = Clock::new(masters, options);
+        let limit = clock.limit;
         let keys = many.keys();
         let (keys_ref, quarantine) = (&keys, &masters.quarantine_check);
         let ttl_ms = options.ttl_millis();
@@ -132,19 +130,22 @@ impl Redlock {
             return Err(AttemptFailure::votes(outcomes, split, &holders));
         }
         // Steps 3–4.
-        let elapsed = start.elapsed();
-        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
-            cleanup.run().await;
-            return Err(AttemptFailure::NoValidity(elapsed));
-        }
+        let valid_until = match clock.valid_until(start) {
+            Ok(valid_until) => valid_until,
+            Err(elapsed) => {
+                cleanup.run().await;
+                return Err(AttemptFailure::NoValidity(elapsed));
+            }
+        };
         cleanup.armed = false;
         Ok(Granted {
             grant: Grant {
                 started: start,
-                valid_until: start + ttl - drift,
+                valid_until,
                 fencing_token: None,
                 marker: String::new(),
                 busy: Duration::ZERO,
+                mode: None,
                 permit: None,
                 also: many.resources.iter().skip(1).cloned().collect(),
             },

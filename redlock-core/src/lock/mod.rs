@@ -54,7 +54,7 @@ impl Redlock {
         resource: &str,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        self.lock_one(resource, options).await
+        self.lock_one(resource, None, options).await
     }
 
     /// Acquires every resource of `resources` at once with the default options: see
@@ -100,7 +100,7 @@ impl Redlock {
     /// # Errors
     /// - [`LockError::Invalid`]: no resource, more than [`MAX_RESOURCES`](crate::MAX_RESOURCES),
     ///   a bad resource, bad options, or options a lock of several cannot give
-    ///   ([`InvalidInput::ManyWith`]: a mode, permits, fencing, re-entry, a minimum hold);
+    ///   ([`InvalidInput::ManyWith`]: fencing, re-entry, a minimum hold);
     ///   nothing is sent;
     /// - otherwise as [`lock_with`](Self::lock_with): [`LockError::Busy`] when a holder of one
     ///   of them kept it on every attempt.
@@ -122,13 +122,11 @@ impl Redlock {
             }
             .into());
         }
-        let refused = if options.get_mode().is_some() {
-            Some("mode")
-        } else if options.get_fencing() {
+        let refused = if options.fencing {
             Some("fencing")
-        } else if options.get_reentrant() {
+        } else if options.reentrant {
             Some("reentrant")
-        } else if options.get_lock_at_least_for().is_some() {
+        } else if options.lock_at_least_for.is_some() {
             Some("lock_at_least_for")
         } else {
             None

@@ -1,6 +1,8 @@
 //! Every Lua script the lock runs on a node, in one place, and the layouts they keep.
 //!
-//! Each script is one file under `scripts/`, loaded with `include_str!`. A file opens with
+//! Each script is one `.lua` file kept beside the code that sends it (the kernel's steps in
+//! `kernel/scripts/`, a slice's own in its folder; the shared helpers and the dispatch script
+//! in `scripts/` here), loaded with `include_str!`. A file opens with
 //! what the script does, its `KEYS` and `ARGV` by name, what it returns and the Redlock step
 //! it is, then binds its keys and arguments to named locals. The helpers the scripts share
 //! (the quarantine check, the window and streak reads, the fencing read, the decimal
@@ -450,7 +452,7 @@ const PRELUDE: &str = include_str!("scripts/prelude.lua");
 /// The loop that runs a batch of calls (`scripts/dispatch.lua`), at the end of [`BATCH`].
 const DISPATCH: &str = include_str!("scripts/dispatch.lua");
 
-/// Compare-and-delete (`scripts/release.lua`).
+/// Compare-and-delete (`release.lua`).
 pub(crate) static RELEASE: Script = Script::new(
     0,
     Effect::Compares,
@@ -458,28 +460,28 @@ pub(crate) static RELEASE: Script = Script::new(
 );
 
 /// Release with a fair hand-over to the longest waiter, or a window for foreign clients
-/// (`scripts/release_handover.lua`).
+/// (`release_handover.lua`).
 pub(crate) static RELEASE_HANDOVER: Script = Script::new(
     1,
     Effect::Compares,
     include_str!("../kernel/scripts/release_handover.lua"),
 );
 
-/// Compare-and-pexpire, never shortening the key (`scripts/extend.lua`).
+/// Compare-and-pexpire, never shortening the key (`extend.lua`).
 pub(crate) static EXTEND: Script = Script::new(
     2,
     Effect::Compares,
     include_str!("../kernel/scripts/extend.lua"),
 );
 
-/// A plain attempt, `SET key token NX PX ttl` (`scripts/acquire.lua`).
+/// A plain attempt, `SET key token NX PX ttl` (`acquire.lua`).
 pub(crate) static ACQUIRE: Script = Script::new(
     3,
     Effect::Grants,
     include_str!("../kernel/scripts/acquire.lua"),
 );
 
-/// A queued waiter's attempt, joining the queue when refused (`scripts/acquire_queued.lua`),
+/// A queued waiter's attempt, joining the queue when refused (`acquire_queued.lua`),
 /// which enforces [`MAX_QUEUED_WAITERS`](crate::MAX_QUEUED_WAITERS).
 pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     4,
@@ -487,32 +489,35 @@ pub(crate) static ACQUIRE_QUEUED: Script = Script::new(
     include_str!("../kernel/scripts/acquire_queued.lua"),
 );
 
-/// The fencing write-back, a max register per resource (`scripts/fence.lua`).
+/// The fencing write-back, a max register per resource (`fence.lua`).
 pub(crate) static FENCE: Script = Script::new(
     5,
     Effect::Neither,
     include_str!("../kernel/scripts/fence.lua"),
 );
 
-/// An attempt in a lock mode (`scripts/acquire_mode.lua`).
-pub(crate) static ACQUIRE_MODE: Script =
-    Script::new(6, Effect::Grants, include_str!("../modes/acquire_mode.lua"));
+/// An attempt in a lock mode (`acquire_mode.lua`).
+pub(crate) static ACQUIRE_MODE: Script = Script::new(
+    6,
+    Effect::Grants,
+    include_str!("../kernel/scripts/acquire_mode.lua"),
+);
 
-/// The extension of a lock held in a mode (`scripts/extend_mode.lua`).
+/// The extension of a lock held in a mode (`extend_mode.lua`).
 pub(crate) static EXTEND_MODE: Script = Script::new(
     7,
     Effect::Compares,
-    include_str!("../modes/extend_mode.lua"),
+    include_str!("../kernel/scripts/extend_mode.lua"),
 );
 
-/// The release of a lock held in a mode (`scripts/release_mode.lua`).
+/// The release of a lock held in a mode (`release_mode.lua`).
 pub(crate) static RELEASE_MODE: Script = Script::new(
     8,
     Effect::Compares,
-    include_str!("../modes/release_mode.lua"),
+    include_str!("../kernel/scripts/release_mode.lua"),
 );
 
-/// A waiter leaves a resource's waiters (`scripts/leave.lua`).
+/// A waiter leaves a resource's waiters (`leave.lua`).
 pub(crate) static LEAVE: Script = Script::new(
     9,
     Effect::Neither,
@@ -520,7 +525,7 @@ pub(crate) static LEAVE: Script = Script::new(
 );
 
 /// The release of a lock held for a minimum hold, keeping the key as [`KEPT`]
-/// ([`LockOptions::lock_at_least_for`], `scripts/keep.lua`).
+/// ([`LockOptions::lock_at_least_for`], `keep.lua`).
 ///
 /// [`LockOptions::lock_at_least_for`]: crate::LockOptions::lock_at_least_for
 pub(crate) static KEEP: Script = Script::new(
@@ -532,7 +537,7 @@ pub(crate) static KEEP: Script = Script::new(
 /// A barrier ([`Node::flush`](super::Node::flush), `scripts/noop.lua`).
 pub(crate) static NOOP: Script = Script::new(11, Effect::Neither, include_str!("scripts/noop.lua"));
 
-/// The quarantine check alone, run when a handle is built (`scripts/quarantine.lua`).
+/// The quarantine check alone, run when a handle is built (`quarantine.lua`).
 pub(crate) static QUARANTINE: Script = Script::new(
     12,
     Effect::Neither,
@@ -540,7 +545,7 @@ pub(crate) static QUARANTINE: Script = Script::new(
 );
 
 /// An attempt at one permit of a counting semaphore: the first free slot in the client's
-/// order, `SET NX PX` ([`Redlock::semaphore`], `scripts/acquire_permit.lua`).
+/// order, `SET NX PX` ([`Redlock::semaphore`], `acquire_permit.lua`).
 ///
 /// [`Redlock::semaphore`]: crate::Redlock::semaphore
 pub(crate) static ACQUIRE_PERMIT: Script = Script::new(
@@ -550,22 +555,25 @@ pub(crate) static ACQUIRE_PERMIT: Script = Script::new(
 );
 
 /// The clean-up of a permit attempt: compare-and-delete over several slots in one call
-/// (`scripts/release_slots.lua`).
+/// (`release_slots.lua`).
 pub(crate) static RELEASE_SLOTS: Script = Script::new(
     14,
     Effect::Compares,
-    include_str!("../semaphore/release_slots.lua"),
+    include_str!("../kernel/scripts/release_slots.lua"),
 );
 
-/// A detached lock's token swapped for its resumed holder's (`scripts/resume.lua`).
+/// A detached lock's token swapped for its resumed holder's (`resume.lua`).
 pub(crate) static RESUME: Script =
     Script::new(15, Effect::Swaps, include_str!("../detach/resume.lua"));
 
-/// A holder in a mode moves to a weaker mode (`scripts/downgrade.lua`).
-pub(crate) static DOWNGRADE: Script =
-    Script::new(16, Effect::Compares, include_str!("../modes/downgrade.lua"));
+/// A holder in a mode moves to a weaker mode (`downgrade.lua`).
+pub(crate) static DOWNGRADE: Script = Script::new(
+    16,
+    Effect::Compares,
+    include_str!("../kernel/scripts/downgrade.lua"),
+);
 
-/// An operator's release of the holders a [`FORCE_READ`] named (`scripts/force_release.lua`).
+/// An operator's release of the holders a [`FORCE_READ`] named (`force_release.lua`).
 pub(crate) static FORCE_RELEASE: Script = Script::new(
     17,
     Effect::Compares,
@@ -573,25 +581,28 @@ pub(crate) static FORCE_RELEASE: Script = Script::new(
 );
 
 /// Who holds a resource on one node, as digests, read before a force-release
-/// (`scripts/force_read.lua`).
+/// (`force_read.lua`).
 pub(crate) static FORCE_READ: Script =
     Script::new(21, Effect::Neither, include_str!("../admin/force_read.lua"));
 
-/// A holder's label written beside its lock (`scripts/owner.lua`).
-pub(crate) static OWNER: Script =
-    Script::new(18, Effect::Compares, include_str!("../admin/owner.lua"));
+/// A holder's label written beside its lock (`owner.lua`).
+pub(crate) static OWNER: Script = Script::new(
+    18,
+    Effect::Compares,
+    include_str!("../kernel/scripts/owner.lua"),
+);
 
 /// An attempt at several resources at once, all or none on each node
-/// (`scripts/acquire_many.lua`).
+/// (`acquire_many.lua`).
 pub(crate) static ACQUIRE_MANY: Script =
     Script::new(19, Effect::Grants, include_str!("../lock/acquire_many.lua"));
 
 /// The extension of a lock of several resources, all or none on each node
-/// (`scripts/extend_many.lua`).
+/// (`extend_many.lua`).
 pub(crate) static EXTEND_MANY: Script = Script::new(
     20,
     Effect::Compares,
-    include_str!("../lock/extend_many.lua"),
+    include_str!("../kernel/scripts/extend_many.lua"),
 );
 
 /// What a key kept for its minimum hold holds ([`KEEP`]) begins with this, followed by `:`

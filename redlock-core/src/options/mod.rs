@@ -1,27 +1,20 @@
 //! Per-acquisition options: ttl, retries, wait deadline and drift factor. Here: the defaults
-//! and limits, [`LockOptions`] with its setters and getters; in `validate.rs`: its checks,
-//! and the ttl and drift as the nodes see them.
-//!
-//! # Naming: `ttl()` sets, `get_ttl()` reads
-//!
-//! [`LockOptions`] is built with consuming setters named after the options
-//! (`ttl(self, Duration) -> Self`), so a getter cannot take the option's bare name too: its
-//! getters are `get_ttl()`, `get_retry_count()`... `std::process::Command` pairs its builder
-//! methods and getters the same way (`arg()` and `get_args()`).
+//! and limits, [`LockOptions`] as plain data with its consuming setters; in `validate.rs`:
+//! its checks, and the ttl and drift as the nodes see them.
 //!
 //! # Adding a lock option
 //!
 //! A lock option lives in four places, and the compiler or a test stops the change until it
 //! is in all of them:
 //!
-//! 1. here: the field, its default, its setter and its `get_` getter (and its check in
+//! 1. here: the public field, its default and its setter (and its check in
 //!    [`LockOptions::validate`], in `validate.rs`, if it has a range);
 //! 2. the list of lock options in `config/lock.rs` (`lock_options!`): one entry (name, type,
-//!    setter, getter, doc) gives the [`LockConfig`](crate::LockConfig) field, the `[lock]` key
-//!    of a configuration file, the `REDLOCK_<NAME>` variable and
+//!    setter, doc) gives the [`LockConfig`](crate::LockConfig) field, the `[lock]` key of a
+//!    configuration file, the `REDLOCK_<NAME>` variable and
 //!    [`LockConfig::apply`](crate::LockConfig::apply). `every_lock_option_is_in_the_config`
-//!    fails until a new field is listed there; `each_option_sets_what_its_getter_reads`
-//!    checks the setter and getter named in the entry;
+//!    fails until a new field is listed there; `each_option_sets_its_own_field` checks that
+//!    the setter named in the entry sets the field of the same name;
 //! 3. the table of variables in [`RedlockConfig`](crate::RedlockConfig)'s docs (a test
 //!    compares it with the variables read);
 //! 4. `#[redlock(...)]` (redlock-macros): an argument (`args.rs`, `expand.rs` and the table
@@ -34,7 +27,7 @@
 //! variables (`guide/configuration.md`; redlock-tests, `config.rs`) and the `redlock` command's choice of the variables
 //! it reads (redlock-cli, `connect.rs`).
 //!
-//! The only option outside the list is [`LockOptions::resource_class`], a metrics label the
+//! The only option outside the list is `resource_class`, a metrics label the
 //! code gives (never configuration data), which `#[redlock]` and redlock-axum set from their
 //! templates.
 
@@ -43,7 +36,6 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use crate::error::InvalidInput;
-use crate::mode::Mode;
 #[cfg(doc)]
 use crate::timing;
 
@@ -92,26 +84,41 @@ pub const MAX_PERMITS: u32 = 1024;
 ///     .ttl(Duration::from_secs(10))
 ///     .retry_count(5)
 ///     .retry_delay(Duration::from_millis(50));
-/// assert_eq!(options.get_ttl(), Duration::from_secs(10));
+/// assert_eq!(options.ttl, Duration::from_secs(10));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LockOptions {
-    ttl: Duration,
-    retry_count: u32,
-    retry_delay: Duration,
-    retry_jitter: Duration,
-    wait_timeout: Option<Duration>,
-    drift_factor: f64,
-    auto_extend: bool,
-    extend_fraction: f64,
-    max_hold: Option<Duration>,
-    lock_at_least_for: Option<Duration>,
-    resource_class: Option<Arc<str>>,
-    max_extensions: Option<u32>,
-    lost_margin: Option<Duration>,
-    fencing: bool,
-    reentrant: bool,
-    mode: Option<Mode>,
+    /// The lock's time to live on each node, sent as `PX` in whole milliseconds (default 30 s).
+    pub ttl: Duration,
+    /// Retries after the first failed attempt (default 1); unused with a `wait_timeout`.
+    pub retry_count: u32,
+    /// Base delay between attempts (default 200 ms).
+    pub retry_delay: Duration,
+    /// Upper bound of the random extra added to each retry delay (default 100 ms).
+    pub retry_jitter: Duration,
+    /// Keep retrying until this much time has passed since the call started (default none: `retry_count` decides).
+    pub wait_timeout: Option<Duration>,
+    /// Share of the ttl allowed for clock drift, in `[0, 0.5)` (default 0.01).
+    pub drift_factor: f64,
+    /// Extended by the handle's driver while held (default off).
+    pub auto_extend: bool,
+    /// Share of the ttl after which an auto-extended lock is extended, in `(0, 1)` (default 1/3).
+    pub extend_fraction: f64,
+    /// The longest an auto-extended lock is held (default none).
+    pub max_hold: Option<Duration>,
+    /// The minimum hold of the plain lock: a release before it keeps the key until then (default none).
+    pub lock_at_least_for: Option<Duration>,
+    /// The `resource_class` metrics label (default: the resource up to its first `:`).
+    pub resource_class: Option<Arc<str>>,
+    /// The most auto-extensions (default none).
+    pub max_extensions: Option<u32>,
+    /// How long before the validity ends the lost signal fires (default none: `min(ttl / 10, 1 s)`, see [`lost_margin_in_effect`](Self::lost_margin_in_effect)).
+    pub lost_margin: Option<Duration>,
+    /// Take a fencing token with the lock (default off).
+    pub fencing: bool,
+    /// Re-enter the lock held by the caller's scope (default off).
+    pub reentrant: bool,
 }
 
 impl Default for LockOptions {
@@ -132,7 +139,6 @@ impl Default for LockOptions {
             lost_margin: None,
             fencing: false,
             reentrant: false,
-            mode: None,
         }
     }
 }
@@ -291,11 +297,6 @@ impl LockOptions {
         self
     }
 
-    /// The minimum hold, if any ([`lock_at_least_for`](Self::lock_at_least_for)).
-    pub fn get_lock_at_least_for(&self) -> Option<Duration> {
-        self.lock_at_least_for
-    }
-
     /// The resource class this lock's metrics are labelled by (the `metrics` feature), instead
     /// of [`resource_class`](crate::resource_class)'s: the resource up to its first `:`, which
     /// is client data when the resource starts with it. `#[redlock]` and redlock-axum's
@@ -309,94 +310,9 @@ impl LockOptions {
         self
     }
 
-    /// The resource class given with [`resource_class`](Self::resource_class), if any.
-    pub fn get_resource_class(&self) -> Option<&str> {
-        self.resource_class.as_deref()
-    }
-
-    /// Take the lock in a [`Mode`], one of the six modes of a distributed lock manager:
-    /// holders in compatible modes share the resource, e.g. any number of
-    /// [`Mode::ProtectedRead`] readers, or one [`Mode::Exclusive`] writer. Default: none, the
-    /// plain exclusive lock (`SET NX`).
-    ///
-    /// A mode lock keeps the algorithm's quorum, validity, clean-up, extension and fencing
-    /// rules; each node checks compatibility and records the holder in one script. A plain
-    /// lock and mode locks on one resource exclude each other entirely (NL included). A
-    /// reentrant acquisition re-enters only a lock of the same mode: there is no upgrade.
-    #[must_use]
-    pub fn mode(mut self, mode: Mode) -> Self {
-        self.mode = Some(mode);
-        self
-    }
-
-    /// The mode, if the lock is taken in one.
-    pub fn get_mode(&self) -> Option<Mode> {
-        self.mode
-    }
-
-    /// The ttl.
-    pub fn get_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// Retries after the first attempt.
-    pub fn get_retry_count(&self) -> u32 {
-        self.retry_count
-    }
-
-    /// Base retry delay.
-    pub fn get_retry_delay(&self) -> Duration {
-        self.retry_delay
-    }
-
-    /// Maximum random extra per retry delay.
-    pub fn get_retry_jitter(&self) -> Duration {
-        self.retry_jitter
-    }
-
-    /// The wait deadline, if any.
-    pub fn get_wait_timeout(&self) -> Option<Duration> {
-        self.wait_timeout
-    }
-
-    /// The clock drift factor.
-    pub fn get_drift_factor(&self) -> f64 {
-        self.drift_factor
-    }
-
-    /// Whether the lock is auto-extended.
-    pub fn get_auto_extend(&self) -> bool {
-        self.auto_extend
-    }
-
-    /// Share of the ttl between auto-extensions.
-    pub fn get_extend_fraction(&self) -> f64 {
-        self.extend_fraction
-    }
-
-    /// The hold-time cap, if any.
-    pub fn get_max_hold(&self) -> Option<Duration> {
-        self.max_hold
-    }
-
-    /// The extension-count cap, if any.
-    pub fn get_max_extensions(&self) -> Option<u32> {
-        self.max_extensions
-    }
-
     /// The lost-signal margin: the one set, or `min(ttl / 10, 1 s)`.
-    pub fn get_lost_margin(&self) -> Duration {
+    pub fn lost_margin_in_effect(&self) -> Duration {
         self.lost_margin
             .unwrap_or_else(|| (self.sent_ttl() / 10).min(MAX_DEFAULT_LOST_MARGIN))
-    }
-
-    /// Whether a fencing token is issued.
-    pub fn get_fencing(&self) -> bool {
-        self.fencing
-    }
-
-    /// Whether the lock may be re-entered from its holder's scope.
-    pub fn get_reentrant(&self) -> bool {
-        self.reentrant
     }
 }

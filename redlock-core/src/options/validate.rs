@@ -14,8 +14,8 @@ impl LockOptions {
     /// validity after the drift; when the drift factor is outside `[0, 0.5)`; when the lost
     /// margin is not shorter than `ttl − drift`; when the extension share is outside `(0, 1)`
     /// or leaves no time to extend before the margin; when `max_hold` is zero; when
-    /// `lock_at_least_for` is longer than the ttl or given with a mode; when `permits` is
-    /// zero, above [`MAX_PERMITS`], or given with a mode, fencing or re-entry.
+    /// `lock_at_least_for` is longer than the ttl. What depends on the entry point (a minimum
+    /// hold in a mode, a semaphore's permits) is checked there.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         if !(0.0..0.5).contains(&self.drift_factor) {
             return Err(InvalidInput::DriftFactor(self.drift_factor));
@@ -34,7 +34,7 @@ impl LockOptions {
         if ttl <= drift {
             return Err(InvalidInput::TtlTooShort { ttl, drift });
         }
-        let margin = self.get_lost_margin();
+        let margin = self.lost_margin_in_effect();
         let validity = ttl - drift;
         if margin >= validity {
             return Err(InvalidInput::LostMargin { margin, validity });
@@ -52,13 +52,10 @@ impl LockOptions {
         if self.max_hold == Some(Duration::ZERO) {
             return Err(InvalidInput::ZeroMaxHold);
         }
-        if let Some(at_least) = self.lock_at_least_for {
-            if self.mode.is_some() {
-                return Err(InvalidInput::AtLeastWithMode);
-            }
-            if at_least > ttl {
-                return Err(InvalidInput::AtLeastAboveTtl { at_least, ttl });
-            }
+        if let Some(at_least) = self.lock_at_least_for
+            && at_least > ttl
+        {
+            return Err(InvalidInput::AtLeastAboveTtl { at_least, ttl });
         }
         Ok(())
     }
@@ -102,7 +99,7 @@ mod tests {
     #[test]
     fn waiting_forever_is_a_wait_of_duration_max_and_valid() {
         let forever = LockOptions::default().wait_forever();
-        assert_eq!(forever.get_wait_timeout(), Some(Duration::MAX));
+        assert_eq!(forever.wait_timeout, Some(Duration::MAX));
         assert_eq!(forever.validate(), Ok(()));
     }
 
@@ -110,8 +107,8 @@ mod tests {
     fn defaults_are_valid_and_mirror_hyperf() {
         let options = LockOptions::default();
         options.validate().unwrap();
-        assert_eq!(options.get_retry_count() + 1, 2);
-        assert_eq!(options.get_retry_delay(), Duration::from_millis(200));
+        assert_eq!(options.retry_count + 1, 2);
+        assert_eq!(options.retry_delay, Duration::from_millis(200));
     }
 
     #[test]
@@ -150,9 +147,9 @@ mod tests {
     #[test]
     fn lifecycle_options_are_checked() {
         let base = LockOptions::default().ttl(Duration::from_secs(1));
-        assert_eq!(base.get_lost_margin(), Duration::from_millis(100));
+        assert_eq!(base.lost_margin_in_effect(), Duration::from_millis(100));
         assert_eq!(
-            LockOptions::default().get_lost_margin(),
+            LockOptions::default().lost_margin_in_effect(),
             MAX_DEFAULT_LOST_MARGIN
         );
         assert!(matches!(

@@ -72,13 +72,19 @@ impl Semaphore {
         self.permits
     }
 
-    /// Acquires one permit with the handle's default options: see
+    /// Acquires one permit with the handle's default options, without the fencing and
+    /// re-entry a permit cannot give (a handle may default to them): see
     /// [`acquire_with`](Self::acquire_with).
     ///
     /// # Errors
     /// As [`acquire_with`](Self::acquire_with).
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
-        let options = self.redlock.options().clone();
+        let options = self
+            .redlock
+            .options()
+            .clone()
+            .fencing(false)
+            .reentrant(false);
         self.acquire_with(&options).await
     }
 
@@ -90,7 +96,7 @@ impl Semaphore {
     /// - [`LockError::Invalid`] (nothing is sent): a semaphore of 0 permits
     ///   ([`InvalidInput::ZeroPermits`]) or above [`MAX_PERMITS`]
     ///   ([`InvalidInput::PermitsAboveCap`]); options a permit cannot give
-    ///   ([`InvalidInput::PermitsWith`]: a mode, fencing, re-entry); as for
+    ///   ([`InvalidInput::PermitsWith`]: fencing, re-entry); as for
     ///   [`Redlock::lock_with`] otherwise;
     /// - [`LockError::Busy`]: every permit stayed held on every attempt;
     /// - otherwise as [`Redlock::lock_with`].
@@ -110,8 +116,7 @@ impl Semaphore {
 }
 
 /// The checks of a semaphore of `permits` permits, asked for with `options`: between 1 and
-/// [`MAX_PERMITS`], and none of the options a permit cannot give. A mode would share a slot
-/// (each slot is one plain lock); fencing would give one slot's holders a register of their
+/// [`MAX_PERMITS`], and none of the options a permit cannot give: fencing would give one slot's holders a register of their
 /// own, not the resource's; re-entry would count a permit held by the caller's scope as the
 /// request's, which a semaphore of one permit per request cannot tell apart.
 fn check(permits: u32, options: &LockOptions) -> Result<(), InvalidInput> {
@@ -124,11 +129,9 @@ fn check(permits: u32, options: &LockOptions) -> Result<(), InvalidInput> {
             max: MAX_PERMITS,
         });
     }
-    let option = if options.get_mode().is_some() {
-        "mode"
-    } else if options.get_fencing() {
+    let option = if options.fencing {
         "fencing"
-    } else if options.get_reentrant() {
+    } else if options.reentrant {
         "reentrant"
     } else {
         return Ok(());
@@ -200,7 +203,6 @@ mod tests {
                 Err(InvalidInput::PermitsWith { option })
             );
         };
-        refused(base.clone().mode(crate::Mode::ProtectedRead), "mode");
         refused(base.clone().fencing(true), "fencing");
         refused(base.clone().reentrant(true), "reentrant");
         // What a permit can give as a lock does.

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::kernel::acquire::attempt::{AttemptFailure, Granted, Split};
+use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};
 use crate::kernel::lease::{Grant, Permit};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
@@ -25,7 +25,6 @@ use crate::node::{PermitRequest, Waiter};
 use crate::options::LockOptions;
 use crate::outcome::NodeVote;
 use crate::telemetry::Acquisition;
-use crate::timing;
 use crate::token::Token;
 
 /// Who asks for a permit, as a waiter.
@@ -121,9 +120,8 @@ impl Redlock {
     ) -> Result<Granted, AttemptFailure> {
         let PermitSlots { alive, slots } = slots;
         let masters = self.masters();
-        let ttl = options.sent_ttl();
-        let drift = timing::drift(ttl, options.get_drift_factor());
-        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let clock = Clock::new(masters, options);
+        let limit = clock.limit;
         // The order the nodes try the slots in: ascending, or the preferred slot first after a
         // split (the lowest free slot can differ from node to node, and the same ascending
         // order would then split the same way every time); `order[i]` is the slot at `i`.
@@ -234,21 +232,24 @@ impl Redlock {
             });
         };
         // Steps 3–4: elapsed time and validity = ttl − elapsed − drift.
-        let elapsed = start.elapsed();
-        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
-            cleanup.release_all_slots();
-            cleanup.run().await;
-            return Err(AttemptFailure::NoValidity(elapsed));
-        }
+        let valid_until = match clock.valid_until(start) {
+            Ok(valid_until) => valid_until,
+            Err(elapsed) => {
+                cleanup.release_all_slots();
+                cleanup.run().await;
+                return Err(AttemptFailure::NoValidity(elapsed));
+            }
+        };
         // The other slots taken go in the background: the permit is held already.
         drop(cleanup);
         Ok(Granted {
             grant: Grant {
                 started: start,
-                valid_until: start + ttl - drift,
+                valid_until,
                 fencing_token: None,
                 marker: String::new(),
                 busy: Duration::ZERO,
+                mode: None,
                 permit: u32::try_from(slot).ok().map(|slot| Permit {
                     permits: u32::try_from(slots.len()).unwrap_or(u32::MAX),
                     slot,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::fence::fence;
 use crate::kernel::lease::Grant;
-use crate::kernel::masters::Stop;
+use crate::kernel::masters::{Masters, Stop};
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
 use crate::node::{AcquireKind, AcquireRequest, Releasing};
@@ -118,6 +118,42 @@ impl Split {
     }
 }
 
+/// The timing of one attempt, written once for every protocol (distlock spec, steps 1, 3
+/// and 4): the ttl the nodes get, the drift, and the limit of the round.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    ttl: Duration,
+    drift: Duration,
+    drift_factor: f64,
+    /// How long the round may take: the node timeout, and never past the validity.
+    pub(crate) limit: Duration,
+}
+
+impl Clock {
+    /// The clock of an attempt with `options` on `masters`.
+    pub(crate) fn new(masters: &Masters, options: &LockOptions) -> Self {
+        let ttl = options.sent_ttl();
+        let drift = timing::drift(ttl, options.drift_factor);
+        Self {
+            ttl,
+            drift,
+            drift_factor: options.drift_factor,
+            limit: masters.node_timeout.min(ttl.saturating_sub(drift)),
+        }
+    }
+
+    /// Steps 3–4 for an attempt that read the monotonic clock at `start` before its first
+    /// send (step 1): the end of its validity, `start + ttl − drift`, or, when no validity is
+    /// left, the time elapsed.
+    pub(crate) fn valid_until(&self, start: Instant) -> Result<Instant, Duration> {
+        let elapsed = start.elapsed();
+        match timing::validity(self.ttl, elapsed, self.drift_factor) {
+            Some(_) => Ok(start + self.ttl - self.drift),
+            None => Err(elapsed),
+        }
+    }
+}
+
 /// What a successful attempt produced.
 pub(crate) struct Granted {
     pub(crate) grant: Grant,
@@ -143,15 +179,14 @@ impl Redlock {
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
-        let ttl = options.sent_ttl();
-        let drift = timing::drift(ttl, options.get_drift_factor());
-        let limit = masters.node_timeout.min(ttl.saturating_sub(drift));
+        let clock = Clock::new(masters, options);
+        let limit = clock.limit;
         let request = AcquireRequest {
             keys,
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
             kind,
-            fencing: options.get_fencing(),
+            fencing: options.fencing,
             quarantine: &masters.quarantine_check,
             windowed,
             streak,
@@ -160,7 +195,7 @@ impl Redlock {
         // The longest streak of hand-overs a granting node reports.
         let busy_ms = &AtomicU64::new(0);
         let releasing = Releasing::Attempt {
-            mode: options.get_mode().is_some(),
+            mode: matches!(kind, AcquireKind::Mode(_)),
         };
         let mut cleanup = Cleanup::new(self, keys, token, releasing);
 
@@ -213,7 +248,7 @@ impl Redlock {
             cleanup.run().await;
             return Err(AttemptFailure::votes(outcomes, split, &holders));
         }
-        let fencing_token = if options.get_fencing() {
+        let fencing_token = if options.fencing {
             match fence(masters, keys, highest, limit).await {
                 Ok(value) => Some(value),
                 Err(outcomes) => {
@@ -226,17 +261,23 @@ impl Redlock {
         };
         // Steps 3–4: elapsed time (including the fencing round) and validity = ttl − elapsed
         // − drift.
-        let elapsed = start.elapsed();
-        if timing::validity(ttl, elapsed, options.get_drift_factor()).is_none() {
-            cleanup.run().await;
-            return Err(AttemptFailure::NoValidity(elapsed));
-        }
+        let valid_until = match clock.valid_until(start) {
+            Ok(valid_until) => valid_until,
+            Err(elapsed) => {
+                cleanup.run().await;
+                return Err(AttemptFailure::NoValidity(elapsed));
+            }
+        };
         cleanup.disarm();
         Ok(Granted {
             grant: Grant {
                 started: start,
-                valid_until: start + ttl - drift,
+                valid_until,
                 fencing_token,
+                mode: match kind {
+                    AcquireKind::Mode(request) => Some(request.mode),
+                    AcquireKind::Queued(_) | AcquireKind::Plain => None,
+                },
                 marker: match kind {
                     AcquireKind::Mode(request) => request.waiter.marker.clone(),
                     AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),

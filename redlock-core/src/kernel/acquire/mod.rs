@@ -22,6 +22,7 @@ use crate::kernel::guard::LockGuard;
 use crate::kernel::lease::{Grant, Lease, Reentry, find_reentry};
 use crate::kernel::redlock::Redlock;
 use crate::keys::{ResourceKeys, validate_resource};
+use crate::mode::Mode;
 use crate::options::LockOptions;
 use crate::outcome::Outcomes;
 use crate::telemetry::Acquisition;
@@ -41,7 +42,7 @@ impl Redlock {
     pub(crate) fn admit(&self, resource: &str, options: &LockOptions) -> Result<String, LockError> {
         validate_resource(resource)?;
         options.validate()?;
-        self.masters().check_quarantine(options.get_ttl())?;
+        self.masters().check_quarantine(options.ttl)?;
         if self.is_shutting_down() {
             return Err(LockError::ShuttingDown);
         }
@@ -53,7 +54,7 @@ impl Redlock {
         Ok(key)
     }
 
-    /// Acquires `resource`'s plain lock (queued, or in the options' mode), re-entering the
+    /// Acquires `resource`'s lock (plain, or in `mode`), re-entering the
     /// caller's scope's lease when the options ask for it: the kernel's own [`One`].
     ///
     /// # Errors
@@ -61,16 +62,17 @@ impl Redlock {
     pub(crate) async fn lock_one(
         &self,
         resource: &str,
+        mode: Option<Mode>,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let key = self.admit(resource, options)?;
-        if options.get_reentrant()
-            && let Some(reentry) = find_reentry(self.id(), &key, options.get_mode())
+        if options.reentrant
+            && let Some(reentry) = find_reentry(self.id(), &key, mode)
             && let Some(guard) = self.reenter(resource, reentry, options).await?
         {
             return Ok(guard);
         }
-        self.acquire(resource, self.resource_keys(key), One, options)
+        self.acquire(resource, self.resource_keys(key), One(mode), options)
             .await
     }
 
@@ -86,8 +88,8 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let (nodes, quorum) = (self.node_count(), self.quorum());
-        let mut acquisition =
-            Acquisition::start(resource, options, protocol.permits(), nodes, quorum);
+        let kind = (protocol.mode(), protocol.permits());
+        let mut acquisition = Acquisition::start(resource, options, kind, nodes, quorum);
         let span = acquisition.span().clone();
         let result = self
             .acquire_loop(resource, keys, protocol, options, &mut acquisition)
@@ -111,30 +113,29 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         let lease = reentry.lease();
-        let missing = if options.get_fencing() && lease.fencing_token.is_none() {
+        let missing = if options.fencing && lease.fencing_token.is_none() {
             Some("fencing")
-        } else if options.get_auto_extend() && lease.auto_extend.is_none() {
+        } else if options.auto_extend && lease.auto_extend.is_none() {
             Some("auto_extend")
-        } else if let (true, Some(kept)) = (options.get_auto_extend(), lease.auto_extend) {
+        } else if let (true, Some(kept)) = (options.auto_extend, lease.auto_extend) {
             // Auto-extended both: the lease's caps must reach as far as the request's.
             let asked_until = options
-                .get_max_hold()
+                .max_hold
                 .and_then(|max| Instant::now().checked_add(max));
             if kept
                 .hold_until
                 .is_some_and(|until| asked_until.is_none_or(|asked| until < asked))
             {
                 Some("max_hold")
-            } else if kept.max_extensions.is_some_and(|kept| {
-                options
-                    .get_max_extensions()
-                    .is_none_or(|asked| kept < asked)
-            }) {
+            } else if kept
+                .max_extensions
+                .is_some_and(|kept| options.max_extensions.is_none_or(|asked| kept < asked))
+            {
                 Some("max_extensions")
             } else {
                 None
             }
-        } else if let Some(at_least) = options.get_lock_at_least_for()
+        } else if let Some(at_least) = options.lock_at_least_for
             && Instant::now()
                 .checked_add(at_least)
                 .is_none_or(|until| lease.keep_until.is_none_or(|kept| kept < until))
@@ -186,9 +187,9 @@ impl Redlock {
         }
         // A longer ttl than the validity left: extend the lock to the ttl asked for, as the
         // nodes would have given a new lock (an extension never shortens it).
-        let drift = crate::timing::drift(options.sent_ttl(), options.get_drift_factor());
+        let drift = crate::timing::drift(options.sent_ttl(), options.drift_factor);
         if lease.remaining_validity() < options.sent_ttl().saturating_sub(drift) {
-            guard.extend(options.get_ttl()).await?;
+            guard.extend(options.ttl).await?;
         }
         Ok(Some(guard))
     }
@@ -233,14 +234,14 @@ impl Redlock {
 /// How long a request may wait for a holder in this process (a sibling re-entry of the same
 /// scope): its wait deadline, or its retries' delays; `None` for a single attempt.
 fn local_wait(options: &LockOptions) -> Option<Duration> {
-    if let Some(wait) = options.get_wait_timeout() {
+    if let Some(wait) = options.wait_timeout {
         return Some(wait.min(MAX_LOCAL_WAIT));
     }
-    let retries = options.get_retry_count();
+    let retries = options.retry_count;
     (retries > 0).then(|| {
         options
-            .get_retry_delay()
-            .saturating_add(options.get_retry_jitter())
+            .retry_delay
+            .saturating_add(options.retry_jitter)
             .saturating_mul(retries)
             .min(MAX_LOCAL_WAIT)
     })

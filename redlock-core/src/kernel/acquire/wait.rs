@@ -16,6 +16,7 @@ use crate::kernel::guard::LockGuard;
 use crate::kernel::redlock::Redlock;
 use crate::kernel::waiters::{Listener, WaitTiming, Wake};
 use crate::keys::ResourceKeys;
+use crate::mode::Mode;
 use crate::node::{AcquireKind, ModeRequest, Waiter};
 use crate::options::LockOptions;
 use crate::telemetry::Acquisition;
@@ -31,6 +32,11 @@ pub(crate) trait Protocol: Sync {
     /// release); otherwise it attempts again after its retry delays.
     fn queues(&self) -> bool {
         true
+    }
+
+    /// The mode of a lock taken in one (`None`: the plain lock, or not a lock).
+    fn mode(&self) -> Option<Mode> {
+        None
     }
 
     /// A semaphore's permits, for the acquisition's span and metrics labels.
@@ -76,10 +82,15 @@ pub(crate) struct Ask<'a> {
     pub(crate) alive_ms: u64,
 }
 
-/// The plain lock of one resource, queued or in a mode: the kernel's own attempt.
-pub(crate) struct One;
+/// The lock of one resource, plain (queued when it waits) or in a mode: the kernel's own
+/// attempt.
+pub(crate) struct One(pub(crate) Option<Mode>);
 
 impl Protocol for One {
+    fn mode(&self) -> Option<Mode> {
+        self.0
+    }
+
     fn attempt<'a>(
         &'a self,
         redlock: &'a Redlock,
@@ -115,16 +126,15 @@ impl Redlock {
         options: &LockOptions,
         acquisition: &mut Acquisition,
     ) -> Result<LockGuard, LockError> {
-        let mut policy = self.policy(resource, options, Instant::now());
+        let mode = protocol.mode();
+        let mut policy = self.policy(resource, options, mode.is_some(), Instant::now());
         policy.queue &= protocol.queues();
         // A request that polls takes a key a window left free, as a foreign client does.
         let polls = policy.polls() && !self.inner().foreign_window.is_zero();
         let windowed = !self.inner().foreign_window.is_zero() && !polls;
         let mut state = LoopState::default();
         let waiter = Waiter::draw();
-        let request = options
-            .get_mode()
-            .map(|mode| ModeRequest::new(mode, &waiter, self.intent_ttl_ms(options)));
+        let request = mode.map(|mode| ModeRequest::new(mode, &waiter, self.intent_ttl_ms(options)));
         let mut waiting: Option<Listener> = None;
         // Armed while this request may have a place in a queue (a plain waiter's, or a mode
         // request's waiter entry, from its first attempt on): every way out of this function
@@ -188,7 +198,7 @@ impl Redlock {
             if failure.refused_by_a_holder() {
                 self.inner().contended.mark(&keys.lock);
             }
-            let jitter = draw(options.get_retry_jitter());
+            let jitter = draw(options.retry_jitter);
             let step = state.after_failure(&policy, failure, jitter, Instant::now());
             let shutdown = &self.inner().shutdown;
             let wake = match step {
@@ -244,20 +254,22 @@ impl Redlock {
 
     /// The decision's view of an acquisition of `resource` with `options` started at
     /// `started`.
-    fn policy<'a>(&self, resource: &'a str, options: &LockOptions, started: Instant) -> Policy<'a> {
+    fn policy<'a>(
+        &self,
+        resource: &'a str,
+        options: &LockOptions,
+        mode: bool,
+        started: Instant,
+    ) -> Policy<'a> {
         Policy {
             resource,
-            deadline: Deadline::new(
-                options.get_wait_timeout(),
-                options.get_retry_count(),
-                started,
-            ),
-            retry_delay: options.get_retry_delay(),
+            deadline: Deadline::new(options.wait_timeout, options.retry_count, started),
+            retry_delay: options.retry_delay,
             quorum: self.quorum(),
             fencing_quorum: self.fencing_quorum(),
             nodes: self.node_count(),
             ttl: options.sent_ttl(),
-            mode: options.get_mode().is_some(),
+            mode,
             queue: self.inner().waiters.is_some(),
         }
     }
@@ -305,8 +317,8 @@ impl Redlock {
     pub(super) fn intent_ttl_ms(&self, options: &LockOptions) -> u64 {
         let node_timeout = self.masters().node_timeout.min(crate::options::MAX_TTL);
         let between = options
-            .get_retry_delay()
-            .saturating_add(options.get_retry_jitter())
+            .retry_delay
+            .saturating_add(options.retry_jitter)
             .min(MAX_RETRY_WAIT)
             .saturating_add(node_timeout);
         let ttl = between.saturating_mul(2);

@@ -154,6 +154,8 @@ pub(crate) struct Grant {
     /// start + ttl − drift.
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
+    /// The mode the lock is held in (`None`: the plain lock).
+    pub(crate) mode: Option<Mode>,
     /// A mode request's waiter marker (empty for the plain lock).
     pub(crate) marker: String,
     /// The longest streak of hand-overs a granting node reported ([`Lease::busy_at_grant`]).
@@ -176,13 +178,13 @@ impl Lease {
         options: &LockOptions,
     ) -> Self {
         let acquired_at = grant.started;
-        let auto_extend = options.get_auto_extend().then(|| AutoExtend {
-            fraction: options.get_extend_fraction(),
+        let auto_extend = options.auto_extend.then(|| AutoExtend {
+            fraction: options.extend_fraction,
             // A cap too far for the clock (`Duration::MAX`) is no cap.
             hold_until: options
-                .get_max_hold()
+                .max_hold
                 .and_then(|max| acquired_at.checked_add(max)),
-            max_extensions: options.get_max_extensions(),
+            max_extensions: options.max_extensions,
         });
         Self {
             id,
@@ -190,19 +192,19 @@ impl Lease {
             class: class.to_owned(),
             keys,
             token,
-            mode: HeldMode::new(options.get_mode()),
+            mode: HeldMode::new(grant.mode),
             marker: grant.marker,
             also: grant.also,
             permit: grant.permit,
             ttl: options.sent_ttl(),
-            drift_factor: options.get_drift_factor(),
-            lost_margin: options.get_lost_margin(),
+            drift_factor: options.drift_factor,
+            lost_margin: options.lost_margin_in_effect(),
             fencing_token: grant.fencing_token,
             auto_extend,
-            reentrant: options.get_reentrant(),
+            reentrant: options.reentrant,
             acquired_at,
             keep_until: options
-                .get_lock_at_least_for()
+                .lock_at_least_for
                 .and_then(|at_least| acquired_at.checked_add(at_least)),
             busy_at_grant: grant.busy,
             owner: None,
@@ -354,6 +356,7 @@ pub(crate) mod tests {
             started: now,
             valid_until: now + valid,
             fencing_token: None,
+            mode: None,
             marker: String::new(),
             busy: Duration::ZERO,
             permit: None,

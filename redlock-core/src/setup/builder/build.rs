@@ -161,19 +161,11 @@ impl RedlockBuilder {
                 reason: "holds a NUL byte, which the lock's bookkeeping keys reserve".into(),
             });
         }
-        if let Some(at_least) = self.options.get_lock_at_least_for() {
+        if let Some(at_least) = self.options.lock_at_least_for {
             return Err(BuildError::Option {
                 name: "lock_at_least_for",
                 reason: format!(
                     "a default minimum hold ({at_least:?}) would keep every lock of the handle (every layer route, every read or write lock, refused with it) at least that long; give it per acquisition (LockOptions::lock_at_least_for, #[redlock(lock_at_least_for = ..)])"
-                ),
-            });
-        }
-        if let Some(mode) = self.options.get_mode() {
-            return Err(BuildError::Option {
-                name: "mode",
-                reason: format!(
-                    "a default mode ({mode}) would apply to every lock(), #[redlock] function and layer route of the handle, making the shared modes shared everywhere; give the mode per acquisition (lock_mode, read_lock, write_lock, LockOptions::mode, #[redlock(mode = ..)])"
                 ),
             });
         }
@@ -198,14 +190,13 @@ impl RedlockBuilder {
             });
         }
         if !self.quarantine.is_zero()
-            && (self.quarantine < self.options.get_ttl() || self.quarantine > MAX_TTL)
+            && (self.quarantine < self.options.ttl || self.quarantine > MAX_TTL)
         {
             return Err(BuildError::Option {
                 name: "quarantine",
                 reason: format!(
                     "{:?} must be between the default ttl ({:?}) and {MAX_TTL:?}: a shorter quarantine lets a restarted node vote while a key it lost may still be held",
-                    self.quarantine,
-                    self.options.get_ttl()
+                    self.quarantine, self.options.ttl
                 ),
             });
         }
@@ -271,13 +262,6 @@ mod tests {
                         }
                     )
                 },
-            ),
-            (
-                // A default mode would make every lock of the handle shared.
-                RedlockBuilder::default()
-                    .node("redis://10.255.255.1:1")
-                    .lock_options(LockOptions::default().mode(crate::Mode::ProtectedRead)),
-                |e| matches!(e, BuildError::Option { name: "mode", .. }),
             ),
             (
                 RedlockBuilder::default()

@@ -135,7 +135,7 @@ mod tests {
     use crate::setup::builder::{CERT, KEY, lookup};
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 30] = [
+    const SAMPLES: [(&str, &str); 29] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
@@ -165,7 +165,6 @@ mod tests {
         ("lost_margin", "1s"),
         ("fencing", "true"),
         ("reentrant", "true"),
-        ("mode", "read"),
     ];
 
     #[test]
@@ -232,9 +231,9 @@ mod tests {
         assert!(builder.deferred.is_none());
         assert_eq!(*builder.urls, ["redis://127.0.0.1:3"]);
         assert_eq!(builder.key_prefix, "code:");
-        assert_eq!(builder.options.get_ttl(), Duration::from_secs(5));
-        assert!(builder.options.get_fencing());
-        assert_eq!(builder.options.get_retry_count(), 4);
+        assert_eq!(builder.options.ttl, Duration::from_secs(5));
+        assert!(builder.options.fencing);
+        assert_eq!(builder.options.retry_count, 4);
         // REDLOCK_NODES may be left out when the nodes were given before, not otherwise.
         let given = RedlockBuilder::default()
             .node("redis://127.0.0.1:1")

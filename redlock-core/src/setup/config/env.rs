@@ -27,6 +27,19 @@ pub struct EnvVar {
     pub expected: &'static str,
 }
 
+/// Variables of the lock options that are entry points now: set, they are refused rather
+/// than ignored (a `REDLOCK_PERMITS=3` ignored would take the plain lock, one holder).
+const RETIRED: [(&str, &str); 2] = [
+    (
+        "REDLOCK_MODE",
+        "it unset: a lock mode is an entry point (Redlock::lock_mode_with, read_lock, write_lock)",
+    ),
+    (
+        "REDLOCK_PERMITS",
+        "it unset: a semaphore is its own type (Redlock::semaphore)",
+    ),
+];
+
 impl RedlockConfig {
     /// The environment variables [`from_env`](Self::from_env) reads, one per option, in the
     /// order of [`RedlockConfig`]'s table.
@@ -71,6 +84,16 @@ impl RedlockConfig {
     fn read_env(
         mut lookup: impl FnMut(&str) -> Result<Option<String>, String>,
     ) -> Result<Self, BuildError> {
+        for (var, expected) in RETIRED {
+            let set = lookup(var).ok().flatten();
+            if set.is_some_and(|text| !text.trim().is_empty()) {
+                return Err(BuildError::Env {
+                    var: var.to_owned(),
+                    expected,
+                    reason: "no longer an option".to_owned(),
+                });
+            }
+        }
         let mut config = Self::default();
         for var in Self::env_vars() {
             let malformed = |reason| BuildError::Env {
@@ -98,7 +121,6 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::mode::Mode;
     use crate::setup::config::{LockConfig, PemSource, Wait, from_env};
 
     #[test]
@@ -144,7 +166,6 @@ mod tests {
             ("REDLOCK_WAIT_TIMEOUT", "Forever"),
             ("REDLOCK_DRIFT_FACTOR", "0.02"),
             ("REDLOCK_FENCING", "1"),
-            ("REDLOCK_MODE", "read"),
         ])
         .unwrap();
         assert_eq!(
@@ -163,7 +184,6 @@ mod tests {
         assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
         assert_eq!(config.lock.drift_factor, Some(0.02));
         assert_eq!(config.lock.fencing, Some(true));
-        assert_eq!(config.lock.mode, Some(Mode::ProtectedRead));
         assert_eq!(config.lock.max_hold, None);
         let wait = from_env(&[("REDLOCK_WAIT_TIMEOUT", "2s")]).unwrap();
         assert_eq!(
@@ -232,7 +252,8 @@ mod tests {
             ("REDLOCK_MAX_HOLD", "99999999999999999999y", "too large"),
             ("REDLOCK_WAIT_TIMEOUT", "never", "a number expected"),
             ("REDLOCK_AUTO_EXTEND", "yes please", "not a boolean"),
-            ("REDLOCK_MODE", "shared", "not a lock mode"),
+            ("REDLOCK_MODE", "read", "no longer an option"),
+            ("REDLOCK_PERMITS", "3", "no longer an option"),
         ] {
             let error = from_env(&[(var, value)]).unwrap_err().to_string();
             assert!(error.contains(var) && error.contains(reason), "{error}");
@@ -245,7 +266,7 @@ mod tests {
             error.contains("REDLOCK_NODES") && error.contains("no node URL"),
             "{error}"
         );
-        let error = from_env(&[("REDLOCK_MODE", "x"), ("REDLOCK_TTL", "x")]).unwrap_err();
+        let error = from_env(&[("REDLOCK_FENCING", "x"), ("REDLOCK_TTL", "x")]).unwrap_err();
         assert!(matches!(error, BuildError::Env { var, .. } if var == "REDLOCK_TTL"));
     }
 }

@@ -1,13 +1,13 @@
 //! [`LockConfig`]: the lock options as plain data, declared from the one list of lock options.
 //!
 //! The `lock_options!` invocation below is where each lock option is written once for the
-//! configuration: its name, its type, the [`LockOptions`] setter that applies it and the
-//! getter that reads it back, and its doc. From that list come `LockConfig`'s fields, its
+//! configuration: its name, its type, the [`LockOptions`] setter that applies it, and its
+//! doc. From that list come `LockConfig`'s fields, its
 //! serde `Deserialize` (the `[lock]` table's keys), its `REDLOCK_*` variables
 //! ([`RedlockConfig::env_vars`](super::RedlockConfig::env_vars)) and [`LockConfig::apply`].
 //! The rest is bound by tests, which fail until an option added to one place is added to
-//! all: `LockOptions`'s fields (`every_lock_option_is_in_the_config`), its setters and
-//! getters (`each_option_sets_what_its_getter_reads`), the environment table in
+//! all: `LockOptions`'s fields (`every_lock_option_is_in_the_config`), its setters
+//! (`each_option_sets_its_own_field`), the environment table in
 //! [`RedlockConfig`](super::RedlockConfig)'s docs, and the arguments of `#[redlock]`
 //! (redlock-macros, `every_lock_option_is_an_argument_or_left_out_on_purpose`).
 
@@ -15,19 +15,18 @@ use std::time::Duration;
 
 use super::SetIf;
 use super::declare::options;
-use crate::mode::Mode;
 use crate::options::LockOptions;
 
 /// Declares [`LockConfig`] from its list of options, each
-/// `name: Type => setter, getter;`: the field `name: Option<Type>` (through `options!`), the
+/// `name: Type => setter;`: the field `name: Option<Type>` (through `options!`), and the
 /// `setter` [`apply`](LockConfig::apply) calls with its value (a function of
-/// `(LockOptions, Type)`), and the `getter` that reads it back (a function of `&LockOptions`;
-/// only the tests call it, to check that the setter sets what the getter reads).
+/// `(LockOptions, Type)`); the tests check that it sets `LockOptions`' field of the same
+/// name.
 macro_rules! lock_options {
     (
         $(#[$meta:meta])*
         pub struct LockConfig {
-            $( $(#[$doc:meta])* $field:ident: $ty:ty => $set:expr, $get:expr; )*
+            $( $(#[$doc:meta])* $field:ident: $ty:ty => $set:expr; )*
         }
     ) => {
         options! {
@@ -59,10 +58,10 @@ macro_rules! lock_options {
                 )),*]
             }
 
-            /// For each option, its name and what its getter reads from `options`, shown.
+            /// For each option, its name and the field of the same name in `options`, shown.
             #[cfg(test)]
             fn read_back(options: &LockOptions) -> Vec<(&'static str, String)> {
-                vec![$((stringify!($field), format!("{:?}", ($get)(options)))),*]
+                vec![$((stringify!($field), format!("{:?}", options.$field))),*]
             }
         }
     };
@@ -76,45 +75,37 @@ lock_options! {
     /// applied to. Checked by [`LockOptions::validate`] (at build, or when locking).
     pub struct LockConfig {
         /// [`LockOptions::ttl`].
-        ttl: Duration => LockOptions::ttl, LockOptions::get_ttl;
+        ttl: Duration => LockOptions::ttl;
         /// [`LockOptions::retry_count`].
-        retry_count: u32 => LockOptions::retry_count, LockOptions::get_retry_count;
+        retry_count: u32 => LockOptions::retry_count;
         /// [`LockOptions::retry_delay`].
-        retry_delay: Duration => LockOptions::retry_delay, LockOptions::get_retry_delay;
+        retry_delay: Duration => LockOptions::retry_delay;
         /// [`LockOptions::retry_jitter`].
-        retry_jitter: Duration => LockOptions::retry_jitter, LockOptions::get_retry_jitter;
+        retry_jitter: Duration => LockOptions::retry_jitter;
         /// [`LockOptions::wait_timeout`], or [`LockOptions::wait_forever`] (`"forever"`).
-        wait_timeout: Wait => Wait::set, LockOptions::get_wait_timeout;
+        wait_timeout: Wait => Wait::set;
         /// [`LockOptions::drift_factor`].
-        drift_factor: f64 => LockOptions::drift_factor, LockOptions::get_drift_factor;
+        drift_factor: f64 => LockOptions::drift_factor;
         /// [`LockOptions::auto_extend`].
-        auto_extend: bool => LockOptions::auto_extend, LockOptions::get_auto_extend;
+        auto_extend: bool => LockOptions::auto_extend;
         /// [`LockOptions::extend_fraction`].
-        extend_fraction: f64 => LockOptions::extend_fraction, LockOptions::get_extend_fraction;
+        extend_fraction: f64 => LockOptions::extend_fraction;
         /// [`LockOptions::max_hold`].
-        max_hold: Duration => LockOptions::max_hold, LockOptions::get_max_hold;
+        max_hold: Duration => LockOptions::max_hold;
         /// [`LockOptions::max_extensions`].
-        max_extensions: u32 => LockOptions::max_extensions, LockOptions::get_max_extensions;
+        max_extensions: u32 => LockOptions::max_extensions;
         /// [`LockOptions::lock_at_least_for`]. For the options of one resource
         /// ([`apply`](Self::apply)): as the handle's default, it fails
         /// [`build`](crate::RedlockBuilder::build) with
         /// [`BuildError::Option`](crate::BuildError::Option).
         lock_at_least_for: Duration =>
-            LockOptions::lock_at_least_for, LockOptions::get_lock_at_least_for;
+            LockOptions::lock_at_least_for;
         /// [`LockOptions::lost_margin`].
-        lost_margin: Duration => LockOptions::lost_margin, LockOptions::get_lost_margin;
+        lost_margin: Duration => LockOptions::lost_margin;
         /// [`LockOptions::fencing`].
-        fencing: bool => LockOptions::fencing, LockOptions::get_fencing;
+        fencing: bool => LockOptions::fencing;
         /// [`LockOptions::reentrant`].
-        reentrant: bool => LockOptions::reentrant, LockOptions::get_reentrant;
-        /// [`LockOptions::mode`]: `read`, `write`, or `NL`, `CR`, `CW`, `PR`, `PW`, `EX` (or
-        /// their names: see [`Mode`]). For the options of one resource
-        /// ([`apply`](Self::apply)): as the handle's default, in a
-        /// [`RedlockConfig`](crate::RedlockConfig), it fails
-        /// [`build`](crate::RedlockBuilder::build) with
-        /// [`BuildError::Option`](crate::BuildError::Option), since it would make every lock
-        /// of the handle shared.
-        mode: Mode => LockOptions::mode, LockOptions::get_mode;
+        reentrant: bool => LockOptions::reentrant;
     }
 }
 
@@ -168,47 +159,21 @@ mod tests {
         const SAMPLE: Self = Wait::Forever;
     }
 
-    impl Sample for Mode {
-        const SAMPLE: Self = Mode::Exclusive;
-    }
-
     #[test]
     fn every_lock_option_is_in_the_config() {
         // A field added to LockOptions fails this until LockConfig has it too.
         // The metrics label a lock's code gives, not data to configure.
         const NOT_DATA: [&str; 1] = ["resource_class"];
         let mut options = debug_fields(&format!("{:?}", LockOptions::default()));
-        assert_eq!(options.len(), 16, "{options:?}");
+        assert_eq!(options.len(), 15, "{options:?}");
         options.retain(|field| !NOT_DATA.contains(&field.as_str()));
         assert_eq!(options, set(LockConfig::FIELDS));
     }
 
-    /// The `name: value` pairs of a struct's `Debug` text, in order (values may nest).
-    fn debug_pairs(debug: &str) -> Vec<(String, String)> {
-        let body = &debug[debug.find('{').unwrap() + 1..debug.rfind('}').unwrap()];
-        let (mut depth, mut pairs, mut part) = (0, Vec::new(), String::new());
-        for c in body.chars().chain([',']) {
-            match c {
-                '{' | '[' | '(' => depth += 1,
-                '}' | ']' | ')' => depth -= 1,
-                ',' if depth == 0 => {
-                    if let Some((field, value)) = part.split_once(':') {
-                        pairs.push((field.trim().to_owned(), value.trim().to_owned()));
-                    }
-                    part.clear();
-                    continue;
-                }
-                _ => {}
-            }
-            part.push(c);
-        }
-        pairs
-    }
-
     #[test]
-    fn each_option_sets_what_its_getter_reads() {
-        // A setter in the list that sets another option than its getter reads (or none)
-        // fails this; a getter missing from LockOptions fails to compile.
+    fn each_option_sets_its_own_field() {
+        // A setter in the list that sets another field than its own (or none, or more)
+        // fails this; a field missing from LockOptions fails to compile.
         let default = LockOptions::default();
         let before = LockConfig::read_back(&default);
         assert_eq!(before.len(), LockConfig::FIELDS.len());
@@ -221,17 +186,7 @@ mod tests {
                 .filter(|(before, after)| before != after)
                 .map(|((option, _), _)| *option)
                 .collect();
-            assert!(changed.contains(&name), "{name}: changed {changed:?}");
-            // What the setter set, read from the options themselves (not through the
-            // listed getters, which an entry could name as wrongly as its setter): exactly
-            // the field of the option's name.
-            let set: Vec<String> = debug_pairs(&format!("{default:?}"))
-                .into_iter()
-                .zip(debug_pairs(&format!("{applied:?}")))
-                .filter(|(before, after)| before != after)
-                .map(|((field, _), _)| field)
-                .collect();
-            assert_eq!(set, [name], "{name} set these fields of LockOptions");
+            assert_eq!(changed, [name], "{name} set these fields of LockOptions");
         }
     }
 
@@ -245,9 +200,9 @@ mod tests {
         config.retry_count = Some(9);
         config.wait_timeout = Some(Wait::Forever);
         let applied = config.apply(base);
-        assert_eq!(applied.get_ttl(), Duration::from_secs(5));
-        assert!(applied.get_fencing());
-        assert_eq!(applied.get_retry_count(), 9);
-        assert_eq!(applied.get_wait_timeout(), Some(Duration::MAX));
+        assert_eq!(applied.ttl, Duration::from_secs(5));
+        assert!(applied.fencing);
+        assert_eq!(applied.retry_count, 9);
+        assert_eq!(applied.wait_timeout, Some(Duration::MAX));
     }
 }

@@ -105,7 +105,6 @@ options! {
     /// | `REDLOCK_LOST_MARGIN` | [`lock.lost_margin`](LockConfig::lost_margin) | duration |
     /// | `REDLOCK_FENCING` | [`lock.fencing`](LockConfig::fencing) | `true` or `false` |
     /// | `REDLOCK_REENTRANT` | [`lock.reentrant`](LockConfig::reentrant) | `true` or `false` |
-    /// | `REDLOCK_MODE` | [`lock.mode`](LockConfig::mode) | lock mode: `read`, `write`, `NL` … `EX` (a `LockConfig` of one resource; as the handle's default, `build()` refuses it) |
     ///
     /// `Debug` shows how many node URLs there are, not the URLs (they may hold passwords),
     /// nor PEM text.
@@ -275,7 +274,6 @@ mod tests {
     #[cfg(feature = "serde")]
     mod serde {
         use super::*;
-        use crate::mode::Mode;
         use crate::options::LockOptions;
         use crate::setup::config::from_toml as parse;
 
@@ -307,7 +305,6 @@ mod tests {
                 lost_margin = "500ms"
                 fencing = true
                 reentrant = true
-                mode = "EX"
                 "#,
             )
             .unwrap();
@@ -320,7 +317,6 @@ mod tests {
             );
             assert_eq!(config.lock.max_hold, Some(Duration::from_secs(600)));
             assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
-            assert_eq!(config.lock.mode, Some(Mode::Exclusive));
             let options = config.lock.clone().apply(LockOptions::default());
             assert_eq!(
                 options,
@@ -338,7 +334,6 @@ mod tests {
                     .lost_margin(Duration::from_millis(500))
                     .fencing(true)
                     .reentrant(true)
-                    .mode(Mode::Exclusive)
             );
             // The env form and the file form of one configuration are one value.
             let from_env = from_env(&[
@@ -364,7 +359,6 @@ mod tests {
                 ("REDLOCK_LOST_MARGIN", "500ms"),
                 ("REDLOCK_FENCING", "true"),
                 ("REDLOCK_REENTRANT", "true"),
-                ("REDLOCK_MODE", "EX"),
             ])
             .unwrap();
             assert_eq!(from_env, config);

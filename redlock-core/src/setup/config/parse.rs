@@ -9,7 +9,6 @@ use std::time::Duration;
 use super::Wait;
 #[cfg(any(test, feature = "tls-rustls", feature = "tls-native"))]
 use crate::error::BuildError;
-use crate::mode::Mode;
 
 /// PEM text, or the file it is in ([`RedlockConfig::tls_ca`](super::RedlockConfig::tls_ca) and its siblings). From text, a
 /// value that starts with `-----BEGIN` is the PEM itself, anything else a path. Files are read
@@ -192,16 +191,6 @@ impl Value for bool {
     }
 }
 
-impl Value for Mode {
-    const EXPECTED: &'static str = "a lock mode: read, write, or one of NL, CR, CW, PR, PW, EX";
-
-    fn parse(text: &str) -> Result<Self, String> {
-        text.trim()
-            .parse()
-            .map_err(|_| "not a lock mode".to_owned())
-    }
-}
-
 impl Value for PemSource {
     const EXPECTED: &'static str = "a file path, or PEM text (-----BEGIN ...)";
 
@@ -311,7 +300,6 @@ mod tests {
                 ("node_timeout = \"fast\"", Duration::EXPECTED),
                 ("node_timeout = 100", Duration::EXPECTED),
                 ("[lock]\nwait_timeout = \"always\"", Wait::EXPECTED),
-                ("[lock]\nmode = \"shared\"", Mode::EXPECTED),
                 ("[lock]\nretry_count = -1", "u32"),
                 ("[lock]\nfencing = \"yes\"", "a boolean"),
                 ("nodes = \"redis://a:1\"", "a sequence"),
