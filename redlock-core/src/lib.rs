@@ -56,7 +56,7 @@ pub use setup::builder::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_FOREIGN_WINDOW, DEFAULT_HANDOVER_GRACE, DEFAULT_NODE_TIMEOUT,
     MAX_FOREIGN_WINDOW, MAX_HANDOVER_GRACE, RedlockBuilder,
 };
-pub use setup::config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig, Wait};
+pub use setup::config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig};
 #[cfg(feature = "metrics")]
 pub use telemetry::describe_metrics;
 pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};

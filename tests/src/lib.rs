@@ -8,6 +8,7 @@
 pub mod checker;
 pub mod clock;
 mod logs;
+pub mod lua;
 pub mod workload;
 
 pub use logs::LogCapture;

@@ -258,3 +258,38 @@ async fn what_a_lock_of_several_cannot_give_is_refused_before_anything_is_sent()
         "{error:?}"
     );
 }
+
+/// A lock of several waits without joining a queue: while it attempts again and again at a
+/// held resource, no resource's waiter queue holds an entry of its (a place there would hold
+/// one resource's hand-overs while the request waits for the others), and it still gets the
+/// set once the holder releases.
+#[tokio::test]
+async fn a_lock_of_several_waits_without_joining_a_queue() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let keys = [a.key_for("q1"), a.key_for("q2")];
+    let held = a.lock("q1").await.unwrap();
+    let before: u64 = nodes.script_calls().await.iter().sum();
+    let patient = LockOptions::default()
+        .retry_delay(Duration::from_millis(20))
+        .retry_jitter(Duration::from_millis(5))
+        .wait_timeout(Duration::from_secs(10));
+    let waiting = tokio::spawn(async move { b.lock_many_with(&["q1", "q2"], &patient).await });
+    // Several attempts of the waiter have reached the nodes (three calls each, one per node).
+    within("attempts of the lock of several", async {
+        while nodes.script_calls().await.iter().sum::<u64>() < before + 5 * 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    for key in &keys {
+        assert_eq!(nodes.queued(key).await, vec![0, 0, 0], "{key}");
+    }
+    assert!(!waiting.is_finished());
+    held.release().await.unwrap();
+    let guard = within("the lock of several", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.resources(), ["q1", "q2"]);
+}

@@ -22,15 +22,14 @@
 //! which a split would spread over files.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::node::scripts::WAKE_ALL;
+use crate::node::transport::Channels;
 
 /// How long a channel stays subscribed after its last local waiter left, so that a stream of
 /// contended acquisitions does not subscribe and unsubscribe each time.
@@ -45,7 +44,7 @@ const CHANNEL_CAPACITY: usize = 64;
 
 /// A handle's subscriptions and the waiters listening on them.
 pub(crate) struct Waiters {
-    subscribers: Vec<SubscriberClient>,
+    subscribers: Vec<Arc<dyn Channels>>,
     channels: Mutex<HashMap<String, Channel>>,
     node_timeout: Duration,
 }
@@ -73,30 +72,24 @@ pub(crate) enum Wake {
 }
 
 impl Waiters {
-    /// One subscriber client per node, copying the node client's configuration, connecting
-    /// in the background from now on (a node that is down keeps reconnecting; its messages are
-    /// covered by the fallback timer meanwhile). Must run inside a tokio runtime.
-    pub(crate) fn start(clients: &[Client], node_timeout: Duration) -> Arc<Self> {
-        let subscribers: Vec<SubscriberClient> = clients
-            .iter()
-            .map(|client| {
-                SubscriberClient::new(
-                    client.client_config(),
-                    Some(client.perf_config()),
-                    Some(client.connection_config().clone()),
-                    client.client_reconnect_policy(),
-                )
-            })
-            .collect();
+    /// The waiters over one subscriber per node ([`Channels`]), each connecting in the
+    /// background (a node that is down keeps reconnecting; its messages are covered by the
+    /// fallback timer meanwhile). Must run inside a tokio runtime.
+    pub(crate) fn start(subscribers: Vec<Arc<dyn Channels>>, node_timeout: Duration) -> Arc<Self> {
         let waiters = Arc::new(Self {
             subscribers,
             channels: Mutex::new(HashMap::new()),
             node_timeout,
         });
         for subscriber in &waiters.subscribers {
-            dispatch(Arc::downgrade(&waiters), subscriber);
-            let _resubscribe = subscriber.manage_subscriptions();
-            let _connection = subscriber.connect();
+            let to = Arc::downgrade(&waiters);
+            subscriber.deliver_to(Box::new(move |channel, text| match to.upgrade() {
+                Some(waiters) => {
+                    waiters.deliver(channel, Arc::from(text));
+                    true
+                }
+                None => false,
+            }));
         }
         waiters
     }
@@ -105,7 +98,7 @@ impl Waiters {
     /// connecting in the background).
     pub(crate) async fn connected(&self, limit: Duration) {
         let connections = self.subscribers.iter().map(|subscriber| async move {
-            let _connected = tokio::time::timeout(limit, subscriber.wait_for_connect()).await;
+            let _connected = tokio::time::timeout(limit, subscriber.connected()).await;
         });
         futures_util::future::join_all(connections).await;
     }
@@ -154,21 +147,19 @@ impl Waiters {
             // timeout ends completes in the background, instead of leaving this waiter to its
             // fallback timer.
             let tasks = self.subscribers.iter().map(|subscriber| {
-                let (waiters, subscriber) = (Arc::downgrade(self), subscriber.clone());
+                let (waiters, subscriber) = (Arc::downgrade(self), Arc::clone(subscriber));
                 let channel = channel.to_owned();
                 tokio::spawn(async move {
-                    let subscribed = subscribe(&subscriber, &channel, SUBSCRIBE_LIMIT).await;
+                    let subscribed = subscribe(&*subscriber, &channel, SUBSCRIBE_LIMIT).await;
                     // Confirmed after every waiter left and the channel was unsubscribed: no
                     // one will unsubscribe it again, so this task does.
                     let wanted = waiters
                         .upgrade()
                         .is_some_and(|waiters| waiters.channels().contains_key(&channel));
                     if subscribed && !wanted {
-                        let _ = tokio::time::timeout(
-                            SUBSCRIBE_LIMIT,
-                            subscriber.unsubscribe(channel.as_str()),
-                        )
-                        .await;
+                        let _ =
+                            tokio::time::timeout(SUBSCRIBE_LIMIT, subscriber.unsubscribe(&channel))
+                                .await;
                     }
                     subscribed
                 })
@@ -216,11 +207,9 @@ impl Waiters {
                 }
             }
             for subscriber in &waiters.subscribers {
-                let _ = tokio::time::timeout(
-                    waiters.node_timeout,
-                    subscriber.unsubscribe(channel.as_str()),
-                )
-                .await;
+                let _ =
+                    tokio::time::timeout(waiters.node_timeout, subscriber.unsubscribe(&channel))
+                        .await;
             }
         });
     }
@@ -248,12 +237,8 @@ impl Drop for Waiters {
 
 /// Subscribes one node to `channel` once it is connected, within `limit`; `true` if the node
 /// confirmed it.
-async fn subscribe(subscriber: &SubscriberClient, channel: &str, limit: Duration) -> bool {
-    let subscribed = tokio::time::timeout(limit, async {
-        subscriber.wait_for_connect().await?;
-        subscriber.subscribe(channel).await
-    });
-    match subscribed.await {
+async fn subscribe(subscriber: &dyn Channels, channel: &str, limit: Duration) -> bool {
+    match tokio::time::timeout(limit, subscriber.subscribe(channel)).await {
         Ok(Ok(())) => true,
         Ok(Err(error)) => {
             tracing::debug!(%error, "could not subscribe; waiting falls back to the timer");
@@ -264,27 +249,6 @@ async fn subscribe(subscriber: &SubscriberClient, channel: &str, limit: Duration
             false
         }
     }
-}
-
-/// Forwards one node's hand-over messages to the local waiters of their channel.
-fn dispatch(waiters: Weak<Waiters>, subscriber: &SubscriberClient) {
-    let mut rx = subscriber.message_rx();
-    tokio::spawn(async move {
-        loop {
-            match rx.recv().await {
-                Ok(message) => {
-                    let Some(waiters) = waiters.upgrade() else {
-                        return;
-                    };
-                    if let Some(text) = message.value.as_str() {
-                        waiters.deliver(&message.channel, Arc::from(&*text));
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => return,
-            }
-        }
-    });
 }
 
 /// One waiter's subscription to a resource's hand-overs; leaves the channel when dropped.

@@ -6,7 +6,7 @@ mod commands;
 mod pipeline;
 mod replies;
 pub(crate) mod scripts;
-mod transport;
+pub(crate) mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -8,23 +8,33 @@
 //! answers the same commands: the dispatch script's `EVALSHA`/`EVAL` with the batch layout of
 //! [`scripts::BATCH`](super::scripts::BATCH), and `NOSCRIPT` when it wants the source.
 //!
-//! The pub/sub side of waiting (the subscribers of [`waiters`](crate::kernel::waiters)) still talks to
-//! `fred` directly.
+//! The pub/sub side of waiting goes through [`Channels`]: a node's subscriptions to hand-over
+//! channels and the messages published on them, for the
+//! [`waiters`](crate::kernel::waiters). Its production implementation is [`FredChannels`], a
+//! `fred` subscriber client that re-subscribes after a reconnection.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use fred::clients::Client;
-use fred::interfaces::ClientLike;
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
+use tokio::sync::broadcast;
 
 use crate::outcome::NodeError;
 
 /// A command's reply, to come.
 pub(crate) type Reply = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
+
+/// A subscription change, or a connection, to come.
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send>>;
+
+/// Where a node's messages go: called with each message's channel and text; returns `false`
+/// once nobody listens any more, which ends the delivery.
+pub(crate) type Deliver = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 /// How the lock sends one command to one node.
 pub(crate) trait Transport: Send + Sync + 'static {
@@ -65,5 +75,105 @@ impl Transport for Fred {
                 .await
                 .map_err(NodeError::from_fred)
         })
+    }
+}
+
+/// How the lock hears one node's hand-over messages: the subscribe side of the seam.
+pub(crate) trait Channels: Send + Sync + 'static {
+    /// Subscribes to `channel` once connected; `Ok` when the node confirmed it. Unbounded in
+    /// time: every caller bounds it.
+    fn subscribe(&self, channel: &str) -> Pending;
+
+    /// Unsubscribes from `channel`. Unbounded in time: every caller bounds it.
+    fn unsubscribe(&self, channel: &str) -> Pending;
+
+    /// Hands every message from now on to `deliver`, until it returns `false`.
+    fn deliver_to(&self, deliver: Deliver);
+
+    /// Resolves once connected. Unbounded in time: every caller bounds it.
+    fn connected(&self) -> Pending;
+
+    /// Closes the connection.
+    fn quit(&self) -> Pending;
+}
+
+/// The production subscriber: a `fred` subscriber client with the node client's
+/// configuration, connecting in the background from its creation and re-subscribing to its
+/// channels after a reconnection.
+pub(crate) struct FredChannels(SubscriberClient);
+
+impl FredChannels {
+    /// The subscriber of the node `client` reaches. Must run inside a tokio runtime.
+    pub(crate) fn start(client: &Client) -> Self {
+        let subscriber = SubscriberClient::new(
+            client.client_config(),
+            Some(client.perf_config()),
+            Some(client.connection_config().clone()),
+            client.client_reconnect_policy(),
+        );
+        let _resubscribe = subscriber.manage_subscriptions();
+        let _connection = subscriber.connect();
+        Self(subscriber)
+    }
+}
+
+impl Channels for FredChannels {
+    fn subscribe(&self, channel: &str) -> Pending {
+        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        Box::pin(async move {
+            subscriber
+                .wait_for_connect()
+                .await
+                .map_err(NodeError::from_fred)?;
+            subscriber
+                .subscribe(channel.as_str())
+                .await
+                .map_err(NodeError::from_fred)
+        })
+    }
+
+    fn unsubscribe(&self, channel: &str) -> Pending {
+        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        Box::pin(async move {
+            subscriber
+                .unsubscribe(channel.as_str())
+                .await
+                .map_err(NodeError::from_fred)
+        })
+    }
+
+    fn deliver_to(&self, deliver: Deliver) {
+        let mut rx = self.0.message_rx();
+        tokio::spawn(async move {
+            loop {
+                match rx.recv().await {
+                    Ok(message) => {
+                        let text = message.value.as_str();
+                        if let Some(text) = text
+                            && !deliver(&message.channel, &text)
+                        {
+                            return;
+                        }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+    }
+
+    fn connected(&self) -> Pending {
+        let subscriber = self.0.clone();
+        Box::pin(async move {
+            subscriber
+                .wait_for_connect()
+                .await
+                .map_err(NodeError::from_fred)
+        })
+    }
+
+    fn quit(&self) -> Pending {
+        let subscriber = self.0.clone();
+        Box::pin(async move { subscriber.quit().await.map_err(NodeError::from_fred) })
     }
 }

@@ -13,6 +13,7 @@ use crate::kernel::masters::Masters;
 use crate::kernel::redlock::{Parts, Redlock};
 use crate::kernel::waiters::Waiters;
 use crate::node::Node;
+use crate::node::transport::{Channels, FredChannels};
 use crate::options::MAX_TTL;
 use crate::outcome::ClientError;
 use crate::setup::connect::Connect;
@@ -87,8 +88,11 @@ impl RedlockBuilder {
         // The waiters' subscriber connections open beside the nodes' own, so that a built
         // handle is ready to wake its first waiter (and sends nothing more on its own).
         let waiters = (!self.handover_grace.is_zero()).then(|| {
-            let clients: Vec<_> = nodes.iter().map(|n| n.client.clone()).collect();
-            Waiters::start(&clients, self.node_timeout)
+            let subscribers: Vec<Arc<dyn Channels>> = nodes
+                .iter()
+                .map(|n| Arc::new(FredChannels::start(&n.client)) as Arc<dyn Channels>)
+                .collect();
+            Waiters::start(subscribers, self.node_timeout)
         });
         let subscribers = async {
             if let Some(waiters) = &waiters {

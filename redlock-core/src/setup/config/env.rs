@@ -121,7 +121,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::setup::config::{LockConfig, PemSource, Wait, from_env};
+    use crate::setup::config::{LockConfig, PemSource, from_env};
 
     #[test]
     fn one_env_var_per_option_all_in_the_documented_table() {
@@ -181,15 +181,12 @@ mod tests {
         assert!(matches!(config.tls_client_cert, Some(PemSource::Pem(_))));
         assert_eq!(config.lock.ttl, Some(Duration::from_secs(10)));
         assert_eq!(config.lock.retry_count, Some(7));
-        assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
+        assert_eq!(config.lock.wait_timeout, Some(Duration::MAX));
         assert_eq!(config.lock.drift_factor, Some(0.02));
         assert_eq!(config.lock.fencing, Some(true));
         assert_eq!(config.lock.max_hold, None);
         let wait = from_env(&[("REDLOCK_WAIT_TIMEOUT", "2s")]).unwrap();
-        assert_eq!(
-            wait.lock.wait_timeout,
-            Some(Wait::For(Duration::from_secs(2)))
-        );
+        assert_eq!(wait.lock.wait_timeout, Some(Duration::from_secs(2)));
         assert_eq!(from_env(&[]).unwrap(), RedlockConfig::default());
     }
 

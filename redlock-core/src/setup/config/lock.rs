@@ -83,7 +83,7 @@ lock_options! {
         /// [`LockOptions::retry_jitter`].
         retry_jitter: Duration => LockOptions::retry_jitter;
         /// [`LockOptions::wait_timeout`], or [`LockOptions::wait_forever`] (`"forever"`).
-        wait_timeout: Wait => Wait::set;
+        wait_timeout: Duration => LockOptions::wait_timeout;
         /// [`LockOptions::drift_factor`].
         drift_factor: f64 => LockOptions::drift_factor;
         /// [`LockOptions::auto_extend`].
@@ -106,25 +106,6 @@ lock_options! {
         fencing: bool => LockOptions::fencing;
         /// [`LockOptions::reentrant`].
         reentrant: bool => LockOptions::reentrant;
-    }
-}
-
-/// How long to wait for a busy lock ([`LockConfig::wait_timeout`]): a duration, or `"forever"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// [`LockOptions::wait_timeout`] with this duration.
-    For(Duration),
-    /// [`LockOptions::wait_forever`].
-    Forever,
-}
-
-impl Wait {
-    /// `options` waiting as `wait` says: [`LockConfig::wait_timeout`]'s setter.
-    fn set(options: LockOptions, wait: Self) -> LockOptions {
-        match wait {
-            Self::For(wait) => options.wait_timeout(wait),
-            Self::Forever => options.wait_forever(),
-        }
     }
 }
 
@@ -153,10 +134,6 @@ mod tests {
 
     impl Sample for bool {
         const SAMPLE: Self = true;
-    }
-
-    impl Sample for Wait {
-        const SAMPLE: Self = Wait::Forever;
     }
 
     #[test]
@@ -198,7 +175,7 @@ mod tests {
         let mut config = LockConfig::default();
         assert_eq!(config.clone().apply(base.clone()), base);
         config.retry_count = Some(9);
-        config.wait_timeout = Some(Wait::Forever);
+        config.wait_timeout = Some(Duration::MAX);
         let applied = config.apply(base);
         assert_eq!(applied.ttl, Duration::from_secs(5));
         assert!(applied.fencing);

@@ -8,7 +8,7 @@
 //! in `parse.rs`) knows its form in both.
 //!
 //! - `declare.rs`: the `options!` macro, which turns a list into a struct.
-//! - `lock.rs`: [`LockConfig`], the list of lock options, and [`Wait`].
+//! - `lock.rs`: [`LockConfig`], the list of lock options.
 //! - `parse.rs`: the value types, read from text and from serde; [`PemSource`].
 //! - `env.rs`: the environment variables.
 
@@ -27,7 +27,7 @@ pub(crate) mod parse;
 use declare::options;
 pub(crate) use env::NODES_ENV;
 pub use env::{ENV_PREFIX, EnvVar};
-pub use lock::{LockConfig, Wait};
+pub use lock::LockConfig;
 pub use parse::PemSource;
 pub(crate) use parse::node_urls;
 
@@ -51,7 +51,7 @@ options! {
     /// # #[cfg(feature = "serde")]
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
-    /// use redlock_core::{Redlock, RedlockConfig, Wait};
+    /// use redlock_core::{Redlock, RedlockConfig};
     ///
     /// let config: RedlockConfig = toml::from_str(r#"
     ///     nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"]
@@ -63,7 +63,7 @@ options! {
     ///     wait_timeout = "forever"
     /// "#)?;
     /// assert_eq!(config.lock.ttl, Some(Duration::from_secs(10)));
-    /// assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
+    /// assert_eq!(config.lock.wait_timeout, Some(Duration::MAX));
     /// let builder = Redlock::builder().config(config); // then `.build().await?`
     /// # Ok(()) }
     /// # #[cfg(not(feature = "serde"))]
@@ -316,7 +316,7 @@ mod tests {
                 Some(PemSource::File("/etc/redis/ca.pem".into()))
             );
             assert_eq!(config.lock.max_hold, Some(Duration::from_secs(600)));
-            assert_eq!(config.lock.wait_timeout, Some(Wait::Forever));
+            assert_eq!(config.lock.wait_timeout, Some(Duration::MAX));
             let options = config.lock.clone().apply(LockOptions::default());
             assert_eq!(
                 options,

@@ -6,7 +6,6 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::Wait;
 #[cfg(any(test, feature = "tls-rustls", feature = "tls-native"))]
 use crate::error::BuildError;
 
@@ -117,10 +116,15 @@ impl Value for String {
 }
 
 impl Value for Duration {
-    const EXPECTED: &'static str = "a duration such as 250ms, 30s or 1h 30m";
+    const EXPECTED: &'static str = "a duration such as 250ms, 30s or 1h 30m, or forever";
 
+    /// A duration, or `forever`: `Duration::MAX`, the API's own "forever"
+    /// ([`LockOptions::wait_forever`](crate::LockOptions::wait_forever)).
     fn parse(text: &str) -> Result<Self, String> {
         use humantime::DurationError as E;
+        if text.trim().eq_ignore_ascii_case("forever") {
+            return Ok(Duration::MAX);
+        }
         humantime::parse_duration(text.trim()).map_err(|error| match error {
             E::InvalidCharacter(at) => format!("invalid character at byte {at}"),
             E::NumberExpected(at) => format!("a number expected at byte {at}"),
@@ -130,17 +134,6 @@ impl Value for Duration {
             E::NumberOverflow => "too large".to_owned(),
             E::Empty => "empty".to_owned(),
         })
-    }
-}
-
-impl Value for Wait {
-    const EXPECTED: &'static str = "a duration such as 250ms, 30s or 1h 30m, or forever";
-
-    fn parse(text: &str) -> Result<Self, String> {
-        if text.trim().eq_ignore_ascii_case("forever") {
-            return Ok(Wait::Forever);
-        }
-        Duration::parse(text).map(Wait::For)
     }
 }
 
@@ -299,7 +292,7 @@ mod tests {
             for (text, expected) in [
                 ("node_timeout = \"fast\"", Duration::EXPECTED),
                 ("node_timeout = 100", Duration::EXPECTED),
-                ("[lock]\nwait_timeout = \"always\"", Wait::EXPECTED),
+                ("[lock]\nwait_timeout = \"always\"", Duration::EXPECTED),
                 ("[lock]\nretry_count = -1", "u32"),
                 ("[lock]\nfencing = \"yes\"", "a boolean"),
                 ("nodes = \"redis://a:1\"", "a sequence"),
