@@ -389,14 +389,10 @@ impl Redlock {
             });
         }
         let grant = Grant {
-            started: start,
-            valid_until,
             fencing_token,
             mode: detached.mode,
             marker: detached.marker.clone(),
-            busy: Duration::ZERO,
-            permit: None,
-            also: Vec::new(),
+            ..Grant::new(start, valid_until)
         };
         let class = telemetry::class_of(resource, options);
         let guard = self.register(resource, &class, keys, next, options, grant);

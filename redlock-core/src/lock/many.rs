@@ -140,14 +140,8 @@ impl Redlock {
         cleanup.armed = false;
         Ok(Granted {
             grant: Grant {
-                started: start,
-                valid_until,
-                fencing_token: None,
-                marker: String::new(),
-                busy: Duration::ZERO,
-                mode: None,
-                permit: None,
                 also: many.resources.iter().skip(1).cloned().collect(),
+                ..Grant::new(start, valid_until)
             },
             everywhere: granted_by == masters.len(),
             slot_keys: None,

@@ -244,17 +244,11 @@ impl Redlock {
         drop(cleanup);
         Ok(Granted {
             grant: Grant {
-                started: start,
-                valid_until,
-                fencing_token: None,
-                marker: String::new(),
-                busy: Duration::ZERO,
-                mode: None,
                 permit: u32::try_from(slot).ok().map(|slot| Permit {
                     permits: u32::try_from(slots.len()).unwrap_or(u32::MAX),
                     slot,
                 }),
-                also: Vec::new(),
+                ..Grant::new(start, valid_until)
             },
             everywhere,
             slot_keys: slots.get(slot).cloned(),

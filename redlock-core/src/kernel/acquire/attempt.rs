@@ -271,8 +271,6 @@ impl Redlock {
         cleanup.disarm();
         Ok(Granted {
             grant: Grant {
-                started: start,
-                valid_until,
                 fencing_token,
                 mode: match kind {
                     AcquireKind::Mode(request) => Some(request.mode),
@@ -283,8 +281,7 @@ impl Redlock {
                     AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
-                permit: None,
-                also: Vec::new(),
+                ..Grant::new(start, valid_until)
             },
             everywhere: granted_by == masters.len(),
             slot_keys: None,

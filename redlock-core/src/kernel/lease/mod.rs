@@ -166,6 +166,24 @@ pub(crate) struct Grant {
     pub(crate) also: Vec<(String, ResourceKeys)>,
 }
 
+impl Grant {
+    /// The grant of a plain lock of one resource, valid from `started` to `valid_until`: no
+    /// fencing token, mode, permit or other resources; the attempt of each primitive adds its
+    /// own with struct update syntax.
+    pub(crate) fn new(started: Instant, valid_until: Instant) -> Self {
+        Self {
+            started,
+            valid_until,
+            fencing_token: None,
+            mode: None,
+            marker: String::new(),
+            busy: Duration::ZERO,
+            permit: None,
+            also: Vec::new(),
+        }
+    }
+}
+
 impl Lease {
     /// The lease of `grant`, taken with `options`, as lease `id` of its handle.
     pub(crate) fn new(
@@ -352,16 +370,7 @@ pub(crate) mod tests {
     /// A lease granted now for `options`, valid for `valid` from now.
     pub(crate) fn lease(options: &LockOptions, valid: Duration) -> Lease {
         let now = Instant::now();
-        let grant = Grant {
-            started: now,
-            valid_until: now + valid,
-            fencing_token: None,
-            mode: None,
-            marker: String::new(),
-            busy: Duration::ZERO,
-            permit: None,
-            also: Vec::new(),
-        };
+        let grant = Grant::new(now, now + valid);
         let keys = ResourceKeys::new("lock:", "lock:r".to_owned());
         Lease::new(
             0,
