@@ -61,9 +61,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints what the next step does, so that a long build is never silent.
+/// Prints what the next step does, so that a long build is never silent, with the wall time
+/// since the first step, so that a slow run shows where its time went.
 fn step(what: &str) {
-    eprintln!("xtask: {what}");
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let elapsed = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    eprintln!("xtask [{}:{:02}]: {what}", elapsed / 60, elapsed % 60);
 }
 
 /// Runs `cargo <args>` from the workspace root and fails if it fails.
@@ -486,7 +492,7 @@ fn test() -> anyhow::Result<()> {
         ],
         &docs_rs,
     )?;
-    eprintln!("xtask test: all checks passed");
+    step("all checks passed");
     Ok(())
 }
 
