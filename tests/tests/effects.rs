@@ -44,7 +44,6 @@ const KEY2: &str = "fx:s";
 /// Bookkeeping keys.
 const QUEUE: &str = "fx:r:waiters";
 const WINDOW: &str = "fx:r:window";
-const WINDOW2: &str = "fx:s:window";
 const BUSY: &str = "fx:r:busy";
 const LISTEN: &str = "fx:r:listen";
 const OWNER: &str = "fx:r:owner";
@@ -406,7 +405,7 @@ const TABLE: &[Script] = &[
         effect: Effect::Compares,
         call: |_, token, _| Call {
             id: 14,
-            keys: strings(&[KEY, KEY2]),
+            keys: strings(&[KEY, KEY2, QUEUE, "fx:s:waiters", LISTEN, "fx:s:listen"]),
             args: strings(&[token]),
         },
         writes: &[State::Plain],
@@ -476,44 +475,11 @@ const TABLE: &[Script] = &[
     },
     Script {
         id: 19,
-        file: "acquire_many.lua",
-        source: lua!("lock/acquire_many.lua"),
-        effect: Effect::Grants,
-        call: |_, token, q| {
-            let mut keys = quarantine_keys(q);
-            keys.extend(strings(&[KEY, KEY2, WINDOW, WINDOW2]));
-            // ttl_ms, quarantine_ms, windowed
-            let args = vec![
-                token.to_owned(),
-                TTL_MS.to_string(),
-                q.to_string(),
-                "0".into(),
-            ];
-            Call { id: 19, keys, args }
-        },
-        writes: &[State::Free],
-        not_held: &[],
-    },
-    Script {
-        id: 20,
-        file: "extend_many.lua",
-        source: lua!("kernel/scripts/extend_many.lua"),
-        effect: Effect::Compares,
-        call: |_, token, _| Call {
-            id: 20,
-            keys: strings(&[KEY, KEY2]),
-            args: strings(&[token, LONGER_MS]),
-        },
-        writes: &[State::Plain],
-        not_held: &[0],
-    },
-    Script {
-        id: 21,
         file: "force_read.lua",
         source: lua!("admin/force_read.lua"),
         effect: Effect::Neither,
         call: |_, _, _| Call {
-            id: 21,
+            id: 19,
             keys: strings(&[KEY]),
             args: vec![],
         },
@@ -862,7 +828,6 @@ async fn a_holder_is_touched_only_by_its_own_token() {
             "downgrade.lua",
             "force_release.lua",
             "owner.lua",
-            "extend_many.lua",
         ]
     );
 }
@@ -929,7 +894,6 @@ async fn nothing_is_granted_in_quarantine() {
             "acquire_mode.lua",
             "acquire_permit.lua",
             "resume.lua",
-            "acquire_many.lua",
         ]
     );
 }

@@ -99,6 +99,8 @@ enum Op {
         windowed: u8,
         fencing: bool,
         q: u64,
+        /// A lock of several resources: the other resource's key too (`n` = 2).
+        set: bool,
     },
     AcquireQueued {
         at: Target,
@@ -322,15 +324,26 @@ impl Op {
                 windowed,
                 fencing,
                 q,
+                set,
             } => {
                 let key = at.key();
-                let mut keys = vec![key.clone(), book(&key, "window"), book(&key, "busy")];
+                let mut keys = vec![key.clone()];
+                let other = lock(1 - at.r.min(1));
+                if *set {
+                    keys.extend([other.clone(), book(&key, "window"), book(&other, "window")]);
+                } else {
+                    keys.push(book(&key, "window"));
+                }
+                keys.push(book(&key, "busy"));
                 keys.extend(quarantine_keys(*q, &key));
                 if *fencing {
                     keys.extend(fencing_keys(&key));
                 }
                 let windowed = windowed.to_string();
-                let args = vec![token(*t, &key), ttl.to_string(), q.to_string(), windowed];
+                let mut args = vec![token(*t, &key), ttl.to_string(), q.to_string(), windowed];
+                if *set {
+                    args.push("2".into());
+                }
                 (id::ACQUIRE, keys, args)
             }
             Self::AcquireQueued {
@@ -519,20 +532,18 @@ impl Op {
                 let keys = (0..*k)
                     .map(|i| book(&lock(*r), &format!("permit:{i}")))
                     .collect();
-                (id::RELEASE_SLOTS, keys, vec![slot_token(*t, *k)])
+                (id::RELEASE, keys, vec![slot_token(*t, *k)])
             }
             Self::ReleaseMany { t, wake } => {
                 let mut keys = vec![lock(0), lock(1)];
-                if *wake {
+                let script = if *wake {
                     keys.extend([book(&lock(0), "waiters"), book(&lock(1), "waiters")]);
                     keys.extend([book(&lock(0), "listen"), book(&lock(1), "listen")]);
-                }
-                let wake = if *wake { "1" } else { "0" };
-                (
-                    id::RELEASE_SLOTS,
-                    keys,
-                    vec![token(*t, &lock(0)), wake.into()],
-                )
+                    id::RELEASE_SLOTS
+                } else {
+                    id::RELEASE
+                };
+                (script, keys, vec![token(*t, &lock(0))])
             }
             Self::Raw(call) => return Some(call.clone()),
             Self::Lapse { .. } | Self::DataLoss | Self::Foreign { .. } | Self::Put { .. } => {
@@ -622,16 +633,25 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
     // A holder's operations: mostly by whoever holds the key.
     let h = || prop_oneof![1 => 0..3usize, 2 => Just(HOLDER)];
     let w = || 0..2usize;
-    let acquire = (target(), t(), ttl(), 0..3u8, any::<bool>(), quarantine()).prop_map(
-        |(at, t, ttl, windowed, fencing, q)| Op::Acquire {
+    let set = prop_oneof![3 => Just(false), 1 => Just(true)];
+    let acquire = (
+        target(),
+        t(),
+        ttl(),
+        0..3u8,
+        any::<bool>(),
+        quarantine(),
+        set,
+    )
+        .prop_map(|(at, t, ttl, windowed, fencing, q, set)| Op::Acquire {
             at,
             t,
             ttl,
             windowed,
             fencing,
             q,
-        },
-    );
+            set,
+        });
     let queued = (
         target(),
         t(),
@@ -1337,6 +1357,7 @@ fn odd_values_and_errors_agree() {
         windowed: 0,
         fencing,
         q: 0,
+        set: false,
     };
     let queued = |t: usize, w: usize| Op::AcquireQueued {
         at: r0,
@@ -1515,7 +1536,7 @@ fn odd_values_and_errors_agree() {
                 raw(
                     id::RELEASE_SLOTS,
                     &[key.clone(), lock(1), waiters.clone(), book(&key, "listen")],
-                    &[TOKENS[0], "1"],
+                    &[TOKENS[0]],
                 ),
             ],
         ),

@@ -150,15 +150,21 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
         vec!["LOAD".into(), dispatch.source.into()],
     )
     .await;
-    // ACQUIRE_MANY is script 19: KEYS witness, marker, the lock keys, their windows; ARGV
-    // token, ttl_ms, quarantine_ms, windowed.
+    // ACQUIRE is script 3: KEYS the lock keys, their windows, the first's streak, witness,
+    // marker; ARGV token, ttl_ms, quarantine_ms, windowed, n.
     let attempt = |token: &'static str| -> Vec<Value> {
-        let keys = ["many:a", "many:a", "many:a", "many:b", "many:c"];
+        let keys = ["many:a", "many:b", "many:c"];
         let windows = ["many:a:w", "many:b:w", "many:c:w"];
-        let mut args: Vec<Value> = vec![sha1.into(), 8.into()];
-        args.extend(keys.iter().chain(&windows).map(|k| Value::from(*k)));
-        args.extend([1.into(), 19.into(), 8.into(), 4.into()]);
-        args.extend([token.into(), 10_000.into(), 0.into(), "0".into()]);
+        let rest = ["many:a:busy", "many:a", "many:a"];
+        let mut args: Vec<Value> = vec![sha1.into(), 9.into()];
+        args.extend(
+            keys.iter()
+                .chain(&windows)
+                .chain(&rest)
+                .map(|k| Value::from(*k)),
+        );
+        args.extend([1.into(), 3.into(), 9.into(), 5.into()]);
+        args.extend([token.into(), 10_000.into(), 0.into(), "0".into(), 3.into()]);
         args
     };
     let set = vec!["many:b".into(), "theirs".into(), "PX".into(), 10_000.into()];

@@ -1,4 +1,4 @@
-//! The semaphore's scripts mirrored: acquire_permit.lua, release_slots.lua.
+//! The semaphore's script mirrored, acquire_permit.lua, and release_slots.lua.
 
 use super::args::{arg, key, need, pget};
 use super::prelude::{Raise, holder_digest, ms_left, node_now, quarantine_check, tonumber};
@@ -171,26 +171,22 @@ fn ttl(s: &str) -> Result<u64, Raise> {
 
 /// release_slots.lua.
 pub(super) fn release_slots(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (token, wake) = (arg(call, 1), arg(call, 2) == "1");
+    let token = arg(call, 1);
     let keys = &call.keys;
-    // `n = math.floor(#KEYS / 3)` with `wake`: the queues at `KEYS[n + i]`, the listen flags at
+    // `n = math.floor(#KEYS / 3)`: the queues at `KEYS[n + i]`, the listen flags at
     // `KEYS[2n + i]`.
-    let n = if wake { keys.len() / 3 } else { keys.len() };
+    let n = keys.len() / 3;
     let mut deleted = 0;
     for i in 0..n {
         if pget(node, &keys[i]).as_deref() != Some(token) {
             continue;
         }
-        if wake {
-            // `DEL key flag`: the flag was there when it deletes two.
-            node.store.delete(&keys[i]);
-            let listened = node.store.delete(&keys[2 * n + i]);
-            deleted += 1;
-            if listened {
-                node.published.push((keys[n + i].clone(), "*".to_owned()));
-            }
-        } else {
-            deleted += i64::from(node.store.delete(&keys[i]));
+        // `DEL key flag`: the flag was there when it deletes two.
+        node.store.delete(&keys[i]);
+        let listened = node.store.delete(&keys[2 * n + i]);
+        deleted += 1;
+        if listened {
+            node.published.push((keys[n + i].clone(), "*".to_owned()));
         }
     }
     Ok(Reply::Int(deleted))

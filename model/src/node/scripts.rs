@@ -26,49 +26,70 @@ fn array(items: Vec<Reply>) -> Reply {
 
 /// release.lua.
 pub(super) fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (key, token) = (need(call, 1)?, arg(call, 1));
-    if pget(node, key).as_deref() == Some(token) {
-        Ok(Reply::Int(i64::from(node.store.delete(key))))
-    } else {
-        Ok(Reply::Int(0))
+    let token = arg(call, 1);
+    let mut deleted = 0;
+    for key in &call.keys {
+        if pget(node, key).as_deref() == Some(token) {
+            deleted += i64::from(node.store.delete(key));
+        }
     }
+    Ok(Reply::Int(deleted))
 }
 
 /// acquire.lua.
 pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (key, window_key, streak_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
-    let (witness_key, marker_key) = (need(call, 4)?, need(call, 5)?);
-    let (counter_key, floor_key) = (key_opt(call, 6), key_opt(call, 7));
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
     let (windowed, streak) = (arg(call, 4) == "1", matches!(arg(call, 4), "1" | "2"));
+    // `tonumber(ARGV[5]) or 1`.
+    let n = arg(call, 5).parse::<usize>().unwrap_or(1);
+    let streak_key = need(call, 2 * n + 1)?;
+    let (witness_key, marker_key) = (need(call, 2 * n + 2)?, need(call, 2 * n + 3)?);
+    let (counter_key, floor_key) = (key_opt(call, 2 * n + 4), key_opt(call, 2 * n + 5));
 
     if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
         return Ok(refused);
     }
     let fence = fence_read(node, counter_key.as_deref(), floor_key.as_deref())?;
-    if windowed && window_open(node, window_key) {
-        let left = ms_left(node, window_key);
+    let (mut taken, mut holders, mut left) = (Vec::new(), Vec::new(), None);
+    for i in 1..=n {
+        let (key, window_key) = (need(call, i)?, need(call, n + i)?);
+        let refused_by = if windowed && window_open(node, window_key) {
+            Some(("window".to_owned(), window_key))
+        } else if left.is_some() {
+            // Already refused: only who holds the rest is read.
+            node.store
+                .exists(key)
+                .then(|| (holder_digest(node, key), key))
+        } else if !node.store.exists(key) {
+            // SET NX PX: refused by a key of any type.
+            node.store.set(key, token, Some(ms(ttl_ms)?));
+            taken.push(key.to_owned());
+            None
+        } else {
+            Some((holder_digest(node, key), key))
+        };
+        if let Some((holder, at)) = refused_by {
+            left = left.or_else(|| Some(ms_left(node, at)));
+            holders.push(if n > 1 {
+                format!("{i}:{holder}")
+            } else {
+                holder
+            });
+        }
+    }
+    if let Some(left) = left {
+        for key in &taken {
+            node.store.delete(key);
+        }
         return Ok(array(vec![
             Reply::Int(0),
             fence,
             Reply::Int(0),
             Reply::Int(left),
-            Reply::Bulk("window".into()),
+            Reply::Bulk(holders.join(",")),
         ]));
     }
-    // SET NX PX: refused by a key of any type.
-    if node.store.exists(key) {
-        let (left, holder) = (ms_left(node, key), holder_digest(node, key));
-        return Ok(array(vec![
-            Reply::Int(0),
-            fence,
-            Reply::Int(0),
-            Reply::Int(left),
-            Reply::Bulk(holder),
-        ]));
-    }
-    node.store.set(key, token, Some(ms(ttl_ms)?));
-    let busy = if streak {
+    let busy = if streak && n == 1 {
         busy_read(node, streak_key)
     } else {
         0
@@ -139,13 +160,19 @@ pub(super) fn acquire_queued(node: &mut Node, call: &Call) -> Result<Reply, Rais
 
 /// extend.lua.
 pub(super) fn extend(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (key, token, ttl_ms) = (need(call, 1)?, arg(call, 1), arg(call, 2));
-    if pget(node, key).as_deref() != Some(token) {
+    let (token, ttl_ms) = (arg(call, 1), arg(call, 2));
+    if call
+        .keys
+        .iter()
+        .any(|key| pget(node, key).as_deref() != Some(token))
+    {
         return Ok(Reply::Int(0));
     }
     let ttl = number(ttl_ms);
-    if node.flaws.shortening_extend || node.store.pttl(key) < ttl {
-        node.store.pexpire(key, ttl);
+    for key in &call.keys {
+        if node.flaws.shortening_extend || node.store.pttl(key) < ttl {
+            node.store.pexpire(key, ttl);
+        }
     }
     Ok(Reply::Int(1))
 }

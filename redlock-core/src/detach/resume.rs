@@ -354,7 +354,7 @@ impl Redlock {
             let ttl_ms = options.ttl_millis();
             let tally = masters
                 .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
-                    (node.extend(key, token, ttl_ms, mode).await, ())
+                    (node.extend(&[key], token, ttl_ms, mode).await, ())
                 })
                 .await;
             if tally.granted >= masters.quorum && Instant::now() < valid_until {

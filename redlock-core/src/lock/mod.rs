@@ -149,7 +149,7 @@ impl Redlock {
         let first = names[0];
         self.admit(first, options)?;
         let keys = many[0].1.clone();
-        self.acquire(first, keys, ManyKeys { resources: many }, options)
+        self.acquire(first, keys, ManyKeys::new(many), options)
             .await
     }
 }

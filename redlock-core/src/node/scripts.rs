@@ -45,7 +45,8 @@
 //! clock). [`ACQUIRE_PERMIT`] takes the slot a hand-over reserved for the waiter, or the first
 //! free slot with `SET NX PX` unless as many earlier waiters as free slots still count; a held
 //! slot is released, extended and handed over by the plain lock's scripts, and what a failed
-//! (or partly granted) attempt took is released by [`RELEASE_SLOTS`], one call per node.
+//! (or partly granted) attempt took is released by [`RELEASE`] over every slot, one call per
+//! node.
 //!
 //! Hand-over messages, published on the waiter queue's key: `"<named> <next>"` (the key is
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
@@ -554,8 +555,8 @@ pub(crate) static ACQUIRE_PERMIT: Script = Script::new(
     include_str!("../semaphore/acquire_permit.lua"),
 );
 
-/// The clean-up of a permit attempt: compare-and-delete over several slots in one call
-/// (`release_slots.lua`).
+/// A lock of several resources released by its holder, waking each key's listeners:
+/// compare-and-delete over several keys in one call (`release_slots.lua`).
 pub(crate) static RELEASE_SLOTS: Script = Script::new(
     14,
     Effect::Compares,
@@ -583,26 +584,13 @@ pub(crate) static FORCE_RELEASE: Script = Script::new(
 /// Who holds a resource on one node, as digests, read before a force-release
 /// (`force_read.lua`).
 pub(crate) static FORCE_READ: Script =
-    Script::new(21, Effect::Neither, include_str!("../admin/force_read.lua"));
+    Script::new(19, Effect::Neither, include_str!("../admin/force_read.lua"));
 
 /// A holder's label written beside its lock (`owner.lua`).
 pub(crate) static OWNER: Script = Script::new(
     18,
     Effect::Compares,
     include_str!("../kernel/scripts/owner.lua"),
-);
-
-/// An attempt at several resources at once, all or none on each node
-/// (`acquire_many.lua`).
-pub(crate) static ACQUIRE_MANY: Script =
-    Script::new(19, Effect::Grants, include_str!("../lock/acquire_many.lua"));
-
-/// The extension of a lock of several resources, all or none on each node
-/// (`extend_many.lua`).
-pub(crate) static EXTEND_MANY: Script = Script::new(
-    20,
-    Effect::Compares,
-    include_str!("../kernel/scripts/extend_many.lua"),
 );
 
 /// What a key kept for its minimum hold holds ([`KEEP`]) begins with this, followed by `:`
@@ -620,7 +608,7 @@ pub(crate) fn kept(token: &str) -> String {
 pub(crate) const WAKE_ALL: &str = "*";
 
 /// Every script, in [`Script::id`] order.
-pub(crate) const SCRIPTS: [&Script; 22] = [
+pub(crate) const SCRIPTS: [&Script; 20] = [
     &RELEASE,
     &RELEASE_HANDOVER,
     &EXTEND,
@@ -640,8 +628,6 @@ pub(crate) const SCRIPTS: [&Script; 22] = [
     &DOWNGRADE,
     &FORCE_RELEASE,
     &OWNER,
-    &ACQUIRE_MANY,
-    &EXTEND_MANY,
     &FORCE_READ,
 ];
 

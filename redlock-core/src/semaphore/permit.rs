@@ -335,7 +335,7 @@ impl Drop for SlotCleanup<'_> {
 }
 
 /// Releases `token` from each of the slot keys `slots` that holds it, on every node at once
-/// (`RELEASE_SLOTS`: one call per node, however many slots), decided at quorum like a
+/// (`RELEASE` over them: one call per node, however many slots), decided at quorum like a
 /// release; every node's call is made before the round is polled, and runs to completion.
 async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
     if slots.is_empty() {

@@ -87,6 +87,50 @@ pub(crate) enum Split {
 }
 
 impl Split {
+    /// The split of an attempt at `keys` resources, where `named` says who refused it on each
+    /// node (for several keys, `<i>:<name>` for each busy key, comma-separated): a resource
+    /// one holder has on a quorum makes the whole set busy ([`Split::No`]); otherwise the set
+    /// is split when every busy resource is ([`Split::Certain`] when each certainly is, else
+    /// [`Split::Possible`]). Also returns the names, each prefixed with its key's place for
+    /// several keys, that [`AttemptFailure::votes`] reports.
+    pub(crate) fn of_keys<'n>(
+        votes: &[NodeVote],
+        named: &[Option<&'n str>],
+        keys: usize,
+        quorum: usize,
+    ) -> (Self, Vec<Option<&'n str>>) {
+        if keys <= 1 {
+            return (Self::of(votes, named, quorum), named.to_vec());
+        }
+        let per_node: Vec<Vec<&str>> = named
+            .iter()
+            .map(|all| all.map_or_else(Vec::new, |all| all.split(',').collect()))
+            .collect();
+        let mut split = None;
+        for key in 1..=keys {
+            let prefix = format!("{key}:");
+            let holders: Vec<Option<&str>> = per_node
+                .iter()
+                .map(|on_node| on_node.iter().copied().find(|h| h.starts_with(&prefix)))
+                .collect();
+            if holders.iter().all(Option::is_none) {
+                continue;
+            }
+            match Self::of(votes, &holders, quorum) {
+                Self::No => {
+                    split = Some(Self::No);
+                    break;
+                }
+                Self::Possible => split = Some(Self::Possible),
+                Self::Certain => {
+                    split.get_or_insert(Self::Certain);
+                }
+            }
+        }
+        let names = per_node.into_iter().flatten().map(Some).collect();
+        (split.unwrap_or(Self::No), names)
+    }
+
     /// The split of `votes`, where `holders` names who refused on each node.
     pub(crate) fn of(votes: &[NodeVote], holders: &[Option<&str>], quorum: usize) -> Self {
         let mut named: Vec<(&str, usize)> = Vec::new();
@@ -172,7 +216,7 @@ impl Redlock {
     /// midway, it releases in the background.
     pub(crate) async fn attempt(
         &self,
-        keys: &ResourceKeys,
+        keys: &[ResourceKeys],
         token: &Token,
         options: &LockOptions,
         (kind, windowed, streak): (AcquireKind<'_>, bool, bool),
@@ -194,10 +238,8 @@ impl Redlock {
         let request = &request;
         // The longest streak of hand-overs a granting node reports.
         let busy_ms = &AtomicU64::new(0);
-        let releasing = Releasing::Attempt {
-            mode: matches!(kind, AcquireKind::Mode(_)),
-        };
-        let mut cleanup = Cleanup::new(self, keys, token, releasing);
+        let mode = matches!(kind, AcquireKind::Mode(_));
+        let mut cleanup = Cleanup::new(self, keys, token, mode);
 
         // Step 1: the monotonic clock, read before the first SET is sent.
         let start = Instant::now();
@@ -222,12 +264,14 @@ impl Redlock {
             .map(|c| c.0)
             .max()
             .unwrap_or(0);
-        let holders: Vec<Option<&str>> = tally
+        // Who refused it on each node: one name (or, for a request in a mode, the names of
+        // every entry that blocked it), or for several keys `<i>:<name>` per busy key.
+        let named: Vec<Option<&str>> = tally
             .counters
             .iter()
             .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
             .collect();
-        let split = Split::of(&tally.votes, &holders, masters.quorum);
+        let (split, holders) = Split::of_keys(&tally.votes, &named, keys.len(), masters.quorum);
         let mut outcomes = masters.outcomes(tally.votes);
         outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
             c.as_ref()
@@ -235,6 +279,7 @@ impl Redlock {
                 .map(Duration::from_millis)
         }));
         tracing::debug!(
+            resources = keys.len(),
             granted = outcomes.acquired(),
             held = outcomes.held(),
             failed = outcomes.failed(),
@@ -248,8 +293,10 @@ impl Redlock {
             cleanup.run().await;
             return Err(AttemptFailure::votes(outcomes, split, &holders));
         }
-        let fencing_token = if options.fencing {
-            match fence(masters, keys, highest, limit).await {
+        let fencing_token = if options.fencing
+            && let Some(first) = keys.first()
+        {
+            match fence(masters, first, highest, limit).await {
                 Ok(value) => Some(value),
                 Err(outcomes) => {
                     cleanup.run().await;
@@ -289,28 +336,24 @@ impl Redlock {
     }
 }
 
-/// Releases an attempt's key on every node unless disarmed; if dropped while armed (the
-/// acquire future was cancelled), the release is spawned instead.
+/// Releases an attempt's keys on every node unless disarmed (step 5); if dropped while armed
+/// (the acquire future was cancelled), the release is spawned instead.
 struct Cleanup<'a> {
     redlock: &'a Redlock,
-    keys: &'a ResourceKeys,
+    keys: &'a [ResourceKeys],
     token: &'a Token,
-    releasing: Releasing<'static>,
+    /// Made in a lock mode: its release keeps the request's waiter entry.
+    mode: bool,
     armed: bool,
 }
 
 impl<'a> Cleanup<'a> {
-    fn new(
-        redlock: &'a Redlock,
-        keys: &'a ResourceKeys,
-        token: &'a Token,
-        releasing: Releasing<'static>,
-    ) -> Self {
+    fn new(redlock: &'a Redlock, keys: &'a [ResourceKeys], token: &'a Token, mode: bool) -> Self {
         Self {
             redlock,
             keys,
             token,
-            releasing,
+            mode,
             armed: true,
         }
     }
@@ -320,10 +363,24 @@ impl<'a> Cleanup<'a> {
     }
 
     async fn run(&mut self) {
-        self.redlock
-            .release_key(self.keys, self.token, self.releasing, Duration::ZERO)
-            .await;
         self.armed = false;
+        release_attempt(self.redlock, self.keys, self.token, self.mode).await;
+    }
+}
+
+/// Step 5: a failed attempt's keys released on every node (nothing is handed over, nobody is
+/// woken: nothing was held).
+async fn release_attempt(redlock: &Redlock, keys: &[ResourceKeys], token: &Token, mode: bool) {
+    match keys {
+        [one] => {
+            let releasing = Releasing::Attempt { mode };
+            redlock
+                .release_key(one, token, releasing, Duration::ZERO)
+                .await;
+        }
+        several => {
+            redlock.release_keys(several, token, false).await;
+        }
     }
 }
 
@@ -332,12 +389,10 @@ impl Drop for Cleanup<'_> {
         if !self.armed {
             return;
         }
-        let redlock = self.redlock.clone();
-        let (keys, token, releasing) = (self.keys.clone(), self.token.clone(), self.releasing);
+        let (redlock, keys, token) = (self.redlock.clone(), self.keys.to_vec(), self.token.clone());
+        let mode = self.mode;
         self.redlock.spawn_background(async move {
-            redlock
-                .release_key(&keys, &token, releasing, Duration::ZERO)
-                .await;
+            release_attempt(&redlock, &keys, &token, mode).await;
         });
     }
 }
@@ -352,6 +407,21 @@ mod tests {
 
     fn down() -> NodeVote {
         NodeVote::Failed(NodeError::Disconnected)
+    }
+
+    #[test]
+    fn a_resource_held_on_a_quorum_makes_the_set_busy_whatever_else_is_split() {
+        let held = [NO, NO, NO];
+        let of = |named: [&'static str; 3]| Split::of_keys(&held, &named.map(Some), 2, 2).0;
+        // b held by H everywhere; a briefly taken by two contenders on two nodes.
+        assert_eq!(of(["1:c1,2:h", "1:c2,2:h", "2:h"]), Split::No);
+        // Nobody has a quorum of either: a split.
+        assert_eq!(of(["1:c1", "1:c2", "2:c3"]), Split::Certain);
+        // One holder of a on a quorum: busy.
+        assert_eq!(of(["1:h", "1:h", "2:c3"]), Split::No);
+        // One key: the names as they are.
+        let one = Split::of_keys(&held, &[Some("h"), Some("h"), None], 1, 2);
+        assert_eq!(one, (Split::No, vec![Some("h"), Some("h"), None]));
     }
 
     #[test]

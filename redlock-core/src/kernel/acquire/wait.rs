@@ -98,7 +98,8 @@ impl Protocol for One {
         acquisition: &'a mut Acquisition,
     ) -> impl Future<Output = Result<Granted, AttemptFailure>> + Send + 'a {
         let windows = (ask.kind, ask.windowed, ask.streak);
-        redlock.attempt(ask.keys, ask.token, ask.options, windows, acquisition)
+        let keys = std::slice::from_ref(ask.keys);
+        redlock.attempt(keys, ask.token, ask.options, windows, acquisition)
     }
 }
 

@@ -65,14 +65,8 @@ async fn extend_once(
                 let labels = (token, &*owner.label);
                 drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
             }
-            let many = (!lease.also.is_empty()).then(|| lease.lock_keys());
-            async move {
-                let vote = match many {
-                    Some(keys) => node.extend_many(&keys, token, ttl_ms).await,
-                    None => node.extend(key, token, ttl_ms, mode).await,
-                };
-                (vote, ())
-            }
+            let keys = lease.lock_keys();
+            async move { (node.extend(&keys, token, ttl_ms, mode).await, ()) }
         })
         .await;
     let (granted, refused) = (tally.granted, tally.refused);

@@ -113,7 +113,9 @@ impl QuarantineCheck {
 /// One attempt's request to every node (Redlock step 2).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct AcquireRequest<'a> {
-    pub(crate) keys: &'a ResourceKeys,
+    /// The keys of the resources it takes, all or none on each node: one resource, or a lock
+    /// of several (a plain attempt only; a queued waiter or a mode request takes one).
+    pub(crate) keys: &'a [ResourceKeys],
     pub(crate) token: &'a str,
     pub(crate) ttl_ms: u64,
     pub(crate) kind: AcquireKind<'a>,
@@ -182,9 +184,14 @@ impl Node {
             windowed,
             streak,
         } = *request;
+        // Never sent empty: a request names at least one resource.
+        let Some(first) = keys.first() else {
+            return AcquireReply::vote(NodeVote::Held);
+        };
         let quarantine_ms = int_arg(quarantine.ms);
-        let (witness, marker) = quarantine.keys_or(&keys.lock);
-        let fence = fencing.then_some([keys.fencing.as_str(), keys.fencing_floor.as_str()]);
+        let (witness, marker) = quarantine.keys_or(&first.lock);
+        let fence = fencing.then_some([first.fencing.as_str(), first.fencing_floor.as_str()]);
+        let keys = first;
         match kind {
             AcquireKind::Mode(mode) => {
                 let args = [
@@ -232,7 +239,8 @@ impl Node {
                     .await
             }
             AcquireKind::Plain => {
-                let args = [
+                let set = request.keys;
+                let mut args = vec![
                     Value::from(token),
                     int_arg(ttl_ms),
                     quarantine_ms.clone(),
@@ -242,13 +250,13 @@ impl Node {
                         (false, false) => "0",
                     }),
                 ];
-                let script_keys = [
-                    keys.lock.as_str(),
-                    keys.window.as_str(),
-                    keys.busy.as_str(),
-                    witness,
-                    marker,
-                ];
+                if set.len() > 1 {
+                    args.push(int_arg(set.len() as u64));
+                }
+                let mut script_keys = Vec::with_capacity(2 * set.len() + 3);
+                script_keys.extend(set.iter().map(|k| k.lock.as_str()));
+                script_keys.extend(set.iter().map(|k| k.window.as_str()));
+                script_keys.extend([keys.busy.as_str(), witness, marker]);
                 self.acquire_script(&ACQUIRE, &script_keys, fence, &args)
                     .await
             }
@@ -335,13 +343,20 @@ impl Node {
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
     }
 
-    /// Compare-and-pexpire on one node ([`EXTEND`], or [`EXTEND_MODE`] for a lock held in a
-    /// mode): [`NodeVote::Acquired`] if our key (or entry) got the new ttl,
-    /// [`NodeVote::Held`] if it is gone, expired or another holder's.
-    pub(crate) async fn extend(&self, key: &str, token: &str, ttl_ms: u64, mode: bool) -> NodeVote {
+    /// Compare-and-pexpire on one node ([`EXTEND`] over the lock keys of a plain lock, one
+    /// resource's or several's, or [`EXTEND_MODE`] for a lock held in a mode):
+    /// [`NodeVote::Acquired`] if every key (or our entry) got the new ttl, [`NodeVote::Held`]
+    /// if one is gone, expired or another holder's.
+    pub(crate) async fn extend(
+        &self,
+        keys: &[&str],
+        token: &str,
+        ttl_ms: u64,
+        mode: bool,
+    ) -> NodeVote {
         let args = [Value::from(token), int_arg(ttl_ms)];
         let script = if mode { &EXTEND_MODE } else { &EXTEND };
-        vote(self.eval(script, &[key], &args)).await
+        vote(self.eval(script, keys, &args)).await
     }
 
     /// Claims `value` as the resource's next fencing token ([`FENCE`]):

@@ -1,5 +1,5 @@
 //! The commands of the primitives beyond one lock of one resource: a semaphore's permits
-//! and their clean-up, a lock of several resources (acquire, extend, release), a resumption
+//! and their clean-up, the release of a lock of several resources, a resumption
 //! by token, a downgrade, the operator's force-release and the holders' owner labels.
 
 use std::time::Duration;
@@ -10,10 +10,9 @@ use super::{QUEUE_TTL_MS, QuarantineCheck, Waiter, int_arg, vote};
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::node::Node;
-use crate::node::replies::{AcquireReply, PermitReply, acquire_reply, permit_reply};
+use crate::node::replies::{PermitReply, permit_reply};
 use crate::node::scripts::{
-    ACQUIRE_MANY, ACQUIRE_PERMIT, DOWNGRADE, EXTEND_MANY, FORCE_READ, FORCE_RELEASE, OWNER,
-    RELEASE_SLOTS, RESUME,
+    ACQUIRE_PERMIT, DOWNGRADE, FORCE_READ, FORCE_RELEASE, OWNER, RELEASE, RELEASE_SLOTS, RESUME,
 };
 use crate::outcome::{NodeError, NodeVote};
 
@@ -81,23 +80,23 @@ impl Node {
         )
     }
 
-    /// Releases `token` from every one of `slots` that holds it on one node
-    /// ([`RELEASE_SLOTS`]), run to completion within `limit` ([`Node::eval_release`]): the
-    /// clean-up of a permit attempt. `Ok(true)` if some slot held it. The call is made now,
-    /// before the future is polled.
+    /// Releases `token` from every one of `slots` that holds it on one node ([`RELEASE`]
+    /// over them), run to completion within `limit` ([`Node::eval_release`]): the clean-up
+    /// of a permit attempt. `Ok(true)` if some slot held it. The call is made now, before the
+    /// future is polled.
     pub(crate) fn release_slots(
         &self,
         slots: &[&str],
         token: &str,
         limit: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
-        let answer = self.eval_release(&RELEASE_SLOTS, slots, &[Value::from(token)], limit);
+        let answer = self.eval_release(&RELEASE, slots, &[Value::from(token)], limit);
         async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
     }
 
-    /// Releases a lock of several resources on one node ([`RELEASE_SLOTS`] over every
-    /// resource's key, waking each one's waiters when `wake`), run to completion within
-    /// `limit`; made now. `Ok(true)` if every key held our token.
+    /// Releases a lock of several resources on one node ([`RELEASE`] over every resource's
+    /// key, or [`RELEASE_SLOTS`] to wake each one's waiters when `wake`), run to completion
+    /// within `limit`; made now. `Ok(true)` if every key held our token.
     pub(crate) fn release_many(
         &self,
         keys: &[ResourceKeys],
@@ -106,53 +105,19 @@ impl Node {
         limit: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
-        if wake {
+        let answer = if wake {
             all.extend(keys.iter().map(|k| k.waiters.as_str()));
             all.extend(keys.iter().map(|k| k.listen.as_str()));
-        }
-        let args = [
-            Value::from(token),
-            Value::from(if wake { "1" } else { "0" }),
-        ];
-        let answer = self.eval_release(&RELEASE_SLOTS, &all, &args, limit);
+            self.eval_release(&RELEASE_SLOTS, &all, &[Value::from(token)], limit)
+        } else {
+            self.eval_release(&RELEASE, &all, &[Value::from(token)], limit)
+        };
         let n = keys.len();
         async move {
             Ok(
                 matches!(answer.await?, Value::Integer(deleted) if usize::try_from(deleted).is_ok_and(|d| d == n)),
             )
         }
-    }
-
-    /// One node's vote for a lock of several resources ([`ACQUIRE_MANY`]): every key set to
-    /// `token` for `ttl_ms`, or none (a key that exists, or an open window, refuses it all).
-    pub(crate) async fn acquire_many(
-        &self,
-        keys: &[ResourceKeys],
-        token: &str,
-        ttl_ms: u64,
-        quarantine: &QuarantineCheck,
-        windowed: bool,
-    ) -> AcquireReply {
-        let first = keys.first().map_or("", |k| k.lock.as_str());
-        let (witness, marker) = quarantine.keys_or(first);
-        let mut all = Vec::with_capacity(2 + 2 * keys.len());
-        all.extend([witness, marker]);
-        all.extend(keys.iter().map(|k| k.lock.as_str()));
-        all.extend(keys.iter().map(|k| k.window.as_str()));
-        let args = [
-            Value::from(token),
-            int_arg(ttl_ms),
-            int_arg(quarantine.ms),
-            Value::from(if windowed { "1" } else { "0" }),
-        ];
-        acquire_reply(self.eval(&ACQUIRE_MANY, &all, &args).await, first)
-    }
-
-    /// Compare-and-pexpire of a lock of several resources on one node ([`EXTEND_MANY`]):
-    /// [`NodeVote::Acquired`] if every key held our token and now lives `ttl_ms`.
-    pub(crate) async fn extend_many(&self, keys: &[&str], token: &str, ttl_ms: u64) -> NodeVote {
-        let args = [Value::from(token), int_arg(ttl_ms)];
-        vote(self.eval(&EXTEND_MANY, keys, &args)).await
     }
 
     /// Swaps `token` for `next` on one node's lock key (or entry, for a lock in a `mode`),
