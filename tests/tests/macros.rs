@@ -367,8 +367,8 @@ async fn mode_read_lets_readers_share_and_mode_write_excludes_them() {
     assert_eq!(write_catalog(&fx, 1).await.unwrap(), Some(Mode::Exclusive));
 }
 
-/// The literal durations `#[redlock]` refuses at compile time (tests/ui/fail) are refused by
-/// `LockOptions::validate` too, and the boundaries it accepts (tests/ui/pass/
+/// The literal durations `#[redlock]` refuses at compile time (tests/macro-ui/ui/fail) are refused by
+/// `LockOptions::validate` too, and the boundaries it accepts (tests/macro-ui/ui/pass/
 /// duration_boundaries.rs) validate: this binds the macro's copies of core's limits to core.
 #[test]
 fn compile_time_duration_checks_agree_with_validate() {
