@@ -137,7 +137,9 @@ async fn the_handle_runs_its_scripts_by_their_sha() {
 
 /// The lock of several resources is all or none on one node, seen at the script itself (a
 /// failed attempt's clean-up cannot hide a partial write here): with one key of the set
-/// present, the attempt is refused and writes none of the others; with none, it writes all.
+/// present, the attempt is refused, names the busy key by its place (`2:<holder>`, which
+/// tells a split key by key), and writes none of the others; with none, it writes all. Its
+/// extension is all or none too: with one key gone, no key of the set is extended.
 #[tokio::test]
 async fn a_set_is_taken_all_or_none_on_one_node() {
     let server = RedisServer::start();
@@ -177,6 +179,8 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
         panic!("{replies:?}")
     };
     assert_eq!(reply[0], Value::Integer(0), "{reply:?}");
+    let theirs = format!("2:{}", &fred::util::sha1_hash("theirs")[..16]);
+    assert_eq!(reply[4], Value::from(theirs), "{reply:?}");
     for key in ["many:a", "many:c"] {
         let value = run(&client, "GET", vec![key.into()]).await;
         assert_eq!(value, Value::Null, "{key} was written by a refused attempt");
@@ -193,6 +197,27 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
     for key in ["many:a", "many:b", "many:c"] {
         let value = run(&client, "GET", vec![key.into()]).await;
         assert_eq!(value, Value::from("t2"), "{key}");
+    }
+    // EXTEND is script 2: KEYS the lock keys; ARGV token, ttl_ms. many:c is gone.
+    run(&client, "DEL", vec!["many:c".into()]).await;
+    let mut extend: Vec<Value> = vec![sha1.into(), 3.into()];
+    extend.extend(["many:a", "many:b", "many:c"].map(Value::from));
+    extend.extend([1.into(), 2.into(), 3.into(), 2.into()]);
+    extend.extend(["t2".into(), 600_000.into()]);
+    let refused = run(&client, "EVALSHA", extend).await;
+    assert_eq!(
+        refused,
+        Value::Array(vec![Value::Integer(0)]),
+        "an extension with a key of the set gone"
+    );
+    for key in ["many:a", "many:b"] {
+        let Value::Integer(left) = run(&client, "PTTL", vec![key.into()]).await else {
+            panic!("PTTL of {key}")
+        };
+        assert!(
+            left <= 10_000,
+            "{key} extended to {left} ms with its set's key gone"
+        );
     }
 }
 

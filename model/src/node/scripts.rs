@@ -53,23 +53,27 @@ pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (mut taken, mut holders, mut left) = (Vec::new(), Vec::new(), None);
     for i in 1..=n {
         let (key, window_key) = (need(call, i)?, need(call, n + i)?);
-        let refused_by = if windowed && window_open(node, window_key) {
-            Some(("window".to_owned(), window_key))
+        // What refused this key: its window, or the key itself.
+        let at = if windowed && window_open(node, window_key) {
+            Some(window_key)
         } else if left.is_some() {
             // Already refused: only who holds the rest is read.
-            node.store
-                .exists(key)
-                .then(|| (holder_digest(node, key), key))
+            node.store.exists(key).then_some(key)
         } else if !node.store.exists(key) {
             // SET NX PX: refused by a key of any type.
             node.store.set(key, token, Some(ms(ttl_ms)?));
             taken.push(key.to_owned());
             None
         } else {
-            Some((holder_digest(node, key), key))
+            Some(key)
         };
-        if let Some((holder, at)) = refused_by {
+        if let Some(at) = at {
             left = left.or_else(|| Some(ms_left(node, at)));
+            let holder = if at == key {
+                holder_digest(node, key)
+            } else {
+                "window".to_owned()
+            };
             holders.push(if n > 1 {
                 format!("{i}:{holder}")
             } else {

@@ -6,7 +6,7 @@ use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
 use super::Lease;
-use crate::error::{InvalidInput, LockError, LostReason};
+use crate::error::{InvalidInput, LockError};
 use crate::kernel::masters::{Masters, Stop};
 use crate::mode::Mode;
 
@@ -29,10 +29,7 @@ pub(crate) async fn downgrade(
     if !again && !from.is_some_and(|from| to.weaker_than(from)) {
         return Err(InvalidInput::NotADowngrade { from, to }.into());
     }
-    let lost = |reason| LockError::Lost {
-        resource: lease.resource.clone(),
-        reason,
-    };
+    let lost = |reason| lease.lost_error(reason);
     lease.check().map_err(lost)?;
     // Weaker in every view before anything is sent: a node that converted lets in holders
     // compatible with `to`, and no view may claim more than the nodes enforce. Nodes left
@@ -80,15 +77,5 @@ pub(crate) async fn downgrade(
         // Confirmed within the validity only (as an extension is).
         return lease.check().map_err(lost);
     }
-    if refused > masters.len() - masters.quorum {
-        let reason = LostReason::Refused(outcomes);
-        lease.mark_lost(reason.clone());
-        return Err(lost(reason));
-    }
-    Err(LockError::Unavailable {
-        resource: lease.resource.clone(),
-        attempts: 1,
-        quorum: masters.quorum,
-        outcomes,
-    })
+    Err(lease.short_of_quorum(masters, refused, outcomes))
 }

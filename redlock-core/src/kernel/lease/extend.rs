@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::Lease;
-use crate::error::{LockError, LostReason};
+use crate::error::LockError;
 use crate::kernel::masters::{Masters, Stop};
 use crate::options::LockOptions;
 use crate::telemetry;
@@ -29,10 +29,7 @@ async fn extend_once(
     lease: &Lease,
     ttl: Duration,
 ) -> Result<Instant, LockError> {
-    let lost = |reason| LockError::Lost {
-        resource: lease.resource.clone(),
-        reason,
-    };
+    let lost = |reason| lease.lost_error(reason);
     // The acquisition's rules for the new ttl: not zero, under the cap, longer than the
     // drift and the lost margin.
     let options = LockOptions::default()
@@ -45,7 +42,6 @@ async fn extend_once(
     let drift = timing::drift(ttl, lease.drift_factor);
     lease.check().map_err(lost)?;
 
-    let n = masters.len();
     let deadline = lease.lost_at();
     let start = Instant::now();
     let limit = masters
@@ -85,15 +81,5 @@ async fn extend_once(
         lease.extend_to(start + ttl - drift);
         return Ok(lease.valid_until());
     }
-    if refused > n - masters.quorum {
-        let reason = LostReason::Refused(outcomes);
-        lease.mark_lost(reason.clone());
-        return Err(lost(reason));
-    }
-    Err(LockError::Unavailable {
-        resource: lease.resource.clone(),
-        attempts: 1,
-        quorum: masters.quorum,
-        outcomes,
-    })
+    Err(lease.short_of_quorum(masters, refused, outcomes))
 }

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::LostReason;
+use crate::error::{LockError, LostReason};
+use crate::kernel::masters::Masters;
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::options::LockOptions;
@@ -231,6 +232,37 @@ impl Lease {
             lost: CancellationToken::new(),
             reason: OnceLock::new(),
             ended: OnceLock::new(),
+        }
+    }
+
+    /// [`LockError::Lost`] for this lease, with `reason`.
+    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost {
+            resource: self.resource.clone(),
+            reason,
+        }
+    }
+
+    /// The error of a holder's round (an extension, a downgrade) that fewer than a quorum of
+    /// `masters` confirmed: lost, and marked so, when more than N − quorum refused it (no
+    /// quorum can hold the lock any more); otherwise [`LockError::Unavailable`] (the nodes
+    /// that did not answer may still hold it: the holder may try again).
+    pub(crate) fn short_of_quorum(
+        &self,
+        masters: &Masters,
+        refused: usize,
+        outcomes: crate::outcome::Outcomes,
+    ) -> LockError {
+        if refused > masters.len() - masters.quorum {
+            let reason = LostReason::Refused(outcomes);
+            self.mark_lost(reason.clone());
+            return self.lost_error(reason);
+        }
+        LockError::Unavailable {
+            resource: self.resource.clone(),
+            attempts: 1,
+            quorum: masters.quorum,
+            outcomes,
         }
     }
 

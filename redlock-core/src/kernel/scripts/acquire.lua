@@ -36,9 +36,10 @@
 -- handle has not seen contended) that asks for no fencing token, with the quarantine off,
 -- runs the spec's `SET NX PX` and nothing else (its `busy` is 0). A key that exists (a
 -- holder's string, a hash of holders in modes, anyone else's data) refuses the whole set, and
--- the keys this call set before it are deleted: a node never holds part of a set, so nobody
--- holds some resources while waiting for others (no hold-and-wait, no deadlock between sets
--- that overlap).
+-- the keys this call set before it are deleted: a node never holds part of a set (but where
+-- a SET raises, out of memory, the keys set before it stay until the attempt's clean-up or
+-- their ttl), so nobody holds some resources while waiting for others (no hold-and-wait, no
+-- deadlock between sets that overlap).
 local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
 local windowed, streak = ARGV[4] == "1", ARGV[4] == "1" or ARGV[4] == "2"
 local n = tonumber(ARGV[5]) or 1
@@ -51,20 +52,23 @@ local fence = fence_read(counter_key, floor_key)
 local taken, holders, left = {}, {}, nil
 for i = 1, n do
   local key, window_key = KEYS[i], KEYS[n + i]
-  local holder, at
+  -- What refused this key: its window, or the key itself.
+  local at
   if windowed and window_open(window_key) then
-    holder, at = "window", window_key
+    at = window_key
   elseif left then
     -- Already refused: only who holds the rest is read, and nothing more is written. GET
     -- answers nil only for a missing key (under `pcall`, a WRONGTYPE error is not nil).
-    if redis.pcall("get", key) then holder, at = holder_digest(key), key end
+    if redis.pcall("get", key) then at = key end
   elseif redis.call("set", key, token, "NX", "PX", ttl_ms) then
     table.insert(taken, key)
   else
-    holder, at = holder_digest(key), key
+    at = key
   end
-  if holder then
+  if at then
     left = left or ms_left(at)
+    local holder = "window"
+    if at == key then holder = holder_digest(key) end
     if n > 1 then holder = i .. ":" .. holder end
     table.insert(holders, holder)
   end
