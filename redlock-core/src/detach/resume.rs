@@ -16,7 +16,7 @@ use tracing::Instrument;
 use crate::error::{InvalidInput, LockError, LostReason};
 use crate::kernel::acquire::fence;
 use crate::kernel::guard::LockGuard;
-use crate::kernel::lease::Grant;
+use crate::kernel::lease::{Grant, Held};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::kernel::release::Released;
@@ -126,10 +126,10 @@ impl LockGuard {
         if self.hold_count() > 1 {
             return Err(InvalidInput::Shared { action: "detached" }.into());
         }
-        if lease.permit.is_some() {
+        if lease.permit().is_some() {
             return Err(InvalidInput::PermitsWith { option: "detach" }.into());
         }
-        if !lease.also.is_empty() {
+        if !lease.also().is_empty() {
             return Err(InvalidInput::ManyWith { option: "detach" }.into());
         }
         if !redlock.inner().ledger.detach(&lease) {
@@ -146,8 +146,8 @@ impl LockGuard {
             resource: lease.resource.clone(),
             key: lease.keys.lock.clone(),
             token: lease.token.clone(),
-            mode: lease.mode.get(),
-            marker: lease.marker.clone(),
+            mode: lease.mode(),
+            marker: lease.marker().to_owned(),
             ttl: lease.ttl,
             fencing_token: lease.fencing_token,
             valid_until: SystemTime::now()
@@ -390,8 +390,9 @@ impl Redlock {
         }
         let grant = Grant {
             fencing_token,
-            mode: detached.mode,
-            marker: detached.marker.clone(),
+            held: detached
+                .mode
+                .map_or(Held::ONE, |mode| Held::mode(mode, detached.marker.clone())),
             ..Grant::new(start, valid_until)
         };
         let class = telemetry::class_of(resource, options);

@@ -95,7 +95,7 @@ impl LockGuard {
     pub fn resources(&self) -> Vec<&str> {
         let lease = self.lease();
         std::iter::once(lease.resource.as_str())
-            .chain(lease.also.iter().map(|(resource, _)| resource.as_str()))
+            .chain(lease.also().iter().map(|(resource, _)| resource.as_str()))
             .collect()
     }
 
@@ -112,14 +112,14 @@ impl LockGuard {
     /// The mode the lock is held in ([`Redlock::lock_mode_with`](crate::Redlock::lock_mode_with)); `None`
     /// for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
-        self.lease().mode.get()
+        self.lease().mode()
     }
 
     /// For a permit of a counting semaphore
     /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): the semaphore's permits;
     /// `None` for a lock. See [`LockInfo::slot`](crate::LockInfo::slot) for the slot held.
     pub fn permits(&self) -> Option<u32> {
-        self.lease().permit.map(|permit| permit.permits)
+        self.lease().permit().map(|permit| permit.permits)
     }
 
     /// The ttl the lock was taken with.

@@ -172,24 +172,24 @@ impl Redlock {
                 keep_ms: u64::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX),
             },
             None => Releasing::Holder {
-                mode: lease.mode.get().is_some(),
-                marker: &lease.marker,
+                mode: lease.mode().is_some(),
+                marker: lease.marker(),
             },
         };
         let span = telemetry::release_span(&lease.resource, &lease.class, via);
         // A permit's slot is a key of ours only: no foreign client polls it, so its release
         // never opens a window for one (it hands the slot over).
-        let busy = match lease.permit {
+        let busy = match lease.permit() {
             Some(_) => Duration::ZERO,
             None => lease.busy(),
         };
-        let released = if lease.also.is_empty() {
+        let released = if lease.also().is_empty() {
             self.release_key(&lease.keys, &lease.token, releasing, busy)
                 .instrument(span.clone())
                 .await
         } else {
             let mut keys = vec![lease.keys.clone()];
-            keys.extend(lease.also.iter().map(|(_, keys)| keys.clone()));
+            keys.extend(lease.also().iter().map(|(_, keys)| keys.clone()));
             self.release_keys(&keys, &lease.token, true)
                 .instrument(span.clone())
                 .await

@@ -13,6 +13,7 @@
 
 use crate::kernel::acquire::attempt::{AttemptFailure, Granted};
 use crate::kernel::acquire::{Ask, Protocol};
+use crate::kernel::lease::Held;
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
 use crate::node::AcquireKind;
@@ -55,7 +56,9 @@ impl Protocol for ManyKeys {
         let mut granted = redlock
             .attempt(&self.keys, ask.token, ask.options, windows, acquisition)
             .await?;
-        granted.grant.also = self.resources.iter().skip(1).cloned().collect();
+        granted.grant.held = Held::Keys {
+            also: self.resources.iter().skip(1).cloned().collect(),
+        };
         Ok(granted)
     }
 }

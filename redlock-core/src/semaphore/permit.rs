@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};
-use crate::kernel::lease::{Grant, Permit};
+use crate::kernel::lease::{Grant, Held, Permit};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::keys::{PermitSlots, ResourceKeys};
@@ -244,9 +244,9 @@ impl Redlock {
         drop(cleanup);
         Ok(Granted {
             grant: Grant {
-                permit: u32::try_from(slot).ok().map(|slot| Permit {
+                held: Held::Permit(Permit {
                     permits: u32::try_from(slots.len()).unwrap_or(u32::MAX),
-                    slot,
+                    slot: u32::try_from(slot).unwrap_or(u32::MAX),
                 }),
                 ..Grant::new(start, valid_until)
             },

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::fence::fence;
-use crate::kernel::lease::Grant;
+use crate::kernel::lease::{Grant, Held};
 use crate::kernel::masters::{Masters, Stop};
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
@@ -319,13 +319,11 @@ impl Redlock {
         Ok(Granted {
             grant: Grant {
                 fencing_token,
-                mode: match kind {
-                    AcquireKind::Mode(request) => Some(request.mode),
-                    AcquireKind::Queued(_) | AcquireKind::Plain => None,
-                },
-                marker: match kind {
-                    AcquireKind::Mode(request) => request.waiter.marker.clone(),
-                    AcquireKind::Queued(_) | AcquireKind::Plain => String::new(),
+                held: match kind {
+                    AcquireKind::Mode(request) => {
+                        Held::mode(request.mode, request.waiter.marker.clone())
+                    }
+                    AcquireKind::Queued(_) | AcquireKind::Plain => Held::ONE,
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
                 ..Grant::new(start, valid_until)

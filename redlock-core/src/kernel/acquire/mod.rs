@@ -222,7 +222,7 @@ impl Redlock {
             // Not awaited: the label is for operators, and the lock is held without it.
             let keys = (lease.keys.lock.as_str(), owner.key.as_str());
             let (token, label) = (lease.token.expose(), &*owner.label);
-            let (mode, limit) = (lease.mode.get().is_some(), self.masters().node_timeout);
+            let (mode, limit) = (lease.mode().is_some(), self.masters().node_timeout);
             for node in &self.masters().nodes {
                 drop(node.label_holder(keys, (token, label), options.ttl_millis(), mode, limit));
             }

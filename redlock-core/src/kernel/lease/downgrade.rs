@@ -5,7 +5,7 @@
 use std::sync::atomic::{Ordering, fence};
 use std::time::Instant;
 
-use super::Lease;
+use super::{Held, Lease};
 use crate::error::{InvalidInput, LockError};
 use crate::kernel::masters::{Masters, Stop};
 use crate::mode::Mode;
@@ -18,32 +18,33 @@ pub(crate) async fn downgrade(
     to: Mode,
     channel: &str,
 ) -> Result<(), LockError> {
-    let from = lease.mode.get();
+    let Held::Mode { mode: held, marker } = &lease.held else {
+        return Err(InvalidInput::NotADowngrade { from: None, to }.into());
+    };
+    let from = held.get();
     // A downgrade to the mode the views already show is sent again (a downgrade that too few
     // nodes confirmed, tried again), as long as it is weaker than the mode taken.
-    let again = from == Some(to)
-        && lease
-            .mode
-            .taken()
-            .is_some_and(|taken| to.weaker_than(taken));
-    if !again && !from.is_some_and(|from| to.weaker_than(from)) {
-        return Err(InvalidInput::NotADowngrade { from, to }.into());
+    let again = from == to && to.weaker_than(held.taken());
+    if !again && !to.weaker_than(from) {
+        return Err(InvalidInput::NotADowngrade {
+            from: Some(from),
+            to,
+        }
+        .into());
     }
     let lost = |reason| lease.lost_error(reason);
     lease.check().map_err(lost)?;
     // Weaker in every view before anything is sent: a node that converted lets in holders
     // compatible with `to`, and no view may claim more than the nodes enforce. Nodes left
     // in `from` only exclude more.
-    lease.mode.set(to);
+    held.set(to);
     // A re-entry made meanwhile (a scope of this lock polled on another thread) either sees
     // the weaker mode and does not enter, or is seen here (`reentrant::Reentry::enter`
     // counts its hold before it reads the mode, behind the same kind of fence): a body
     // written for the stronger mode never runs beside the holders the weaker one admits.
     fence(Ordering::SeqCst);
     if lease.holds.load(Ordering::Acquire) > 1 {
-        if let Some(from) = from {
-            lease.mode.set(from);
-        }
+        held.set(from);
         return Err(InvalidInput::Shared {
             action: "downgraded",
         }
@@ -56,7 +57,7 @@ pub(crate) async fn downgrade(
     let (key, token, marker) = (
         lease.keys.lock.as_str(),
         lease.token.expose(),
-        lease.marker.as_str(),
+        marker.as_str(),
     );
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| {

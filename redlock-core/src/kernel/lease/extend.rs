@@ -50,7 +50,7 @@ async fn extend_once(
     let (key, token, mode) = (
         lease.keys.lock.as_str(),
         lease.token.expose(),
-        lease.mode.get().is_some(),
+        lease.mode().is_some(),
     );
     let owner = lease.owner.as_ref();
     let tally = masters

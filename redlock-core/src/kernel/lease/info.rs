@@ -136,7 +136,7 @@ impl LockInfo {
         std::iter::once(self.lease.resource.as_str())
             .chain(
                 self.lease
-                    .also
+                    .also()
                     .iter()
                     .map(|(resource, _)| resource.as_str()),
             )
@@ -153,21 +153,21 @@ impl LockInfo {
 
     /// The mode the lock is held in; `None` for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
-        self.lease.mode.get()
+        self.lease.mode()
     }
 
     /// For a permit of a counting semaphore
     /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): the semaphore's permits;
     /// `None` for a lock.
     pub fn permits(&self) -> Option<u32> {
-        self.lease.permit.map(|permit| permit.permits)
+        self.lease.permit().map(|permit| permit.permits)
     }
 
     /// For a permit of a counting semaphore: the slot held, from 0 to
     /// [`permits`](Self::permits) − 1 (the permit is the plain lock of that slot); `None`
     /// for a lock.
     pub fn slot(&self) -> Option<u32> {
-        self.lease.permit.map(|permit| permit.slot)
+        self.lease.permit().map(|permit| permit.slot)
     }
 
     /// The monotonic instant the lock stops being valid: the acquisition's (or the last

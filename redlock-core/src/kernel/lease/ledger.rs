@@ -99,10 +99,10 @@ impl Ledger {
         // A lease past its lost deadline is reported lost by expiry.
         let _expired = lease.check();
         lease.mark_lost(reason);
-        let permit = lease.permit.is_some();
+        let permit = lease.permit().is_some();
         telemetry::unheld(
             &lease.class,
-            lease.mode.taken(),
+            lease.mode_taken(),
             permit,
             lease.acquired_at.elapsed(),
         );

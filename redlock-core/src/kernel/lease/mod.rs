@@ -40,16 +40,17 @@ pub(crate) struct AutoExtend {
 }
 
 /// The mode a lease is held in, which [`LockGuard::downgrade`](crate::LockGuard::downgrade)
-/// weakens while every view of the lock reads it: `None` (the plain lock), or a mode.
+/// weakens while every view of the lock reads it.
 #[derive(Debug)]
 pub(crate) struct HeldMode {
+    /// The place in [`Mode::ALL`] of the mode it is held in now.
     now: AtomicU8,
-    taken: Option<Mode>,
+    taken: Mode,
 }
 
 impl HeldMode {
     /// Taken in `mode`.
-    pub(crate) fn new(mode: Option<Mode>) -> Self {
+    pub(crate) fn new(mode: Mode) -> Self {
         Self {
             now: AtomicU8::new(Self::code(mode)),
             taken: mode,
@@ -57,25 +58,62 @@ impl HeldMode {
     }
 
     /// The mode it is held in now.
-    pub(crate) fn get(&self) -> Option<Mode> {
+    pub(crate) fn get(&self) -> Mode {
         let code = usize::from(self.now.load(Ordering::Acquire));
-        code.checked_sub(1).and_then(|i| Mode::ALL.get(i).copied())
+        Mode::ALL.get(code).copied().unwrap_or(self.taken)
     }
 
     /// The mode it was taken in (before any downgrade).
-    pub(crate) fn taken(&self) -> Option<Mode> {
+    pub(crate) fn taken(&self) -> Mode {
         self.taken
     }
 
     /// From now on held in `mode`.
     pub(crate) fn set(&self, mode: Mode) {
-        self.now.store(Self::code(Some(mode)), Ordering::Release);
+        self.now.store(Self::code(mode), Ordering::Release);
     }
 
-    /// 0 for `None`, else 1 + the mode's place in [`Mode::ALL`].
-    fn code(mode: Option<Mode>) -> u8 {
-        let place = mode.and_then(|m| Mode::ALL.iter().position(|&other| other == m));
-        place.map_or(0, |i| u8::try_from(i + 1).unwrap_or(0))
+    /// The mode's place in [`Mode::ALL`].
+    fn code(mode: Mode) -> u8 {
+        let place = Mode::ALL.iter().position(|&other| other == mode);
+        place.and_then(|i| u8::try_from(i).ok()).unwrap_or(u8::MAX)
+    }
+}
+
+/// What a lease holds beyond its resource's key, by the kind of lock that took it: the part
+/// only that kind reads, so that no lease carries another kind's fields.
+#[derive(Debug)]
+pub(crate) enum Held {
+    /// A plain lock: of one resource (`also` empty), or of several
+    /// ([`Redlock::lock_many`](crate::Redlock::lock_many)), where `also` holds the resources
+    /// after the lease's own, with their keys, all signed by its token and extended and
+    /// released together.
+    Keys {
+        /// The set's other resources and their keys.
+        also: Vec<(String, ResourceKeys)>,
+    },
+    /// A lock in a mode ([`Redlock::lock_mode_with`](crate::Redlock::lock_mode_with)).
+    Mode {
+        /// The mode it is held in; a downgrade changes it.
+        mode: HeldMode,
+        /// The request's waiter marker: its release removes the request's waiter entries.
+        marker: String,
+    },
+    /// One permit of a semaphore ([`Redlock::semaphore`](crate::Redlock::semaphore)): the
+    /// lease's keys are its slot's.
+    Permit(Permit),
+}
+
+impl Held {
+    /// A plain lock of one resource.
+    pub(crate) const ONE: Self = Self::Keys { also: Vec::new() };
+
+    /// Held in `mode`, by the waiter `marker`.
+    pub(crate) fn mode(mode: Mode, marker: String) -> Self {
+        Self::Mode {
+            mode: HeldMode::new(mode),
+            marker,
+        }
     }
 }
 
@@ -89,18 +127,8 @@ pub(crate) struct Lease {
     /// The lock key and its bookkeeping keys.
     pub(crate) keys: ResourceKeys,
     pub(crate) token: Token,
-    /// The mode it is held in; `None` for the plain exclusive lock. A downgrade changes it.
-    pub(crate) mode: HeldMode,
-    /// A mode request's waiter marker (empty for the plain lock): its release removes the
-    /// request's waiter entries.
-    pub(crate) marker: String,
-    /// For a lock of several resources ([`Redlock::lock_many`](crate::Redlock::lock_many)):
-    /// the resources after the first (`resource`, `keys`), with their keys, all signed by
-    /// `token` and extended and released together. Empty for a lock of one resource.
-    pub(crate) also: Vec<(String, ResourceKeys)>,
-    /// A semaphore's permit: how many permits it has, and the slot held (from 0); its
-    /// `keys` are the slot's. `None` for a lock.
-    pub(crate) permit: Option<Permit>,
+    /// What it holds beyond its resource's key: a set's other keys, a mode, or a permit.
+    pub(crate) held: Held,
     /// The ttl sent at acquisition (and by default at each extension).
     pub(crate) ttl: Duration,
     pub(crate) drift_factor: f64,
@@ -155,16 +183,10 @@ pub(crate) struct Grant {
     /// start + ttl − drift.
     pub(crate) valid_until: Instant,
     pub(crate) fencing_token: Option<u64>,
-    /// The mode the lock is held in (`None`: the plain lock).
-    pub(crate) mode: Option<Mode>,
-    /// A mode request's waiter marker (empty for the plain lock).
-    pub(crate) marker: String,
     /// The longest streak of hand-overs a granting node reported ([`Lease::busy_at_grant`]).
     pub(crate) busy: Duration,
-    /// For a semaphore's permit: its permits, and the slot a quorum granted (from 0).
-    pub(crate) permit: Option<Permit>,
-    /// For a lock of several resources, the resources after the first, with their keys.
-    pub(crate) also: Vec<(String, ResourceKeys)>,
+    /// What the lease will hold beyond its resource's key ([`Lease::held`]).
+    pub(crate) held: Held,
 }
 
 impl Grant {
@@ -176,11 +198,8 @@ impl Grant {
             started,
             valid_until,
             fencing_token: None,
-            mode: None,
-            marker: String::new(),
             busy: Duration::ZERO,
-            permit: None,
-            also: Vec::new(),
+            held: Held::ONE,
         }
     }
 }
@@ -211,10 +230,7 @@ impl Lease {
             class: class.to_owned(),
             keys,
             token,
-            mode: HeldMode::new(grant.mode),
-            marker: grant.marker,
-            also: grant.also,
-            permit: grant.permit,
+            held: grant.held,
             ttl: options.sent_ttl(),
             drift_factor: options.drift_factor,
             lost_margin: options.lost_margin_in_effect(),
@@ -269,8 +285,49 @@ impl Lease {
     /// Every lock key the lease holds: its resource's, then those of [`also`](Self::also).
     pub(crate) fn lock_keys(&self) -> Vec<&str> {
         std::iter::once(self.keys.lock.as_str())
-            .chain(self.also.iter().map(|(_, keys)| keys.lock.as_str()))
+            .chain(self.also().iter().map(|(_, keys)| keys.lock.as_str()))
             .collect()
+    }
+
+    /// A lock of several resources: the resources after its own, with their keys; empty for
+    /// every other lease.
+    pub(crate) fn also(&self) -> &[(String, ResourceKeys)] {
+        match &self.held {
+            Held::Keys { also } => also,
+            Held::Mode { .. } | Held::Permit(_) => &[],
+        }
+    }
+
+    /// The mode it is held in now; `None` for a plain lock or a permit.
+    pub(crate) fn mode(&self) -> Option<Mode> {
+        match &self.held {
+            Held::Mode { mode, .. } => Some(mode.get()),
+            Held::Keys { .. } | Held::Permit(_) => None,
+        }
+    }
+
+    /// The mode it was taken in (before any downgrade); `None` for a plain lock or a permit.
+    pub(crate) fn mode_taken(&self) -> Option<Mode> {
+        match &self.held {
+            Held::Mode { mode, .. } => Some(mode.taken()),
+            Held::Keys { .. } | Held::Permit(_) => None,
+        }
+    }
+
+    /// A mode lock's waiter marker; empty for every other lease.
+    pub(crate) fn marker(&self) -> &str {
+        match &self.held {
+            Held::Mode { marker, .. } => marker,
+            Held::Keys { .. } | Held::Permit(_) => "",
+        }
+    }
+
+    /// The permit it holds; `None` for a lock.
+    pub(crate) fn permit(&self) -> Option<Permit> {
+        match self.held {
+            Held::Permit(permit) => Some(permit),
+            Held::Keys { .. } | Held::Mode { .. } => None,
+        }
     }
 
     /// The lease, labelled `label` (none: unchanged).

@@ -169,7 +169,7 @@ pub(crate) fn find(handle: usize, key: &str, mode: Option<Mode>) -> Option<Reent
         .find(|link| {
             link.handle == handle
                 && link.lease.keys.lock == key
-                && link.lease.mode.get() == mode
+                && link.lease.mode() == mode
                 && link.lease.holds.load(Ordering::Acquire) > 0
         })
         .map(|link| Reentry {
@@ -217,7 +217,7 @@ impl Reentry {
             })
             .ok()?;
         fence(Ordering::SeqCst);
-        if self.lease.mode.get() == self.mode {
+        if self.lease.mode() == self.mode {
             return Some(self.lease);
         }
         // Downgraded since it was found: give the hold back, unless it is the last one.
