@@ -180,7 +180,7 @@ fn window(key: &str) -> String {
 /// `<key>\0redlock:owner:<digest>`, the digest being the first 16 hex digits of the token's
 /// SHA-1 (what the scripts report as the holder's digest), never the token.
 ///
-/// [`OWNER`]: crate::node::scripts::OWNER
+/// [`OWNER`]: crate::kernel::scripts::OWNER
 pub(crate) fn owner(key: &str, token: &str) -> String {
     let digest = fred::util::sha1_hash(token);
     format!(
@@ -229,7 +229,7 @@ pub(crate) fn fencing_namespace<'a>(prefix: &'a str, lock: &'a str) -> &'a str {
 
 /// The fencing floor of `namespace` ([`fencing_namespace`]): `"<past> <current>"`, the
 /// highest token confirmed on this node before the floor's window ([`fencing_window`]) and
-/// within it (the fence script, `FENCE` in `node::scripts`, keeps both). A resource whose
+/// within it (the fence script, `FENCE` in `kernel::scripts`, keeps both). A resource whose
 /// counter has expired compares its next claim with the floor.
 fn fencing_floor(namespace: &str) -> String {
     format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-floor")

@@ -16,8 +16,8 @@
 //! The scripts are not listed by the lock's public API, so the test keeps its own table of id,
 //! file, effect and call layout ([`TABLE`]) and holds it to what the code builds: the ids are
 //! exactly those the dispatch script knows (`if id == <n>` in its text, and id n answers the
-//! error marker), each id's body is its file's text, and each effect is the one scripts.rs
-//! declares for it.
+//! error marker), each id's body is its file's text, and each effect is the one redlock-core
+//! declares for it (each script's `Script::new` is beside the code that sends it).
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
@@ -699,7 +699,7 @@ fn report(failures: &[String]) {
 }
 
 /// The table is every script the dispatch script knows, each at its id, with its file's body
-/// and the effect scripts.rs declares for it.
+/// and the effect its declaration in redlock-core's sources (wherever it is) gives it.
 #[tokio::test]
 async fn the_table_is_every_script_the_dispatch_script_knows() {
     let [dispatch, _] = sent_scripts();
@@ -717,10 +717,26 @@ async fn the_table_is_every_script_the_dispatch_script_knows() {
     let ids: Vec<usize> = TABLE.iter().map(|s| s.id).collect();
     assert_eq!(ids, (0..n).collect::<Vec<_>>(), "the table's ids");
 
-    // Each id's body is its file's text; each effect the one scripts.rs declares.
-    let declared: String = include_str!("../../redlock-core/src/node/scripts.rs")
-        .split_whitespace()
-        .collect();
+    // Each id's body is its file's text; each effect the one its declaration gives, read from
+    // every source file of redlock-core (a script is declared beside the code that sends it).
+    fn sources(dir: &std::path::Path, out: &mut String) {
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        paths.sort();
+        for path in paths {
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push_str(&std::fs::read_to_string(&path).unwrap());
+            }
+        }
+    }
+    let mut all = String::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../redlock-core/src");
+    sources(&root, &mut all);
+    let declared: String = all.split_whitespace().collect();
     for script in TABLE {
         let body = format!(
             "if id == {} then return function(KEYS, ARGV)\n{}\nend end\n",
@@ -743,7 +759,7 @@ async fn the_table_is_every_script_the_dispatch_script_knows() {
             .and_then(|rest| rest.split('"').next());
         assert!(
             path.is_some_and(|path| path.rsplit('/').next() == Some(script.file)),
-            "scripts.rs does not declare {} as {:?} at id {}",
+            "redlock-core does not declare {} as {:?} at id {}",
             script.file,
             script.effect,
             script.id

@@ -4,9 +4,9 @@
 //! holder's token before it writes the lock key, and every `.lua` file is classified in
 //! [`TABLE`], so that a new script is held to the rules of its class.
 //!
-//! (`redlock-core/src/node/scripts.rs` holds each script of its own list to its declared
-//! `Effect` in a unit test, and `tests/tests/effects.rs` runs them on a server; this audit reads
-//! the files themselves, wherever they are, so a file that no list names is caught too.)
+//! (`redlock-core/src/node/scripts.rs` holds each submitted script to its declared `Effect` in a
+//! unit test, and `tests/tests/effects.rs` runs them on a server; this audit reads the files
+//! themselves, wherever they are, so a file that no declaration names is caught too.)
 //!
 //! # How the text is read
 //!

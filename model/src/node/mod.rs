@@ -2,9 +2,9 @@
 //! and each script of redlock-core (its `.lua` files, with the slice that sends each) mirrored in Rust, run on it as the
 //! dispatch script runs a call (`pcall`: an error is a reply).
 //!
-//! A [`Call`] is exactly what the dispatch script is sent for one call: the script's id (its
-//! index in the code's `SCRIPTS`), its `KEYS` and its `ARGV`, as strings. So the same call can
-//! be run here and on a real server (the differential test in `tests/tests/model_scripts.rs`),
+//! A [`Call`] is exactly what the dispatch script is sent for one call: the script's id (the
+//! one the code declares it with, `Script::id`), its `KEYS` and its `ARGV`, as strings. So
+//! the same call can be run here and on a real server (the differential test in `tests/tests/model_scripts.rs`),
 //! and their replies and resulting keys compared.
 
 mod args;
@@ -17,8 +17,8 @@ mod store;
 
 pub use store::{Entry, Store, Value, WrongType};
 
-/// The scripts' ids: their index in `SCRIPTS` (redlock-core's `node/scripts.rs`), which the
-/// dispatch script names them by.
+/// The scripts' ids: the ones redlock-core declares them with (`Script::id`, beside the code
+/// that sends each; unique and from 0 without a gap), which the dispatch script names them by.
 pub mod id {
     /// release.lua
     pub const RELEASE: usize = 0;

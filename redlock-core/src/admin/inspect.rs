@@ -16,7 +16,7 @@ use crate::options::MAX_PERMITS;
 use crate::outcome::NodeError;
 
 /// Reads one resource on one node, atomically, and returns what the lock layout says about it
-/// without the token (`node/scripts.rs` describes the layout, `admin/inspect.lua` the
+/// without the token (`kernel/scripts.rs` describes the layout, `admin/inspect.lua` the
 /// script's keys and reply). Sent on its own with `EVAL`, after the scripts' shared helpers
 /// (`node/scripts/prelude.lua`, of which it calls `node_now` and `mode_entry`).
 pub(crate) const INSPECT: &str = concat!(

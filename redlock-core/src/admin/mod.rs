@@ -3,3 +3,4 @@
 
 pub(crate) mod force;
 pub(crate) mod inspect;
+mod node;

@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use crate::error::{InvalidInput, LockError, LostReason};
 use crate::kernel::acquire::fence;
+use crate::kernel::commands::Releasing;
 use crate::kernel::guard::LockGuard;
 use crate::kernel::lease::{Grant, Held};
 use crate::kernel::masters::Stop;
@@ -22,7 +23,6 @@ use crate::kernel::redlock::Redlock;
 use crate::kernel::release::Released;
 use crate::keys::validate_resource;
 use crate::mode::Mode;
-use crate::node::Releasing;
 use crate::options::LockOptions;
 use crate::outcome::NodeVote;
 use crate::telemetry;

@@ -11,7 +11,8 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 
 use crate::error::InvalidInput;
-use crate::node::{Node, QuarantineCheck};
+use crate::kernel::commands::QuarantineCheck;
+use crate::node::Node;
 use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 use crate::timing;
 

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use crate::kernel::commands::{Handover, Releasing};
 use crate::kernel::lease::Lease;
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
-use crate::node::{Handover, Releasing};
 use crate::outcome::NodeVote;
 use crate::telemetry;
 use crate::token::Token;

@@ -13,10 +13,10 @@
 
 use crate::kernel::acquire::attempt::{AttemptFailure, Granted};
 use crate::kernel::acquire::{Ask, Protocol};
+use crate::kernel::commands::AcquireKind;
 use crate::kernel::lease::Held;
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
-use crate::node::AcquireKind;
 use crate::telemetry::Acquisition;
 
 /// The resources of a lock of several, in the order their keys are sent: sorted, without

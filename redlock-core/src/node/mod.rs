@@ -1,10 +1,12 @@
 //! One Redis master: its client, the calls that send a command or a script with a hard time
-//! limit, and script preloading. The typed per-node commands are in [`commands`], every Lua
-//! script in [`scripts`], and the script calls are batched by [`pipeline`].
+//! limit, and script preloading. The scripts' machinery and the dispatch script are in
+//! [`scripts`], the replies every grant shares are decoded in [`replies`], and the script calls
+//! are batched by [`pipeline`]. The typed per-node commands are `impl Node` blocks beside the
+//! scripts they send: the kernel's in [`kernel::commands`](crate::kernel::commands), a slice's
+//! in its folder (`semaphore/node.rs`, `detach/node.rs`, `admin/node.rs`).
 
-mod commands;
 mod pipeline;
-mod replies;
+pub(crate) mod replies;
 pub(crate) mod scripts;
 pub(crate) mod transport;
 
@@ -18,11 +20,6 @@ use crate::outcome::NodeError;
 use pipeline::Pipeline;
 use scripts::{BATCH, Script};
 use transport::{Fred, Transport};
-
-pub(crate) use commands::{
-    AcquireKind, AcquireRequest, Handover, ModeRequest, PermitRequest, QUEUE_TTL_MS,
-    QuarantineCheck, Releasing, Waiter,
-};
 
 /// A client for one independent master, its script pipeline, and its display label
 /// (`host:port`, no credentials). Every command goes through its [`Transport`]; the `fred`
@@ -126,6 +123,11 @@ impl Node {
             }
         });
     }
+}
+
+/// A ttl, a grace or any other count of milliseconds or seconds as a command argument.
+pub(crate) fn int_arg(value: u64) -> Value {
+    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
 /// [`Node::load_scripts`] through `transport`, labelled `label` in the log.

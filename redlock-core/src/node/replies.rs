@@ -1,4 +1,6 @@
-//! Decoding the scripts' replies: votes, fencing counters and streaks.
+//! Decoding the replies every script shares: the vote of a script that grants (its
+//! quarantine and foreign-key answers, its fencing counter and streak), a plain vote, and
+//! decimal counters. A script's own reply is decoded beside the command that sends it.
 
 use fred::types::Value;
 
@@ -25,7 +27,7 @@ pub(crate) struct AcquireReply {
 
 impl AcquireReply {
     /// A vote with nothing read.
-    pub(super) fn vote(vote: NodeVote) -> Self {
+    pub(crate) fn vote(vote: NodeVote) -> Self {
         Self {
             vote,
             counter: 0,
@@ -38,7 +40,7 @@ impl AcquireReply {
 
 /// The `{1 | 0 | -1 | -2, counter[, busy[, left[, holder]]]}` reply of the acquire scripts on
 /// the lock key `key` (`-1`: quarantined, `-2`: the key holds data we did not write).
-pub(super) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> AcquireReply {
+pub(crate) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> AcquireReply {
     match reply {
         Ok(Value::Array(reply)) => {
             let counter = reply.get(1).and_then(counter).unwrap_or(0);
@@ -84,80 +86,9 @@ pub(super) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> Acqui
     }
 }
 
-/// One node's answer to a permit request.
-#[derive(Debug)]
-pub(crate) struct PermitReply {
-    /// Granted (some slot), refused (every slot busy), or failed.
-    pub(crate) vote: NodeVote,
-    /// When granted, the slot taken: its index in the request's order (from 0).
-    pub(crate) slot: Option<usize>,
-    /// Who held each slot before the request took one: the holder's digest for a busy slot,
-    /// `None` for a free one (one entry per slot; empty when the node gave no such answer).
-    pub(crate) holders: Vec<Option<String>>,
-    /// When refused, how long until the earliest busy slot expires, in ms.
-    pub(crate) left_ms: Option<u64>,
-}
-
-/// The `{1, 0, slot, holders} | {0, 0, 0, left, holders} | {-1 | -3, 0}` reply of the permit
-/// script on the semaphore of `key`, with `slots` slots (a slot outside them is an
-/// unexpected reply; `holders` is one digest or empty string per slot, comma-separated).
-pub(super) fn permit_reply(
-    reply: Result<Value, NodeError>,
-    key: &str,
-    slots: usize,
-) -> PermitReply {
-    let (slot, holders) = match &reply {
-        Ok(Value::Array(parts)) => {
-            let granted = parts.first().and_then(Value::as_i64) == Some(1);
-            let at = if granted { 3 } else { 4 };
-            (
-                parts.get(2).and_then(Value::as_i64),
-                parts.get(at).and_then(Value::as_string),
-            )
-        }
-        _ => (None, None),
-    };
-    let holders: Vec<Option<String>> = holders
-        .map(|all| {
-            all.split(',')
-                .take(slots)
-                .map(|h| (!h.is_empty()).then(|| h.to_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    let AcquireReply { vote, left_ms, .. } = acquire_reply(reply, key);
-    match vote {
-        NodeVote::Acquired => match slot
-            .and_then(|slot| usize::try_from(slot).ok())
-            .filter(|slot| (1..=slots).contains(slot))
-        {
-            Some(slot) => PermitReply {
-                vote,
-                slot: Some(slot - 1),
-                holders,
-                left_ms: None,
-            },
-            None => PermitReply {
-                vote: NodeVote::Failed(NodeError::UnexpectedReply(format!(
-                    "to the permit script: slot {slot:?} of {slots}"
-                ))),
-                slot: None,
-                holders: Vec::new(),
-                left_ms: None,
-            },
-        },
-        vote => PermitReply {
-            vote,
-            slot: None,
-            holders,
-            left_ms,
-        },
-    }
-}
-
 /// A fencing counter from a script reply (an integer, or its decimal string).
 /// Decimal strings above `u64::MAX` (a counter some other writer set) saturate.
-fn counter(value: &Value) -> Option<u64> {
+pub(crate) fn counter(value: &Value) -> Option<u64> {
     let digits = |text: &str| -> Option<u64> {
         if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
             Some(text.parse().unwrap_or(u64::MAX))
@@ -173,14 +104,12 @@ fn counter(value: &Value) -> Option<u64> {
     }
 }
 
-/// The [`FENCE`] script's `{raised, before}`.
-pub(super) fn fence_reply(reply: &Value) -> Option<(bool, u64)> {
-    match reply {
-        Value::Array(parts) => match parts.as_slice() {
-            [raised, before] => Some((raised.as_i64()? == 1, counter(before)?)),
-            _ => None,
-        },
-        _ => None,
+/// A script call's answer as a vote: `1` granted, any other reply refused, an error failed.
+pub(crate) async fn vote(answer: impl Future<Output = Result<Value, NodeError>>) -> NodeVote {
+    match answer.await {
+        Ok(Value::Integer(1)) => NodeVote::Acquired,
+        Ok(_) => NodeVote::Held,
+        Err(e) => NodeVote::Failed(e),
     }
 }
 
@@ -220,45 +149,11 @@ mod tests {
     }
 
     #[test]
-    fn permit_replies_name_the_slot_from_zero() {
-        let reply = |parts: Vec<Value>| permit_reply(Ok(Value::Array(parts)), "k", 3);
-        let granted = reply(vec![1.into(), 0.into(), 2.into(), "abc,,".into()]);
-        assert_eq!((granted.vote, granted.slot), (NodeVote::Acquired, Some(1)));
-        assert_eq!(granted.holders, [Some("abc".to_owned()), None, None]);
-        let bare = reply(vec![1.into(), 0.into(), 3.into()]);
-        assert_eq!((bare.slot, bare.holders.len()), (Some(2), 0));
-        let busy = reply(vec![
-            0.into(),
-            0.into(),
-            0.into(),
-            900.into(),
-            "abc,def,0123".into(),
-        ]);
-        assert_eq!(
-            (busy.vote, busy.slot, busy.left_ms),
-            (NodeVote::Held, None, Some(900))
-        );
-        assert_eq!(busy.holders.iter().flatten().count(), 3);
-        for wrong in [0, 4] {
-            let odd = reply(vec![1.into(), 0.into(), wrong.into()]);
-            assert!(matches!(
-                odd.vote,
-                NodeVote::Failed(NodeError::UnexpectedReply(_))
-            ));
-        }
-        let quarantined = reply(vec![(-1).into(), 0.into()]);
-        assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
-    }
-
-    #[test]
     fn counters_are_decimal_and_never_negative() {
         assert_eq!(counter(&Value::from("0042")), Some(42));
         assert_eq!(counter(&Value::Integer(-1)), None);
         assert_eq!(counter(&Value::from("-1")), None);
         assert_eq!(counter(&Value::from("")), None);
         assert_eq!(counter(&Value::from("12a")), None);
-        let fenced = Value::Array(vec![1.into(), Value::from("9")]);
-        assert_eq!(fence_reply(&fenced), Some((true, 9)));
-        assert_eq!(fence_reply(&Value::Array(vec![1.into()])), None);
     }
 }

@@ -2,6 +2,7 @@
 //! with the slots' Lua. Its attempt ([`permit`]) is a [`Protocol`] the kernel's loop runs;
 //! its waiters queue and are woken as the lock's are.
 
+mod node;
 mod permit;
 
 use std::sync::atomic::AtomicUsize;

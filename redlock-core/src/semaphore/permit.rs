@@ -16,12 +16,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use super::node::PermitRequest;
 use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};
+use crate::kernel::commands::Waiter;
 use crate::kernel::lease::{Grant, Held, Permit};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::keys::{PermitSlots, ResourceKeys};
-use crate::node::{PermitRequest, Waiter};
 use crate::options::LockOptions;
 use crate::outcome::NodeVote;
 use crate::telemetry::Acquisition;

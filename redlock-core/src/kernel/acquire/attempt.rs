@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::fence::fence;
+use crate::kernel::commands::{AcquireKind, AcquireRequest, Releasing};
 use crate::kernel::lease::{Grant, Held};
 use crate::kernel::masters::{Masters, Stop};
 use crate::kernel::redlock::Redlock;
 use crate::keys::ResourceKeys;
-use crate::node::{AcquireKind, AcquireRequest, Releasing};
 use crate::options::LockOptions;
 use crate::outcome::{NodeVote, Outcomes};
 use crate::telemetry::Acquisition;

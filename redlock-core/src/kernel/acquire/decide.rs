@@ -23,7 +23,7 @@ pub(super) const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
 
 // A waiter's place in the queue and its listen flag outlive the longest wait between its
 // attempts.
-const _: () = assert!(crate::node::QUEUE_TTL_MS > MAX_RETRY_WAIT.as_millis() as u64);
+const _: () = assert!(crate::kernel::commands::QUEUE_TTL_MS > MAX_RETRY_WAIT.as_millis() as u64);
 
 /// Attempts after a split vote beyond the retries and the wait deadline: enough for one of
 /// several contenders that split the vote to take the resource alone (each backs off for a

@@ -30,7 +30,7 @@ const FENCE_SPREAD: u64 = 64;
 /// the claim was split, [`FENCE_SPREAD`]).
 /// Where the resource's counter has expired, the node compares the claim with the key
 /// prefix's fencing floor, which covers every token the counter held (the fence script,
-/// `FENCE` in `node::scripts`).
+/// `FENCE` in `kernel::scripts`).
 ///
 /// Why tokens strictly increase, with one node restarted empty and any minority cut off
 /// (crate docs, "Fencing tokens"): let P be the previous holder with a token t. P's

@@ -1,25 +1,24 @@
-//! The typed per-node commands: one acquire request (plain, queued waiter or mode), release,
-//! extension, the fencing write-back and leaving a queue (their replies are decoded in
-//! [`replies`](super::replies)).
+//! The kernel's typed per-node commands, each an `impl Node` beside the scripts it sends
+//! ([`scripts`](super::scripts)): one acquire request (plain, queued waiter or mode), release
+//! (of one resource, of several, of a permit attempt's slots), extension, the fencing
+//! write-back, the quarantine check, leaving a queue, a downgrade and the holders' owner labels
+//! (the replies every grant shares are decoded in [`node::replies`](crate::node::replies)).
 
 use std::time::Duration;
 
 use fred::types::Value;
 use rand::Rng;
 
-use super::Node;
-use super::replies::{AcquireReply, acquire_reply, fence_reply};
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE, QUARANTINE,
-    RELEASE, RELEASE_HANDOVER, RELEASE_MODE, Script, kept,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE,
+    OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
+use crate::node::replies::{AcquireReply, acquire_reply, counter, vote};
+use crate::node::scripts::{Script, kept};
+use crate::node::{Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
-
-mod primitives;
-
-pub(crate) use primitives::PermitRequest;
 
 /// How long a waiter queue and the resource's listen flag outlive the attempt that wrote them,
 /// in ms: waiters refresh both at every attempt, so this bounds how long the entries of waiters
@@ -87,7 +86,7 @@ pub(crate) enum AcquireKind<'a> {
 }
 
 /// The quarantine check every acquire script opens with (`quarantine_check` in
-/// [`scripts`](super::scripts)): the quarantine in ms (0: off), and the keys of the
+/// [`scripts`](crate::node::scripts)): the quarantine in ms (0: off), and the keys of the
 /// node's data witness and of its quarantine marker for the handle's key prefix.
 #[derive(Debug)]
 pub(crate) struct QuarantineCheck {
@@ -122,7 +121,7 @@ pub(crate) struct AcquireRequest<'a> {
     /// Read the fencing counter too (or its floor when it has expired).
     pub(crate) fencing: bool,
     /// The quarantine check (the quarantine in ms, 0: none, and its keys; `quarantine_check`
-    /// in [`scripts`](super::scripts)).
+    /// in [`scripts`](crate::node::scripts)).
     pub(crate) quarantine: &'a QuarantineCheck,
     /// Windows for foreign clients are on: a plain attempt refuses an open window's key.
     pub(crate) windowed: bool,
@@ -160,19 +159,14 @@ pub(crate) enum Releasing<'a> {
     Keep { keep_ms: u64 },
 }
 
-/// A ttl, a grace or any other count of milliseconds or seconds as a command argument.
-fn int_arg(value: u64) -> Value {
-    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
-}
-
 impl Node {
     /// One node's vote for `request` (Redlock step 2 on one node): [`ACQUIRE`] (`SET NX PX`
     /// outside windows for foreign clients), or the queued waiter's or the mode request's
-    /// script, in the node's next batch ([`pipeline`](super::pipeline)). A plain attempt is a
-    /// script too, not fred's typed `SET`: the batch carries it with the other lockers'
-    /// calls in one command, where the typed `SET` and the window and streak reads would be
-    /// four commands per attempt. With 32 lockers on distinct resources (5 nodes, 2 cores) the
-    /// batches give 17,500 cycles/s, against 9,100 with every call sent alone.
+    /// script, in the node's next batch ([`Node::eval`]). A plain attempt is a script too, not
+    /// fred's typed `SET`: the batch carries it with the other lockers' calls in one command,
+    /// where the typed `SET` and the window and streak reads would be four commands per
+    /// attempt. With 32 lockers on distinct resources (5 nodes, 2 cores) the batches give
+    /// 17,500 cycles/s, against 9,100 with every call sent alone.
     pub(crate) async fn acquire(&self, request: &AcquireRequest<'_>) -> AcquireReply {
         let AcquireRequest {
             keys,
@@ -424,13 +418,109 @@ impl Node {
         script_keys.extend(alive);
         self.eval(&LEAVE, &script_keys, &args).await.map(drop)
     }
+
+    /// Releases `token` from every one of `slots` that holds it on one node ([`RELEASE`]
+    /// over them), run to completion within `limit` ([`Node::eval_release`]): the clean-up
+    /// of a permit attempt. `Ok(true)` if some slot held it. The call is made now, before the
+    /// future is polled.
+    pub(crate) fn release_slots(
+        &self,
+        slots: &[&str],
+        token: &str,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let answer = self.eval_release(&RELEASE, slots, &[Value::from(token)], limit);
+        async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
+    }
+
+    /// Releases a lock of several resources on one node ([`RELEASE`] over every resource's
+    /// key, or [`RELEASE_SLOTS`] to wake each one's waiters when `wake`), run to completion
+    /// within `limit`; made now. `Ok(true)` if every key held our token.
+    pub(crate) fn release_many(
+        &self,
+        keys: &[ResourceKeys],
+        token: &str,
+        wake: bool,
+        limit: Duration,
+    ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
+        let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
+        let answer = if wake {
+            all.extend(keys.iter().map(|k| k.waiters.as_str()));
+            all.extend(keys.iter().map(|k| k.listen.as_str()));
+            self.eval_release(&RELEASE_SLOTS, &all, &[Value::from(token)], limit)
+        } else {
+            self.eval_release(&RELEASE, &all, &[Value::from(token)], limit)
+        };
+        let n = keys.len();
+        async move {
+            Ok(
+                matches!(answer.await?, Value::Integer(deleted) if usize::try_from(deleted).is_ok_and(|d| d == n)),
+            )
+        }
+    }
+
+    /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), removing
+    /// its request's waiter entry `marker`, waking the resource's waiters on `channel`
+    /// (empty: nobody), run to completion within `limit`;
+    /// made now, as [`release`](Self::release). [`NodeVote::Acquired`] if the entry was there
+    /// and moved, [`NodeVote::Held`] otherwise.
+    pub(crate) fn downgrade(
+        &self,
+        key: &str,
+        (token, marker): (&str, &str),
+        mode: Mode,
+        channel: &str,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(mode.as_str()),
+            Value::from(channel),
+            Value::from(marker),
+        ];
+        vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
+    }
+
+    /// Writes `label` at `owner_key` beside `key` for `ttl_ms` if `token` holds it on this
+    /// node ([`OWNER`]), within `limit`; made now, as [`release`](Self::release).
+    /// [`NodeVote::Acquired`] if written.
+    pub(crate) fn label_holder(
+        &self,
+        (key, owner_key): (&str, &str),
+        (token, label): (&str, &str),
+        ttl_ms: u64,
+        mode: bool,
+        limit: Duration,
+    ) -> impl Future<Output = NodeVote> + Send + use<> {
+        let args = [
+            Value::from(token),
+            Value::from(label),
+            int_arg(ttl_ms),
+            Value::from(if mode { "1" } else { "0" }),
+        ];
+        vote(self.eval_release(&OWNER, &[key, owner_key], &args, limit))
+    }
 }
 
-/// A script call's answer as a vote: `1` granted, any other reply refused, an error failed.
-async fn vote(answer: impl Future<Output = Result<Value, NodeError>>) -> NodeVote {
-    match answer.await {
-        Ok(Value::Integer(1)) => NodeVote::Acquired,
-        Ok(_) => NodeVote::Held,
-        Err(e) => NodeVote::Failed(e),
+/// The [`FENCE`] script's `{raised, before}`.
+fn fence_reply(reply: &Value) -> Option<(bool, u64)> {
+    match reply {
+        Value::Array(parts) => match parts.as_slice() {
+            [raised, before] => Some((raised.as_i64()? == 1, counter(before)?)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_replies_decode_the_claim_and_the_counter_before_it() {
+        let fenced = Value::Array(vec![1.into(), Value::from("9")]);
+        assert_eq!(fence_reply(&fenced), Some((true, 9)));
+        assert_eq!(fence_reply(&Value::Array(vec![1.into()])), None);
     }
 }
