@@ -701,7 +701,10 @@ mod tests {
         let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
         let layers = layer_order(&text).unwrap();
         let names: Vec<&str> = layers.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(names, ["handle", "slices", "kernel", "node", "values"]);
+        assert_eq!(
+            names,
+            ["handle", "recipes", "slices", "kernel", "node", "values"]
+        );
         let layer_of = |module: &str| {
             layers
                 .iter()
@@ -709,6 +712,7 @@ mod tests {
                 .map(|l| l.name.as_str())
         };
         assert_eq!(layer_of("registry"), Some("handle"));
+        assert_eq!(layer_of("leader"), Some("recipes"));
         assert_eq!(layer_of("semaphore"), Some("slices"));
         assert_eq!(layer_of("setup"), Some("slices"));
         assert_eq!(layer_of("kernel"), Some("kernel"));
