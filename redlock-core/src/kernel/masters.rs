@@ -164,6 +164,23 @@ impl Masters {
                 .collect(),
         )
     }
+
+    /// A grant round's outcomes: [`outcomes`](Self::outcomes) of its `votes`, with each
+    /// refusing node's holder ttl (the middle of its counter: the holder's time left there,
+    /// in ms).
+    pub(crate) fn grant_outcomes<A, B>(
+        &self,
+        votes: Vec<NodeVote>,
+        counters: &[Option<(A, Option<u64>, B)>],
+    ) -> Outcomes {
+        let mut outcomes = self.outcomes(votes);
+        outcomes.set_holder_ttls(counters.iter().map(|c| {
+            c.as_ref()
+                .and_then(|(_, left, _)| *left)
+                .map(Duration::from_millis)
+        }));
+        outcomes
+    }
 }
 
 /// One round's answers, as far as they were awaited.

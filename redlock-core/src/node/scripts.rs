@@ -516,6 +516,40 @@ mod tests {
     }
 
     #[test]
+    fn every_script_file_is_submitted_once() {
+        // Not scripts of the batch: its own frame, and inspect's read sent as `EVAL`.
+        const NOT_BATCHED: [&str; 3] = ["dispatch.lua", "prelude.lua", "inspect.lua"];
+        fn lua_files(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    lua_files(&path, found);
+                } else if path.extension().is_some_and(|e| e == "lua") {
+                    found.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        lua_files(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        files.retain(|f| !NOT_BATCHED.iter().any(|n| f.ends_with(n)));
+        assert!(files.len() >= 20, "script files found: {files:?}");
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let submitted = scripts().filter(|s| s.source == text).count();
+            assert_eq!(
+                submitted,
+                1,
+                "{} submitted {submitted} times",
+                file.display()
+            );
+        }
+        assert_eq!(scripts().count(), files.len(), "a script with no file");
+    }
+
+    #[test]
     fn every_grant_runs_the_quarantine_check_and_every_holder_write_compares_the_token() {
         for script in scripts() {
             if let Err(missing) = script.effect.check(script.source) {

@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::node::PermitRequest;
 use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};
@@ -198,12 +198,7 @@ impl Redlock {
             SlotTally::Refused | SlotTally::Scattered => None,
         };
         cleanup.keep_only(&granted, unknown, won);
-        let mut outcomes = masters.outcomes(tally.votes);
-        outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
-            c.as_ref()
-                .and_then(|(_, left, _)| *left)
-                .map(Duration::from_millis)
-        }));
+        let outcomes = masters.grant_outcomes(tally.votes, &tally.counters);
         tracing::debug!(
             granted = outcomes.acquired(),
             held = outcomes.held(),

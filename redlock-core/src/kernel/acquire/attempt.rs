@@ -272,12 +272,7 @@ impl Redlock {
             .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
             .collect();
         let (split, holders) = Split::of_keys(&tally.votes, &named, keys.len(), masters.quorum);
-        let mut outcomes = masters.outcomes(tally.votes);
-        outcomes.set_holder_ttls(tally.counters.iter().map(|c| {
-            c.as_ref()
-                .and_then(|(_, left, _)| *left)
-                .map(Duration::from_millis)
-        }));
+        let outcomes = masters.grant_outcomes(tally.votes, &tally.counters);
         tracing::debug!(
             resources = keys.len(),
             granted = outcomes.acquired(),
