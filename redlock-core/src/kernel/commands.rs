@@ -15,7 +15,7 @@ use super::scripts::{
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
-use crate::node::replies::{AcquireReply, acquire_reply, counter, vote};
+use crate::node::replies::{AcquireReply, acquire_reply, counter, set_nx_reply, vote};
 use crate::node::scripts::{Script, kept};
 use crate::node::{Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
@@ -231,6 +231,18 @@ impl Node {
                 ];
                 self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
                     .await
+            }
+            AcquireKind::Plain
+                if request.keys.len() == 1
+                    && quarantine.ms == 0
+                    && fence.is_none()
+                    && !windowed
+                    && !streak =>
+            {
+                // With nothing else in play (no quarantine, fencing, window or streak), the
+                // script would run only its `SET NX PX`: the node's own command does that.
+                let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+                set_nx_reply(self.set_nx(&keys.lock, token, ttl_ms).await)
             }
             AcquireKind::Plain => {
                 let set = request.keys;

@@ -69,6 +69,18 @@ impl Node {
         self.pipeline.call(script, keys, args, false).await
     }
 
+    /// Sends `SET key token NX PX ttl_ms GET`, in order with the script calls ([`pipeline`]),
+    /// made now, before the future is polled; unbounded in time by itself: every caller bounds
+    /// it. The reply: `nil` when the key was set, the value there when it was not.
+    pub(crate) fn set_nx(
+        &self,
+        key: &str,
+        token: &str,
+        ttl_ms: i64,
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+        self.pipeline.set_nx(key, token, ttl_ms)
+    }
+
     /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
     /// dropped or past `limit`. A release round returns at quorum and drops the calls still
     /// running: the `EVAL` that answers a `NOSCRIPT` must still be sent, or that node would
