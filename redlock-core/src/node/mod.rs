@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::types::Value;
+use fred::types::{Key, Value};
 
 use crate::outcome::NodeError;
 use pipeline::Pipeline;
@@ -69,16 +69,31 @@ impl Node {
         self.pipeline.call(script, keys, args, false).await
     }
 
-    /// Sends `SET key token NX PX ttl_ms GET`, in order with the script calls ([`pipeline`]),
-    /// made now, before the future is polled; unbounded in time by itself: every caller bounds
-    /// it. The reply: `nil` when the key was set, the value there when it was not.
+    /// Sends `SET key token NX PX ttl_ms GET` ([`Transport::set_nx`]), handed to the client
+    /// now, before the future is polled; unbounded in time by itself: every caller bounds it.
+    /// The reply: `nil` when the key was set, the value there when it was not.
+    ///
+    /// Sent by its caller, never through the [`pipeline`], even while script calls wait
+    /// there: an attempt's token is new, so no call made before it names it, and the only
+    /// call after it that does (the attempt's release) is made once it is with the client.
+    /// A `SET NX` that overtakes a release of another token still waiting in the pipeline is
+    /// refused where that key is still held: the node then votes as if the release were late,
+    /// which costs the attempt that node's vote and never grants a key it should not.
     pub(crate) fn set_nx(
         &self,
         key: &str,
         token: &str,
         ttl_ms: i64,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        self.pipeline.set_nx(key, token, ttl_ms)
+        use futures_util::FutureExt;
+        let mut sent = self
+            .transport
+            .set_nx(Key::from(key), Value::from(token), ttl_ms);
+        // The first poll hands the command to the client, now.
+        match sent.as_mut().now_or_never() {
+            Some(done) => futures_util::future::Either::Left(std::future::ready(done)),
+            None => futures_util::future::Either::Right(sent),
+        }
     }
 
     /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
@@ -110,8 +125,8 @@ impl Node {
         let _answered = self.pipeline.call(&scripts::NOOP, &[], &[], true).await;
     }
 
-    /// Loads the dispatch script, which holds every script, into the node's script cache
-    /// (`SCRIPT LOAD`).
+    /// Loads the dispatch script, which holds every script, and each script on its own
+    /// ([`Script::alone`]) into the node's script cache (`SCRIPT LOAD`).
     ///
     /// A release that timed out is still delivered when a stalled node resumes; its `EVAL`
     /// fallback follows only while the handle lives: the script should already be cached
@@ -142,13 +157,18 @@ pub(crate) fn int_arg(value: u64) -> Value {
     Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
-/// [`Node::load_scripts`] through `transport`, labelled `label` in the log.
+/// [`Node::load_scripts`] through `transport`, labelled `label` in the log: the dispatch
+/// script and every script on its own ([`Script::alone`]), all at once, within `limit`.
 async fn load_scripts(transport: &dyn Transport, label: &str, limit: Duration) {
-    let args = vec![Value::from("LOAD"), Value::from(BATCH.source.as_str())];
-    let load = transport.send("SCRIPT", args);
-    let loaded = tokio::time::timeout(limit, load)
+    let sources = std::iter::once(&*BATCH).chain(scripts::scripts().map(Script::alone));
+    let loads = sources.map(|sent| {
+        let args = vec![Value::from("LOAD"), Value::from(sent.source.as_str())];
+        transport.send("SCRIPT", args)
+    });
+    let loaded = tokio::time::timeout(limit, futures_util::future::join_all(loads))
         .await
-        .unwrap_or(Err(NodeError::Timeout(limit)));
+        .map_err(|_| NodeError::Timeout(limit))
+        .and_then(|loaded| loaded.into_iter().collect::<Result<Vec<_>, _>>());
     if let Err(error) = loaded {
         tracing::debug!(node = %label, error = error.detailed(), "could not preload the lock scripts");
     }
