@@ -109,9 +109,24 @@ impl Node {
         args: &[Value],
         limit: Duration,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        // Made now, not on the first poll: a round decided at quorum drops the calls it has
-        // not polled yet, and a release must reach every node.
-        let answer = self.pipeline.issue(script, keys, args, true);
+        self.eval_now(script, keys, args, true, limit)
+    }
+
+    /// [`eval`](Self::eval) made now, before the future is polled (a round decided at quorum
+    /// drops the calls it has not polled yet, and they must reach their node all the same),
+    /// bounded by `limit`; with `finish`, sent to completion as
+    /// [`eval_release`](Self::eval_release) is. Without it, a call whose future was dropped
+    /// is not sent again after a `NOSCRIPT`: a call that must land before a later one of its
+    /// caller (a resumption's swap, before its give-back) may land once, in order, or never.
+    pub(crate) fn eval_now(
+        &self,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[Value],
+        finish: bool,
+        limit: Duration,
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+        let answer = self.pipeline.issue(script, keys, args, finish);
         async move {
             tokio::time::timeout(limit, answer)
                 .await
