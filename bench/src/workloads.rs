@@ -117,13 +117,19 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     targets.at_most(
         "W1 N=1 p50, redlock-core / fred floor",
         p50s[&(1, Kind::Ours)] / p50s[&(1, Kind::Floor)],
-        1.0,
+        1.05,
         "×",
     );
     targets.at_most(
         "W1 N=5 p50, redlock-core / fred floor",
         p50s[&(5, Kind::Ours)] / p50s[&(5, Kind::Floor)],
         0.85,
+        "×",
+    );
+    targets.at_most(
+        "W1 N=5 p50, redlock-core / rslock",
+        p50s[&(5, Kind::Ours)] / p50s[&(5, Kind::Rslock)],
+        1.0,
         "×",
     );
     let cpu_of = |kind| {
@@ -135,13 +141,13 @@ async fn w1(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
         targets.at_most(
             "W1 client CPU per cycle, redlock-core / fred floor",
             ours.0 / floor.0,
-            1.1,
+            1.15,
             "×",
         );
         targets.at_most(
             "W1 node CPU per cycle, redlock-core / fred floor",
             ours.1 / floor.1,
-            1.1,
+            1.15,
             "×",
         );
     }
@@ -238,12 +244,18 @@ async fn w2(plan: &Plan, urls: &[String], targets: &mut Targets) -> anyhow::Resu
     targets.at_least(
         "W2 cycles/s, redlock-core / fred floor",
         rates[&Kind::Ours] / rates[&Kind::Floor],
-        1.4,
+        1.35,
         "×",
     );
     targets.at_least(
         "W2 cycles/s, redlock-core / rslock",
         rates[&Kind::Ours] / rates[&Kind::Rslock],
+        1.0,
+        "×",
+    );
+    targets.at_least(
+        "W2 cycles/s, redlock-core / redis-rs floor",
+        rates[&Kind::Ours] / rates[&Kind::RedisFloor],
         1.0,
         "×",
     );

@@ -13,7 +13,9 @@ use std::time::Duration;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::{ClusterHash, CustomCommand};
 use redlock_core::{LockError, LockOptions, Mode, Redlock};
-use redlock_tests::{RedisNodes, lock_everywhere, plain_client, redlock, waiters_key, within};
+use redlock_tests::{
+    HeldValue, RedisNodes, lock_everywhere, plain_client, redlock, waiters_key, within,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -111,16 +113,20 @@ async fn noscripts(nodes: &RedisNodes) -> Vec<u64> {
 async fn a_call_answered_noscript_is_sent_again_by_source_at_once() {
     let nodes = RedisNodes::start(3);
     let a = redlock(&nodes).await;
+    // A plain lock is the node's own `SET`: the release is the script call.
+    let guard = a.lock("noscript").await.unwrap();
+    let token = guard.token().expose().to_owned();
+    let held = nodes.settle("noscript", |h| h.value.holds(&token)).await;
+    assert!(held.iter().all(|h| h.value.holds(&token)), "{held:?}");
     for url in nodes.urls() {
         let client = plain_client(&url).await;
         client.script_flush(false).await.unwrap();
     }
     let (errors, evals) = (noscripts(&nodes).await, nodes.command_calls("eval").await);
     // Alone on an idle handle: sent by its caller, as a batch of one.
-    let guard = a.lock("noscript").await.unwrap();
-    let token = guard.token().expose().to_owned();
-    let held = nodes.settle("noscript", |h| h.value.holds(&token)).await;
-    assert!(held.iter().all(|h| h.value.holds(&token)), "{held:?}");
+    assert!(guard.release().await.unwrap().was_held());
+    let gone = nodes.settle("noscript", |h| !h.value.holds(&token)).await;
+    assert!(gone.iter().all(|h| h.value == HeldValue::Free), "{gone:?}");
     let (errors_after, evals_after) = (noscripts(&nodes).await, nodes.command_calls("eval").await);
     for node in 0..3 {
         // One `EVALSHA` answered `NOSCRIPT`, then the `EVAL`; not a second `EVALSHA`.
@@ -131,7 +137,6 @@ async fn a_call_answered_noscript_is_sent_again_by_source_at_once() {
         );
         assert_eq!(evals_after[node] - evals[node], 1, "node {node}: EVAL sent");
     }
-    guard.release().await.unwrap();
 }
 
 mod ranks {

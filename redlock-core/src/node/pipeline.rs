@@ -419,8 +419,27 @@ fn dispatch(
     }
 }
 
-/// The `EVALSHA` (or `EVAL`) of `batch`, built now.
+/// The `EVALSHA` (or `EVAL`) of `batch`, built now: a batch of one runs its script on its
+/// own ([`Script::alone`]), its reply answered as a batch's (an array of one); a larger batch
+/// runs the dispatch script ([`BATCH`]).
 fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
+    let command = match by {
+        By::Sha1 => "EVALSHA",
+        By::Source => "EVAL",
+    };
+    if let [call] = batch {
+        let alone = call.script.alone();
+        let mut all = Vec::with_capacity(2 + call.keys.len() + call.args.len());
+        all.push(match by {
+            By::Sha1 => Value::from(alone.sha1.as_str()),
+            By::Source => Value::from(alone.source.as_str()),
+        });
+        all.push(Value::Integer(call.keys.len() as i64));
+        all.extend(call.keys.iter().cloned());
+        all.extend(call.args.iter().cloned());
+        let answer = transport.send(command, all);
+        return Box::pin(answer.map(|reply| reply.map(|reply| Value::Array(vec![reply]))));
+    }
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
     let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
@@ -437,10 +456,6 @@ fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
         all.push(Value::Integer(call.args.len() as i64));
     }
     all.extend(batch.iter().flat_map(|c| c.args.iter().cloned()));
-    let command = match by {
-        By::Sha1 => "EVALSHA",
-        By::Source => "EVAL",
-    };
     transport.send(command, all)
 }
 

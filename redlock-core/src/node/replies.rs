@@ -86,6 +86,34 @@ pub(crate) fn acquire_reply(reply: Result<Value, NodeError>, key: &str) -> Acqui
     }
 }
 
+/// One node's answer to `SET key token NX PX ttl GET` ([`Node::set_nx`](super::Node::set_nx)):
+/// granted on `nil`; refused when the key was there, by the holder whose token it held (named
+/// as the scripts' `holder_digest` names it: the first 16 hex digits of its SHA-1), or by a
+/// key that is not a string (holders in lock modes, another application's data: `"?"`, as a
+/// script names them; so is a value that is not UTF-8). The holder's time left is not read.
+pub(crate) fn set_nx_reply(reply: Result<Value, NodeError>) -> AcquireReply {
+    let held = |holder: String| AcquireReply {
+        holder: Some(holder),
+        ..AcquireReply::vote(NodeVote::Held)
+    };
+    match reply {
+        Ok(Value::Null) => AcquireReply::vote(NodeVote::Acquired),
+        Ok(value @ (Value::String(_) | Value::Bytes(_))) => {
+            held(match value.as_bytes().map(std::str::from_utf8) {
+                Some(Ok(token)) => fred::util::sha1_hash(token).chars().take(16).collect(),
+                _ => "?".to_owned(),
+            })
+        }
+        Err(NodeError::Reply(error)) if error.details().starts_with("WRONGTYPE") => {
+            held("?".to_owned())
+        }
+        Ok(other) => AcquireReply::vote(NodeVote::Failed(NodeError::UnexpectedReply(format!(
+            "to SET NX PX GET: {other:?}"
+        )))),
+        Err(error) => AcquireReply::vote(NodeVote::Failed(error)),
+    }
+}
+
 /// A fencing counter from a script reply (an integer, or its decimal string).
 /// Decimal strings above `u64::MAX` (a counter some other writer set) saturate.
 pub(crate) fn counter(value: &Value) -> Option<u64> {

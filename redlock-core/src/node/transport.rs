@@ -19,9 +19,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use fred::clients::{Client, SubscriberClient};
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, Expiration, Key, SetOptions, Value};
 use tokio::sync::broadcast;
 
 use crate::outcome::NodeError;
@@ -44,6 +44,14 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Sent once: never re-sent after a reconnection (a `SET NX` sent twice could take a
     /// lock nobody holds).
     fn send(&self, command: &'static str, args: Vec<Value>) -> Reply;
+
+    /// Sends `SET key token NX PX ttl_ms GET`: the spec's acquisition of one key (Redlock
+    /// step 2) as the node's own command. Its reply is `nil` when the key was set, the value
+    /// that was there when it was not, and an error for a key that is not a string. Handed
+    /// to the node on the reply's first poll, sent once and unbounded in time, as
+    /// [`send`](Self::send); unlike a script call it may share a write with the commands
+    /// handed over just after it.
+    fn set_nx(&self, key: Key, token: Value, ttl_ms: i64) -> Reply;
 }
 
 /// The production transport: a `fred` client.
@@ -72,6 +80,18 @@ impl Transport for Fred {
             client
                 .with_options(call_options())
                 .custom::<Value, Value>(cmd, args)
+                .await
+                .map_err(NodeError::from_fred)
+        })
+    }
+
+    fn set_nx(&self, key: Key, token: Value, ttl_ms: i64) -> Reply {
+        let client = self.0.clone();
+        Box::pin(async move {
+            let expiry = Some(Expiration::PX(ttl_ms));
+            client
+                .with_options(call_options())
+                .set::<Value, _, _>(key, token, expiry, Some(SetOptions::NX), true)
                 .await
                 .map_err(NodeError::from_fred)
         })
