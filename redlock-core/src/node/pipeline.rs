@@ -419,23 +419,27 @@ fn dispatch(
     }
 }
 
-/// The `EVALSHA` (or `EVAL`) of `batch`, built now: a batch of one runs its script on its
-/// own ([`Script::alone`]), its reply answered as a batch's (an array of one); a larger batch
-/// runs the dispatch script ([`BATCH`]).
+/// The `EVALSHA` (or `EVAL`) of `batch`, built now. A batch of one is sent in the dispatch
+/// script's layout for one call alone (`ARGV` opening with `=<id>`, `scripts/dispatch.lua`),
+/// which skips the loop over a batch, and its reply is answered as a batch's (an array of
+/// one). Every call goes by the one dispatch script either way, so that a node that lost its
+/// script cache answers `NOSCRIPT` to every call until one of them sends it again: calls
+/// sent again by source stay in the order they were sent.
 fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     let command = match by {
         By::Sha1 => "EVALSHA",
         By::Source => "EVAL",
     };
+    let script = match by {
+        By::Sha1 => Value::from(BATCH.sha1.as_str()),
+        By::Source => Value::from(BATCH.source.as_str()),
+    };
     if let [call] = batch {
-        let alone = call.script.alone();
-        let mut all = Vec::with_capacity(2 + call.keys.len() + call.args.len());
-        all.push(match by {
-            By::Sha1 => Value::from(alone.sha1.as_str()),
-            By::Source => Value::from(alone.source.as_str()),
-        });
+        let mut all = Vec::with_capacity(3 + call.keys.len() + call.args.len());
+        all.push(script);
         all.push(Value::Integer(call.keys.len() as i64));
         all.extend(call.keys.iter().cloned());
+        all.push(Value::from(format!("={}", call.script.id)));
         all.extend(call.args.iter().cloned());
         let answer = transport.send(command, all);
         return Box::pin(answer.map(|reply| reply.map(|reply| Value::Array(vec![reply]))));
@@ -443,10 +447,7 @@ fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
     let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
-    all.push(match by {
-        By::Sha1 => Value::from(BATCH.sha1.as_str()),
-        By::Source => Value::from(BATCH.source.as_str()),
-    });
+    all.push(script);
     all.push(Value::Integer(keys as i64));
     all.extend(batch.iter().flat_map(|c| c.keys.iter().cloned()));
     all.push(Value::Integer(batch.len() as i64));
