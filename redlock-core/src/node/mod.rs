@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::outcome::NodeError;
 use pipeline::Pipeline;
@@ -69,31 +69,16 @@ impl Node {
         self.pipeline.call(script, keys, args, false).await
     }
 
-    /// Sends `SET key token NX PX ttl_ms GET` ([`Transport::set_nx`]), handed to the client
-    /// now, before the future is polled; unbounded in time by itself: every caller bounds it.
-    /// The reply: `nil` when the key was set, the value there when it was not.
-    ///
-    /// Sent by its caller, never through the [`pipeline`], even while script calls wait
-    /// there: an attempt's token is new, so no call made before it names it, and the only
-    /// call after it that does (the attempt's release) is made once it is with the client.
-    /// A `SET NX` that overtakes a release of another token still waiting in the pipeline is
-    /// refused where that key is still held: the node then votes as if the release were late,
-    /// which costs the attempt that node's vote and never grants a key it should not.
+    /// Sends `SET key token NX PX ttl_ms GET`, in order with the script calls ([`pipeline`]),
+    /// made now, before the future is polled; unbounded in time by itself: every caller bounds
+    /// it. The reply: `nil` when the key was set, the value there when it was not.
     pub(crate) fn set_nx(
         &self,
         key: &str,
         token: &str,
         ttl_ms: i64,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        use futures_util::FutureExt;
-        let mut sent = self
-            .transport
-            .set_nx(Key::from(key), Value::from(token), ttl_ms);
-        // The first poll hands the command to the client, now.
-        match sent.as_mut().now_or_never() {
-            Some(done) => futures_util::future::Either::Left(std::future::ready(done)),
-            None => futures_util::future::Either::Right(sent),
-        }
+        self.pipeline.set_nx(key, token, ttl_ms)
     }
 
     /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
