@@ -80,7 +80,7 @@ pub struct SentScript {
 /// lock and their shared helpers, and the read-only inspect script. Not public API.
 #[doc(hidden)]
 pub fn sent_scripts() -> [SentScript; 2] {
-    let batch: &'static crate::node::scripts::Sent = &crate::node::scripts::BATCH;
+    let batch: &'static crate::node::scripts::Batch = &crate::node::scripts::BATCH;
     [
         SentScript {
             name: "dispatch",
@@ -93,21 +93,4 @@ pub fn sent_scripts() -> [SentScript; 2] {
             sha1: None,
         },
     ]
-}
-
-/// Every script of the lock on its own, as a call sent alone runs it (named by its id). Not
-/// public API.
-#[doc(hidden)]
-pub fn alone_scripts() -> Vec<(usize, SentScript)> {
-    crate::node::scripts::scripts()
-        .map(|script| {
-            let alone = script.alone();
-            let sent = SentScript {
-                name: "alone",
-                source: alone.source.as_str(),
-                sha1: Some(alone.sha1.as_str()),
-            };
-            (script.id, sent)
-        })
-        .collect()
 }

@@ -260,9 +260,11 @@ impl TestNodes {
     }
 
     /// How many `EVALSHA` and `EVAL` commands every node has run so far (`INFO
-    /// commandstats`): a way to await a client's attempts when they leave nothing in the
-    /// data. One command may carry several calls of one handle issued at once (the node
-    /// pipeline's batches); [`command_calls`](Self::command_calls) counts what they ran.
+    /// commandstats`): a way to await a client's script calls (a lock in a mode, a waiter's
+    /// attempt, a release) when they leave nothing in the data. A plain first attempt on one
+    /// resource is the node's own `SET` and is not counted here (count `set` with
+    /// [`command_calls`](Self::command_calls)). One command may carry several calls of one
+    /// handle issued at once (the node pipeline's batches).
     pub async fn script_calls(&self) -> Vec<u64> {
         let (sha, source) = (
             self.command_calls("evalsha").await,

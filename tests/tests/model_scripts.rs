@@ -1,6 +1,7 @@
 //! The model's scripts (`redlock-model`) against the real ones: random sequences of node
 //! operations, each run on a real server through the dispatch script the lock sends (by the
-//! SHA-1 the code sends it by) and on the model's `Node`, comparing after every operation the
+//! SHA-1 the code sends it by, in turns alone and in a batch, the two layouts a call goes in)
+//! and on the model's `Node`, comparing after every operation the
 //! replies, the whole keyspace (each key's type, value and expiry) and the messages published.
 //!
 //! The universe is small so that operations meet: two resources under the key prefix `lock:`
@@ -968,6 +969,8 @@ struct Server {
     client: Client,
     messages: Mutex<Receiver<Message>>,
     sha1: String,
+    /// Calls run so far: every other one runs as a call sent alone.
+    calls: std::sync::atomic::AtomicUsize,
     run_id: String,
     /// `_server` keeps the process alive.
     _server: RedisServer,
@@ -998,8 +1001,35 @@ impl Server {
         seconds * 1000 + micros / 1000
     }
 
-    /// Runs `call` through the dispatch script, alone in its batch.
+    /// Runs `call` in one of the two layouts the lock sends a call in, taking turns: alone
+    /// (`ARGV` opening with `=<id>`, as every call of a client in sequence goes), or alone in
+    /// a batch.
     async fn call(&self, call: &Call) -> Reply {
+        let n = self
+            .calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if n % 2 == 1 {
+            self.call_alone(call).await
+        } else {
+            self.call_batched(call).await
+        }
+    }
+
+    /// Runs `call` through the dispatch script, alone: its reply as it is.
+    async fn call_alone(&self, call: &Call) -> Reply {
+        let mut args: Vec<Value> =
+            vec![self.sha1.clone().into(), call.keys.len().to_string().into()];
+        args.extend(call.keys.iter().map(|k| Value::from(k.clone())));
+        args.push(format!("={}", call.script).into());
+        args.extend(call.args.iter().map(|a| Value::from(a.clone())));
+        match self.run("EVALSHA", args).await {
+            Ok(value) => reply(&value),
+            other => panic!("the dispatch script answered {other:?}"),
+        }
+    }
+
+    /// Runs `call` through the dispatch script, alone in its batch.
+    async fn call_batched(&self, call: &Call) -> Reply {
         let mut args: Vec<Value> =
             vec![self.sha1.clone().into(), call.keys.len().to_string().into()];
         args.extend(call.keys.iter().map(|k| Value::from(k.clone())));
@@ -1258,6 +1288,7 @@ fn start() -> (tokio::runtime::Runtime, Server) {
             client,
             messages: Mutex::new(messages),
             sha1,
+            calls: std::sync::atomic::AtomicUsize::new(0),
             run_id: String::new(),
             _server: process,
             _subscriber: subscriber,

@@ -10,7 +10,7 @@ use std::path::Path;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use redlock_core::__private::{alone_scripts, sent_scripts};
+use redlock_core::__private::sent_scripts;
 use redlock_tests::{RedisServer, plain_client, within};
 
 /// `command args...` on `client`.
@@ -25,12 +25,7 @@ async fn run(client: &Client, command: &'static str, args: Vec<Value>) -> Value 
 async fn every_script_loads_under_the_sha_the_code_sends() {
     let server = RedisServer::start();
     let client = plain_client(&server.url()).await;
-    let alone = alone_scripts();
-    assert_eq!(alone.len(), 20, "one per script");
-    for script in sent_scripts()
-        .into_iter()
-        .chain(alone.iter().map(|(_, script)| *script))
-    {
+    for script in sent_scripts() {
         let loaded = run(&client, "SCRIPT", vec!["LOAD".into(), script.source.into()]).await;
         let loaded = loaded.as_string().unwrap();
         assert_eq!(
@@ -62,9 +57,8 @@ async fn every_script_loads_under_the_sha_the_code_sends() {
     ];
     let replies = run(&client, "EVALSHA", args).await;
     assert_eq!(replies, Value::Array(vec![Value::Integer(1)]));
-    // The barrier on its own, as a call sent alone runs it.
-    let noop = alone.iter().find(|(id, _)| *id == 11).unwrap().1;
-    let args: Vec<Value> = vec![noop.sha1.unwrap().into(), 0.into()];
+    // The barrier alone (`ARGV` opening with `=<id>`): its reply as it is.
+    let args: Vec<Value> = vec![sha1.into(), 0.into(), "=11".into()];
     assert_eq!(run(&client, "EVALSHA", args).await, Value::Integer(1));
     let args: Vec<Value> = vec![
         inspect.source.into(),
@@ -116,8 +110,8 @@ fn every_lua_file_is_sent() {
 
 /// The handle runs its scripts by the SHA-1 the server knows them by: a lock and its release
 /// on a fresh server (counted from after `build()`, whose node-set check is an `EVAL` of its
-/// own) leave the dispatch script and the release's own script in the server's cache under
-/// the SHA-1s the code sends, and need no `EVAL` (a wrong SHA-1 would be answered `NOSCRIPT` and
+/// own) leave the dispatch script in the server's cache under the SHA-1 the code sends, and
+/// need no `EVAL` (a wrong SHA-1 would be answered `NOSCRIPT` and
 /// every call sent again by its source, which works, but at twice the cost).
 #[tokio::test]
 async fn the_handle_runs_its_scripts_by_their_sha() {
@@ -132,23 +126,9 @@ async fn the_handle_runs_its_scripts_by_their_sha() {
     let guard = redlock.lock("scripts:sha").await.unwrap();
     guard.release().await.unwrap();
     let [dispatch, _] = sent_scripts();
-    // The release with hand-over on (id 1), sent alone.
-    let release = alone_scripts()
-        .into_iter()
-        .find(|(id, _)| *id == 1)
-        .unwrap()
-        .1;
-    let shas = [dispatch.sha1.unwrap(), release.sha1.unwrap()];
-    let exists = run(
-        &client,
-        "SCRIPT",
-        vec!["EXISTS".into(), shas[0].into(), shas[1].into()],
-    )
-    .await;
-    assert_eq!(
-        exists,
-        Value::Array(vec![Value::Integer(1), Value::Integer(1)])
-    );
+    let sha1 = dispatch.sha1.unwrap();
+    let exists = run(&client, "SCRIPT", vec!["EXISTS".into(), sha1.into()]).await;
+    assert_eq!(exists, Value::Array(vec![Value::Integer(1)]));
     let stats = run(&client, "INFO", vec!["commandstats".into()]).await;
     let stats = stats.as_string().unwrap();
     assert!(stats.contains("cmdstat_evalsha:"), "{stats}");

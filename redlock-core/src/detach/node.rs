@@ -23,18 +23,13 @@ impl Node {
     /// [`NodeError::Quarantined`] (or [`NodeError::QuarantineMismatch`]) from the quarantine
     /// check that opens the script, as every grant's. The call is made now, before the future
     /// is polled, so that a round decided at quorum still swaps the token on every node.
-    ///
-    /// A give-back (`finish`) is sent to completion ([`Node::eval_now`]). A swap is not: one
-    /// whose future was dropped and whose node answered `NOSCRIPT` is not sent again, since
-    /// sent again it would land after the give-back that follows the drop and keep the fresh
-    /// token there.
     pub(super) fn resume(
         &self,
         key: &str,
         (token, next): (&str, &str),
         (mode, cap_ms): (bool, u64),
         quarantine: &QuarantineCheck,
-        (finish, limit): (bool, Duration),
+        limit: Duration,
     ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
         let (witness, marker) = quarantine.keys_or(key);
         let args = [
@@ -44,7 +39,7 @@ impl Node {
             int_arg(quarantine.ms),
             int_arg(cap_ms),
         ];
-        let answer = self.eval_now(&RESUME, &[key, witness, marker], &args, finish, limit);
+        let answer = self.eval_release(&RESUME, &[key, witness, marker], &args, limit);
         async move {
             let unexpected = |reply: &dyn std::fmt::Debug| {
                 NodeVote::Failed(NodeError::UnexpectedReply(format!(

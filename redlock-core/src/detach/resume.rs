@@ -289,13 +289,7 @@ impl Redlock {
         let start = Instant::now();
         let tally = masters
             .round(masters.quorum, limit, Stop::AtDecision, |node| {
-                node.resume(
-                    key,
-                    (old, next.expose()),
-                    (mode, 0),
-                    quarantine,
-                    (false, limit),
-                )
+                node.resume(key, (old, next.expose()), (mode, 0), quarantine, limit)
             })
             .await;
         let elapsed = start.elapsed();
@@ -519,13 +513,7 @@ impl GiveBack {
             .map(|(i, node)| {
                 let tokens = (next.expose(), old.expose());
                 let quarantine = &masters.quarantine_check;
-                node.resume(
-                    key,
-                    tokens,
-                    (mode, self.cap_ms(i)),
-                    quarantine,
-                    (true, limit),
-                )
+                node.resume(key, tokens, (mode, self.cap_ms(i)), quarantine, limit)
             })
             .collect();
         Some(async move {

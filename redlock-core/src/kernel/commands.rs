@@ -129,6 +129,11 @@ pub(crate) struct AcquireRequest<'a> {
     /// contended lately, so that a poller's hold carries the streak on. Without either, a
     /// plain attempt is the spec's `SET NX PX` alone.
     pub(crate) streak: bool,
+    /// A plain attempt on one resource may be the node's own `SET NX PX` when nothing else
+    /// is in play: the first attempt of a request that may attempt again. Another attempt
+    /// runs the script, whose refusal also says how long the holder has left, in the same
+    /// round trip (a busy error's `retry_after`).
+    pub(crate) native: bool,
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -160,17 +165,6 @@ pub(crate) enum Releasing<'a> {
 }
 
 impl Node {
-    /// How long `key` has left on this node (`PTTL`), in ms; `None` when it has no expiry,
-    /// is gone, or the node did not answer. Unbounded in time by itself: every caller bounds
-    /// it.
-    async fn time_left(&self, key: &str) -> Option<u64> {
-        let reply = self.call("PTTL", vec![Value::from(key)]).await.ok()?;
-        reply
-            .as_i64()
-            .and_then(|ms| u64::try_from(ms).ok())
-            .filter(|&ms| ms > 0)
-    }
-
     /// One node's vote for `request` (Redlock step 2 on one node). A plain attempt on one
     /// resource with nothing else in play (no quarantine, fencing, window or streak) is the
     /// node's own `SET key token NX PX ttl GET` ([`Node::set_nx`]), the spec's command; any
@@ -186,6 +180,7 @@ impl Node {
             quarantine,
             windowed,
             streak,
+            native,
         } = *request;
         // Never sent empty: a request names at least one resource.
         let Some(first) = keys.first() else {
@@ -246,18 +241,13 @@ impl Node {
                     && quarantine.ms == 0
                     && fence.is_none()
                     && !windowed
-                    && !streak =>
+                    && !streak
+                    && native =>
             {
                 // With nothing else in play (no quarantine, fencing, window or streak), the
                 // script would run only its `SET NX PX`: the node's own command does that.
                 let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
-                let mut reply = set_nx_reply(self.set_nx(&keys.lock, token, ttl_ms).await);
-                if reply.vote == NodeVote::Held {
-                    // Refused: how long the holder's key has left (a busy error's
-                    // `retry_after`), read only then, as the script reads it on a refusal.
-                    reply.left_ms = self.time_left(&keys.lock).await;
-                }
-                reply
+                set_nx_reply(self.set_nx(&keys.lock, token, ttl_ms).await)
             }
             AcquireKind::Plain => {
                 let set = request.keys;

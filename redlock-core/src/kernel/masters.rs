@@ -214,7 +214,7 @@ pub(crate) enum Stop {
 /// One timer per round, not one per command. Calls still running are dropped, but their
 /// commands were already handed to the node's client on the first poll: they land anyway,
 /// which every caller accounts for (a failed attempt releases on every node, in order after
-/// its `SET` through the same node pipeline). A release's calls are finished by the node's
+/// its `SET`: the same client's connection, and the `SET` handed over first). A release's calls are finished by the node's
 /// pipeline task (`Node::eval_release`), so that a `NOSCRIPT` answered after the decision
 /// is still followed by its `EVAL`.
 pub(crate) async fn decide<T, F>(

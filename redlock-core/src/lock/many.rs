@@ -52,7 +52,7 @@ impl Protocol for ManyKeys {
         acquisition: &'a mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         // A plain attempt that never reads a streak: a set is never handed over.
-        let windows = (AcquireKind::Plain, ask.windowed, false);
+        let windows = (AcquireKind::Plain, ask.windowed, false, false);
         let mut granted = redlock
             .attempt(&self.keys, ask.token, ask.options, windows, acquisition)
             .await?;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::types::{Key, Value};
+use fred::types::Value;
 
 use crate::outcome::NodeError;
 use pipeline::Pipeline;
@@ -69,31 +69,16 @@ impl Node {
         self.pipeline.call(script, keys, args, false).await
     }
 
-    /// Sends `SET key token NX PX ttl_ms GET` ([`Transport::set_nx`]), handed to the client
-    /// now, before the future is polled; unbounded in time by itself: every caller bounds it.
-    /// The reply: `nil` when the key was set, the value there when it was not.
-    ///
-    /// Sent by its caller, never through the [`pipeline`], even while script calls wait
-    /// there: an attempt's token is new, so no call made before it names it, and the only
-    /// call after it that does (the attempt's release) is made once it is with the client.
-    /// A `SET NX` that overtakes a release of another token still waiting in the pipeline is
-    /// refused where that key is still held: the node then votes as if the release were late,
-    /// which costs the attempt that node's vote and never grants a key it should not.
+    /// Sends `SET key token NX PX ttl_ms GET`, in order with the script calls ([`pipeline`]),
+    /// made now, before the future is polled; unbounded in time by itself: every caller bounds
+    /// it. The reply: `nil` when the key was set, the value there when it was not.
     pub(crate) fn set_nx(
         &self,
         key: &str,
         token: &str,
         ttl_ms: i64,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        use futures_util::FutureExt;
-        let mut sent = self
-            .transport
-            .set_nx(Key::from(key), Value::from(token), ttl_ms);
-        // The first poll hands the command to the client, now.
-        match sent.as_mut().now_or_never() {
-            Some(done) => futures_util::future::Either::Left(std::future::ready(done)),
-            None => futures_util::future::Either::Right(sent),
-        }
+        self.pipeline.set_nx(key, token, ttl_ms)
     }
 
     /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
@@ -109,24 +94,9 @@ impl Node {
         args: &[Value],
         limit: Duration,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        self.eval_now(script, keys, args, true, limit)
-    }
-
-    /// [`eval`](Self::eval) made now, before the future is polled (a round decided at quorum
-    /// drops the calls it has not polled yet, and they must reach their node all the same),
-    /// bounded by `limit`; with `finish`, sent to completion as
-    /// [`eval_release`](Self::eval_release) is. Without it, a call whose future was dropped
-    /// is not sent again after a `NOSCRIPT`: a call that must land before a later one of its
-    /// caller (a resumption's swap, before its give-back) may land once, in order, or never.
-    pub(crate) fn eval_now(
-        &self,
-        script: &'static Script,
-        keys: &[&str],
-        args: &[Value],
-        finish: bool,
-        limit: Duration,
-    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        let answer = self.pipeline.issue(script, keys, args, finish);
+        // Made now, not on the first poll: a round decided at quorum drops the calls it has
+        // not polled yet, and a release must reach every node.
+        let answer = self.pipeline.issue(script, keys, args, true);
         async move {
             tokio::time::timeout(limit, answer)
                 .await
@@ -140,8 +110,8 @@ impl Node {
         let _answered = self.pipeline.call(&scripts::NOOP, &[], &[], true).await;
     }
 
-    /// Loads the dispatch script, which holds every script, and each script on its own
-    /// ([`Script::alone`]) into the node's script cache (`SCRIPT LOAD`).
+    /// Loads the dispatch script, which holds every script, into the node's script cache
+    /// (`SCRIPT LOAD`).
     ///
     /// A release that timed out is still delivered when a stalled node resumes; its `EVAL`
     /// fallback follows only while the handle lives: the script should already be cached
@@ -172,18 +142,13 @@ pub(crate) fn int_arg(value: u64) -> Value {
     Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
-/// [`Node::load_scripts`] through `transport`, labelled `label` in the log: the dispatch
-/// script and every script on its own ([`Script::alone`]), all at once, within `limit`.
+/// [`Node::load_scripts`] through `transport`, labelled `label` in the log.
 async fn load_scripts(transport: &dyn Transport, label: &str, limit: Duration) {
-    let sources = std::iter::once(&*BATCH).chain(scripts::scripts().map(Script::alone));
-    let loads = sources.map(|sent| {
-        let args = vec![Value::from("LOAD"), Value::from(sent.source.as_str())];
-        transport.send("SCRIPT", args)
-    });
-    let loaded = tokio::time::timeout(limit, futures_util::future::join_all(loads))
+    let args = vec![Value::from("LOAD"), Value::from(BATCH.source.as_str())];
+    let load = transport.send("SCRIPT", args);
+    let loaded = tokio::time::timeout(limit, load)
         .await
-        .map_err(|_| NodeError::Timeout(limit))
-        .and_then(|loaded| loaded.into_iter().collect::<Result<Vec<_>, _>>());
+        .unwrap_or(Err(NodeError::Timeout(limit)));
     if let Err(error) = loaded {
         tracing::debug!(node = %label, error = error.detailed(), "could not preload the lock scripts");
     }

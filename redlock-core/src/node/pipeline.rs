@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use fred::error::{Error, ErrorKind};
-use fred::types::Value;
+use fred::types::{Key, Value};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
@@ -47,6 +47,10 @@ pub(crate) struct Pipeline {
     /// Calls made and not yet answered (or given up by their caller, once sent): while there
     /// are none, a call is sent by its caller ([`Pipeline::call`]).
     outstanding: Arc<AtomicUsize>,
+    /// Calls handed to the task and not yet handed by it to the client: while there are
+    /// none, every call made so far is with the client, so a command sent by its caller
+    /// goes after all of them ([`Pipeline::set_nx`]).
+    unsent: Arc<AtomicUsize>,
 }
 
 /// What the task is handed.
@@ -61,6 +65,18 @@ enum Message {
     /// A call sent by its caller that the node answered `NOSCRIPT`: sent again by source, as
     /// a batch of its own, after the calls queued before it.
     Again(Call),
+    /// A `SET NX PX` ([`Pipeline::set_nx`]) to send after the calls queued before it.
+    SetNx(SetNx),
+}
+
+/// A `SET key token NX PX ttl GET` waiting to be sent ([`Transport::set_nx`]).
+struct SetNx {
+    key: Key,
+    token: Value,
+    ttl_ms: i64,
+    reply: oneshot::Sender<Result<Value, NodeError>>,
+    /// Counts the command as outstanding until its answer.
+    _outstanding: Outstanding,
 }
 
 /// One script call waiting to be sent.
@@ -111,11 +127,13 @@ impl Pipeline {
     pub(crate) fn start(transport: Arc<dyn Transport>) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let outstanding = Arc::new(AtomicUsize::new(0));
-        tokio::spawn(run(transport.clone(), rx));
+        let unsent = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(run(transport.clone(), rx, unsent.clone()));
         Self {
             tx,
             transport,
             outstanding,
+            unsent,
         }
     }
 
@@ -165,7 +183,7 @@ impl Pipeline {
             self.outstanding.fetch_add(1, Ordering::AcqRel);
             let counted = Outstanding(self.outstanding.clone());
             Issued::Queued(queue(
-                &self.tx,
+                (&self.tx, &self.unsent),
                 script,
                 Again {
                     keys,
@@ -176,17 +194,68 @@ impl Pipeline {
                 By::Sha1,
             ))
         };
-        let tx = self.tx.clone();
+        let (tx, unsent) = (self.tx.clone(), self.unsent.clone());
         async move {
             let answer = match issued {
                 Issued::Direct(direct) => match direct.await {
                     Ok(answer) => return answer,
                     // `NOSCRIPT`: sent again by source, through the task.
-                    Err(again) => queue(&tx, script, again, finish, By::Source)?,
+                    Err(again) => queue((&tx, &unsent), script, again, finish, By::Source)?,
                 },
                 Issued::Queued(answer) => answer?,
             };
             answer.await.unwrap_or(Err(NodeError::Disconnected))
+        }
+    }
+
+    /// Acquires one key with the node's own `SET key token NX PX ttl_ms GET`
+    /// ([`Transport::set_nx`]), made now, in order with the script calls: sent by its caller
+    /// when the task holds no call yet to be handed to the client, else by the task after the
+    /// calls queued before it. (A batch the node answered `NOSCRIPT` is sent again by source
+    /// when its answer comes, and a `SET` made meanwhile goes before it: a `SET NX` of a new
+    /// token can then only be refused where a release has not landed yet, never take a key
+    /// it should not.) Unbounded in time by itself: every caller bounds it.
+    pub(crate) fn set_nx(
+        &self,
+        key: &str,
+        token: &str,
+        ttl_ms: i64,
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+        let (key, token) = (Key::from(key), Value::from(token));
+        // Every call made before it is with the client already when the task holds none:
+        // then it is sent by its caller, after them, and may share their write.
+        let direct = self.unsent.load(Ordering::Acquire) == 0;
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        let counted = Outstanding(self.outstanding.clone());
+        let issued = if direct {
+            // The first poll hands the command to the client, now.
+            let mut sent = self.transport.set_nx(key, token, ttl_ms);
+            let sent: Answer = match sent.as_mut().now_or_never() {
+                Some(done) => Box::pin(std::future::ready(done)),
+                None => sent,
+            };
+            Ok((sent, counted))
+        } else {
+            let (reply, answer) = oneshot::channel();
+            let set = SetNx {
+                key,
+                token,
+                ttl_ms,
+                reply,
+                _outstanding: counted,
+            };
+            Err(send_unsent((&self.tx, &self.unsent), Message::SetNx(set)).map(|()| answer))
+        };
+        async move {
+            match issued {
+                Ok((sent, counted)) => {
+                    let answer = sent.await;
+                    drop(counted);
+                    answer
+                }
+                Err(Ok(answer)) => answer.await.unwrap_or(Err(NodeError::Disconnected)),
+                Err(Err(error)) => Err(error),
+            }
         }
     }
 }
@@ -201,7 +270,7 @@ enum Issued {
 /// node answered `NOSCRIPT`, by source on its own (`By::Source`); returns where its answer
 /// comes.
 fn queue(
-    tx: &mpsc::UnboundedSender<Message>,
+    (tx, unsent): (&mpsc::UnboundedSender<Message>, &AtomicUsize),
     script: &'static Script,
     again: Again,
     finish: bool,
@@ -220,8 +289,21 @@ fn queue(
         By::Sha1 => Message::Call(call),
         By::Source => Message::Again(call),
     };
-    tx.send(message).map_err(|_| NodeError::Disconnected)?;
+    send_unsent((tx, unsent), message)?;
     Ok(answer)
+}
+
+/// Hands `message` to the task, counted as unsent until the task has handed it to the client
+/// ([`Pipeline::unsent`]).
+fn send_unsent(
+    (tx, unsent): (&mpsc::UnboundedSender<Message>, &AtomicUsize),
+    message: Message,
+) -> Result<(), NodeError> {
+    unsent.fetch_add(1, Ordering::AcqRel);
+    tx.send(message).map_err(|_| {
+        unsent.fetch_sub(1, Ordering::AcqRel);
+        NodeError::Disconnected
+    })
 }
 
 /// A call to be queued: its keys and arguments, counted as outstanding.
@@ -348,7 +430,11 @@ impl Call {
 
 /// The task: takes the queued calls as one batch whenever it wakes, hands each batch to the
 /// client before taking the next, and delivers the replies.
-async fn run(transport: Arc<dyn Transport>, mut rx: mpsc::UnboundedReceiver<Message>) {
+async fn run(
+    transport: Arc<dyn Transport>,
+    mut rx: mpsc::UnboundedReceiver<Message>,
+    unsent: Arc<AtomicUsize>,
+) {
     let transport = transport.as_ref();
     let mut in_flight: FuturesUnordered<Sent> = FuturesUnordered::new();
     loop {
@@ -361,7 +447,9 @@ async fn run(transport: Arc<dyn Transport>, mut rx: mpsc::UnboundedReceiver<Mess
                 let Some(message) = message else { break };
                 let mut batch = Vec::new();
                 let mut next = Some(message);
+                let mut taken = 0;
                 while let Some(message) = next.take() {
+                    taken += usize::from(!matches!(message, Message::Adopt(..)));
                     match message {
                         Message::Call(call) => batch.push(call),
                         Message::Adopt(call, answer) => adopt(&mut in_flight, call, answer),
@@ -372,12 +460,20 @@ async fn run(transport: Arc<dyn Transport>, mut rx: mpsc::UnboundedReceiver<Mess
                             dispatch(transport, &mut in_flight, before, By::Sha1);
                             dispatch(transport, &mut in_flight, vec![call], By::Source);
                         }
+                        Message::SetNx(set) => {
+                            // After the calls queued before it.
+                            let before = std::mem::take(&mut batch);
+                            dispatch(transport, &mut in_flight, before, By::Sha1);
+                            set_nx(transport, &mut in_flight, set);
+                        }
                     }
                     if batch.len() < MAX_BATCH {
                         next = rx.try_recv().ok();
                     }
                 }
                 dispatch(transport, &mut in_flight, batch, By::Sha1);
+                // Every call taken is with the client now.
+                unsent.fetch_sub(taken, Ordering::AcqRel);
             }
         }
     }
@@ -393,6 +489,30 @@ fn adopt(in_flight: &mut FuturesUnordered<Sent>, call: Call, answer: Answer) {
         let result = answer.await;
         (vec![call], By::Sha1, result)
     }));
+}
+
+/// Sends `set` and hands it to the client now, so that what is queued after it goes after
+/// it; its answer goes to its caller.
+fn set_nx(transport: &dyn Transport, in_flight: &mut FuturesUnordered<Sent>, set: SetNx) {
+    let SetNx {
+        key,
+        token,
+        ttl_ms,
+        reply,
+        _outstanding,
+    } = set;
+    let mut sent = transport.set_nx(key, token, ttl_ms);
+    match sent.as_mut().now_or_never() {
+        Some(answer) => {
+            let _gone = reply.send(answer);
+        }
+        None => in_flight.push(Box::pin(async move {
+            let _gone = reply.send(sent.await);
+            drop(_outstanding);
+            // No batch: nothing more to settle.
+            (Vec::new(), By::Sha1, Ok(Value::Array(Vec::new())))
+        })),
+    }
 }
 
 /// Sends `batch` and hands its command to the client now (the first poll queues it on the
@@ -419,23 +539,27 @@ fn dispatch(
     }
 }
 
-/// The `EVALSHA` (or `EVAL`) of `batch`, built now: a batch of one runs its script on its
-/// own ([`Script::alone`]), its reply answered as a batch's (an array of one); a larger batch
-/// runs the dispatch script ([`BATCH`]).
+/// The `EVALSHA` (or `EVAL`) of `batch`, built now. A batch of one is sent in the dispatch
+/// script's layout for one call alone (`ARGV` opening with `=<id>`, `scripts/dispatch.lua`),
+/// which skips the loop over a batch, and its reply is answered as a batch's (an array of
+/// one). Every call goes by the one dispatch script either way, so that a node that lost its
+/// script cache answers `NOSCRIPT` to every call until one of them sends it again: calls
+/// sent again by source stay in the order they were sent.
 fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     let command = match by {
         By::Sha1 => "EVALSHA",
         By::Source => "EVAL",
     };
+    let script = match by {
+        By::Sha1 => Value::from(BATCH.sha1.as_str()),
+        By::Source => Value::from(BATCH.source.as_str()),
+    };
     if let [call] = batch {
-        let alone = call.script.alone();
-        let mut all = Vec::with_capacity(2 + call.keys.len() + call.args.len());
-        all.push(match by {
-            By::Sha1 => Value::from(alone.sha1.as_str()),
-            By::Source => Value::from(alone.source.as_str()),
-        });
+        let mut all = Vec::with_capacity(3 + call.keys.len() + call.args.len());
+        all.push(script);
         all.push(Value::Integer(call.keys.len() as i64));
         all.extend(call.keys.iter().cloned());
+        all.push(Value::from(format!("={}", call.script.id)));
         all.extend(call.args.iter().cloned());
         let answer = transport.send(command, all);
         return Box::pin(answer.map(|reply| reply.map(|reply| Value::Array(vec![reply]))));
@@ -443,10 +567,7 @@ fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
     let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
-    all.push(match by {
-        By::Sha1 => Value::from(BATCH.sha1.as_str()),
-        By::Source => Value::from(BATCH.source.as_str()),
-    });
+    all.push(script);
     all.push(Value::Integer(keys as i64));
     all.extend(batch.iter().flat_map(|c| c.keys.iter().cloned()));
     all.push(Value::Integer(batch.len() as i64));

@@ -1,7 +1,6 @@
 //! The machinery of the Lua scripts the lock runs on a node: what a [`Script`] is, the check
-//! its [`Effect`] needs, the helpers every script shares, the dispatch script ([`BATCH`]),
-//! which runs a batch of calls and is built from every script there is, and each script on
-//! its own ([`Script::alone`]), for a call sent alone.
+//! its [`Effect`] needs, the helpers every script shares, and the dispatch script ([`BATCH`]),
+//! the only script a node is sent, built from every script there is.
 //!
 //! Each script is one `.lua` file kept beside the code that sends it, loaded with
 //! `include_str!`, and declared there as a `static` [`Script`] with its id, submitted with
@@ -24,8 +23,7 @@
 //! the semaphore's in `semaphore/node.rs`.
 
 /// One of the lock's Lua scripts: its body, what it may do to a holder, and its place in the
-/// dispatch script ([`BATCH`]), which carries it in a batch of several calls. A call sent
-/// alone runs the script on its own ([`Script::alone`]).
+/// dispatch script ([`BATCH`]), which is the only script a node is sent.
 #[derive(Debug)]
 pub(crate) struct Script {
     /// Its number, which names it in a batch (and in the model crate and the tests): the
@@ -37,46 +35,13 @@ pub(crate) struct Script {
     pub(crate) effect: Effect,
     /// The body: it reads its own `KEYS` and `ARGV`, and returns as a script would.
     pub(crate) source: &'static str,
-    /// Its text as a script of its own, made on first use.
-    alone: std::sync::OnceLock<Sent>,
-}
-
-/// A script's text as a node is sent it, and the SHA-1 `EVALSHA` names it by.
-#[derive(Debug)]
-pub(crate) struct Sent {
-    /// The text, sent with `EVAL` or `SCRIPT LOAD`.
-    pub(crate) source: String,
-    /// The SHA-1 of `source`.
-    pub(crate) sha1: String,
-}
-
-impl Sent {
-    fn of(source: String) -> Self {
-        let sha1 = fred::util::sha1_hash(&source);
-        Self { source, sha1 }
-    }
 }
 
 impl Script {
     /// The script numbered `id`, with `effect` and body `source`; submitted where it is
     /// declared (`inventory::submit!`), it is in [`scripts`] and [`BATCH`].
     pub(crate) const fn new(id: usize, effect: Effect, source: &'static str) -> Self {
-        Self {
-            id,
-            effect,
-            source,
-            alone: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The script on its own: the helpers ([`PRELUDE`]), then its body, which reads the
-    /// script's own `KEYS` and `ARGV`. A call the pipeline sends alone (the only call to an
-    /// idle node, as every call of a client in sequence is) runs this rather than the
-    /// dispatch script, whose loop over a batch's calls (their tables, their `pcall`) costs the
-    /// node about as much again as a plain release's own work.
-    pub(crate) fn alone(&self) -> &Sent {
-        self.alone
-            .get_or_init(|| Sent::of(format!("{PRELUDE}\n{}", self.source)))
+        Self { id, effect, source }
     }
 }
 
@@ -508,15 +473,21 @@ pub(crate) fn scripts() -> impl Iterator<Item = &'static Script> {
 /// string). Spelled out in `scripts/dispatch.lua` (checked by a test).
 pub(crate) const ERROR_MARKER: &str = "redlock:error";
 
-/// The dispatch script: it runs a batch of calls to the scripts ([`scripts`]), in order, each on its own `KEYS` and `ARGV`, and answers one reply
+/// The dispatch script, the only script sent to a node: it runs a batch of calls to the
+/// scripts ([`scripts`]), in order, each on its own `KEYS` and `ARGV`, and answers one reply
 /// per call ([`pipeline`](super::pipeline) sends the calls that concurrent lockers issue in
 /// one tick as one `EVALSHA` of it). Its arguments and replies are described in
 /// `scripts/dispatch.lua`.
-///
-/// Its text: `prelude.lua`, then `script(id)`, which makes the function of the script
-/// numbered `id` (of its own `KEYS` and `ARGV`), then `dispatch.lua`. Built once from every
-/// script ([`scripts`], in id order).
-pub(crate) static BATCH: std::sync::LazyLock<Sent> = std::sync::LazyLock::new(|| {
+pub(crate) struct Batch {
+    /// The text: `prelude.lua`, then `script(id)`, which makes the function of the script
+    /// numbered `id` (of its own `KEYS` and `ARGV`), then `dispatch.lua`.
+    pub(crate) source: String,
+    /// The SHA-1 of `source`, which `EVALSHA` names it by.
+    pub(crate) sha1: String,
+}
+
+/// [`Batch`], built once from every script ([`scripts`], in id order).
+pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|| {
     let mut source = String::from(PRELUDE);
     // Each script's function is made only when a call names it: making all of them at
     // every batch took more of the node's time than a plain attempt's own commands.
@@ -529,7 +500,8 @@ pub(crate) static BATCH: std::sync::LazyLock<Sent> = std::sync::LazyLock::new(||
     }
     source.push_str("end\n");
     source.push_str(DISPATCH);
-    Sent::of(source)
+    let sha1 = fred::util::sha1_hash(&source);
+    Batch { source, sha1 }
 });
 
 #[cfg(test)]

@@ -219,7 +219,7 @@ impl Redlock {
         keys: &[ResourceKeys],
         token: &Token,
         options: &LockOptions,
-        (kind, windowed, streak): (AcquireKind<'_>, bool, bool),
+        (kind, windowed, streak, native): (AcquireKind<'_>, bool, bool, bool),
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
         let masters = self.masters();
@@ -234,6 +234,7 @@ impl Redlock {
             quarantine: &masters.quarantine_check,
             windowed,
             streak,
+            native,
         };
         let request = &request;
         // The longest streak of hand-overs a granting node reports.

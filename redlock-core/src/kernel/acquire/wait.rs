@@ -80,6 +80,10 @@ pub(crate) struct Ask<'a> {
     pub(crate) queued: bool,
     /// How long a waiter's entry counts after this attempt, in ms.
     pub(crate) alive_ms: u64,
+    /// May be the node's own `SET NX PX` ([`AcquireRequest::native`]).
+    ///
+    /// [`AcquireRequest::native`]: crate::kernel::commands::AcquireRequest
+    pub(crate) native: bool,
 }
 
 /// The lock of one resource, plain (queued when it waits) or in a mode: the kernel's own
@@ -97,7 +101,7 @@ impl Protocol for One {
         ask: Ask<'a>,
         acquisition: &'a mut Acquisition,
     ) -> impl Future<Output = Result<Granted, AttemptFailure>> + Send + 'a {
-        let windows = (ask.kind, ask.windowed, ask.streak);
+        let windows = (ask.kind, ask.windowed, ask.streak, ask.native);
         let keys = std::slice::from_ref(ask.keys);
         redlock.attempt(keys, ask.token, ask.options, windows, acquisition)
     }
@@ -169,6 +173,9 @@ impl Redlock {
                 waiter: &waiter,
                 queued: state.listening(),
                 alive_ms: self.intent_ttl_ms(options),
+                // The first attempt of a request that may attempt again: the last attempt's
+                // refusal comes from the script, which says how long the holder has left.
+                native: attempts == 1 && policy.deadline != decide::Deadline::Retries(0),
             };
             let attempt = protocol.attempt(self, ask, acquisition).await;
             let failure = match attempt {

@@ -22,6 +22,21 @@
 -- (ERROR_MARKER in scripts.rs; no reply of ours is a table starting with a string), and the
 -- others still run, as separate scripts would. A reply of nil or false answers false (a nil
 -- reply), so that the array keeps its length.
+--
+-- One call alone (every call of a client in sequence): ARGV opens with "=<id>" instead of n,
+-- followed by the call's own arguments, and KEYS are its keys. The call runs on the script's
+-- own KEYS and ARGV (without the "=<id>"), under `pcall` as in a batch, and its reply is
+-- answered as it is, not in an array: the loop below, its tables and the array cost the node
+-- as much again as a plain release's own work.
+local head = ARGV[1]
+if head and string.byte(head, 1) == 61 then
+  table.remove(ARGV, 1)
+  local ok, reply = pcall(script(tonumber(string.sub(head, 2))), KEYS, ARGV)
+  if ok then return reply end
+  if type(reply) == "table" then reply = reply.err end
+  return {"redlock:error", tostring(reply)}
+end
+
 local n = tonumber(ARGV[1])
 local out = {}
 local k, a = 1, 2 + 3 * n
