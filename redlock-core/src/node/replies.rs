@@ -146,6 +146,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_set_nx_reply_grants_on_nil_and_names_the_refusing_holder() {
+        use fred::error::{Error, ErrorKind};
+        let granted = set_nx_reply(Ok(Value::Null));
+        assert_eq!((granted.vote, granted.holder), (NodeVote::Acquired, None));
+        // A token: refused, named by the scripts' digest of it.
+        let held = set_nx_reply(Ok(Value::from("0123abcd")));
+        assert_eq!(held.vote, NodeVote::Held);
+        let digest: String = fred::util::sha1_hash("0123abcd").chars().take(16).collect();
+        assert_eq!(held.holder.as_deref(), Some(digest.as_str()));
+        assert_eq!(held.left_ms, None);
+        // A value that is not UTF-8, or a key that is not a string: refused, named "?".
+        let binary = set_nx_reply(Ok(Value::Bytes(vec![0xff, 0xfe].into())));
+        assert_eq!(
+            (binary.vote, binary.holder.as_deref()),
+            (NodeVote::Held, Some("?"))
+        );
+        let wrong = Error::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key",
+        );
+        let hash = set_nx_reply(Err(NodeError::from_fred(wrong)));
+        assert_eq!(
+            (hash.vote, hash.holder.as_deref()),
+            (NodeVote::Held, Some("?"))
+        );
+        // Anything else is no vote: never a grant.
+        let other = Error::new(ErrorKind::Unknown, "ERR syntax error");
+        let failed = set_nx_reply(Err(NodeError::from_fred(other)));
+        assert!(matches!(failed.vote, NodeVote::Failed(_)), "{failed:?}");
+        let odd = set_nx_reply(Ok(Value::Integer(1)));
+        assert!(
+            matches!(odd.vote, NodeVote::Failed(NodeError::UnexpectedReply(_))),
+            "{odd:?}"
+        );
+    }
+
+    #[test]
     fn acquire_replies_decode_votes_counters_and_streaks() {
         let reply = |parts: Vec<Value>| acquire_reply(Ok(Value::Array(parts)), "k");
         let granted = reply(vec![
