@@ -100,6 +100,24 @@ fn workspace_root() -> std::path::PathBuf {
         .unwrap_or_default()
 }
 
+/// Where cargo puts its builds: `CARGO_TARGET_DIR`, or the workspace's `target`.
+fn target_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace_root().join("target"), std::path::PathBuf::from)
+}
+
+/// Removes trybuild's copy of the dependencies (about 1.4 GB) once the macro's UI tests have
+/// run: nothing after them uses it, and a CI machine's disk may not hold it beside every
+/// other build of the test command.
+fn forget_trybuild_builds() {
+    let dir = target_dir().join("tests").join("trybuild");
+    if let Err(error) = std::fs::remove_dir_all(&dir)
+        && error.kind() != std::io::ErrorKind::NotFound
+    {
+        eprintln!("xtask: could not remove {}: {error}", dir.display());
+    }
+}
+
 /// The arguments after the task name, without a leading `--`.
 fn task_args() -> Vec<String> {
     std::env::args().skip(2).filter(|a| a != "--").collect()
@@ -376,6 +394,7 @@ fn test() -> anyhow::Result<()> {
         "the macro's UI tests (trybuild compiles its own copy of the dependencies: about 2 min on a fresh machine)",
     );
     cargo(&["test", "-p", "redlock-macro-ui", "--test", "macro_ui"])?;
+    forget_trybuild_builds();
     step(
         "the benchmark as a smoke run (a debug build of every workload, --quick: its figures mean nothing; `cargo xtask bench` measures)",
     );

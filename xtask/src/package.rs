@@ -34,7 +34,7 @@ const REQUIRED: [&str; 3] = ["LICENSE-MIT", "LICENSE-APACHE", "README.md"];
 /// `cargo package` of them all (which builds each from its package).
 pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
     unpublished_members_say_so(root)?;
-    forget_builds_from_packages(root)?;
+    forget_builds_from_packages()?;
     for krate in PUBLISHED {
         let files = listed_files(root, krate)?;
         let dir = member_dir(root, krate)?;
@@ -58,10 +58,8 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
 /// (their dep-info names sources under `$CARGO_HOME/registry/src/-<hash>/`): their sources are
 /// unpacked with the packages' fixed file times, so cargo would find the build of an earlier
 /// package fresh and use it for the package just made.
-fn forget_builds_from_packages(root: &Path) -> anyhow::Result<()> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), PathBuf::from)
-        .join("debug");
+fn forget_builds_from_packages() -> anyhow::Result<()> {
+    let target = crate::target_dir().join("debug");
     let Ok(deps) = std::fs::read_dir(target.join("deps")) else {
         return Ok(());
     };
