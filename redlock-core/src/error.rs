@@ -350,6 +350,43 @@ impl LockError {
         }
     }
 
+    /// Whether the same call, made again later, may succeed: the resource was busy or the
+    /// vote split ([`Busy`](Self::Busy), [`SplitVote`](Self::SplitVote)), too few nodes
+    /// answered in time or the acquisition outran its validity
+    /// ([`Unavailable`](Self::Unavailable), [`NoValidity`](Self::NoValidity)), the lock
+    /// ran out or was taken from under the work it guarded (`Lost` with
+    /// [`LostReason::Expired`] or [`LostReason::Refused`]: take it again), or the OS random
+    /// source failed ([`Entropy`](Self::Entropy)).
+    ///
+    /// `false` when calling again cannot help without a change: bad input
+    /// ([`Invalid`](Self::Invalid)), data of another application at the key
+    /// ([`ForeignKey`](Self::ForeignKey)), a handle shutting down
+    /// ([`ShuttingDown`](Self::ShuttingDown)) or never registered
+    /// ([`NotRegistered`](Self::NotRegistered)), a lock the program itself released or
+    /// detached (`Lost` with [`LostReason::Released`] or [`LostReason::Detached`]), and
+    /// [`ReleaseUnconfirmed`](Self::ReleaseUnconfirmed), where there is nothing to do again:
+    /// the key expires with its ttl.
+    ///
+    /// How long to wait first: [`retry_after`](Self::retry_after) for a busy resource, the
+    /// retry delay otherwise.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Busy { .. }
+            | Self::SplitVote { .. }
+            | Self::Unavailable { .. }
+            | Self::NoValidity { .. }
+            | Self::Entropy(_) => true,
+            Self::Lost { reason, .. } => {
+                matches!(reason, LostReason::Expired | LostReason::Refused(_))
+            }
+            Self::Invalid(_)
+            | Self::ReleaseUnconfirmed { .. }
+            | Self::ShuttingDown
+            | Self::NotRegistered(_)
+            | Self::ForeignKey { .. } => false,
+        }
+    }
+
     /// `true` if Redis could not decide: too few nodes answered, the acquisition outran its
     /// validity, a release was unconfirmed, or the handle is shutting down.
     pub fn is_unavailable(&self) -> bool {
@@ -664,5 +701,81 @@ impl std::fmt::Debug for ConfigPath {
 impl std::fmt::Display for ConfigPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&shown_path(&self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{InvalidInput, LockError, LostReason};
+    use crate::outcome::Outcomes;
+
+    #[test]
+    fn an_error_says_whether_the_same_call_may_succeed_later() {
+        let outcomes = || Outcomes::new(Vec::new());
+        let resource = || "order:1".to_owned();
+        let retryable = [
+            LockError::Busy {
+                resource: resource(),
+                attempts: 1,
+                quorum: 2,
+                outcomes: outcomes(),
+            },
+            LockError::SplitVote {
+                resource: resource(),
+                attempts: 1,
+                quorum: 2,
+                outcomes: outcomes(),
+            },
+            LockError::Unavailable {
+                resource: resource(),
+                attempts: 1,
+                quorum: 2,
+                outcomes: outcomes(),
+            },
+            LockError::NoValidity {
+                resource: resource(),
+                attempts: 1,
+                elapsed: std::time::Duration::from_secs(1),
+                ttl: std::time::Duration::from_secs(1),
+            },
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Expired,
+            },
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Refused(outcomes()),
+            },
+        ];
+        for error in &retryable {
+            assert!(error.is_retryable(), "{error}");
+        }
+        let final_ = [
+            LockError::Invalid(InvalidInput::EmptyResource),
+            LockError::ReleaseUnconfirmed {
+                resource: resource(),
+                answered: 1,
+                nodes: 3,
+                quorum: 2,
+            },
+            LockError::ShuttingDown,
+            LockError::NotRegistered("orders".to_owned()),
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Released,
+            },
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Detached,
+            },
+            LockError::ForeignKey {
+                resource: resource(),
+                key: "order:1".to_owned(),
+                outcomes: outcomes(),
+            },
+        ];
+        for error in &final_ {
+            assert!(!error.is_retryable(), "{error}");
+        }
     }
 }
