@@ -118,9 +118,13 @@ pub(crate) trait Channels: Send + Sync + 'static {
 }
 
 /// The production subscriber: a `fred` subscriber client with the node client's
-/// configuration, connecting in the background from its creation and re-subscribing to its
+/// configuration, connecting in the background from its creation and subscribing again to its
 /// channels after a reconnection.
-pub(crate) struct FredChannels(SubscriberClient);
+pub(crate) struct FredChannels {
+    subscriber: SubscriberClient,
+    /// Subscribes again after each reconnection ([`resubscribe`]); stopped with the handle.
+    resubscribe: tokio::task::JoinHandle<()>,
+}
 
 impl FredChannels {
     /// The subscriber of the node `client` reaches. Must run inside a tokio runtime.
@@ -131,15 +135,52 @@ impl FredChannels {
             Some(client.connection_config().clone()),
             client.client_reconnect_policy(),
         );
-        let _resubscribe = subscriber.manage_subscriptions();
+        // Listening before connecting: no connection goes unseen.
+        let connections = subscriber.reconnect_rx();
+        let resubscribe = tokio::spawn(resubscribe(subscriber.clone(), connections));
         let _connection = subscriber.connect();
-        Self(subscriber)
+        Self {
+            subscriber,
+            resubscribe,
+        }
+    }
+}
+
+impl Drop for FredChannels {
+    fn drop(&mut self) {
+        self.resubscribe.abort();
+    }
+}
+
+/// After each (re)connection of `subscriber` (`connections`), subscribes again to the channels it tracks, if
+/// any. fred's own `manage_subscriptions` sends `SUBSCRIBE` and `PSUBSCRIBE` even with none,
+/// and the node answers each with an error (`ERR wrong number of arguments`) at every start.
+async fn resubscribe(
+    subscriber: SubscriberClient,
+    mut connections: broadcast::Receiver<fred::types::config::Server>,
+) {
+    loop {
+        match connections.recv().await {
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+        let channels: Vec<Key> = subscriber
+            .tracked_channels()
+            .into_iter()
+            .map(Key::from)
+            .collect();
+        if channels.is_empty() {
+            continue;
+        }
+        if let Err(error) = subscriber.subscribe(channels).await {
+            tracing::debug!(%error, "could not subscribe again to the waiters' channels after a reconnection");
+        }
     }
 }
 
 impl Channels for FredChannels {
     fn subscribe(&self, channel: &str) -> Pending {
-        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        let (subscriber, channel) = (self.subscriber.clone(), channel.to_owned());
         Box::pin(async move {
             subscriber
                 .wait_for_connect()
@@ -153,7 +194,7 @@ impl Channels for FredChannels {
     }
 
     fn unsubscribe(&self, channel: &str) -> Pending {
-        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        let (subscriber, channel) = (self.subscriber.clone(), channel.to_owned());
         Box::pin(async move {
             subscriber
                 .unsubscribe(channel.as_str())
@@ -163,7 +204,7 @@ impl Channels for FredChannels {
     }
 
     fn deliver_to(&self, deliver: Deliver) {
-        let mut rx = self.0.message_rx();
+        let mut rx = self.subscriber.message_rx();
         tokio::spawn(async move {
             loop {
                 match rx.recv().await {
@@ -183,7 +224,7 @@ impl Channels for FredChannels {
     }
 
     fn connected(&self) -> Pending {
-        let subscriber = self.0.clone();
+        let subscriber = self.subscriber.clone();
         Box::pin(async move {
             subscriber
                 .wait_for_connect()
@@ -193,7 +234,7 @@ impl Channels for FredChannels {
     }
 
     fn quit(&self) -> Pending {
-        let subscriber = self.0.clone();
+        let subscriber = self.subscriber.clone();
         Box::pin(async move { subscriber.quit().await.map_err(NodeError::from_fred) })
     }
 }
