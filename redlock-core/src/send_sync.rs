@@ -7,10 +7,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::{
-    DetachedLock, ForceReleased, Holder, LeaderElection, LockError, LockGuard, LockInfo,
-    LockOptions, LostFuture, LostReason, LostSignal, Mode, ModeHolder, NodeHolding, NodeStatus,
-    Outcomes, Redlock, RedlockBuilder, ReleaseAllReport, Released, ResourceStatus, Semaphore, Term,
-    Token,
+    BuildError, DetachedLock, ForceReleased, Holder, LeaderElection, LockError, LockGuard,
+    LockInfo, LockOptions, LostFuture, LostReason, LostSignal, Mode, ModeHolder, NodeHolding,
+    NodeStatus, Outcomes, Redlock, RedlockBuilder, ReleaseAllReport, Released, ResourceStatus,
+    Semaphore, Term, Token,
 };
 
 const fn send_sync<T: Send + Sync>() {}
@@ -29,6 +29,7 @@ const _: () = {
     send_only::<LostFuture>();
     send_sync::<LostReason>();
     send_sync::<LockError>();
+    send_sync::<BuildError>();
     send_sync::<LockOptions>();
     send_sync::<Semaphore>();
     send_sync::<LeaderElection>();
@@ -84,6 +85,7 @@ fn futures_are_send(
     send(semaphore.acquire());
     send(semaphore.acquire_with(&options));
     send(guard.until_lost(async {}));
+    send(guard.scope(async {}));
     send(guard.extend(ttl));
     send(guard.downgrade(Mode::ProtectedRead));
     send(info.lost().cancelled());

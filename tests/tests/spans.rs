@@ -55,8 +55,8 @@ async fn acquisitions_releases_and_losses_are_traced_without_the_token() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let logs = capture.lines().join("\n");
 
-    // Per-operation spans are DEBUG, as tower-http's and fred's: an application logging at
-    // INFO does not pay for them.
+    // Per-operation spans are DEBUG, as tower-http's: an application logging at INFO does
+    // not pay for them.
     let acquired = capture.with(&[
         "DEBUG",
         "redlock.acquire",

@@ -79,8 +79,12 @@ impl Redlock {
     /// attempt", as in every acquisition: when the nodes split their votes among contenders
     /// attempting at the same time, so that nobody holds the resource, each contender
     /// attempts again after a short random delay (distlock spec, "Retry on failure"), so that
-    /// two `try_lock`s at the same moment do not both come away with nothing. It returns
-    /// within one node timeout when the resource is held.
+    /// two `try_lock`s at the same moment do not both come away with nothing. When the
+    /// resource is held it returns after one round of the nodes and the clean-up of what that
+    /// round took, never after a retry delay. A key reserved for the waiter a release handed
+    /// it to counts as held. For how long the holder has left, call
+    /// [`lock_with`](Self::lock_with) with `retry_count(0)`: its [`LockError::Busy`] carries
+    /// [`retry_after`](LockError::retry_after).
     ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with), but for [`LockError::Busy`], which is `Ok(None)`.

@@ -172,11 +172,29 @@ async fn resubscribe(
         if channels.is_empty() {
             continue;
         }
-        if let Err(error) = subscriber.subscribe(channels).await {
-            tracing::debug!(%error, "could not subscribe again to the waiters' channels after a reconnection");
+        // A subscription that fails now (a node slow to answer after its restart) would leave
+        // every waiter on these channels without this node's wake-ups until the next
+        // reconnection: attempted again, with a doubling delay.
+        let mut delay = RESUBSCRIBE_DELAY;
+        for attempt in 1..=RESUBSCRIBE_ATTEMPTS {
+            match subscriber.subscribe(channels.clone()).await {
+                Ok(()) => break,
+                Err(error) if attempt == RESUBSCRIBE_ATTEMPTS => {
+                    tracing::warn!(%error, "could not subscribe again to the waiters' channels after a reconnection: waiters fall back to their retry delay on this node");
+                }
+                Err(error) => {
+                    tracing::debug!(%error, attempt, "could not subscribe again to the waiters' channels; attempting again");
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2);
+                }
+            }
         }
     }
 }
+
+/// The attempts to subscribe again after a reconnection, and the delay before the second.
+const RESUBSCRIBE_ATTEMPTS: u32 = 5;
+const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(50);
 
 impl Channels for FredChannels {
     fn subscribe(&self, channel: &str) -> Pending {
