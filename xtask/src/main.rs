@@ -409,7 +409,7 @@ fn test() -> anyhow::Result<()> {
         // nextest builds every test binary first, then runs each test in its own process
         // under the limits of .config/nextest.toml, which count run time only.
         step(
-            "building the tests, then running them against real redis-server nodes (RL-15 alone takes 3 min)",
+            "building the tests, then running them against real redis-server nodes (RL-15 alone takes 2 min)",
         );
         cargo(&[
             "nextest",
