@@ -30,6 +30,9 @@ mod lock;
 mod rejection;
 mod shutdown;
 
+// Compile-time checks: the public types are `Send + Sync`, the response future `Send`.
+mod send_sync;
+
 pub use extract::{HeldLock, HeldLockRejection};
 pub use lock::{
     BodyError, DEFAULT_MAX_HOLD, RedlockLayer, RedlockService, ReleaseOn, ResponseFuture,

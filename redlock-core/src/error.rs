@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::outcome::Outcomes;
+use crate::outcome::{NodeVote, Outcomes};
 
 /// Input rejected before anything was sent to a node.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -350,6 +350,50 @@ impl LockError {
         }
     }
 
+    /// Whether the same call, made again later, may succeed: the resource was busy or the
+    /// vote split ([`Busy`](Self::Busy), [`SplitVote`](Self::SplitVote)), the acquisition
+    /// outran its validity ([`NoValidity`](Self::NoValidity)), the OS random source failed
+    /// ([`Entropy`](Self::Entropy)), or too few nodes answered
+    /// ([`Unavailable`](Self::Unavailable)) while enough of the others failed for a reason
+    /// that passes ([`NodeError::is_transient`](crate::NodeError::is_transient): a timeout,
+    /// a lost connection, a node loading its data) for a quorum to be possible later.
+    ///
+    /// `false` when calling again cannot help without a change: bad input
+    /// ([`Invalid`](Self::Invalid)), data of another application at the key
+    /// ([`ForeignKey`](Self::ForeignKey)), nodes refusing for good (`Unavailable` where so
+    /// many nodes answered `NOPERM`, `READONLY` or another lasting refusal that no quorum is
+    /// left), a handle shutting down ([`ShuttingDown`](Self::ShuttingDown)) or never
+    /// registered ([`NotRegistered`](Self::NotRegistered)), a lock that is gone
+    /// ([`Lost`](Self::Lost): the guard's calls cannot succeed again; take a new lock), and
+    /// [`ReleaseUnconfirmed`](Self::ReleaseUnconfirmed), where there is nothing to do again:
+    /// the key expires with its ttl.
+    ///
+    /// How long to wait first: [`retry_after`](Self::retry_after) for a busy resource, the
+    /// retry delay otherwise.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Busy { .. }
+            | Self::SplitVote { .. }
+            | Self::NoValidity { .. }
+            | Self::Entropy(_) => true,
+            Self::Unavailable {
+                quorum, outcomes, ..
+            } => {
+                let lasting = outcomes
+                    .iter()
+                    .filter(|o| matches!(&o.vote, NodeVote::Failed(e) if !e.is_transient()))
+                    .count();
+                outcomes.len() - lasting >= *quorum
+            }
+            Self::Invalid(_)
+            | Self::Lost { .. }
+            | Self::ReleaseUnconfirmed { .. }
+            | Self::ShuttingDown
+            | Self::NotRegistered(_)
+            | Self::ForeignKey { .. } => false,
+        }
+    }
+
     /// `true` if Redis could not decide: too few nodes answered, the acquisition outran its
     /// validity, a release was unconfirmed, or the handle is shutting down.
     pub fn is_unavailable(&self) -> bool {
@@ -664,5 +708,129 @@ impl std::fmt::Debug for ConfigPath {
 impl std::fmt::Display for ConfigPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&shown_path(&self.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{InvalidInput, LockError, LostReason};
+    use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
+
+    fn reply(text: &str) -> NodeError {
+        NodeError::from_fred(fred::error::Error::new(
+            fred::error::ErrorKind::Unknown,
+            text.to_owned(),
+        ))
+    }
+
+    /// `Unavailable` on 3 nodes (quorum 2) after `votes`.
+    fn unavailable(votes: Vec<NodeVote>) -> LockError {
+        let outcomes = votes
+            .into_iter()
+            .enumerate()
+            .map(|(i, vote)| NodeOutcome {
+                node: format!("10.0.0.{i}:6379"),
+                vote,
+                holder_ttl: None,
+            })
+            .collect();
+        LockError::Unavailable {
+            resource: "order:1".to_owned(),
+            attempts: 1,
+            quorum: 2,
+            outcomes: Outcomes::new(outcomes),
+        }
+    }
+
+    #[test]
+    fn node_errors_that_pass_are_told_from_lasting_refusals() {
+        for passing in [
+            NodeError::Timeout(std::time::Duration::from_millis(100)),
+            NodeError::Disconnected,
+            NodeError::Quarantined,
+            reply("LOADING Redis is loading the dataset in memory"),
+            reply("BUSY Redis is busy running a script."),
+            reply("OOM command not allowed when used memory > 'maxmemory'."),
+        ] {
+            assert!(passing.is_transient(), "{passing:?}");
+        }
+        for lasting in [
+            reply("NOPERM this user has no permissions to run the 'evalsha' command"),
+            reply("READONLY You can't write against a read only replica."),
+            reply("ERR unknown command"),
+            reply("NOPERMISSIVE is not a code"),
+            NodeError::QuarantineMismatch,
+            NodeError::UnexpectedReply("to a batch: 7".to_owned()),
+        ] {
+            assert!(!lasting.is_transient(), "{lasting:?}");
+        }
+    }
+
+    #[test]
+    fn an_error_says_whether_the_same_call_may_succeed_later() {
+        let outcomes = || Outcomes::new(Vec::new());
+        let resource = || "order:1".to_owned();
+        let timeout = || NodeVote::Failed(NodeError::Timeout(std::time::Duration::ZERO));
+        let noperm = || NodeVote::Failed(reply("NOPERM no permissions"));
+        let retryable = [
+            LockError::Busy {
+                resource: resource(),
+                attempts: 1,
+                quorum: 2,
+                outcomes: outcomes(),
+            },
+            LockError::SplitVote {
+                resource: resource(),
+                attempts: 1,
+                quorum: 2,
+                outcomes: outcomes(),
+            },
+            LockError::NoValidity {
+                resource: resource(),
+                attempts: 1,
+                elapsed: std::time::Duration::from_secs(1),
+                ttl: std::time::Duration::from_secs(1),
+            },
+            // Two nodes timed out: they may answer later.
+            unavailable(vec![timeout(), timeout(), NodeVote::Acquired]),
+            // One refuses for good, but the two others can still make a quorum.
+            unavailable(vec![noperm(), timeout(), NodeVote::Acquired]),
+        ];
+        for error in &retryable {
+            assert!(error.is_retryable(), "{error}");
+        }
+        let final_ = [
+            LockError::Invalid(InvalidInput::EmptyResource),
+            // Two of three refuse for good: no quorum is left.
+            unavailable(vec![noperm(), noperm(), NodeVote::Acquired]),
+            LockError::ReleaseUnconfirmed {
+                resource: resource(),
+                answered: 1,
+                nodes: 3,
+                quorum: 2,
+            },
+            LockError::ShuttingDown,
+            LockError::NotRegistered("orders".to_owned()),
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Expired,
+            },
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Refused(outcomes()),
+            },
+            LockError::Lost {
+                resource: resource(),
+                reason: LostReason::Released,
+            },
+            LockError::ForeignKey {
+                resource: resource(),
+                key: "order:1".to_owned(),
+                outcomes: outcomes(),
+            },
+        ];
+        for error in &final_ {
+            assert!(!error.is_retryable(), "{error}");
+        }
     }
 }

@@ -156,6 +156,11 @@ impl LeaderElection {
             .wait_forever()
             .auto_extend(true)
             .reentrant(false);
+        if options.fencing {
+            self.redlock
+                .masters()
+                .warn_if_fencing_needs_every_node("a fenced leader election");
+        }
         let mut number = 0u64;
         loop {
             let campaign = self.redlock.lock_one(resource, None, &options);

@@ -30,6 +30,9 @@ mod telemetry;
 mod timing;
 mod token;
 
+// Compile-time checks: the public types are `Send + Sync`, the public futures `Send`.
+mod send_sync;
+
 pub mod registry;
 
 // The guide: doc-only pages, empty modules.

@@ -61,6 +61,33 @@ impl NodeError {
         }
     }
 
+    /// Whether the node may answer otherwise later without a change on either side: no
+    /// answer in time, no connection, a quarantine that ends by itself, or an error reply of a
+    /// node that is busy or not ready (`LOADING`, `BUSY`, `MASTERDOWN`, `NOREPLICAS`,
+    /// `TRYAGAIN`, `OOM`). `false` for refusals that stay until someone acts: an ACL or auth
+    /// refusal (`NOPERM`, `NOAUTH`, `WRONGPASS`), a read-only replica (`READONLY`), any other
+    /// error reply, a reply the protocol does not expect, a quarantine of another length, or
+    /// another application's data at the key.
+    pub fn is_transient(&self) -> bool {
+        const PASSING: [&str; 6] = [
+            "LOADING",
+            "BUSY",
+            "MASTERDOWN",
+            "NOREPLICAS",
+            "TRYAGAIN",
+            "OOM",
+        ];
+        match self {
+            Self::Timeout(_) | Self::Disconnected | Self::Io(_) | Self::Quarantined => true,
+            Self::Reply(client) => client
+                .details()
+                .split(' ')
+                .next()
+                .is_some_and(|code| PASSING.contains(&code)),
+            Self::UnexpectedReply(_) | Self::QuarantineMismatch | Self::ForeignKey { .. } => false,
+        }
+    }
+
     pub(crate) fn from_fred(error: fred::error::Error) -> Self {
         use fred::error::ErrorKind;
         match error.kind() {

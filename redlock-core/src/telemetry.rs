@@ -163,7 +163,7 @@ impl Acquisition {
         let class = class_of(resource, options);
         let kind = kind_label(mode, permits.is_some());
         let ttl_ms = options.ttl_millis();
-        let span = tracing::info_span!(
+        let span = tracing::debug_span!(
             "redlock.acquire",
             redlock.resource = resource,
             redlock.resource_class = class.as_str(),
@@ -298,11 +298,11 @@ fn millis(duration: Duration) -> u64 {
 /// `release_all`.
 /// The span of one resumption of a detached lock ([`Redlock::resume_with`](crate::Redlock::resume_with)).
 pub(crate) fn resume_span(resource: &str) -> tracing::Span {
-    tracing::info_span!("redlock.resume", redlock.resource = resource)
+    tracing::debug_span!("redlock.resume", redlock.resource = resource)
 }
 
 pub(crate) fn release_span(resource: &str, class: &str, via: &'static str) -> tracing::Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         "redlock.release",
         redlock.resource = resource,
         redlock.resource_class = class,

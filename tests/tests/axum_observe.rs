@@ -343,7 +343,8 @@ fn each_locked_request_runs_in_a_span_naming_the_route_template_and_the_resource
             ),
         ])
     );
-    assert!(spans.iter().all(|s| s.level == Level::INFO));
+    // DEBUG, as tower-http's own spans: an application logging at INFO does not pay for it.
+    assert!(spans.iter().all(|s| s.level == Level::DEBUG));
     // The acquisition and the handler run inside it.
     let acquire = capture.spans("redlock.acquire");
     assert!(!acquire.is_empty());

@@ -105,6 +105,50 @@ async fn a_minority_down_keeps_locking_and_excluding() {
 }
 
 #[tokio::test]
+async fn try_lock_takes_a_free_resource_and_answers_none_at_once_when_held() {
+    let mut nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    // Retries and waiting in the options are ignored: one attempt.
+    let patient = LockOptions::default()
+        .retry_delay(Duration::from_secs(5))
+        .wait_timeout(Duration::from_secs(30));
+    let guard = a.try_lock_with("job", &patient).await.unwrap().unwrap();
+    let started = Instant::now();
+    assert!(b.try_lock_with("job", &patient).await.unwrap().is_none());
+    // Well under the first retry delay: `lock_with` would have waited 30 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    // The holder's keys are untouched.
+    assert!(guard.is_valid());
+    let token = Some(guard.token().expose().to_owned());
+    assert_eq!(nodes.values("job").await, vec![token; 5]);
+    guard.release().await.unwrap();
+    let again = b.try_lock("job").await.unwrap().unwrap();
+    again.release().await.unwrap();
+
+    // Held by another application's `SET NX` on a quorum: `None`, and its keys untouched.
+    for i in 0..3 {
+        foreign_set_nx(&nodes.servers[i].url(), "shared").await;
+    }
+    assert!(b.try_lock("shared").await.unwrap().is_none());
+    let theirs = Some("theirs".to_owned());
+    assert_eq!(
+        nodes.values("shared").await,
+        [theirs.clone(), theirs.clone(), theirs, None, None]
+    );
+
+    // No quorum of nodes: an error, which says a later call may succeed.
+    for i in [0, 2, 4] {
+        nodes.servers[i].kill();
+    }
+    let error = b.try_lock("job").await.unwrap_err();
+    assert!(error.is_unavailable() && error.is_retryable(), "{error}");
+}
+
+#[tokio::test]
 async fn a_majority_down_fails_fast_with_a_typed_error() {
     let mut nodes = RedisNodes::start(5);
     let a = redlock(&nodes).await;

@@ -1008,7 +1008,7 @@ async fn contend(
 /// itself; the seed is printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rl15_nemesis_soak() {
-    let minutes: f64 = env("RL15_MINUTES").unwrap_or(3.0);
+    let minutes: f64 = env("RL15_MINUTES").unwrap_or(2.0);
     let seed: u64 = env("RL15_SEED").unwrap_or_else(|| rand::rng().random());
     eprintln!(
         "RL-15: seed {seed} (RL15_SEED={seed} replays the schedule), {minutes} min of faults"

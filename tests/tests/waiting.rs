@@ -58,6 +58,72 @@ async fn a_waiter_is_woken_by_the_release_not_by_its_retry_delay() {
         }
     })
     .await;
+    // No node answered an error to the handles' connections: the subscriber connections,
+    // which connect at build, send no `SUBSCRIBE` or `PSUBSCRIBE` without a channel (the
+    // waiter subscribed only once it was connected).
+    for server in &nodes.servers {
+        let info = CustomCommand::new_static("INFO", ClusterHash::FirstKey, false);
+        let errors: String = plain_client(&server.url())
+            .await
+            .custom(info, vec!["errorstats"])
+            .await
+            .unwrap();
+        assert!(!errors.contains("errorstat_ERR"), "{errors}");
+    }
+}
+
+/// The channels with a subscriber on each node, asked through `clients` (one per node).
+async fn subscribed(clients: &[fred::clients::Client]) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for client in clients {
+        let channels = CustomCommand::new_static("PUBSUB", ClusterHash::FirstKey, false);
+        all.push(client.custom(channels, vec!["CHANNELS"]).await.unwrap());
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_waiter_subscribes_again_when_its_connections_come_back() {
+    let nodes = RedisNodes::start(3);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let held = a.lock("res").await.unwrap();
+    let waiting = tokio::spawn(async move { b.lock_with("res", &waiter(ms(10_000))).await });
+    until_queued(&nodes, "res", 1).await;
+    let mut clients = Vec::new();
+    for server in &nodes.servers {
+        clients.push(plain_client(&server.url()).await);
+    }
+    let subscribed_everywhere = || async {
+        while subscribed(&clients).await.iter().any(Vec::is_empty) {
+            tokio::time::sleep(ms(2)).await;
+        }
+    };
+    within(
+        "the waiter to subscribe on every node",
+        subscribed_everywhere(),
+    )
+    .await;
+    // The waiter's subscriber connection is cut on every node (the only connection there in
+    // the pubsub state: the holder's subscriber has no channel); the client reconnects it.
+    for client in &clients {
+        let kill = CustomCommand::new_static("CLIENT", ClusterHash::FirstKey, false);
+        let killed: i64 = client
+            .custom(kill, vec!["KILL", "TYPE", "pubsub"])
+            .await
+            .unwrap();
+        assert_eq!(killed, 1);
+    }
+    within(
+        "the waiter to subscribe again on every node",
+        subscribed_everywhere(),
+    )
+    .await;
+    // Woken by the release, not by its 10 s retry delay.
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = within("the waiter", waiting).await.unwrap().unwrap();
+    assert!(released.elapsed() < ms(1_000), "{:?}", released.elapsed());
+    guard.release().await.unwrap();
 }
 
 #[tokio::test]

@@ -218,8 +218,10 @@ fn integration_test_shown(env: &[(&str, &str)], target: &str) -> anyhow::Result<
 /// Steps of the validity-contract property test per minute of `cargo xtask soak`.
 const CONTRACT_STEPS_PER_MINUTE: f64 = 900.0;
 
-/// The integration tests that run one at a time (`faults` group in .config/nextest.toml).
-const FAULT_TESTS: [&str; 2] = ["reliability", "soak"];
+/// The integration tests that run one at a time under `cargo test`: the fault scenarios
+/// (`faults` group in .config/nextest.toml), and the log captures, each test of which installs
+/// its own subscriber (nextest runs every test in a process of its own anyway).
+const FAULT_TESTS: [&str; 3] = ["reliability", "soak", "logging"];
 
 /// The integration test targets of redlock-tests but the UI tests (a step of their own).
 fn integration_tests() -> anyhow::Result<Vec<String>> {
@@ -407,7 +409,7 @@ fn test() -> anyhow::Result<()> {
         // nextest builds every test binary first, then runs each test in its own process
         // under the limits of .config/nextest.toml, which count run time only.
         step(
-            "building the tests, then running them against real redis-server nodes (RL-15 alone takes 3 min)",
+            "building the tests, then running them against real redis-server nodes (RL-15 alone takes 2 min)",
         );
         cargo(&[
             "nextest",

@@ -1,6 +1,6 @@
 //! `cargo xtask vocabulary`: the public docs speak to users, not to the project's own notes.
 //!
-//! Scans the workspace README, each library crate's README, the CHANGELOG's `Unreleased`
+//! Scans the workspace README, each library crate's README, the CHANGELOG's unreleased
 //! section, the rustdoc (`///`, `//!`) and Markdown pages (redlock-core's guide) of the library
 //! crates ([`CRATES`]), and the READMEs of `bench`, `tests` and `examples/demo`, for
 //! internal vocabulary: test ids (`RL-05`), the benchmark's workload numbers (`W2`), seed
@@ -95,7 +95,8 @@ fn relative(root: &Path, path: &Path) -> String {
 pub(crate) enum Kind {
     /// The whole file is Markdown.
     Markdown,
-    /// Markdown, only its `## Unreleased` section (released entries keep their words).
+    /// Markdown, only its unreleased sections (`## Unreleased`, `## [0.1.0] - Unreleased`):
+    /// released entries keep their words.
     Changelog,
     /// Rust: its `///` and `//!` lines, as Markdown.
     Rust,
@@ -161,7 +162,8 @@ pub(crate) fn scan(file: &str, text: &str, kind: Kind) -> Vec<Hit> {
             Kind::Markdown => Some(line),
             Kind::Changelog => {
                 if let Some(heading) = line.strip_prefix("## ") {
-                    in_unreleased = heading.trim().eq_ignore_ascii_case("unreleased");
+                    // `## Unreleased`, or a version not released yet: `## [0.1.0] - Unreleased`.
+                    in_unreleased = heading.to_ascii_lowercase().contains("unreleased");
                 }
                 in_unreleased.then_some(line)
             }
@@ -480,6 +482,8 @@ mod tests {
     fn changelog_unreleased_section_only() {
         let changelog = "# Changelog\n\n## Unreleased\n- RL-05 passes\n\n## 0.1.0\n- seed 002's modes (RL-05)\n";
         assert_eq!(hits(changelog, Kind::Changelog), ["RL-05"]);
+        let versioned = "# Changelog\n\n## [0.2.0] - Unreleased\n- RL-05 passes\n\n## [0.1.0] - 2027-01-04\n- RL-06\n";
+        assert_eq!(hits(versioned, Kind::Changelog), ["RL-05"]);
     }
 
     #[test]

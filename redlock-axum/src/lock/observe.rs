@@ -17,7 +17,7 @@ pub(crate) const REJECTIONS: &str = "redlock_layer_rejections_total";
 /// names follow OpenTelemetry's HTTP conventions (`http.route`) and the lock's own
 /// (`redlock.resource_class`: see `ResourceFrom::class`).
 pub(crate) fn span(route: Option<&MatchedPath>, class: Option<&str>) -> Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         "redlock.layer",
         "http.route" = route.map(MatchedPath::as_str),
         "redlock.resource_class" = class,

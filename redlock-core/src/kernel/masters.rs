@@ -106,6 +106,21 @@ impl Masters {
         self.nodes.len()
     }
 
+    /// Whether a fencing token needs every node while the lock itself needs fewer (3 nodes:
+    /// 3 of 3 against 2 of 3): then one node down stops every fenced lock, and nothing else
+    /// says so. Logs a WARN naming `what` (the fenced lock's user) when it does.
+    pub(crate) fn warn_if_fencing_needs_every_node(&self, what: &str) {
+        if self.fencing_quorum == self.len() && self.fencing_quorum > self.quorum {
+            tracing::warn!(
+                nodes = self.len(),
+                fencing_quorum = self.fencing_quorum,
+                "{what}: a fencing token needs all {} nodes to confirm it (a lock needs {}), so with one node down no fenced lock is granted; use 5 nodes or more for fencing, or turn it off",
+                self.len(),
+                self.quorum,
+            );
+        }
+    }
+
     /// Refuses a ttl the node quarantine does not cover (see
     /// [`RedlockBuilder::quarantine`](crate::RedlockBuilder::quarantine)).
     pub(crate) fn check_quarantine(&self, ttl: Duration) -> Result<(), InvalidInput> {

@@ -57,6 +57,55 @@ impl Redlock {
         self.lock_one(resource, None, options).await
     }
 
+    /// Takes `resource` if it is free now, with the default options: see
+    /// [`try_lock_with`](Self::try_lock_with).
+    ///
+    /// # Errors
+    /// As [`try_lock_with`](Self::try_lock_with).
+    ///
+    /// # Cancel safety
+    /// As [`lock_with`](Self::lock_with): dropping the future releases what its attempt took.
+    pub async fn try_lock(&self, resource: &str) -> Result<Option<LockGuard>, LockError> {
+        self.try_lock_with(resource, self.options()).await
+    }
+
+    /// Takes `resource` if it is free now: one attempt, without retries or waiting
+    /// (`tryLock` in Redisson, `get()` in Laravel, `acquire(false)` in Symfony). `Ok(None)`
+    /// when another holder has it ([`LockError::Busy`] from [`lock_with`](Self::lock_with)).
+    ///
+    /// The attempt is [`lock_with`](Self::lock_with)'s with `options`, but for
+    /// [`retry_count`](LockOptions::retry_count) and
+    /// [`wait_timeout`](LockOptions::wait_timeout), which are ignored. One exception to "one
+    /// attempt", as in every acquisition: when the nodes split their votes among contenders
+    /// attempting at the same time, so that nobody holds the resource, each contender
+    /// attempts again after a short random delay (distlock spec, "Retry on failure"), so that
+    /// two `try_lock`s at the same moment do not both come away with nothing. When the
+    /// resource is held it returns after one round of the nodes and the clean-up of what that
+    /// round took, never after a retry delay. A key reserved for the waiter a release handed
+    /// it to counts as held. For how long the holder has left, call
+    /// [`lock_with`](Self::lock_with) with `retry_count(0)`: its [`LockError::Busy`] carries
+    /// [`retry_after`](LockError::retry_after).
+    ///
+    /// # Errors
+    /// As [`lock_with`](Self::lock_with), but for [`LockError::Busy`], which is `Ok(None)`.
+    /// [`LockError::is_retryable`] says whether another call later may succeed.
+    ///
+    /// # Cancel safety
+    /// As [`lock_with`](Self::lock_with): dropping the future releases what its attempt took.
+    pub async fn try_lock_with(
+        &self,
+        resource: &str,
+        options: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let mut once = options.clone().retry_count(0);
+        once.wait_timeout = None;
+        match self.lock_one(resource, None, &once).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Busy { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Acquires every resource of `resources` at once with the default options: see
     /// [`lock_many_with`](Self::lock_many_with).
     ///

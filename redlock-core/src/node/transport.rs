@@ -118,9 +118,13 @@ pub(crate) trait Channels: Send + Sync + 'static {
 }
 
 /// The production subscriber: a `fred` subscriber client with the node client's
-/// configuration, connecting in the background from its creation and re-subscribing to its
+/// configuration, connecting in the background from its creation and subscribing again to its
 /// channels after a reconnection.
-pub(crate) struct FredChannels(SubscriberClient);
+pub(crate) struct FredChannels {
+    subscriber: SubscriberClient,
+    /// Subscribes again after each reconnection ([`resubscribe`]); stopped with the handle.
+    resubscribe: tokio::task::JoinHandle<()>,
+}
 
 impl FredChannels {
     /// The subscriber of the node `client` reaches. Must run inside a tokio runtime.
@@ -131,15 +135,70 @@ impl FredChannels {
             Some(client.connection_config().clone()),
             client.client_reconnect_policy(),
         );
-        let _resubscribe = subscriber.manage_subscriptions();
+        // Listening before connecting: no connection goes unseen.
+        let connections = subscriber.reconnect_rx();
+        let resubscribe = tokio::spawn(resubscribe(subscriber.clone(), connections));
         let _connection = subscriber.connect();
-        Self(subscriber)
+        Self {
+            subscriber,
+            resubscribe,
+        }
     }
 }
 
+impl Drop for FredChannels {
+    fn drop(&mut self) {
+        self.resubscribe.abort();
+    }
+}
+
+/// After each (re)connection of `subscriber` (`connections`), subscribes again to the channels it tracks, if
+/// any. fred's own `manage_subscriptions` sends `SUBSCRIBE` and `PSUBSCRIBE` even with none,
+/// and the node answers each with an error (`ERR wrong number of arguments`) at every start.
+async fn resubscribe(
+    subscriber: SubscriberClient,
+    mut connections: broadcast::Receiver<fred::types::config::Server>,
+) {
+    loop {
+        match connections.recv().await {
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+        let channels: Vec<Key> = subscriber
+            .tracked_channels()
+            .into_iter()
+            .map(Key::from)
+            .collect();
+        if channels.is_empty() {
+            continue;
+        }
+        // A subscription that fails now (a node slow to answer after its restart) would leave
+        // every waiter on these channels without this node's wake-ups until the next
+        // reconnection: attempted again, with a doubling delay.
+        let mut delay = RESUBSCRIBE_DELAY;
+        for attempt in 1..=RESUBSCRIBE_ATTEMPTS {
+            match subscriber.subscribe(channels.clone()).await {
+                Ok(()) => break,
+                Err(error) if attempt == RESUBSCRIBE_ATTEMPTS => {
+                    tracing::warn!(%error, "could not subscribe again to the waiters' channels after a reconnection: waiters fall back to their retry delay on this node");
+                }
+                Err(error) => {
+                    tracing::debug!(%error, attempt, "could not subscribe again to the waiters' channels; attempting again");
+                    tokio::time::sleep(delay).await;
+                    delay = delay.saturating_mul(2);
+                }
+            }
+        }
+    }
+}
+
+/// The attempts to subscribe again after a reconnection, and the delay before the second.
+const RESUBSCRIBE_ATTEMPTS: u32 = 5;
+const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(50);
+
 impl Channels for FredChannels {
     fn subscribe(&self, channel: &str) -> Pending {
-        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        let (subscriber, channel) = (self.subscriber.clone(), channel.to_owned());
         Box::pin(async move {
             subscriber
                 .wait_for_connect()
@@ -153,7 +212,7 @@ impl Channels for FredChannels {
     }
 
     fn unsubscribe(&self, channel: &str) -> Pending {
-        let (subscriber, channel) = (self.0.clone(), channel.to_owned());
+        let (subscriber, channel) = (self.subscriber.clone(), channel.to_owned());
         Box::pin(async move {
             subscriber
                 .unsubscribe(channel.as_str())
@@ -163,7 +222,7 @@ impl Channels for FredChannels {
     }
 
     fn deliver_to(&self, deliver: Deliver) {
-        let mut rx = self.0.message_rx();
+        let mut rx = self.subscriber.message_rx();
         tokio::spawn(async move {
             loop {
                 match rx.recv().await {
@@ -183,7 +242,7 @@ impl Channels for FredChannels {
     }
 
     fn connected(&self) -> Pending {
-        let subscriber = self.0.clone();
+        let subscriber = self.subscriber.clone();
         Box::pin(async move {
             subscriber
                 .wait_for_connect()
@@ -193,7 +252,7 @@ impl Channels for FredChannels {
     }
 
     fn quit(&self) -> Pending {
-        let subscriber = self.0.clone();
+        let subscriber = self.subscriber.clone();
         Box::pin(async move { subscriber.quit().await.map_err(NodeError::from_fred) })
     }
 }

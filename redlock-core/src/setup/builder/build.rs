@@ -113,6 +113,9 @@ impl RedlockBuilder {
             node_set.check(&masters, self.connect_timeout).await?;
         }
         masters.start_quarantine().await;
+        if self.options.fencing {
+            masters.warn_if_fencing_needs_every_node("fencing is on in the handle's lock options");
+        }
         let redlock = Redlock::from_parts(Parts {
             masters,
             defaults: self.options,
