@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use redlock_core::{LockError, LockOptions, LostReason, Redlock, Term};
+use redlock_core::{Leader, LeaderWatch, LockError, LockOptions, LostReason, Redlock, Term};
 use redlock_tests::checker::History;
 use redlock_tests::{RedisNodes, free_within, is_free, proxy_urls, redlock_with, within};
 use tokio::sync::mpsc;
@@ -404,4 +404,194 @@ async fn waiting_forever_outlasts_the_default_retries() {
         started.elapsed()
     );
     guard.release().await.unwrap();
+}
+
+/// A handle over `nodes` labelled `owner`, with `options` as its defaults.
+async fn labelled(nodes: &RedisNodes, owner: &str, options: &LockOptions) -> Redlock {
+    Redlock::builder()
+        .nodes(nodes.urls())
+        .lock_options(options.clone())
+        .owner(owner)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The next leader `watch` reports that is somebody (skipping reports that nobody leads),
+/// within `limit`.
+async fn next_leader(watch: &mut LeaderWatch, limit: Duration) -> Leader {
+    let wait = async {
+        loop {
+            if let Some(leader) = watch.changed().await.unwrap() {
+                return leader;
+            }
+        }
+    };
+    tokio::time::timeout(limit, wait)
+        .await
+        .unwrap_or_else(|_| panic!("no new leader reported within {limit:?}"))
+}
+
+/// Two candidates hand the lead to each other; a watch whose poll is far too slow to explain
+/// it reports each new term from the releases published on the resource's channel, soon
+/// after the term begins, and in the order the terms began.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_reports_each_hand_over_from_the_channel() {
+    let nodes = RedisNodes::start(5);
+    let options = options(2_000);
+    let (terms, mut events) = Terms::new();
+    let handles = [
+        labelled(&nodes, "a", &options).await,
+        labelled(&nodes, "b", &options).await,
+    ];
+    let term = Some(Duration::from_millis(300));
+    let candidates = [
+        Candidate::start(&handles[0], 0, &options, &terms, term),
+        Candidate::start(&handles[1], 1, &options, &terms, term),
+    ];
+    let (first, _, _) = next_began(&mut events).await;
+    let observer = redlock_tests::redlock(&nodes).await;
+    let mut watch = observer
+        .leader_election(RESOURCE)
+        .watch()
+        .poll_interval(Duration::from_secs(60));
+    // The first report is the leader now (read at once, whatever the poll).
+    let mut previous = next_leader(&mut watch, Duration::from_secs(2)).await;
+    assert_eq!(previous.owner(), Some(["a", "b"][first]));
+    for _ in 0..6 {
+        let leader = next_leader(&mut watch, Duration::from_secs(2)).await;
+        let reported = Instant::now();
+        assert_ne!(leader, previous, "the same term reported twice");
+        // The term reported is the last one to begin, and began a moment ago.
+        let (holder, at) = loop {
+            match events.try_recv() {
+                Ok(Event::Began { holder, at, .. }) => {
+                    if !matches!(events.try_recv(), Ok(Event::Began { .. })) {
+                        break (holder, at);
+                    }
+                }
+                Ok(Event::Ended { .. }) => {}
+                Err(_) => {
+                    let (holder, _, at) = next_began(&mut events).await;
+                    break (holder, at);
+                }
+            }
+        };
+        assert_eq!(leader.owner(), Some(["a", "b"][holder]));
+        assert!(
+            reported.saturating_duration_since(at) < Duration::from_millis(250),
+            "reported {:?} after the term began",
+            reported.saturating_duration_since(at)
+        );
+        previous = leader;
+    }
+    for candidate in candidates {
+        candidate.stop().await.unwrap();
+    }
+    assert_one_leader_at_a_time(&terms);
+}
+
+/// With nobody waiting, nothing is published: the poll reports a leader killed (cut off from
+/// every node, so its lock expires), the next candidate's term, and that candidate stepping
+/// down, each within the poll interval of the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_polls_for_changes_nobody_publishes() {
+    let nodes = RedisNodes::start(5);
+    let options = options(1_000);
+    let proxies = nodes.proxies();
+    let doomed = Redlock::builder()
+        .nodes(proxy_urls(&proxies))
+        .lock_options(options.clone())
+        .owner("doomed")
+        .build()
+        .await
+        .unwrap();
+    let (terms, mut events) = Terms::new();
+    let first = Candidate::start(&doomed, 0, &options, &terms, None);
+    next_began(&mut events).await;
+    let observer = redlock_tests::redlock(&nodes).await;
+    let poll = Duration::from_millis(100);
+    let mut watch = observer
+        .leader_election(RESOURCE)
+        .watch()
+        .poll_interval(poll);
+    let leader = next_leader(&mut watch, Duration::from_secs(2)).await;
+    assert_eq!(leader.owner(), Some("doomed"));
+
+    // Killed: nothing it sends arrives; its lock expires within the ttl.
+    let cut = Instant::now();
+    proxies
+        .iter()
+        .for_each(redlock_tests::proxy::Proxy::partition);
+    let nobody = tokio::time::timeout(Duration::from_secs(3), watch.changed())
+        .await
+        .expect("the killed leader's end was not reported")
+        .unwrap();
+    assert_eq!(nobody, None);
+    assert!(
+        cut.elapsed() < options.ttl + poll + Duration::from_millis(500),
+        "reported {:?} after the leader was cut off",
+        cut.elapsed()
+    );
+
+    // A candidate nobody waits for: its term comes from the poll.
+    let successor = labelled(&nodes, "successor", &options).await;
+    let second = Candidate::start(&successor, 1, &options, &terms, None);
+    let (_, _, began) = next_began(&mut events).await;
+    let leader = next_leader(&mut watch, Duration::from_secs(2)).await;
+    assert_eq!(leader.owner(), Some("successor"));
+    assert!(began.elapsed() < poll + Duration::from_millis(500));
+
+    // It steps down (shutdown releases) with nobody waiting: nothing is published.
+    let stepped_down = Instant::now();
+    second.stop().await.unwrap();
+    let nobody = tokio::time::timeout(Duration::from_secs(2), watch.changed())
+        .await
+        .expect("the step-down was not reported")
+        .unwrap();
+    assert_eq!(nobody, None);
+    assert!(stepped_down.elapsed() < poll + Duration::from_millis(500));
+    first.stop().await.unwrap();
+    assert_one_leader_at_a_time(&terms);
+}
+
+/// A watch cut off from the nodes reports nothing (not "nobody leads": it cannot tell), and
+/// once the partition heals it reports the leader that took over meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_watch_reports_nothing_until_it_can_read_a_quorum() {
+    let nodes = RedisNodes::start(5);
+    let options = options(1_000);
+    let (terms, mut events) = Terms::new();
+    let a = labelled(&nodes, "a", &options).await;
+    let first = Candidate::start(&a, 0, &options, &terms, None);
+    next_began(&mut events).await;
+    let proxies = nodes.proxies();
+    let observer = Redlock::builder()
+        .nodes(proxy_urls(&proxies))
+        .build()
+        .await
+        .unwrap();
+    let mut watch = observer
+        .leader_election(RESOURCE)
+        .watch()
+        .poll_interval(Duration::from_millis(100));
+    let leader = next_leader(&mut watch, Duration::from_secs(2)).await;
+    assert_eq!(leader.owner(), Some("a"));
+
+    proxies
+        .iter()
+        .for_each(redlock_tests::proxy::Proxy::partition);
+    // Meanwhile the lead passes to another candidate.
+    first.stop().await.unwrap();
+    let b = labelled(&nodes, "b", &options).await;
+    let second = Candidate::start(&b, 1, &options, &terms, None);
+    next_began(&mut events).await;
+    let silent = tokio::time::timeout(Duration::from_secs(1), watch.changed()).await;
+    assert!(silent.is_err(), "a cut-off watch reported {silent:?}");
+
+    proxies.iter().for_each(redlock_tests::proxy::Proxy::heal);
+    let leader = next_leader(&mut watch, Duration::from_secs(5)).await;
+    assert_eq!(leader.owner(), Some("b"));
+    second.stop().await.unwrap();
+    assert_one_leader_at_a_time(&terms);
 }

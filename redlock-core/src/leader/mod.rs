@@ -1,6 +1,7 @@
 //! Leader election on a resource: campaign (wait for the lock for as long as it takes), lead
 //! while the lock is held (auto-extended), end the term when the lost signal fires, and
-//! campaign again; until a shutdown signal.
+//! campaign again; until a shutdown signal. Watching who leads is
+//! [`LeaderElection::watch`].
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use crate::error::LockError;
 use crate::kernel::lease::LockInfo;
 use crate::kernel::redlock::Redlock;
 use crate::options::LockOptions;
+
+mod watch;
+
+pub use watch::{Leader, LeaderWatch};
 
 impl Redlock {
     /// A leader election on `resource` among every process that runs one on it (a
@@ -130,6 +135,9 @@ impl LeaderElection {
     /// `redlock.leader_election("scheduler").leader().await?`. A snapshot: the leader may
     /// change right after.
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// # Errors
     /// As [`Redlock::inspect`].
     pub async fn leader(&self) -> Result<Option<String>, LockError> {
@@ -139,6 +147,11 @@ impl LeaderElection {
 
     /// Campaigns and leads until shutdown: see [`LeaderElection`]. `term` is called once per
     /// term with its [`Term`]; the future it returns is the leader's work.
+    ///
+    /// # Cancel safety
+    /// Dropping the future (an aborted task) ends the campaign, or the term: the term's future is
+    /// dropped, its [`Term::ended`] fires, and the lock is released in the background, as a dropped
+    /// guard's is.
     ///
     /// # Errors
     /// The lock errors a wait without end can still return: [`LockError::Invalid`] (a bad
@@ -257,6 +270,9 @@ impl Term {
 
     /// Completes when the term has ended (lost, stepped down, shutdown, or the election's
     /// future dropped).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the signal.
     pub async fn ended(&self) {
         self.ended.cancelled().await;
     }
