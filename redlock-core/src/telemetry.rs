@@ -108,6 +108,7 @@ fn outcome(result: Result<(), &LockError>) -> &'static str {
         Err(LockError::ReleaseUnconfirmed { .. }) => "release_unconfirmed",
         Err(LockError::NotRegistered(_)) => "not_registered",
         Err(LockError::ForeignKey { .. }) => "foreign_key",
+        Err(LockError::PermitsMismatch { .. }) => "permits_mismatch",
     }
 }
 
@@ -157,8 +158,6 @@ impl Acquisition {
         resource: &str,
         options: &LockOptions,
         (mode, permits): (Option<Mode>, Option<u32>),
-        nodes: usize,
-        quorum: usize,
     ) -> Self {
         let class = class_of(resource, options);
         let kind = kind_label(mode, permits.is_some());
@@ -169,8 +168,6 @@ impl Acquisition {
             redlock.resource_class = class.as_str(),
             redlock.mode = kind,
             redlock.ttl_ms = ttl_ms,
-            redlock.nodes = nodes,
-            redlock.quorum = quorum,
             redlock.permits = tracing::field::Empty,
             redlock.outcome = tracing::field::Empty,
             redlock.attempts = tracing::field::Empty,

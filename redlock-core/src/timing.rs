@@ -45,10 +45,122 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> O
         .filter(|left| !left.is_zero())
 }
 
+/// The least a start-up waits, once a quorum of nodes is ready, for the others.
+pub(crate) const START_GRACE: Duration = Duration::from_millis(250);
+
+/// Runs `tasks` (one per node; `true` when that node is ready, each bounding itself by
+/// `limit`) at once, and returns once every one has finished, or once `quorum` of them are
+/// ready and the others have had as long again as the quorum took (at least
+/// [`START_GRACE`], never past `limit`), whichever comes first: a start-up needs a quorum,
+/// and waits no longer for a node that is down. Without a quorum every task is awaited, so
+/// that each says why it failed (one that does not bound itself is cut a second past
+/// `limit`). The unfinished tasks are dropped (a node's client keeps connecting in the
+/// background). Each node's answer, in order; `false` for one not ready.
+pub(crate) async fn until_quorum_ready<F>(
+    tasks: Vec<F>,
+    quorum: usize,
+    limit: Duration,
+) -> Vec<bool>
+where
+    F: std::future::Future<Output = bool>,
+{
+    use futures_util::StreamExt as _;
+    let started = tokio::time::Instant::now();
+    let far = |after: Duration| {
+        started
+            .checked_add(after)
+            .unwrap_or_else(|| started + Duration::from_secs(365 * 24 * 60 * 60))
+    };
+    let end = far(limit);
+    let backstop = far(limit.saturating_add(Duration::from_secs(1)));
+    let mut ready = vec![false; tasks.len()];
+    let mut running: futures_util::stream::FuturesUnordered<_> = tasks
+        .into_iter()
+        .enumerate()
+        .map(|(i, task)| async move { (i, task.await) })
+        .collect();
+    let give_up = tokio::time::sleep_until(backstop);
+    tokio::pin!(give_up);
+    let mut count = 0;
+    loop {
+        tokio::select! {
+            next = running.next() => match next {
+                Some((i, ok)) => {
+                    ready[i] = ok;
+                    if ok {
+                        count += 1;
+                        if count == quorum {
+                            let now = tokio::time::Instant::now();
+                            let grace = started.elapsed().max(START_GRACE);
+                            let deadline = now.checked_add(grace).unwrap_or(end);
+                            give_up.as_mut().reset(deadline.min(end).max(now));
+                        }
+                    }
+                }
+                None => return ready,
+            },
+            () = &mut give_up => return ready,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_waits_for_a_quorum_then_a_grace_not_for_a_node_that_is_down() {
+        let after = |ms: u64, ok: bool| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ok
+        };
+        let limit = Duration::from_secs(2);
+        // Three of five ready at 10 ms, one down (never ready), one late at 300 ms: waits
+        // 250 ms past the quorum (the grace), not the 2 s limit; the late one is not waited for.
+        let started = tokio::time::Instant::now();
+        let tasks = vec![
+            after(5, true),
+            after(10, true),
+            after(2_000, false),
+            after(8, true),
+            after(300, true),
+        ];
+        let ready = until_quorum_ready(tasks, 3, limit).await;
+        assert_eq!(ready, [true, true, false, true, false]);
+        assert_eq!(started.elapsed(), Duration::from_millis(260));
+        // Everyone ready early: no grace waited.
+        let started = tokio::time::Instant::now();
+        let ready = until_quorum_ready(
+            vec![after(1, true), after(2, true), after(3, true)],
+            2,
+            limit,
+        )
+        .await;
+        assert_eq!(ready, [true; 3]);
+        assert_eq!(started.elapsed(), Duration::from_millis(3));
+        // A slow quorum (400 ms) gives the rest as long again, within the limit.
+        let started = tokio::time::Instant::now();
+        let tasks = vec![after(400, true), after(400, true), after(700, true)];
+        assert_eq!(until_quorum_ready(tasks, 2, limit).await, [true; 3]);
+        assert_eq!(started.elapsed(), Duration::from_millis(700));
+        // No quorum: every task awaited (each says why it failed), failures not ready.
+        let started = tokio::time::Instant::now();
+        let tasks = vec![after(1, false), after(2_000, false), after(5, true)];
+        assert_eq!(
+            until_quorum_ready(tasks, 2, limit).await,
+            [false, false, true]
+        );
+        assert_eq!(started.elapsed(), limit);
+        // A task that does not bound itself is cut a second past the limit.
+        let started = tokio::time::Instant::now();
+        let tasks = vec![after(1, false), after(60_000, true), after(5, true)];
+        assert_eq!(
+            until_quorum_ready(tasks, 2, limit).await,
+            [false, false, true]
+        );
+        assert_eq!(started.elapsed(), limit + Duration::from_secs(1));
+    }
 
     #[test]
     fn fencing_quorums_share_two_nodes_and_are_the_smallest_that_do() {

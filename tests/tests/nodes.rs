@@ -251,3 +251,122 @@ async fn sentinel_urls_are_refused_before_anything_is_sent() {
         "a refused build connected to the healthy node"
     );
 }
+
+/// Three nodes 150 ms away (another region): with the handle's 100 ms limit every
+/// acquisition fails for want of a quorum; raising the limit of one node is not enough (the
+/// quorum-th round trip decides); raising two of them, it is granted. A URL that is not a
+/// node's is refused at build, without its password.
+#[tokio::test]
+async fn a_node_timeout_per_node_lets_distant_nodes_answer() {
+    use redlock_tests::RedisNodes;
+    use redlock_tests::proxy::{Direction, Fault};
+
+    let nodes = RedisNodes::start(3);
+    let proxies = nodes.proxies();
+    for proxy in &proxies {
+        proxy.set(Direction::Request, Fault::Delay(Duration::from_millis(150)));
+    }
+    let urls: Vec<String> = proxies.iter().map(|p| p.url()).collect();
+    let options = LockOptions::default()
+        .ttl(Duration::from_secs(10))
+        .retry_count(0);
+    let handle = |limits: &[(usize, u64)]| {
+        let mut builder = Redlock::builder()
+            .nodes(urls.clone())
+            .lock_options(options.clone());
+        for &(node, ms) in limits {
+            builder = builder.node_timeout_for(urls[node].clone(), Duration::from_millis(ms));
+        }
+        builder.build()
+    };
+    for (limits, granted) in [
+        (&[][..], false),
+        (&[(1, 500)][..], false),
+        (&[(1, 500), (2, 500)][..], true),
+    ] {
+        let redlock = within("build", handle(limits)).await.unwrap();
+        let resource = format!("distant:{}", limits.len());
+        let attempt = within("the lock", redlock.lock(&resource)).await;
+        match attempt {
+            Ok(guard) => {
+                assert!(granted, "granted with limits {limits:?}");
+                guard.release().await.unwrap();
+            }
+            Err(error) => {
+                assert!(!granted, "limits {limits:?}: {error}");
+                assert!(error.is_unavailable(), "{error}");
+            }
+        }
+    }
+
+    let refused = Redlock::builder()
+        .nodes(urls.clone())
+        .node_timeout_for("redis://user:secret@elsewhere:6379", Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            BuildError::Option {
+                name: "node_timeout_for",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains("secret"), "{refused}");
+    let zero = Redlock::builder()
+        .nodes(urls)
+        .node_timeout_for(proxies[1].url(), Duration::ZERO)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(zero.to_string().contains("more than zero"), "{zero}");
+}
+
+/// With one of three nodes down, `build` returns once the other two (a quorum) have
+/// connected and a short grace has passed, not after the connect timeout; the lock works at
+/// once, and the node that was down joins when it comes up.
+#[tokio::test]
+async fn build_returns_once_a_quorum_connected_and_a_late_node_joins() {
+    use fred::interfaces::KeysInterface as _;
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let mut late = RedisServer::start();
+    late.kill();
+    let started = Instant::now();
+    let redlock = within(
+        "build",
+        Redlock::builder()
+            .node(a.url())
+            .node(b.url())
+            .node(late.url())
+            .connect_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "build waited {took:?} for a node the quorum does not need"
+    );
+    redlock.lock("job").await.unwrap().release().await.unwrap();
+    // The third node comes up: the handle's client connects to it in the background, and
+    // the lock is then taken there too.
+    late.restart();
+    let probe = plain_client(&late.url()).await;
+    let key = redlock.key_for("late");
+    within("the late node to take part", async {
+        loop {
+            let guard = redlock.lock("late").await.unwrap();
+            let held: Option<String> = probe.get(&key).await.unwrap();
+            guard.release().await.unwrap();
+            if held.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}

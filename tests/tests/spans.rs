@@ -80,6 +80,14 @@ async fn acquisitions_releases_and_losses_are_traced_without_the_token() {
         "redlock.votes.held=",
     ]);
     assert_eq!(busy.len(), 1, "{logs}");
+    // No record repeats a field: an event inside a span does not name the span's fields
+    // again, and the span carries no per-handle constants (node count, quorum).
+    for line in capture.lines() {
+        assert!(
+            line.matches("resource=").count() <= 1 && !line.contains("redlock.nodes"),
+            "a record repeats a field: {line}"
+        );
+    }
     for (resource, via) in [
         ("spans:a", "explicit"),
         ("spans:b", "drop"),

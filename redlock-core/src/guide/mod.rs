@@ -20,16 +20,18 @@
 //! 9. [Configuration](configuration): your own nodes, a file, the environment, ACL users.
 //! 10. [TLS](tls): `rediss://`, a private CA, mutual TLS.
 //! 11. [Metrics and tracing](metrics).
+//! 12. [Where to put the nodes](deployment): independent masters, one per failure domain,
+//!     timeouts against the round trips, several node sets.
 //!
 //! Understanding it:
 //!
-//! 12. [How it works](how_it_works): the algorithm, hand-over to waiters, windows for foreign
+//! 13. [How it works](how_it_works): the algorithm, hand-over to waiters, windows for foreign
 //!     clients, lock modes, keys.
-//! 13. [Fencing tokens](fencing): ordering the holders' writes at your storage.
-//! 14. [Guarantees and their limits](guarantees), in the words of the tests; the quarantine.
-//! 15. [Working beside other clients](other_clients): node-redlock, redis-py, redlock-php and
+//! 14. [Fencing tokens](fencing): ordering the holders' writes at your storage.
+//! 15. [Guarantees and their limits](guarantees), in the words of the tests; the quarantine.
+//! 16. [Working beside other clients](other_clients): node-redlock, redis-py, redlock-php and
 //!     other handles on the same keys.
-//! 16. [The protocol, model-checked](model_checking): every interleaving of small systems
+//! 17. [The protocol, model-checked](model_checking): every interleaving of small systems
 //!     under faults, the properties, the known-bad designs it rejects.
 //!
 //! Every snippet in these pages is compiled by the workspace's tests.
@@ -74,6 +76,9 @@ pub mod tls {}
 
 #[doc = include_str!("metrics.md")]
 pub mod metrics {}
+
+#[doc = include_str!("deployment.md")]
+pub mod deployment {}
 
 #[doc = include_str!("how_it_works.md")]
 pub mod how_it_works {}

@@ -146,12 +146,31 @@ impl Masters {
     {
         let calls = self.nodes.iter().enumerate().map(|(i, node)| {
             let answer = call(node);
+            // A node with a limit of its own below the round's is cut there; the others
+            // share the round's one timer.
+            let own = (node.timeout < limit).then_some(node.timeout);
             async move {
-                let (vote, datum) = answer.await;
-                (i, vote, datum)
+                let answered = match own {
+                    None => Some(answer.await),
+                    Some(own) => tokio::time::timeout(own, answer).await.ok(),
+                };
+                match answered {
+                    Some((vote, datum)) => (i, vote, Some(datum)),
+                    None => (
+                        i,
+                        NodeVote::Failed(NodeError::Timeout(own.unwrap_or(limit))),
+                        None,
+                    ),
+                }
             }
         });
-        decide(self.nodes.len(), needed, limit, stop, calls).await
+        let tally = decide(self.nodes.len(), needed, limit, stop, calls).await;
+        Tally {
+            votes: tally.votes,
+            counters: tally.counters.into_iter().map(Option::flatten).collect(),
+            granted: tally.granted,
+            refused: tally.refused,
+        }
     }
 
     /// Waits, up to `limit`, until every node has answered every call sent to it so far

@@ -94,13 +94,22 @@ impl Waiters {
         waiters
     }
 
-    /// Awaits every subscriber connection, each for at most `limit` (one that is down keeps
-    /// connecting in the background).
+    /// Awaits the subscriber connections, each for at most `limit`, until every one is
+    /// connected or a quorum is and the others had a grace
+    /// ([`until_quorum_ready`](crate::timing::until_quorum_ready)); one that is down keeps
+    /// connecting in the background (its messages are covered by the fallback timer).
     pub(crate) async fn connected(&self, limit: Duration) {
-        let connections = self.subscribers.iter().map(|subscriber| async move {
-            let _connected = tokio::time::timeout(limit, subscriber.connected()).await;
-        });
-        futures_util::future::join_all(connections).await;
+        let connections = self
+            .subscribers
+            .iter()
+            .map(|subscriber| async move {
+                tokio::time::timeout(limit, subscriber.connected())
+                    .await
+                    .is_ok_and(|connected| connected.is_ok())
+            })
+            .collect();
+        let quorum = crate::timing::quorum(self.subscribers.len());
+        crate::timing::until_quorum_ready(connections, quorum, limit).await;
     }
 
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
@@ -267,6 +276,16 @@ impl std::fmt::Debug for Listener {
 }
 
 impl Listener {
+    /// Waits for the next message on the channel, whatever it says (a release on one node),
+    /// or for messages missed by a slow reader; never returns once the handle's subscriptions
+    /// are gone.
+    pub(crate) async fn message(&mut self) {
+        match self.rx.recv().await {
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => std::future::pending().await,
+        }
+    }
+
     /// Waits until releases on `quorum` nodes name `marker` or wake everyone
     /// ([`WAKE_ALL`], a mode holder's release) ([`Wake::Named`]), `fallback` passes
     /// ([`Wake::Timer`]), or `shutdown` fires.

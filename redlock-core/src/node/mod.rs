@@ -28,6 +28,10 @@ use transport::{Fred, Transport};
 pub(crate) struct Node {
     pub(crate) client: Client,
     pub(crate) label: String,
+    /// This node's own limit for one call in a round, when it is below the round's
+    /// ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for));
+    /// [`Duration::MAX`] (no limit of its own) by default.
+    pub(crate) timeout: Duration,
     transport: Arc<dyn Transport>,
     pipeline: Pipeline,
 }
@@ -42,6 +46,7 @@ impl Node {
             transport,
             client,
             label,
+            timeout: Duration::MAX,
         }
     }
 

@@ -18,7 +18,6 @@ use crate::timing;
 /// How [`RedlockBuilder::build`](crate::RedlockBuilder::build) connects.
 pub(crate) struct Connect {
     pub(crate) connect_timeout: Duration,
-    pub(crate) node_timeout: Duration,
     pub(crate) require_quorum: bool,
 }
 
@@ -26,7 +25,12 @@ impl Connect {
     /// A client configured for locking rather than caching: a default command timeout (also
     /// applied to `EVAL`), one attempt per command, reconnection forever with backoff, and
     /// no failure on the first connect so that a node down at start-up joins later.
-    pub(crate) fn client_for(&self, mut config: Config) -> Result<Client, fred::error::Error> {
+    /// `node_timeout` is the node's own limit (the handle's, or one given for its URL).
+    pub(crate) fn client_for(
+        &self,
+        mut config: Config,
+        node_timeout: Duration,
+    ) -> Result<Client, fred::error::Error> {
         config.fail_fast = false;
         let mut builder = Builder::from_config(config);
         builder
@@ -36,48 +40,48 @@ impl Connect {
                 c.max_command_attempts = 1;
                 c.tcp.nodelay = Some(true);
             })
-            .with_performance_config(|p| p.default_command_timeout = self.node_timeout)
+            .with_performance_config(|p| p.default_command_timeout = node_timeout)
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
         builder.build()
     }
 
+    /// Connects every node at once, each within the connect timeout, and returns once all
+    /// have connected, or once a quorum has and the others had a grace
+    /// ([`timing::until_quorum_ready`]): a node that is down costs the start-up no more, and
+    /// keeps connecting in the background. Then checks the nodes that connected.
     pub(crate) async fn connect_all(&self, nodes: &[Node]) -> Result<(), BuildError> {
         let timeout = self.connect_timeout;
-        let results = futures_util::future::join_all(nodes.iter().map(|node| async move {
-            // Subscribed before connecting, so no (re)connection is missed.
-            node.keep_scripts_loaded(timeout);
-            if !node.client.is_connected() {
-                // The client retries in the background: a refusal (a TLS certificate not
-                // trusted, a wrong password) shows only there.
-                let mut errors = node.client.error_rx();
-                match tokio::time::timeout(timeout, node.client.init()).await {
-                    Ok(Ok(_task)) => {}
-                    Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
-                    Err(_) => {
-                        let mut last = None;
-                        loop {
-                            match errors.try_recv() {
-                                Ok((error, _server)) => last = Some(error),
-                                Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
-                                Err(_) => break,
-                            }
-                        }
-                        let last = last
-                            .map(|e| format!(" (last error: {})", e.details()))
-                            .unwrap_or_default();
-                        return Err(format!(
-                            "{}: no connection within {timeout:?}{last}",
-                            node.label
-                        ));
-                    }
-                }
+        let failed: Vec<std::sync::Mutex<Option<String>>> =
+            nodes.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        let tasks = nodes.iter().zip(&failed).map(|(node, failed)| async move {
+            let outcome = Self::connect_one(node, timeout).await;
+            let ok = outcome.is_ok();
+            if let Err(failure) = outcome {
+                *failed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(failure);
             }
-            node.load_scripts(timeout).await;
-            Ok(())
-        }))
-        .await;
-        let failures: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+            ok
+        });
         let quorum = timing::quorum(nodes.len());
+        let ready = timing::until_quorum_ready(tasks.collect(), quorum, timeout).await;
+        let failures: Vec<String> = nodes
+            .iter()
+            .zip(&ready)
+            .zip(failed)
+            .filter(|((_, ready), _)| !**ready)
+            .map(|((node, _), failed)| {
+                failed
+                    .into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .unwrap_or_else(|| {
+                        format!(
+                            "{}: not connected when a quorum was (still connecting)",
+                            node.label
+                        )
+                    })
+            })
+            .collect();
         let reachable = nodes.len() - failures.len();
         if self.require_quorum && reachable < quorum {
             disconnect(nodes).await;
@@ -92,11 +96,51 @@ impl Connect {
         for failure in &failures {
             tracing::warn!(%failure, "node unreachable at start-up; reconnecting in the background");
         }
-        let checked = self.check_nodes(nodes).await;
+        let connected: Vec<Node> = nodes
+            .iter()
+            .zip(&ready)
+            .filter(|(_, ready)| **ready)
+            .map(|(node, _)| node.clone())
+            .collect();
+        let checked = self.check_nodes(&connected).await;
         if checked.is_err() {
             disconnect(nodes).await;
         }
         checked
+    }
+
+    /// Connects `node` (its scripts loaded) within `timeout`; why not, for the report.
+    async fn connect_one(node: &Node, timeout: Duration) -> Result<(), String> {
+        // Subscribed before connecting, so no (re)connection is missed.
+        node.keep_scripts_loaded(timeout);
+        if !node.client.is_connected() {
+            // The client retries in the background: a refusal (a TLS certificate not
+            // trusted, a wrong password) shows only there.
+            let mut errors = node.client.error_rx();
+            match tokio::time::timeout(timeout, node.client.init()).await {
+                Ok(Ok(_task)) => {}
+                Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
+                Err(_) => {
+                    let mut last = None;
+                    loop {
+                        match errors.try_recv() {
+                            Ok((error, _server)) => last = Some(error),
+                            Err(tokio::sync::broadcast::error::TryRecvError::Lagged(_)) => {}
+                            Err(_) => break,
+                        }
+                    }
+                    let last = last
+                        .map(|e| format!(" (last error: {})", e.details()))
+                        .unwrap_or_default();
+                    return Err(format!(
+                        "{}: no connection within {timeout:?}{last}",
+                        node.label
+                    ));
+                }
+            }
+        }
+        node.load_scripts(timeout).await;
+        Ok(())
     }
 
     /// Refuses nodes that are not distinct, independent masters (see

@@ -106,6 +106,19 @@ impl std::fmt::Debug for NodeUrls {
     }
 }
 
+/// Per-node time limits ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for)),
+/// by node URL; `Debug` redacts the URLs' credentials as [`NodeUrls`] does.
+#[derive(Default)]
+pub(crate) struct NodeTimeouts(pub(crate) Vec<(String, std::time::Duration)>);
+
+impl std::fmt::Debug for NodeTimeouts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(url, timeout)| (redacted(url), timeout)))
+            .finish()
+    }
+}
+
 impl std::ops::Deref for NodeUrls {
     type Target = Vec<String>;
 
@@ -123,7 +136,7 @@ impl std::ops::DerefMut for NodeUrls {
 /// `raw` with whatever may be a credential replaced by `***`, for error messages: everything
 /// before the last `@` (a password may hold `/`, `?` or `#` unencoded), or a `user:password`
 /// without `@` (an entry of `REDLOCK_NODES` cut at a `,` inside a password).
-fn redacted(raw: &str) -> String {
+pub(crate) fn redacted(raw: &str) -> String {
     let (scheme, rest) = raw.split_at(raw.find("://").map_or(0, |i| i + 3));
     if let Some(at) = rest.rfind('@') {
         return format!("{scheme}***{}", &rest[at..]);

@@ -23,10 +23,19 @@ use crate::setup::nodeset::NodeSet;
 impl RedlockBuilder {
     /// Validates everything, then connects to all nodes at once, with the connections that
     /// wake waiters (one subscriber per node, unless hand-over is off), each within the connect
-    /// timeout, and reads each reachable node's `INFO` (one command, within the connect
-    /// timeout) to check that the nodes are distinct, independent masters. A node unreachable
-    /// at build time (allowed while a quorum is reachable) is not checked, then or when it
-    /// connects later; nor is one whose user may not run `INFO` (logged as a warning).
+    /// timeout, and reads each connected node's `INFO` (one command, within the connect
+    /// timeout) to check that the nodes are distinct, independent masters. It does not wait
+    /// the connect timeout out for a node the quorum does not need: once a quorum has
+    /// connected, the others get as long again as the quorum took (at least 250 ms), and one
+    /// still not connected then keeps connecting in the background and is used once it is.
+    /// A node not connected at build time (allowed while a quorum is) is not checked, then or
+    /// when it connects later; nor is one whose user may not run `INFO` (logged as a
+    /// warning).
+    ///
+    /// # Cancel safety
+    /// Dropping the future takes no lock and leaves none behind; what it may have written to
+    /// the nodes (the node-set check's marker, the quarantine's witness) expires on its own or is
+    /// read by the next handle. Build again.
     ///
     /// # Errors
     /// Before connecting: [`BuildError::NoNodes`], [`BuildError::MissingEnv`],
@@ -43,9 +52,16 @@ impl RedlockBuilder {
     /// [`BuildError::SameReplicationGroup`] if two nodes share a replication id.
     pub async fn build(mut self) -> Result<Redlock, BuildError> {
         self.check_options()?;
+        // A round waits for the nodes at most the longest of their limits; each node's own
+        // commands are cut at its limit by its client.
+        let longest = self
+            .node_timeouts
+            .0
+            .iter()
+            .map(|(_, timeout)| *timeout)
+            .fold(self.node_timeout, Duration::max);
         let connect = Connect {
             connect_timeout: self.connect_timeout,
-            node_timeout: self.node_timeout,
             require_quorum: self.require_quorum,
         };
         #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
@@ -62,11 +78,16 @@ impl RedlockBuilder {
             if nodes.iter().any(|n: &Node| n.label == label) {
                 return Err(BuildError::DuplicateNode { node: label });
             }
-            let client = connect.client_for(config).map_err(|e| BuildError::Client {
-                node: label.clone(),
-                source: ClientError::new(e),
-            })?;
-            nodes.push(Node::new(client, label));
+            let timeout = self.timeout_of(url);
+            let client = connect
+                .client_for(config, timeout)
+                .map_err(|e| BuildError::Client {
+                    node: label.clone(),
+                    source: ClientError::new(e),
+                })?;
+            let mut node = Node::new(client, label);
+            node.timeout = timeout;
+            nodes.push(node);
         }
         #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
         if tls.is_some()
@@ -80,7 +101,9 @@ impl RedlockBuilder {
         }
         for client in std::mem::take(&mut self.clients) {
             let label = server_label(nodes.len(), &client.client_config().server)?;
-            nodes.push(Node::new(client, label));
+            let mut node = Node::new(client, label);
+            node.timeout = self.node_timeout;
+            nodes.push(node);
         }
         if nodes.is_empty() {
             return Err(BuildError::NoNodes);
@@ -92,7 +115,7 @@ impl RedlockBuilder {
                 .iter()
                 .map(|n| Arc::new(FredChannels::start(&n.client)) as Arc<dyn Channels>)
                 .collect();
-            Waiters::start(subscribers, self.node_timeout)
+            Waiters::start(subscribers, longest)
         });
         let subscribers = async {
             if let Some(waiters) = &waiters {
@@ -103,7 +126,7 @@ impl RedlockBuilder {
         connected?;
         let masters = Masters::new(
             nodes,
-            self.node_timeout,
+            longest,
             self.quarantine,
             self.fencing_counter_ttl,
             &self.key_prefix,
@@ -129,9 +152,21 @@ impl RedlockBuilder {
             waiters,
         });
         if let Some(node_set) = node_set {
-            node_set.refresh(Arc::downgrade(redlock.masters()), self.node_timeout);
+            node_set.refresh(Arc::downgrade(redlock.masters()), longest);
         }
         Ok(redlock)
+    }
+
+    /// The limit of one command on the node at `url`: the one given for it
+    /// ([`node_timeout_for`](Self::node_timeout_for); the last, if given twice), else the
+    /// handle's.
+    fn timeout_of(&self, url: &str) -> Duration {
+        self.node_timeouts
+            .0
+            .iter()
+            .rev()
+            .find(|(given, _)| given == url)
+            .map_or(self.node_timeout, |(_, timeout)| *timeout)
     }
 
     /// The checks of [`build`](Self::build) before it connects: the first input error kept
@@ -175,6 +210,23 @@ impl RedlockBuilder {
                     "a default minimum hold ({at_least:?}) would keep every lock of the handle (every layer route, every read or write lock, refused with it) at least that long; give it per acquisition (LockOptions::lock_at_least_for, #[redlock(lock_at_least_for = ..)])"
                 ),
             });
+        }
+        for (url, timeout) in &self.node_timeouts.0 {
+            if !self.urls.contains(url) {
+                return Err(BuildError::Option {
+                    name: "node_timeout_for",
+                    reason: format!(
+                        "no node was given the URL `{}`: give one of the URLs passed to node() or nodes(), exactly as given",
+                        crate::setup::node_url::redacted(url)
+                    ),
+                });
+            }
+            if timeout.is_zero() {
+                return Err(BuildError::Option {
+                    name: "node_timeout_for",
+                    reason: "must be more than zero".into(),
+                });
+            }
         }
         for (name, value) in [
             ("node_timeout", self.node_timeout),

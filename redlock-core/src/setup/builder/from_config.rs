@@ -75,6 +75,7 @@ impl RedlockBuilder {
             nodes,
             key_prefix,
             node_timeout,
+            node_timeouts,
             connect_timeout,
             require_quorum_at_start,
             handover_grace,
@@ -96,6 +97,11 @@ impl RedlockBuilder {
             })
             .set_if(key_prefix, Self::key_prefix)
             .set_if(node_timeout, Self::node_timeout)
+            .set_if(node_timeouts, |builder, pairs| {
+                pairs.into_iter().fold(builder, |builder, (url, timeout)| {
+                    builder.node_timeout_for(url, timeout)
+                })
+            })
             .set_if(connect_timeout, Self::connect_timeout)
             .set_if(require_quorum_at_start, Self::require_quorum_at_start)
             .set_if(handover_grace, Self::handover_grace)
@@ -135,10 +141,11 @@ mod tests {
     use crate::setup::builder::{CERT, KEY, lookup};
 
     /// For every option, a value other than its default, as its environment text.
-    const SAMPLES: [(&str, &str); 29] = [
+    const SAMPLES: [(&str, &str); 30] = [
         ("nodes", "redis://127.0.0.1:2"),
         ("key_prefix", "lock:"),
         ("node_timeout", "1s"),
+        ("node_timeouts", "redis://127.0.0.1:1=1s"),
         ("connect_timeout", "1s"),
         ("require_quorum_at_start", "false"),
         ("handover_grace", "1s"),

@@ -16,7 +16,7 @@ use crate::kernel::redlock::Redlock;
 use crate::options::LockOptions;
 #[cfg(doc)]
 use crate::options::MAX_TTL;
-use crate::setup::node_url::NodeUrls;
+use crate::setup::node_url::{NodeTimeouts, NodeUrls};
 
 mod build;
 mod from_config;
@@ -77,6 +77,8 @@ pub struct RedlockBuilder {
     deferred: Option<BuildError>,
     key_prefix: String,
     node_timeout: Duration,
+    /// [`node_timeout_for`](Self::node_timeout_for): a limit per node URL.
+    node_timeouts: NodeTimeouts,
     connect_timeout: Duration,
     options: LockOptions,
     require_quorum: bool,
@@ -99,6 +101,7 @@ impl Default for RedlockBuilder {
             deferred: None,
             key_prefix: String::new(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
+            node_timeouts: NodeTimeouts::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             options: LockOptions::default(),
             require_quorum: true,
@@ -159,6 +162,22 @@ impl RedlockBuilder {
     /// `min(node_timeout, ttl − drift)`.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// A time limit for one command on the node at `url` instead of
+    /// [`node_timeout`](Self::node_timeout): for a node further away than the others (in
+    /// another region), whose round trip the handle's limit would cut every time. `url` is
+    /// one of the URLs given to [`node`](Self::node) or [`nodes`](Self::nodes), exactly as
+    /// given. Each node's commands are cut at its own limit; a round waits for the nodes at
+    /// most the longest of the limits (and never past the lock's validity), so one distant
+    /// node raises the wait only for the rounds it must answer. The guide's
+    /// [deployment page](crate::guide::deployment) sets it against the round trips.
+    ///
+    /// [`build`](Self::build) refuses a URL that is not one of the nodes' and a zero limit
+    /// ([`BuildError::Option`](crate::BuildError::Option)).
+    pub fn node_timeout_for(mut self, url: impl Into<String>, timeout: Duration) -> Self {
+        self.node_timeouts.0.push((url.into(), timeout));
         self
     }
 

@@ -79,6 +79,7 @@ options! {
     /// | `REDLOCK_NODES` | [`nodes`](Self::nodes) | comma-separated node URLs |
     /// | `REDLOCK_KEY_PREFIX` | [`key_prefix`](Self::key_prefix) | text |
     /// | `REDLOCK_NODE_TIMEOUT` | [`node_timeout`](Self::node_timeout) | duration |
+    /// | `REDLOCK_NODE_TIMEOUTS` | [`node_timeouts`](Self::node_timeouts) | comma-separated `URL=duration` pairs |
     /// | `REDLOCK_CONNECT_TIMEOUT` | [`connect_timeout`](Self::connect_timeout) | duration |
     /// | `REDLOCK_REQUIRE_QUORUM_AT_START` | [`require_quorum_at_start`](Self::require_quorum_at_start) | `true` or `false` |
     /// | `REDLOCK_HANDOVER_GRACE` | [`handover_grace`](Self::handover_grace) | duration |
@@ -117,6 +118,11 @@ options! {
         key_prefix: String,
         /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout).
         node_timeout: Duration,
+        /// A time limit per node URL
+        /// ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for)): in a
+        /// file a table (`[node_timeouts]`, `"redis://10.1.0.1:6379" = "300ms"`), in the
+        /// environment `URL=duration` pairs separated by commas.
+        node_timeouts: Vec<(String, Duration)>,
         /// [`RedlockBuilder::connect_timeout`](crate::RedlockBuilder::connect_timeout).
         connect_timeout: Duration,
         /// [`RedlockBuilder::require_quorum_at_start`](crate::RedlockBuilder::require_quorum_at_start).
@@ -254,6 +260,37 @@ mod tests {
         let mut config = set(RedlockConfig::FIELDS);
         config.extend(set(RedlockConfig::SECTIONS));
         assert_eq!(expected, config);
+    }
+
+    #[test]
+    fn node_timeouts_come_as_pairs_from_the_environment_and_as_a_table_from_a_file() {
+        let ms = Duration::from_millis;
+        let config = from_env(&[(
+            "REDLOCK_NODE_TIMEOUTS",
+            "redis://a:1=300ms, redis://u:hunter2@b:2/0?x=y=1s",
+        )])
+        .unwrap();
+        let expected = vec![
+            ("redis://a:1".to_owned(), ms(300)),
+            ("redis://u:hunter2@b:2/0?x=y".to_owned(), ms(1_000)),
+        ];
+        assert_eq!(config.node_timeouts.as_ref(), Some(&expected));
+        assert!(!format!("{config:?}").contains("hunter2"), "{config:?}");
+        let builder = RedlockBuilder::default().config(config);
+        assert!(!format!("{builder:?}").contains("hunter2"), "{builder:?}");
+        for bad in ["redis://a:1", "redis://a:1=fast", ","] {
+            let error = from_env(&[("REDLOCK_NODE_TIMEOUTS", bad)]).unwrap_err();
+            assert!(!error.to_string().contains("redis://a:1"), "{error}");
+        }
+        #[cfg(feature = "serde")]
+        {
+            let file = from_toml(
+                "[node_timeouts]\n\"redis://a:1\" = \"300ms\"\n\"redis://u:hunter2@b:2/0?x=y\" = \"1s\"\n",
+            )
+            .unwrap();
+            assert_eq!(file.node_timeouts, Some(expected));
+            assert!(from_toml("[node_timeouts]\n\"redis://a:1\" = \"fast\"\n").is_err());
+        }
     }
 
     #[test]

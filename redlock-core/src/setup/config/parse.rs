@@ -184,6 +184,71 @@ impl Value for bool {
     }
 }
 
+/// Per-node time limits ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for)):
+/// node URL and duration pairs.
+impl Value for Vec<(String, Duration)> {
+    const EXPECTED: &'static str =
+        "comma-separated URL=duration pairs, e.g. redis://10.1.0.1:6379=300ms";
+
+    /// Each pair is cut at its last `=` (a duration holds none).
+    fn parse(text: &str) -> Result<Self, String> {
+        let pairs: Result<Self, String> = node_urls(text)
+            .into_iter()
+            .enumerate()
+            .map(|(i, pair)| {
+                let (url, duration) = pair
+                    .rsplit_once('=')
+                    .ok_or_else(|| format!("pair {} has no `=` before its duration", i + 1))?;
+                let duration = <Duration as Value>::parse(duration)
+                    .map_err(|reason| format!("pair {}: {reason}", i + 1))?;
+                Ok((url.trim().to_owned(), duration))
+            })
+            .collect();
+        match pairs? {
+            pairs if pairs.is_empty() => Err("no URL=duration pair".to_owned()),
+            pairs => Ok(pairs),
+        }
+    }
+
+    /// A table of node URL to duration.
+    #[cfg(feature = "serde")]
+    fn deserialize<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = Vec<(String, Duration)>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a table of node URL = duration, e.g. \"redis://10.1.0.1:6379\" = \"300ms\"",
+                )
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some((url, text)) = map.next_entry::<String, String>()? {
+                    let duration = <Duration as Value>::parse(&text).map_err(|reason| {
+                        serde::de::Error::custom(format_args!(
+                            "expected {} ({reason})",
+                            <Duration as Value>::EXPECTED
+                        ))
+                    })?;
+                    pairs.push((url, duration));
+                }
+                Ok(pairs)
+            }
+        }
+        deserializer.deserialize_map(Pairs)
+    }
+
+    // Node URLs may hold passwords.
+    fn shown(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<{} node timeouts>", self.len())
+    }
+}
+
 impl Value for PemSource {
     const EXPECTED: &'static str = "a file path, or PEM text (-----BEGIN ...)";
 
