@@ -140,7 +140,7 @@ pub enum InvalidInput {
         "the resumption asks for another {option} than the detached lock has; resume it with the detached lock's own (or through a handle with its key prefix)"
     )]
     ResumeMismatch {
-        /// `fencing` or `key prefix`.
+        /// `fencing`, `key prefix`, or `permit` (a permit's slot outside its semaphore).
         option: &'static str,
     },
     /// A reentrant acquisition inside the scope of a lock that cannot give what it asks for:
@@ -328,6 +328,26 @@ pub enum LockError {
         /// The last attempt's per-node answers.
         outcomes: Outcomes,
     },
+    /// A semaphore's permit was asked for with another number of permits than the one the
+    /// semaphore is in use with on the nodes: the first attempt on a semaphore stores its
+    /// number of permits, kept as long as a permit taken with it lives. Two numbers would
+    /// use two sets of slots and together admit more holders than the smaller one, so the
+    /// attempt is refused at once (no retries) and takes nothing. Give every handle on the
+    /// resource the same number ([`Redlock::semaphore`](crate::Redlock::semaphore)); to
+    /// change it, stop every holder and wait for their permits to be released or expire.
+    #[error(
+        "resource `{resource}`: the semaphore is in use with {stored} permits, and this one asks for {permits} ({outcomes}); give every handle on the resource the same number of permits, or change it once the permits taken with {stored} are released or expired"
+    )]
+    PermitsMismatch {
+        /// The resource.
+        resource: String,
+        /// The number of permits asked with.
+        permits: u32,
+        /// The number of permits stored on the nodes.
+        stored: u32,
+        /// The attempt's per-node answers.
+        outcomes: Outcomes,
+    },
 }
 
 impl LockError {
@@ -390,7 +410,8 @@ impl LockError {
             | Self::ReleaseUnconfirmed { .. }
             | Self::ShuttingDown
             | Self::NotRegistered(_)
-            | Self::ForeignKey { .. } => false,
+            | Self::ForeignKey { .. }
+            | Self::PermitsMismatch { .. } => false,
         }
     }
 

@@ -13,7 +13,7 @@ use crate::error::InvalidInput;
 
 /// What follows the lock key in every other key the lock writes: `"\0redlock:"`, then the
 /// kind (`waiters`, `listen`, `fencing`, `busy`, `window`, or a semaphore's `permit:<slot>`,
-/// `permit-waiters`, `permit-listen` and `permit-alive`). Resources and key prefixes may not hold a NUL byte.
+/// `permit-waiters`, `permit-listen`, `permit-alive` and `permit-capacity`). Resources and key prefixes may not hold a NUL byte.
 pub const BOOKKEEPING_SEPARATOR: &str = "\0redlock:";
 
 /// The longest resource name, in bytes.
@@ -87,6 +87,7 @@ impl ResourceKeys {
         let (queue, flag) = (permit_waiters(&lock), permit_listen(&lock));
         let slots = PermitSlots {
             alive: permit_alive(&lock),
+            capacity: permit_capacity(&lock),
             slots: (0..permits)
                 .map(|slot| Self {
                     waiters: queue.clone(),
@@ -109,6 +110,8 @@ impl ResourceKeys {
 pub(crate) struct PermitSlots {
     /// [`permit_alive`].
     pub(crate) alive: String,
+    /// [`permit_capacity`].
+    pub(crate) capacity: String,
     /// Each slot's keys ([`permit_slot`]): a plain lock whose waiters are the semaphore's,
     /// so that a slot's release hands it to the semaphore's longest waiter.
     pub(crate) slots: Vec<ResourceKeys>,
@@ -130,6 +133,13 @@ fn permit_waiters(key: &str) -> String {
 /// waiter for a permit when refused, so that a slot's release hands the slot over.
 fn permit_listen(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}permit-listen")
+}
+
+/// The number of permits of the semaphore on `key`, stored by its first attempt and kept
+/// at least as long as any slot it read: an attempt with another number is refused
+/// ([`LockError::PermitsMismatch`](crate::LockError::PermitsMismatch)).
+pub(crate) fn permit_capacity(key: &str) -> String {
+    format!("{key}{BOOKKEEPING_SEPARATOR}permit-capacity")
 }
 
 /// Until when (ms of the node's clock) each waiter in [`permit_waiters`] counts: a sorted set

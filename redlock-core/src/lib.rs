@@ -1,6 +1,6 @@
-// The README's guide links point at docs.rs; here they point at this build's own pages (the
-// first definition of a link wins).
-#![doc = "[guide]: crate::guide\n[guide-lock]: crate::guide::lock\n[guide-leader]: crate::guide::leader_election\n[guide-modes]: crate::guide::lock_modes\n[guide-semaphore]: crate::guide::semaphore\n[guide-attribute]: crate::guide::attribute\n[guide-axum]: crate::guide::axum\n[guide-cli]: crate::guide::command_line\n[guide-handing]: crate::guide::handing_on\n[guide-config]: crate::guide::configuration\n[guide-tls]: crate::guide::tls\n[guide-metrics]: crate::guide::metrics\n[guide-how]: crate::guide::how_it_works\n[guide-fencing]: crate::guide::fencing\n[guide-guarantees]: crate::guide::guarantees\n[guide-others]: crate::guide::other_clients\n"]
+// The README's guide links point at the guide's files in the repository; here they point at
+// this build's own pages (the first definition of a link wins).
+#![doc = "[guide]: crate::guide\n[guide-lock]: crate::guide::lock\n[guide-leader]: crate::guide::leader_election\n[guide-modes]: crate::guide::lock_modes\n[guide-semaphore]: crate::guide::semaphore\n[guide-attribute]: crate::guide::attribute\n[guide-axum]: crate::guide::axum\n[guide-cli]: crate::guide::command_line\n[guide-handing]: crate::guide::handing_on\n[guide-config]: crate::guide::configuration\n[guide-tls]: crate::guide::tls\n[guide-metrics]: crate::guide::metrics\n[guide-how]: crate::guide::how_it_works\n[guide-fencing]: crate::guide::fencing\n[guide-guarantees]: crate::guide::guarantees\n[guide-others]: crate::guide::other_clients\n[guide-deploy]: crate::guide::deployment\n"]
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -40,6 +40,7 @@ pub mod guide;
 
 pub use admin::force::ForceReleased;
 pub use admin::inspect::{Holder, ModeHolder, NodeHolding, NodeStatus, ResourceStatus};
+pub use admin::list::{ListedLock, LockList, UnscannedNode};
 pub use detach::resume::DetachedLock;
 pub use error::{BuildError, ConfigPath, InvalidInput, LockError, LostReason};
 pub use kernel::guard::LockGuard;
@@ -47,7 +48,7 @@ pub use kernel::lease::{LockInfo, LostFuture, LostSignal, Scoped};
 pub use kernel::redlock::Redlock;
 pub use kernel::release::{ReleaseAllReport, Released};
 pub use keys::{BOOKKEEPING_SEPARATOR, MAX_OWNER_LEN, MAX_RESOURCE_LEN, MAX_RESOURCES};
-pub use leader::{LeaderElection, Term};
+pub use leader::{Leader, LeaderElection, LeaderWatch, Term};
 pub use mode::{Mode, ParseModeError};
 pub use options::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_EXTEND_FRACTION, DEFAULT_RETRY_COUNT, DEFAULT_RETRY_DELAY,

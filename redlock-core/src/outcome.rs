@@ -49,6 +49,14 @@ pub enum NodeError {
         /// The key.
         key: String,
     },
+    /// The semaphore's slots are in use with another number of permits, stored on the node
+    /// by the first attempt; the node took and queued nothing
+    /// ([`LockError::PermitsMismatch`](crate::LockError::PermitsMismatch)).
+    #[error("the semaphore is in use with {stored} permits here")]
+    PermitsMismatch {
+        /// The number of permits stored on the node.
+        stored: u32,
+    },
 }
 
 impl NodeError {
@@ -84,7 +92,10 @@ impl NodeError {
                 .split(' ')
                 .next()
                 .is_some_and(|code| PASSING.contains(&code)),
-            Self::UnexpectedReply(_) | Self::QuarantineMismatch | Self::ForeignKey { .. } => false,
+            Self::UnexpectedReply(_)
+            | Self::QuarantineMismatch
+            | Self::ForeignKey { .. }
+            | Self::PermitsMismatch { .. } => false,
         }
     }
 
@@ -232,6 +243,15 @@ impl Outcomes {
     /// Nodes that did not answer usably.
     pub fn failed(&self) -> usize {
         self.count(|v| matches!(v, NodeVote::Failed(_)))
+    }
+
+    /// The number of permits a node said the semaphore is in use with, when one refused the
+    /// attempt for that ([`NodeError::PermitsMismatch`]).
+    pub(crate) fn permits_mismatch(&self) -> Option<u32> {
+        self.iter().find_map(|o| match o.vote {
+            NodeVote::Failed(NodeError::PermitsMismatch { stored }) => Some(stored),
+            _ => None,
+        })
     }
 
     /// Nodes where the lock key holds data this library did not write

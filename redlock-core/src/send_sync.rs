@@ -7,10 +7,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::{
-    BuildError, DetachedLock, ForceReleased, Holder, LeaderElection, LockError, LockGuard,
-    LockInfo, LockOptions, LostFuture, LostReason, LostSignal, Mode, ModeHolder, NodeHolding,
-    NodeStatus, Outcomes, Redlock, RedlockBuilder, ReleaseAllReport, Released, ResourceStatus,
-    Semaphore, Term, Token,
+    BuildError, DetachedLock, ForceReleased, Holder, Leader, LeaderElection, LeaderWatch,
+    LockError, LockGuard, LockInfo, LockOptions, LostFuture, LostReason, LostSignal, Mode,
+    ModeHolder, NodeHolding, NodeStatus, Outcomes, Redlock, RedlockBuilder, ReleaseAllReport,
+    Released, ResourceStatus, Semaphore, Term, Token,
 };
 
 const fn send_sync<T: Send + Sync>() {}
@@ -18,6 +18,8 @@ const fn send_sync<T: Send + Sync>() {}
 const fn send_only<T: Send>() {}
 
 fn send<F: Future + Send>(_: F) {}
+
+fn send_only_value<T: Send>(_: T) {}
 
 const _: () = {
     send_sync::<Redlock>();
@@ -34,6 +36,8 @@ const _: () = {
     send_sync::<Semaphore>();
     send_sync::<LeaderElection>();
     send_sync::<Term>();
+    send_sync::<Leader>();
+    send_sync::<LeaderWatch>();
     send_sync::<DetachedLock>();
     send_sync::<Token>();
     send_sync::<Released>();
@@ -92,6 +96,9 @@ fn futures_are_send(
     send(lost.cancelled());
     send(lost.clone().into_error());
     send(election.leader());
+    let mut watch = election.watch();
+    send(watch.changed());
+    send_only_value(watch.into_stream());
     send(term.ended());
     send(election.run(|_term| async {}));
     send(guard.release());

@@ -19,6 +19,9 @@ pub fn fencing_key(key: &str) -> String {
 /// A plain fred client to one server, for looking at keys from the outside (2 s command
 /// timeout).
 ///
+/// # Cancel safety
+/// Dropping the future drops the client and its connection.
+///
 /// # Panics
 /// If `url` is not a server URL or the server cannot be reached.
 pub async fn plain_client(url: &str) -> fred::clients::Client {
@@ -37,6 +40,9 @@ pub async fn plain_client(url: &str) -> fred::clients::Client {
 
 /// Another client's plain `SET key theirs NX PX 10000` on one node: `Some("OK")` if it
 /// took the key.
+///
+/// # Cancel safety
+/// Dropped after the command was sent, the key may be set: it expires with its ttl.
 ///
 /// # Panics
 /// If the server cannot be reached or refuses the command.
@@ -59,6 +65,10 @@ pub async fn foreign_set_nx(url: &str, key: &str) -> Option<String> {
 /// Another client's view: is `resource` free right now? One attempt to lock it through
 /// `probe` (released at once when it succeeds).
 ///
+/// # Cancel safety
+/// Dropped midway, a lock its attempt took is released in the background, as any dropped
+/// acquisition's is.
+///
 /// # Panics
 /// Unless the answer is "acquired" or "busy" (e.g. the nodes are unreachable).
 pub async fn is_free(probe: &Redlock, resource: &str) -> bool {
@@ -75,6 +85,9 @@ pub async fn is_free(probe: &Redlock, resource: &str) -> bool {
 
 /// Waits (at most 5 s, polling every 5 ms) until `resource` can be taken through `probe`;
 /// returns how long that took.
+///
+/// # Cancel safety
+/// As [`is_free`].
 ///
 /// # Panics
 /// If it is not free within 5 s.

@@ -86,6 +86,9 @@ impl TestNodes {
     ///
     /// A node that was [`kill`](TestServer::kill)ed is [`HeldValue::Down`].
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// # Panics
     /// If a running node cannot be reached within 2 s (e.g. a paused one) or refuses the
     /// reads (e.g. an ACL that forbids them).
@@ -124,6 +127,9 @@ impl TestNodes {
     /// another client sees it (compare with `guard.token().expose()`). `None` while the
     /// resource is free, held in modes, or held on fewer nodes than a quorum.
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// # Panics
     /// As [`holdings`](Self::holdings).
     pub async fn holder(&self, key: &str) -> Option<String> {
@@ -139,6 +145,9 @@ impl TestNodes {
     /// down counts as not free): a plain
     /// acquisition could succeed now. Read-only, unlike the free function [`is_free`]
     /// (`crate::is_free`), which takes and releases the lock to know.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     ///
     /// # Panics
     /// As [`holdings`](Self::holdings).
@@ -157,6 +166,9 @@ impl TestNodes {
     /// Waits (at most `limit`, polling every 5 ms) until [`is_free`](Self::is_free) says
     /// `key` is free; returns how long that took, or `None` if it was still held at the end.
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads and waits.
+    ///
     /// # Panics
     /// As [`holdings`](Self::holdings).
     pub async fn wait_free(&self, key: &str, limit: Duration) -> Option<Duration> {
@@ -173,16 +185,25 @@ impl TestNodes {
     }
 
     /// The value of `key` on every node, in order (`None` where it is absent).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn values(&self, key: &str) -> Vec<Option<String>> {
         self.on_each("GET", key).await
     }
 
     /// The remaining ttl of `key` on every node, in milliseconds (`PTTL`: -2 if absent).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn pttls(&self, key: &str) -> Vec<i64> {
         self.on_each("PTTL", key).await
     }
 
     /// The keys matching `pattern` on every node, in order (`KEYS`; sorted).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn keys(&self, pattern: &str) -> Vec<Vec<String>> {
         let mut all: Vec<Vec<String>> = self.on_each("KEYS", pattern).await;
         all.iter_mut().for_each(|keys| keys.sort());
@@ -191,6 +212,9 @@ impl TestNodes {
 
     /// Waits (at most 2 s) until `key` is absent on every node: a release returns at quorum,
     /// and the other nodes' deletes land just after.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads and waits.
     pub async fn gone_everywhere(&self, key: &str) {
         let deadline = Instant::now() + Duration::from_secs(2);
         loop {
@@ -218,6 +242,9 @@ impl TestNodes {
     /// The lock then holds on the nodes that granted it, a quorum. So assert on the result
     /// what the test needs: a quorum, or every node when nothing can have been cut.
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads and waits.
+    ///
     /// # Panics
     /// As [`holdings`](Self::holdings).
     pub async fn settle(&self, key: &str, settled: impl Fn(&Holding) -> bool) -> Vec<Holding> {
@@ -235,6 +262,9 @@ impl TestNodes {
     /// ([`HeldValue::holds`]), and returns the holdings: the acquisition returned at a quorum,
     /// and the other nodes' grants land just after.
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads and waits.
+    ///
     /// # Panics
     /// When some node does not hold it after 2 s (the message shows every node's holding):
     /// see [`settle`](Self::settle) for the grants that never land. And as
@@ -250,11 +280,17 @@ impl TestNodes {
 
     /// The hash at `key` on every node, in order (empty where absent): a resource held in
     /// lock modes, one field per holder's token and per waiter's `~` marker.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn fields(&self, key: &str) -> Vec<HashMap<String, String>> {
         self.on_each("HGETALL", key).await
     }
 
     /// How many waiters are queued for `key` on every node (`ZCARD` of its waiter queue).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn queued(&self, key: &str) -> Vec<i64> {
         self.on_each("ZCARD", &waiters_key(key)).await
     }
@@ -265,6 +301,9 @@ impl TestNodes {
     /// resource is the node's own `SET` and is not counted here (count `set` with
     /// [`command_calls`](Self::command_calls)). One command may carry several calls of one
     /// handle issued at once (the node pipeline's batches).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn script_calls(&self) -> Vec<u64> {
         let (sha, source) = (
             self.command_calls("evalsha").await,
@@ -275,6 +314,9 @@ impl TestNodes {
 
     /// How many times every node has run `command` (lower case) so far, from clients and from
     /// scripts (`INFO commandstats`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
     pub async fn command_calls(&self, command: &str) -> Vec<u64> {
         let prefix = format!("cmdstat_{command}:calls=");
         let stats: Vec<String> = self.on_each("INFO", "commandstats").await;
@@ -290,12 +332,19 @@ impl TestNodes {
     }
 
     /// Deletes `key` on every node, from the outside.
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the key may be deleted on some nodes and not others; calling it again
+    /// finishes the job.
     pub async fn delete(&self, key: &str) {
         let _deleted: Vec<i64> = self.on_each("DEL", key).await;
     }
 
     /// Adds `score member ...` pairs to the sorted set at `key` on every node (e.g. waiter
     /// entries that nobody will remove).
+    ///
+    /// # Cancel safety
+    /// Dropped midway, the entries may be on some nodes and not others; `ZADD` again is idempotent.
     pub async fn zadd(&self, key: &str, score_members: &[String]) {
         let mut args = vec![key.to_owned()];
         args.extend(score_members.iter().cloned());
@@ -355,6 +404,9 @@ pub fn proxy_urls(proxies: &[Proxy]) -> Vec<String> {
 
 /// A [`Redlock`] over `nodes` (their URLs, in order) with the default options.
 ///
+/// # Cancel safety
+/// As [`RedlockBuilder::build`](redlock_core::RedlockBuilder::build).
+///
 /// # Panics
 /// If the handle cannot be built (e.g. a node refuses it: see `RedlockBuilder::build`).
 pub async fn redlock(nodes: &TestNodes) -> Redlock {
@@ -362,6 +414,9 @@ pub async fn redlock(nodes: &TestNodes) -> Redlock {
 }
 
 /// A [`Redlock`] over `nodes` with `options` as its defaults.
+///
+/// # Cancel safety
+/// As [`RedlockBuilder::build`](redlock_core::RedlockBuilder::build).
 ///
 /// # Panics
 /// As [`redlock`].

@@ -49,6 +49,7 @@ const LISTEN: &str = "fx:r:listen";
 const OWNER: &str = "fx:r:owner";
 const PERMIT_QUEUE: &str = "fx:r:permit-waiters";
 const PERMIT_ALIVE: &str = "fx:r:permit-alive";
+const PERMIT_CAPACITY: &str = "fx:r:permit-capacity";
 const PERMIT_LISTEN: &str = "fx:r:permit-listen";
 const WITNESS: &str = "fx:witness";
 const QUARANTINE_MARKER: &str = "fx:quarantine";
@@ -373,16 +374,17 @@ const TABLE: &[Script] = &[
         effect: Effect::Grants,
         call: |state, token, q| {
             let mut keys = quarantine_keys(q);
-            // queue, alive, listen flag, then the slots: the two lock keys.
+            // queue, alive, listen flag, capacity, then the slots: the two lock keys.
             keys.extend(strings(&[
                 PERMIT_QUEUE,
                 PERMIT_ALIVE,
                 PERMIT_LISTEN,
+                PERMIT_CAPACITY,
                 KEY,
                 KEY2,
             ]));
             // ttl_ms, quarantine_ms, marker (the waiter's for a reserved slot, else none yet),
-            // score, queue_ttl_ms, alive_ms
+            // score, queue_ttl_ms, alive_ms, permits
             let marker = if state == State::Reserved { MARKER } else { "" };
             let args = vec![
                 token.to_owned(),
@@ -392,6 +394,7 @@ const TABLE: &[Script] = &[
                 SINCE.into(),
                 "600000".into(),
                 "600000".into(),
+                "2".into(),
             ];
             Call { id: 13, keys, args }
         },

@@ -513,6 +513,7 @@ impl Op {
                     queue,
                     book(&key, "permit-alive"),
                     book(&key, "permit-listen"),
+                    book(&key, "permit-capacity"),
                 ]);
                 keys.extend((0..*k).map(|i| {
                     let slot = (i + rotate) % k;
@@ -526,6 +527,7 @@ impl Op {
                     since.to_string(),
                     QUEUE_TTL_MS.to_string(),
                     alive_ms.to_string(),
+                    k.to_string(),
                 ];
                 (id::ACQUIRE_PERMIT, keys, args)
             }
@@ -1381,6 +1383,18 @@ fn odd_values_and_errors_agree() {
     let (runtime, server) = start();
     let r0 = Target { r: 0, slot: None };
     let (key, waiters) = (lock(0), book(&lock(0), "waiters"));
+    // One plain attempt at a permit of a semaphore of `k` on resource 0, as holder `t`.
+    let permit = |t: usize, k: usize| Op::AcquirePermit {
+        r: 0,
+        t,
+        k,
+        rotate: 0,
+        ttl: 500_000,
+        q: 0,
+        queued: None,
+        since: SINCE_BASE,
+        alive_ms: 500_000,
+    };
     let acquire = |t: usize, fencing: bool| Op::Acquire {
         at: r0,
         t,
@@ -1547,17 +1561,18 @@ fn odd_values_and_errors_agree() {
             "a permit's slot of another type",
             vec![
                 put_hash(&book(&key, "permit:0"), &[("a", "b")]),
-                Op::AcquirePermit {
-                    r: 0,
-                    t: 0,
-                    k: 2,
-                    rotate: 0,
-                    ttl: 500_000,
-                    q: 0,
-                    queued: None,
-                    since: SINCE_BASE,
-                    alive_ms: 500_000,
-                },
+                permit(0, 2),
+            ],
+        ),
+        (
+            "a permit asked with another number of permits, then with the stored one",
+            vec![permit(0, 2), permit(1, 3), permit(1, 2)],
+        ),
+        (
+            "a semaphore's capacity key of another type",
+            vec![
+                put_hash(&book(&key, "permit-capacity"), &[("a", "b")]),
+                permit(0, 2),
             ],
         ),
         (

@@ -418,10 +418,12 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
         .await
         .unwrap_err();
     assert!(busy.is_busy(), "{busy}");
-    // Waiting, it gets the crashed holder's slot once its ttl has passed.
+    // Waiting, it gets the crashed holder's slot once its ttl has passed: no release wakes
+    // it, its retry delay does (200 ms, no jitter).
     let waiting = options
         .clone()
-        .retry_delay(ms(50))
+        .retry_delay(ms(200))
+        .retry_jitter(Duration::ZERO)
         .wait_timeout(Duration::from_secs(5));
     let guard = within(
         "the crashed permit",
@@ -437,11 +439,80 @@ async fn a_crashed_holders_permit_is_freed_at_its_ttl() {
         "granted {after:?} after the crashed attempt"
     );
     assert!(
-        after < ms(2_500),
-        "granted {after:?} after the crashed attempt"
+        after < ms(1_000 + 200 + 400),
+        "granted {after:?} after the crashed attempt: not within the retry delay of its expiry"
     );
     guard.release().await.unwrap();
     kept.release().await.unwrap();
+}
+
+/// The first attempt stores the semaphore's number of permits: an attempt with another
+/// number is refused at once, takes and queues nothing, and says what to do; the stored
+/// number lasts as long as the permits taken with it, after which another number is taken.
+#[tokio::test]
+async fn a_semaphore_refuses_another_number_of_permits_while_in_use() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let options = permit().ttl(ms(1_000));
+    let held = a.semaphore("pool", 2).acquire_with(&options).await.unwrap();
+    let key = a.key_for("pool");
+    for other in [1, 3] {
+        let started = Instant::now();
+        let error = b
+            .semaphore("pool", other)
+            .acquire_with(&options)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                LockError::PermitsMismatch { permits, stored: 2, .. } if permits == other
+            ),
+            "{error}"
+        );
+        assert!(!error.is_retryable());
+        assert!(
+            error.to_string().contains("same number of permits"),
+            "{error}"
+        );
+        // At once, not after the 5 s wait the options allow.
+        assert!(started.elapsed() < ms(500), "{:?}", started.elapsed());
+    }
+    // Nothing taken or queued by the refused attempts: the one slot held, no waiter.
+    for slot in 0..3 {
+        let expected = if slot == held.info().slot().unwrap() {
+            1
+        } else {
+            0
+        };
+        let mut present = Vec::new();
+        for i in 0..5 {
+            let exists: i64 = on_node(&nodes, i, "EXISTS", vec![slot_key(&key, slot)]).await;
+            present.push(exists);
+        }
+        assert_eq!(present, vec![expected; 5], "slot {slot}");
+    }
+    assert_eq!(
+        zcards(&nodes, &format!("{key}\0redlock:permit-waiters")).await,
+        [0; 5]
+    );
+    // The same number is served as usual.
+    let second = b.semaphore("pool", 2).acquire_with(&options).await.unwrap();
+    held.release().await.unwrap();
+    second.release().await.unwrap();
+    // Once the permits taken with 2 are released and the stored number has run out (at
+    // most the ttl), 3 is taken.
+    let deadline = Instant::now() + ms(3_000);
+    let three = loop {
+        match b.semaphore("pool", 3).acquire_with(&options).await {
+            Ok(guard) => break guard,
+            Err(LockError::PermitsMismatch { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(ms(50)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    };
+    three.release().await.unwrap();
 }
 
 #[tokio::test]
@@ -793,4 +864,96 @@ async fn a_newcomer_refused_by_rank_on_a_quorum_is_busy_not_a_split() {
         .unwrap_err();
     assert!(refused.is_busy(), "{refused}");
     held.release().await.unwrap();
+}
+
+/// The stored number of permits is read back, and a force-release removes the permits of
+/// holders that crashed with a long ttl, waking a waiter at once.
+#[tokio::test]
+async fn force_release_removes_every_permit_and_wakes_the_waiters() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    assert_eq!(a.semaphore_permits("pool").await.unwrap(), None);
+    let long = LockOptions::default().ttl(Duration::from_secs(30));
+    for _ in 0..2 {
+        std::mem::forget(a.semaphore("pool", 2).acquire_with(&long).await.unwrap());
+    }
+    assert_eq!(b.semaphore_permits("pool").await.unwrap(), Some(2));
+    // A waiter whose retry delay is far too long to explain what the test sees, then the
+    // operator breaks both permits.
+    let waiting = long
+        .clone()
+        .retry_delay(Duration::from_secs(10))
+        .retry_jitter(Duration::ZERO)
+        .wait_timeout(Duration::from_secs(20));
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.semaphore("pool", 2).acquire_with(&waiting).await })
+    };
+    within("the waiter to queue", async {
+        let queue = format!("{}\0redlock:permit-waiters", b.key_for("pool"));
+        while zcards(&nodes, &queue).await.iter().sum::<i64>() < 5 {
+            tokio::time::sleep(ms(5)).await;
+        }
+    })
+    .await;
+    let broken = Instant::now();
+    let report = b.force_release("pool").await.unwrap();
+    assert_eq!(report.permits_removed, 2, "{report:?}");
+    assert!(!report.removed_any(), "no lock was held: {report:?}");
+    let guard = within("the woken waiter", waiter).await.unwrap().unwrap();
+    assert!(
+        broken.elapsed() < ms(2_000),
+        "the waiter was not woken: {:?}",
+        broken.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
+/// A permit is detached and resumed like a lock: the resumed guard holds the same slot of the
+/// same semaphore, the bound of K holds across the hand-over, the same detached permit cannot
+/// be resumed twice, and one detached and released by its token frees its slot.
+#[tokio::test]
+async fn a_permit_is_detached_resumed_and_released_by_token() {
+    let nodes = RedisNodes::start(5);
+    let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
+    let options = permit().ttl(ms(5_000));
+    let first = a.semaphore("pool", 2).acquire_with(&options).await.unwrap();
+    let slot = first.info().slot().unwrap();
+    let detached = first.detach().unwrap();
+    assert_eq!((detached.permits(), detached.slot()), (Some(2), Some(slot)));
+    // Serialized for a job queue and read back, it is the same permit.
+    let text = serde_json::to_string(&detached).unwrap();
+    let read: redlock_core::DetachedLock = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        (read.key(), read.token(), read.permits(), read.slot()),
+        (detached.key(), detached.token(), Some(2), Some(slot))
+    );
+    let resumed = b.resume(&read).await.unwrap();
+    assert_eq!(resumed.info().slot(), Some(slot));
+    assert_eq!(resumed.info().permits(), Some(2));
+    // Still one of the 2: one more fits, a third does not.
+    let second = a.semaphore("pool", 2).acquire_with(&options).await.unwrap();
+    let third = a
+        .semaphore("pool", 2)
+        .acquire_with(&options.clone().retry_count(0).wait_timeout(ms(0)))
+        .await;
+    assert!(third.is_err_and(|e| e.is_busy()));
+    // The detached token was swapped away: a second resumption is refused.
+    let again = a.resume(&detached).await.unwrap_err();
+    assert!(matches!(again, LockError::Lost { .. }), "{again}");
+    // Detached again and released by its token: the slot is free at once.
+    let key = a.key_for("pool");
+    let other = second.detach().unwrap();
+    let other_slot = other.slot().unwrap();
+    a.release_detached(other).await.unwrap();
+    gone_soon(&nodes, &slot_key(&key, other_slot)).await;
+    resumed.release().await.unwrap();
+    gone_soon(&nodes, &slot_key(&key, slot)).await;
+    // A permit's slot out of its semaphore is refused before anything is sent.
+    let mut wire: serde_json::Value = serde_json::from_str(&text).unwrap();
+    wire["slot"] = serde_json::json!(2);
+    assert!(serde_json::from_value::<redlock_core::DetachedLock>(wire.clone()).is_err());
+    wire.as_object_mut().unwrap().remove("permits");
+    wire["slot"] = serde_json::json!(0);
+    assert!(serde_json::from_value::<redlock_core::DetachedLock>(wire).is_err());
 }

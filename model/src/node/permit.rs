@@ -1,7 +1,9 @@
 //! The semaphore's script mirrored, acquire_permit.lua, and release_slots.lua.
 
 use super::args::{arg, key, need, pget};
-use super::prelude::{Raise, holder_digest, ms_left, node_now, quarantine_check, tonumber};
+use super::prelude::{
+    Raise, concat_number, holder_digest, ms_left, node_now, quarantine_check, tonumber,
+};
 use super::{Call, Node, Reply};
 
 /// The most waiters a queue holds (`MAX_QUEUED_WAITERS`).
@@ -21,11 +23,35 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
     let (marker, score, queue_ttl_ms, alive_ms) =
         (arg(call, 4), arg(call, 5), arg(call, 6), arg(call, 7));
     let listen_key = key(call, 5).map(str::to_owned);
-    let first_slot = 6;
+    let capacity_key = key(call, 6).unwrap_or_default().to_owned();
+    let permits = arg(call, 8);
+    let first_slot = 7;
 
     if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
         return Ok(refused);
     }
+    // `redis.pcall("get", capacity_key)`: another number of permits stored is a refusal.
+    if let Ok(Some(stored)) = node.store.get_str(&capacity_key)
+        && stored != permits
+    {
+        return Ok(Reply::Array(vec![
+            Reply::Int(-4),
+            Reply::Int(0),
+            Reply::Bulk(stored.to_owned()),
+        ]));
+    }
+    // `keep_capacity(ms)`: stored for `max(ms, pttl)` whenever either is positive (the `PX`
+    // argument is the number as Lua writes it; one `SET` refuses is skipped, under `pcall`).
+    let keep_capacity = |node: &mut Node, ms: i64| {
+        let left = node.store.pttl(&capacity_key);
+        #[allow(clippy::cast_precision_loss)] // ms far below 2^53
+        let px = concat_number(ms.max(left) as f64).parse::<u64>().ok();
+        if (ms > 0 || left > 0)
+            && let Some(px) = px.filter(|&px| px > 0)
+        {
+            node.store.set(&capacity_key, permits, Some(px));
+        }
+    };
     let now = i64::try_from(node_now(node)).unwrap_or(i64::MAX);
     // `zremrangebyscore alive_key -inf now`, then the 8 entries that count the shortest.
     if let Ok(members) = node.store.zrange(&alive_key) {
@@ -45,39 +71,42 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
         }
     }
     let mut holders: Vec<String> = Vec::new();
-    let refused = |node: &mut Node, holders: &[String], earliest: i64| -> Result<Reply, Raise> {
-        if !marker.is_empty() {
-            if node.store.zcard(&queue_key).unwrap_or(0) < MAX_QUEUED_WAITERS
-                && let Some(score) = score_arg(score)
-            {
-                let _ = node.store.zadd_nx(&queue_key, score, marker);
+    let refused =
+        |node: &mut Node, holders: &[String], earliest: i64, latest: i64| -> Result<Reply, Raise> {
+            if !marker.is_empty() {
+                if node.store.zcard(&queue_key).unwrap_or(0) < MAX_QUEUED_WAITERS
+                    && let Some(score) = score_arg(score)
+                {
+                    let _ = node.store.zadd_nx(&queue_key, score, marker);
+                }
+                if let Some(queue_ttl) = score_arg(queue_ttl_ms) {
+                    node.store.pexpire(&queue_key, queue_ttl);
+                }
+                super::scripts::set_listen(node, listen_key.as_deref(), queue_ttl_ms);
+                let alive = tonumber(alive_ms)
+                    .ok_or_else(|| "attempt to perform arithmetic on a nil value".to_owned())?;
+                #[allow(clippy::cast_possible_truncation)] // whole ms
+                let until = now + alive as i64;
+                let _ = node.store.zadd(&alive_key, until, marker);
+                if let Some(queue_ttl) = score_arg(queue_ttl_ms) {
+                    node.store.pexpire(&alive_key, queue_ttl);
+                }
             }
-            if let Some(queue_ttl) = score_arg(queue_ttl_ms) {
-                node.store.pexpire(&queue_key, queue_ttl);
-            }
-            super::scripts::set_listen(node, listen_key.as_deref(), queue_ttl_ms);
-            let alive = tonumber(alive_ms)
-                .ok_or_else(|| "attempt to perform arithmetic on a nil value".to_owned())?;
-            #[allow(clippy::cast_possible_truncation)] // whole ms
-            let until = now + alive as i64;
-            let _ = node.store.zadd(&alive_key, until, marker);
-            if let Some(queue_ttl) = score_arg(queue_ttl_ms) {
-                node.store.pexpire(&alive_key, queue_ttl);
-            }
-        }
-        Ok(Reply::Array(vec![
-            Reply::Int(0),
-            Reply::Int(0),
-            Reply::Int(0),
-            Reply::Int(earliest),
-            Reply::Bulk(holders.join(",")),
-        ]))
-    };
+            keep_capacity(node, latest);
+            Ok(Reply::Array(vec![
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(0),
+                Reply::Int(earliest),
+                Reply::Bulk(holders.join(",")),
+            ]))
+        };
 
     // Who holds each slot; the first free one; the one reserved for this waiter; when the
     // earliest busy one frees.
     let slots: Vec<String> = call.keys.iter().skip(first_slot - 1).cloned().collect();
     let (mut free, mut reserved, mut count, mut earliest) = (None, None, 0_usize, -1_i64);
+    let mut latest = 0_i64;
     for (i, slot) in slots.iter().enumerate() {
         // `redis.pcall("get", slot)`: an error table (truthy, no string) for another type.
         let current = node.store.get_str(slot).map(|v| v.map(str::to_owned));
@@ -97,6 +126,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
             if left > 0 && (earliest < 0 || left < earliest) {
                 earliest = left;
             }
+            latest = latest.max(left);
         }
     }
     let take = |node: &mut Node, holders: &[String], i: usize, is_reserved: bool| {
@@ -112,6 +142,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
             let _ = node.store.zrem(&queue_key, marker);
             let _ = node.store.zrem(&alive_key, marker);
         }
+        keep_capacity(node, latest.max(i64::try_from(px).unwrap_or(i64::MAX)));
         let slot = i64::try_from(i + 1).unwrap_or(i64::MAX);
         Ok::<_, Raise>(Some(Reply::Array(vec![
             Reply::Int(1),
@@ -125,7 +156,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
         return take(node, &holders, i, true).map(|r| r.unwrap_or(Reply::Nil));
     }
     let Some(free) = free else {
-        return refused(node, &holders, earliest);
+        return refused(node, &holders, earliest, latest);
     };
     // The waiters ahead of this one, while they are fewer than the free slots.
     // `zrangebyscore queue_key -inf (score LIMIT 0 count+32` (an invalid bound is an error).
@@ -147,7 +178,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
                             "ahead".clone_into(holder);
                         }
                     }
-                    return refused(node, &holders, earliest);
+                    return refused(node, &holders, earliest, latest);
                 }
             } else {
                 let _ = node.store.zrem(&queue_key, &other);
@@ -157,7 +188,7 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
     }
     match take(node, &holders, free, false)? {
         Some(granted) => Ok(granted),
-        None => refused(node, &holders, earliest),
+        None => refused(node, &holders, earliest, latest),
     }
 }
 

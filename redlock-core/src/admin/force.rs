@@ -3,7 +3,7 @@
 
 use crate::error::{InvalidInput, LockError};
 use crate::kernel::redlock::Redlock;
-use crate::keys::validate_resource;
+use crate::keys::{ResourceKeys, validate_resource};
 use crate::outcome::NodeVote;
 use crate::telemetry;
 
@@ -22,6 +22,10 @@ pub struct ForceReleased {
     pub nodes: usize,
     /// Nodes needed for a majority.
     pub quorum: usize,
+    /// Permits of the counting semaphore on the resource
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)) whose holder was removed from at
+    /// least one node.
+    pub permits_removed: usize,
 }
 
 impl ForceReleased {
@@ -60,6 +64,11 @@ impl Redlock {
     /// another type, or a hash with fields we did not write) is left as it is and counted in
     /// [`ForceReleased::not_a_lock`]. The fencing counter, waiter queue and windows stay.
     ///
+    /// The permits of a counting semaphore on the resource go too, each as a lock of its own
+    /// ([`ForceReleased::permits_removed`]): every permit of the number stored on the nodes
+    /// ([`semaphore_permits`](Self::semaphore_permits); the largest any node answers), and
+    /// the semaphore's waiters are woken.
+    ///
     /// Every node is awaited in each round, each within the node timeout, and the report says
     /// what each count of nodes did (when the read found no holder, what the read found); [`ForceReleased::confirmed`] is `false` when fewer than a quorum
     /// answered (the nodes that answered were cleared, the others keep their holder until
@@ -71,6 +80,11 @@ impl Redlock {
     /// holder's key there too. Such a client cannot release safely either; its locks are
     /// force-released as safely as it holds them.
     ///
+    /// # Cancel safety
+    /// Dropped after its read, the removals already handed to the nodes still run; dropped before,
+    /// nothing is removed. Either way calling it again is safe: it removes only the holders its own
+    /// read finds.
+    ///
     /// # Errors
     /// [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent).
     ///
@@ -81,6 +95,22 @@ impl Redlock {
         if keys.lock.contains('\0') {
             return Err(InvalidInput::ReservedResource.into());
         }
+        let mut report = self.force_release_key(&keys, &keys.waiters).await;
+        let stored = self.stored_permits(resource).await?;
+        if let Some(permits) = stored.into_iter().flatten().max() {
+            let (queue, slots) = self.permit_keys(keys.lock.clone(), permits);
+            for slot in &slots.slots {
+                let removed = self.force_release_key(slot, &queue.waiters).await;
+                report.permits_removed += usize::from(removed.removed_any());
+            }
+        }
+        telemetry::force_released(resource, report.removed, report.answered, report.nodes);
+        Ok(report)
+    }
+
+    /// The two rounds of [`force_release`](Self::force_release) on one lock key (`keys`),
+    /// waking the waiters on `channel`.
+    async fn force_release_key(&self, keys: &ResourceKeys, channel: &str) -> ForceReleased {
         let masters = self.masters();
         let limit = masters.node_timeout;
         let mut report = ForceReleased {
@@ -89,12 +119,13 @@ impl Redlock {
             answered: 0,
             nodes: masters.len(),
             quorum: masters.quorum,
+            permits_removed: 0,
         };
         // First who holds it, on every node, each within the node timeout, all awaited.
         let reads = masters
             .nodes
             .iter()
-            .map(|node| node.force_read(&keys, limit));
+            .map(|node| node.force_read(keys, limit));
         let reads = futures_util::future::join_all(reads).await;
         let mut holders: Vec<String> = Vec::new();
         let mut not_a_lock = 0;
@@ -115,11 +146,10 @@ impl Redlock {
             // Then only those holders, on every node: a delete that reaches a node late
             // finds the next holder's token there, another digest, and leaves it. Whether or
             // not this handle listens, the applications' waiters are woken.
-            let channel = keys.waiters.as_str();
             let answers = masters
                 .nodes
                 .iter()
-                .map(|node| node.force_release(&keys, &holders, channel, limit));
+                .map(|node| node.force_release(keys, &holders, channel, limit));
             for (vote, not_a_lock) in futures_util::future::join_all(answers).await {
                 match vote {
                     NodeVote::Acquired => report.removed += 1,
@@ -131,7 +161,6 @@ impl Redlock {
                 }
             }
         }
-        telemetry::force_released(resource, report.removed, report.answered, report.nodes);
-        Ok(report)
+        report
     }
 }

@@ -73,6 +73,21 @@ impl ResourceStatus {
             .map(|&(_, label)| label)
     }
 
+    /// The plain lock's holder on a quorum of nodes, told apart from other holders by its
+    /// token's digest (read on each node, never the token): the digest and the holder's
+    /// label where one node shows it. `None` when no one holder has a quorum.
+    pub(crate) fn plain_holder(&self) -> Option<(&str, Option<&str>)> {
+        let reads = || self.nodes.iter().filter_map(|n| n.read.as_ref().ok());
+        let digests: Vec<&str> = reads().filter_map(|r| r.digest.as_deref()).collect();
+        let digest = *digests
+            .iter()
+            .find(|d| digests.iter().filter(|other| other == d).count() >= self.quorum)?;
+        let owner = reads()
+            .filter(|r| r.digest.as_deref() == Some(digest))
+            .find_map(|r| r.owner.as_deref());
+        Some((digest, owner))
+    }
+
     /// `true` when something is at the key on a quorum of nodes ([`Holder::is_present`]): a
     /// plain acquisition is refused (a lock of ours, a foreign client's key, a hand-over in
     /// progress, waiters' entries of a resource held in modes, or someone else's data).
@@ -184,6 +199,9 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// # Errors
     /// [`LockError::Invalid`] for an empty or over-long resource, or one (or a key prefix)
     /// holding a NUL byte; nothing is sent.
@@ -211,6 +229,9 @@ impl Redlock {
     /// are not read). One read-only `EVAL` per slot and node, all at once, each within the
     /// handle's node timeout; the ACL needs of [`inspect`](Self::inspect).
     ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
     /// # Errors
     /// As [`inspect`](Self::inspect); [`LockError::Invalid`] for `permits` of 0
     /// ([`InvalidInput::ZeroPermits`]) or above [`MAX_PERMITS`](crate::MAX_PERMITS)
@@ -237,6 +258,53 @@ impl Redlock {
             .slots
             .into_iter()
             .map(|keys| self.read_every_node(resource, keys));
+        Ok(join_all(reads).await)
+    }
+
+    /// The number of permits the counting semaphore on `resource` is in use with: the first
+    /// attempt at one of its permits ([`Redlock::semaphore`](crate::Redlock::semaphore))
+    /// stores it on the nodes, and it is kept as long as the permits taken with it; an attempt
+    /// with another number is refused with
+    /// [`LockError::PermitsMismatch`](crate::LockError::PermitsMismatch). `None` when no one
+    /// number is stored on a quorum of nodes (no permit taken lately, or too few answered).
+    /// Then read the permits with [`inspect_permits`](Self::inspect_permits).
+    ///
+    /// One `GET` per node, all at once, each within the handle's node timeout.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// # Errors
+    /// As [`inspect`](Self::inspect) (nothing is sent).
+    pub async fn semaphore_permits(&self, resource: &str) -> Result<Option<u32>, LockError> {
+        let stored = self.stored_permits(resource).await?;
+        let quorum = self.masters().quorum;
+        Ok(stored
+            .iter()
+            .flatten()
+            .copied()
+            .find(|number| stored.iter().filter(|s| **s == Some(*number)).count() >= quorum))
+    }
+
+    /// The number of permits stored for the semaphore on `resource` on each node, in node
+    /// order (`None`: none stored, another value, or no answer).
+    pub(crate) async fn stored_permits(
+        &self,
+        resource: &str,
+    ) -> Result<Vec<Option<u32>>, LockError> {
+        validate_resource(resource)?;
+        let key = self.key_for(resource);
+        if key.contains('\0') {
+            return Err(InvalidInput::ReservedResource.into());
+        }
+        let capacity = crate::keys::permit_capacity(&key);
+        let masters = self.masters();
+        let limit = masters.node_timeout;
+        let reads = masters.nodes.iter().map(|node| async {
+            let read = node.call("GET", vec![Value::from(capacity.as_str())]);
+            let value = tokio::time::timeout(limit, read).await.ok()?.ok()?;
+            value.as_str()?.parse::<u32>().ok()
+        });
         Ok(join_all(reads).await)
     }
 
@@ -351,6 +419,67 @@ mod tests {
 
     fn reply(values: Vec<Value>) -> Value {
         Value::Array(values)
+    }
+
+    /// A status of one node per entry: `Some((digest, owner))` a plain holder, `None` free,
+    /// and a node that did not answer for `"-"`.
+    fn status_of(nodes: &[Option<(&str, Option<&str>)>]) -> ResourceStatus {
+        let nodes = nodes
+            .iter()
+            .map(|node| NodeStatus {
+                node: "n".to_owned(),
+                read: match node {
+                    Some(("-", _)) => Err(NodeError::Timeout(Duration::from_millis(100))),
+                    Some((digest, owner)) => Ok(NodeHolding {
+                        holder: Holder::Plain,
+                        ttl: Some(Duration::from_secs(1)),
+                        waiters: 0,
+                        owner: owner.map(str::to_owned),
+                        digest: Some((*digest).to_owned()),
+                    }),
+                    None => Ok(NodeHolding {
+                        holder: Holder::None,
+                        ttl: None,
+                        waiters: 0,
+                        owner: None,
+                        digest: None,
+                    }),
+                },
+            })
+            .collect::<Vec<_>>();
+        ResourceStatus {
+            resource: "r".to_owned(),
+            key: "r".to_owned(),
+            quorum: nodes.len() / 2 + 1,
+            nodes,
+        }
+    }
+
+    #[test]
+    fn the_plain_holder_is_one_token_on_a_quorum_whatever_the_labels() {
+        let a = Some(("aaaa", Some("web-1")));
+        let a_unlabelled = Some(("aaaa", None));
+        let b_same_label = Some(("bbbb", Some("web-1")));
+        let silent = Some(("-", None));
+        // A quorum of one token: its label, even where only one node shows it.
+        let held = status_of(&[a, a_unlabelled, a_unlabelled, None, None]);
+        assert_eq!(held.plain_holder(), Some(("aaaa", Some("web-1"))));
+        assert_eq!(
+            status_of(&[a, a, a]).plain_holder(),
+            Some(("aaaa", Some("web-1")))
+        );
+        // Refused: one short of a quorum, two holders with one label splitting the nodes,
+        // nodes that did not answer, nobody.
+        assert_eq!(status_of(&[a, a, None, None, None]).plain_holder(), None);
+        assert_eq!(
+            status_of(&[a, a, b_same_label, b_same_label, None]).plain_holder(),
+            None
+        );
+        assert_eq!(
+            status_of(&[a, a, silent, silent, silent]).plain_holder(),
+            None
+        );
+        assert_eq!(status_of(&[None, None, None]).plain_holder(), None);
     }
 
     #[test]

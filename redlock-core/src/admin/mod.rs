@@ -3,4 +3,5 @@
 
 pub(crate) mod force;
 pub(crate) mod inspect;
+pub(crate) mod list;
 mod node;

@@ -17,13 +17,13 @@ use crate::error::{InvalidInput, LockError, LostReason};
 use crate::kernel::acquire::fence;
 use crate::kernel::commands::Releasing;
 use crate::kernel::guard::LockGuard;
-use crate::kernel::lease::{Grant, Held};
+use crate::kernel::lease::{Grant, Held, Permit};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::kernel::release::Released;
-use crate::keys::validate_resource;
+use crate::keys::{ResourceKeys, validate_resource};
 use crate::mode::Mode;
-use crate::options::LockOptions;
+use crate::options::{LockOptions, MAX_PERMITS};
 use crate::outcome::NodeVote;
 use crate::telemetry;
 use crate::timing;
@@ -51,6 +51,8 @@ pub struct DetachedLock {
     ttl: Duration,
     fencing_token: Option<u64>,
     valid_until: SystemTime,
+    /// A semaphore's permit: which one; `key` is then its slot's key.
+    permit: Option<Permit>,
 }
 
 impl DetachedLock {
@@ -73,6 +75,17 @@ impl DetachedLock {
     /// The mode the lock is held in; `None` for the plain exclusive lock.
     pub fn mode(&self) -> Option<Mode> {
         self.mode
+    }
+
+    /// For a semaphore's permit ([`Redlock::semaphore`](crate::Redlock::semaphore)), the
+    /// semaphore's number of permits; `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.permit.map(|permit| permit.permits)
+    }
+
+    /// For a semaphore's permit, the slot it holds (from 0); `None` for a lock.
+    pub fn slot(&self) -> Option<u32> {
+        self.permit.map(|permit| permit.slot)
     }
 
     /// The ttl the lock was taken with: what [`Redlock::resume`] extends it to.
@@ -110,10 +123,12 @@ impl LockGuard {
     ///   validity ran out): there is nothing to hand on; the guard is consumed and the lock
     ///   released as a drop would;
     /// - [`LockError::Invalid`] ([`InvalidInput::Shared`]): re-entries share this lock
-    ///   ([`hold_count`](Self::hold_count) above 1); ([`InvalidInput::PermitsWith`]): it is a
-    ///   semaphore's permit, which cannot be handed on; ([`InvalidInput::ManyWith`]): it is a
-    ///   lock of several resources ([`Redlock::lock_many`]), which cannot either. The lock is not handed on, and this
-    ///   guard's hold is given back as a drop would.
+    ///   ([`hold_count`](Self::hold_count) above 1); ([`InvalidInput::ManyWith`]): it is a
+    ///   lock of several resources ([`Redlock::lock_many`]), which cannot be handed on. The
+    ///   lock is not handed on, and this guard's hold is given back as a drop would.
+    ///
+    /// A semaphore's permit is handed on as a lock is: the [`DetachedLock`] names its
+    /// semaphore's number of permits and its slot, and the resumed guard holds that slot.
     pub fn detach(self) -> Result<DetachedLock, LockError> {
         let redlock = self.handle().clone();
         let lease = std::sync::Arc::clone(self.lease_ref());
@@ -125,9 +140,6 @@ impl LockGuard {
         }
         if self.hold_count() > 1 {
             return Err(InvalidInput::Shared { action: "detached" }.into());
-        }
-        if lease.permit().is_some() {
-            return Err(InvalidInput::PermitsWith { option: "detach" }.into());
         }
         if !lease.also().is_empty() {
             return Err(InvalidInput::ManyWith { option: "detach" }.into());
@@ -153,6 +165,7 @@ impl LockGuard {
             valid_until: SystemTime::now()
                 .checked_add(left)
                 .unwrap_or_else(SystemTime::now),
+            permit: lease.permit(),
         })
     }
 }
@@ -171,6 +184,9 @@ impl LockGuard {
 impl Redlock {
     /// Resumes `detached` with the handle's default options and the detached lock's ttl. See
     /// [`resume_with`](Self::resume_with).
+    ///
+    /// # Cancel safety
+    /// As [`resume_with`](Self::resume_with).
     ///
     /// # Errors
     /// As [`resume_with`](Self::resume_with).
@@ -230,7 +246,7 @@ impl Redlock {
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let resource = detached.resource.as_str();
-        self.check_detached(detached)?;
+        let keys = self.check_detached(detached)?;
         if options.fencing && detached.fencing_token.is_none() {
             return Err(InvalidInput::ResumeMismatch { option: "fencing" }.into());
         }
@@ -244,20 +260,34 @@ impl Redlock {
             return Err(LockError::ShuttingDown);
         }
         let span = telemetry::resume_span(resource);
-        self.resume_round(detached, options).instrument(span).await
+        self.resume_round(detached, keys, options)
+            .instrument(span)
+            .await
     }
 
     /// The checks every use of a detached lock makes before anything is sent: its resource,
-    /// and its key, which must be this handle's key for the resource.
-    fn check_detached(&self, detached: &DetachedLock) -> Result<(), LockError> {
+    /// and its key, which must be this handle's key for the resource (or, for a permit, its
+    /// slot's); returns the keys it holds.
+    fn check_detached(&self, detached: &DetachedLock) -> Result<ResourceKeys, LockError> {
         validate_resource(&detached.resource)?;
-        if self.key_for(&detached.resource) != detached.key {
+        let key = self.key_for(&detached.resource);
+        let keys = match detached.permit {
+            None => self.resource_keys(key),
+            Some(Permit { permits, slot }) if slot < permits && permits <= MAX_PERMITS => {
+                let (_queue, mut slots) = self.permit_keys(key, permits);
+                slots.slots.swap_remove(slot as usize)
+            }
+            Some(_) => {
+                return Err(InvalidInput::ResumeMismatch { option: "permit" }.into());
+            }
+        };
+        if keys.lock != detached.key {
             return Err(InvalidInput::ResumeMismatch {
                 option: "key prefix",
             }
             .into());
         }
-        Ok(())
+        Ok(keys)
     }
 
     /// The swap round of [`resume_with`](Self::resume_with), its checks passed, then the
@@ -267,6 +297,7 @@ impl Redlock {
     async fn resume_round(
         &self,
         detached: &DetachedLock,
+        keys: ResourceKeys,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let resource = detached.resource.as_str();
@@ -308,7 +339,7 @@ impl Redlock {
             .collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
         let outcomes = masters.outcomes(tally.votes);
-        tracing::debug!(resource, swapped = granted, refused, "resumption decided");
+        tracing::debug!(swapped = granted, refused, "resumption decided");
         let Some(&held) = left.get(masters.quorum - 1) else {
             give_back.now().await;
             if refused > masters.len() - masters.quorum {
@@ -361,7 +392,6 @@ impl Redlock {
                 valid_until = valid_until.max(start + ttl - ttl_drift);
             }
         }
-        let keys = self.resource_keys(detached.key.clone());
         // A resumer is a new holder: a fenced lock takes a fresh token, above the detached
         // lock's, so that storage refuses a late write of the detaching holder.
         let fencing_token = match detached.fencing_token {
@@ -390,9 +420,11 @@ impl Redlock {
         }
         let grant = Grant {
             fencing_token,
-            held: detached
-                .mode
-                .map_or(Held::ONE, |mode| Held::mode(mode, detached.marker.clone())),
+            held: match (detached.permit, detached.mode) {
+                (Some(permit), _) => Held::Permit(permit),
+                (None, Some(mode)) => Held::mode(mode, detached.marker.clone()),
+                (None, None) => Held::ONE,
+            },
             ..Grant::new(start, valid_until)
         };
         let class = telemetry::class_of(resource, options);
@@ -417,14 +449,18 @@ impl Redlock {
     /// resource's waiters), from any process: a holder that will not resume a lock it
     /// detached. A lock already resumed elsewhere holds another token and is not touched.
     ///
+    /// # Cancel safety
+    /// The releases are handed to the nodes at the first poll: dropping the future afterwards does
+    /// not cut them short. Calling it again is safe: a node whose key is gone has nothing to
+    /// delete.
+    ///
     /// # Errors
     /// - [`LockError::Invalid`]: a bad resource, or `detached` was taken through another key
     ///   prefix ([`InvalidInput::ResumeMismatch`]); nothing is sent;
     /// - [`LockError::ReleaseUnconfirmed`]: fewer than a quorum of nodes answered; the keys
     ///   then expire with their ttl.
     pub async fn release_detached(&self, detached: DetachedLock) -> Result<Released, LockError> {
-        self.check_detached(&detached)?;
-        let keys = self.resource_keys(detached.key.clone());
+        let keys = self.check_detached(&detached)?;
         let releasing = Releasing::Holder {
             mode: detached.mode.is_some(),
             marker: &detached.marker,
@@ -544,6 +580,11 @@ struct Wire {
     ttl_ms: u64,
     fencing_token: Option<u64>,
     valid_until_unix_ms: u64,
+    /// A permit's semaphore size and slot; absent for a lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    permits: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    slot: Option<u32>,
 }
 
 /// With the `serde` feature: serializes every field, **the token included** (it is a bearer
@@ -566,6 +607,8 @@ impl serde::Serialize for DetachedLock {
             ttl_ms: ms(self.ttl),
             fencing_token: self.fencing_token,
             valid_until_unix_ms: ms(since_epoch),
+            permits: self.permits(),
+            slot: self.slot(),
         }
         .serialize(serializer)
     }
@@ -595,6 +638,17 @@ impl<'de> serde::Deserialize<'de> for DetachedLock {
         if !marker_ok {
             return Err(D::Error::custom("marker: not a waiter marker"));
         }
+        let permit = match (wire.permits, wire.slot) {
+            (None, None) => None,
+            (Some(permits), Some(slot)) if slot < permits && permits <= MAX_PERMITS => {
+                Some(Permit { permits, slot })
+            }
+            _ => {
+                return Err(D::Error::custom(
+                    "permits, slot: a permit needs both, with the slot below the permits",
+                ));
+            }
+        };
         Ok(Self {
             resource: wire.resource,
             key: wire.key,
@@ -606,6 +660,7 @@ impl<'de> serde::Deserialize<'de> for DetachedLock {
             valid_until: SystemTime::UNIX_EPOCH
                 .checked_add(Duration::from_millis(wire.valid_until_unix_ms))
                 .unwrap_or(SystemTime::UNIX_EPOCH),
+            permit,
         })
     }
 }

@@ -206,6 +206,10 @@ impl LockGuard {
     /// (the signal wins a tie: the work may have overlapped another holder). The lock is not
     /// released here.
     ///
+    /// # Cancel safety
+    /// Dropping the future drops `work`; the lock is left as it is (held, and released when its
+    /// guard is).
+    ///
     /// # Errors
     /// [`LockError::Lost`] if the signal fired first; `work` was dropped.
     pub async fn until_lost<T>(&self, work: impl Future<Output = T>) -> Result<T, LockError> {
@@ -224,6 +228,10 @@ impl LockGuard {
     /// re-created, and an extension never shortens anything: with a `ttl` shorter than the
     /// time the lock has left, the keys keep their expiry and the returned deadline is the
     /// current one (to give a lock up early, release it).
+    ///
+    /// # Cancel safety
+    /// Dropped mid-round, an extension may have reached some nodes: they keep the longer expiry,
+    /// and the lock's validity stays what was last confirmed, never more. Extending again is safe.
     ///
     /// # Errors
     /// - [`LockError::Lost`]: a majority no longer holds our token, the lost deadline passed
@@ -260,6 +268,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     ///
+    /// # Cancel safety
+    /// Dropped mid-round, some nodes may hold the weaker mode and others the stronger one; every
+    /// view already says the weaker mode, which is what a holder may rely on. Releasing releases
+    /// both.
+    ///
     /// # Errors
     /// - [`LockError::Invalid`]: `mode` is not weaker than the mode held, or the lock is the
     ///   plain lock, held in no mode ([`InvalidInput::NotADowngrade`]); re-entries share it
@@ -295,6 +308,11 @@ impl LockGuard {
     /// Decided at quorum: it returns once a quorum confirmed the delete, without waiting for
     /// the slowest node. Every node's command is sent on the first poll, so dropping this
     /// future afterwards does not cut the release short.
+    ///
+    /// # Cancel safety
+    /// The guard is consumed and every node's command is sent at the first poll: dropping the
+    /// future then does not cut the release short; dropped before its first poll, the guard is
+    /// dropped and the lock released in the background, as a dropped guard's is.
     ///
     /// # Errors
     /// [`LockError::ReleaseUnconfirmed`] when fewer than a quorum of nodes answered; the keys

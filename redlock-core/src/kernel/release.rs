@@ -242,6 +242,12 @@ impl Redlock {
     /// the node timeout; a release is idempotent (a node that already deleted answers "not
     /// held"). Safe against a late holder: a release only deletes a key still signed by our
     /// token, so it can never delete a lock another process took after ours expired.
+    ///
+    /// # Cancel safety
+    /// Every lease is retired, and its release handed to the nodes, at the first poll:
+    /// dropping the future does not bring a lock back, and those releases still reach the
+    /// nodes. A release a quorum did not confirm is then not tried again; its keys expire with
+    /// their ttl.
     pub async fn release_all(&self) -> ReleaseAllReport {
         let mut pending = self.inner().ledger.retire_all();
         let mut report = ReleaseAllReport::default();
@@ -287,6 +293,11 @@ impl Redlock {
     /// (a release returns once a quorum confirmed it; the other nodes' commands are still on
     /// their way, and a process that exits at once could drop them, leaving the key there
     /// until its ttl). A `timeout` too long for the clock (`Duration::MAX`) is no limit.
+    ///
+    /// # Cancel safety
+    /// Shutdown begins at the first poll and cannot be undone: dropping the future afterwards
+    /// leaves the handle shutting down, with its locks' releases under way in the background,
+    /// but no longer waits for them.
     pub async fn shutdown(&self, timeout: Duration) -> ReleaseAllReport {
         // `None`: no limit (tokio's timeout takes any duration, a far deadline as none).
         let deadline = Instant::now().checked_add(timeout);

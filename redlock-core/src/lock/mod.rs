@@ -16,6 +16,9 @@ use crate::options::LockOptions;
 impl Redlock {
     /// Acquires `resource` with the default options. See [`lock_with`](Self::lock_with).
     ///
+    /// # Cancel safety
+    /// As [`lock_with`](Self::lock_with).
+    ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with).
     pub async fn lock(&self, resource: &str) -> Result<LockGuard, LockError> {
@@ -39,6 +42,12 @@ impl Redlock {
     /// with [`LockOptions::auto_extend`], the handle's driver keeps it extended; with
     /// [`LockOptions::reentrant`], code running inside the scope of a guard holding the
     /// resource ([`LockGuard::scope`]) gets a guard sharing its lock at once.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the acquisition: whatever the attempt under way took on the nodes
+    /// is released in the background (on the handle's runtime;
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it), and a waiter leaves the
+    /// queue. Nothing is held afterwards, and the call can be made again.
     ///
     /// # Errors
     /// - [`LockError::Invalid`]: empty or over-long resource, a resource or key prefix
@@ -109,6 +118,9 @@ impl Redlock {
     /// Acquires every resource of `resources` at once with the default options: see
     /// [`lock_many_with`](Self::lock_many_with).
     ///
+    /// # Cancel safety
+    /// As [`lock_many_with`](Self::lock_many_with).
+    ///
     /// # Errors
     /// As [`lock_many_with`](Self::lock_many_with).
     pub async fn lock_many<S: AsRef<str>>(&self, resources: &[S]) -> Result<LockGuard, LockError> {
@@ -145,6 +157,12 @@ impl Redlock {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops the acquisition: whatever the attempt under way took on the nodes
+    /// is released in the background (on the handle's runtime;
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it), and a waiter leaves the
+    /// queue. Nothing is held afterwards, and the call can be made again.
     ///
     /// # Errors
     /// - [`LockError::Invalid`]: no resource, more than [`MAX_RESOURCES`](crate::MAX_RESOURCES),

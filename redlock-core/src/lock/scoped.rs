@@ -33,6 +33,9 @@ impl Redlock {
     /// # let _ = rows; Ok(()) }
     /// ```
     ///
+    /// # Cancel safety
+    /// As [`with_lock_options`](Self::with_lock_options).
+    ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with), plus [`LockError::Lost`] when the work was stopped.
     pub async fn with_lock<F, Fut, T>(
@@ -50,6 +53,11 @@ impl Redlock {
     }
 
     /// [`with_lock`](Self::with_lock) with full options (auto-extension is switched on).
+    ///
+    /// # Cancel safety
+    /// Dropped while it acquires, as [`Redlock::lock_with`](crate::Redlock::lock_with); dropped
+    /// while `f`'s future runs, that future is dropped and the lock released in the background, as
+    /// a dropped guard's is.
     ///
     /// # Errors
     /// As [`with_lock`](Self::with_lock).

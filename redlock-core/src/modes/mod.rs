@@ -32,6 +32,12 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     ///
+    /// # Cancel safety
+    /// Dropping the future stops the acquisition: whatever the attempt under way took on the nodes
+    /// is released in the background (on the handle's runtime;
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) waits for it), and a waiter leaves the
+    /// queue. Nothing is held afterwards, and the call can be made again.
+    ///
     /// # Errors
     /// As [`lock_with`](Self::lock_with); [`LockError::Invalid`] with
     /// [`InvalidInput::AtLeastWithMode`] for a minimum hold, which only the plain lock takes
@@ -63,6 +69,9 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     ///
+    /// # Cancel safety
+    /// As [`lock_mode_with`](Self::lock_mode_with).
+    ///
     /// # Errors
     /// As [`lock_mode_with`](Self::lock_mode_with).
     pub async fn lock_mode(
@@ -78,6 +87,9 @@ impl Redlock {
     /// Acquires `resource` as a reader ([`Mode::ProtectedRead`]) with the default options:
     /// shared with other readers, excluded by writers.
     ///
+    /// # Cancel safety
+    /// As [`lock_mode_with`](Self::lock_mode_with).
+    ///
     /// # Errors
     /// As [`lock_mode_with`](Self::lock_mode_with).
     pub async fn read_lock(&self, resource: &str) -> Result<LockGuard, LockError> {
@@ -89,6 +101,9 @@ impl Redlock {
     /// Acquires `resource` as a writer ([`Mode::Exclusive`]) with the default options: alone
     /// but for NL holders. A writer that asked first is not passed by readers that come after
     /// it.
+    ///
+    /// # Cancel safety
+    /// As [`lock_mode_with`](Self::lock_mode_with).
     ///
     /// # Errors
     /// As [`lock_mode_with`](Self::lock_mode_with).

@@ -14,6 +14,7 @@
 --       listen_key     the semaphore's listen flag (release_handover.lua), set with the
 --                      queue's ttl by a queued waiter refused, so that its slots' releases
 --                      hand them over
+--       capacity_key   the semaphore's number of permits, as the first attempt stored it
 --       slot_key...    the K slots' lock keys, in the order the client prefers them
 -- ARGV: token          the attempt's token
 --       ttl_ms         the permit's ttl, in ms
@@ -23,11 +24,13 @@
 --       score          the waiter's wait start, ms since the Unix epoch (its rank)
 --       queue_ttl_ms   how long the queue outlives this attempt
 --       alive_ms       how long the waiter's entry counts after this attempt
+--       permits        K, the number of permits the client asks with
 --
 -- Returns `{1, 0, slot, holders}` when granted (`slot` the 1-based index of the slot taken, in
 -- the order of KEYS), `{0, 0, 0, left, holders}` when refused (`left` the ms until the
 -- earliest busy slot expires, -1 if unknown), `{-1, 0}` quarantined, `{-3, 0}` a handle with
--- another quarantine (prelude.lua). `holders` says who held each slot before this request
+-- another quarantine (prelude.lua), `{-4, 0, stored}` when the capacity key holds another
+-- number of permits than `permits` (nothing is taken or queued). `holders` says who held each slot before this request
 -- took one, comma-separated in the order of KEYS: the holder's digest (holder_digest in
 -- prelude.lua) for a busy slot, empty for a free one (or the one reserved for this waiter),
 -- and "ahead" for a free one kept for earlier waiters (a refusal by rank).
@@ -44,19 +47,36 @@
 -- most MAX_QUEUED_WAITERS (1024) entries) and renews its entry. The queue commands run under
 -- `pcall`: without them (ACL) it is an attempt without hand-over or ranking.
 --
+-- The capacity: the first attempt on the semaphore stores `permits` at `capacity_key`, and
+-- every attempt keeps it at least as long as the longest slot it read (or granted) lives, so
+-- that two handles asking with different numbers of permits, which would use different sets
+-- of slots, are refused instead of together admitting more holders than the smaller number.
+-- A permit extended while no attempt comes may outlive it: the next attempt stores its own.
+--
 -- `alive_key` holds entries of queued waiters only: a waiter that leaves (leave.lua) leaves
 -- both sets, and each attempt drops the entries that stopped counting and, among the 8 that
 -- count for the shortest time, those no longer queued (a waiter a release's hand-over popped
 -- from the queue and that never came back), so that the set stays within the queue's size
 -- plus the waiters that left within the last `alive_ms`.
 local witness_key, marker_key, queue_key, alive_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local listen_key = KEYS[5]
+local listen_key, capacity_key = KEYS[5], KEYS[6]
 local token, ttl_ms, quarantine_ms = ARGV[1], ARGV[2], ARGV[3]
 local marker, score, queue_ttl_ms, alive_ms = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
-local first_slot = 6
+local permits = ARGV[8]
+local first_slot = 7
 
 local quarantined = quarantine_check(quarantine_ms, witness_key, marker_key)
 if quarantined then return quarantined end
+local stored = redis.pcall("get", capacity_key)
+if type(stored) == "string" and stored ~= permits then return {-4, 0, stored} end
+-- Stores the capacity for at least `ms` more, or as long as it had if longer (written each
+-- time, so that no branch turns on the millisecond the clock reads).
+local function keep_capacity(ms)
+  local left = tonumber(redis.pcall("pttl", capacity_key)) or -2
+  if ms > 0 or left > 0 then
+    redis.pcall("set", capacity_key, permits, "PX", math.max(ms, left))
+  end
+end
 local now = node_now_or_nil()
 if now then
   redis.pcall("zremrangebyscore", alive_key, "-inf", now)
@@ -70,6 +90,8 @@ if now then
   end
 end
 local holders = {}
+-- When the latest busy slot frees, in ms (read below, before any refusal).
+local latest = 0
 local function refused(earliest)
   if marker ~= "" then
     if (tonumber(redis.pcall("zcard", queue_key)) or 0) < 1024 then
@@ -82,11 +104,12 @@ local function refused(earliest)
       redis.pcall("pexpire", alive_key, queue_ttl_ms)
     end
   end
+  keep_capacity(latest)
   return {0, 0, 0, earliest, table.concat(holders, ",")}
 end
 
 -- Who holds each slot (empty: free for this request, the one reserved for it included); the
--- first free one; the one reserved for it; when the earliest busy one frees.
+-- first free one; the one reserved for it; when the earliest and the latest busy one free.
 local free, reserved, count, earliest = nil, nil, 0, -1
 for i = first_slot, #KEYS do
   local current = redis.pcall("get", KEYS[i])
@@ -100,6 +123,7 @@ for i = first_slot, #KEYS do
     holders[i - first_slot + 1] = holder_digest(KEYS[i])
     local left = ms_left(KEYS[i])
     if left > 0 and (earliest < 0 or left < earliest) then earliest = left end
+    if left > latest then latest = left end
   end
 end
 local function take(i, is_reserved)
@@ -112,6 +136,7 @@ local function take(i, is_reserved)
     redis.pcall("zrem", queue_key, marker)
     redis.pcall("zrem", alive_key, marker)
   end
+  keep_capacity(math.max(latest, tonumber(ttl_ms)))
   return {1, 0, i - first_slot + 1, table.concat(holders, ",")}
 end
 

@@ -32,8 +32,10 @@ use crate::telemetry::Acquisition;
 /// and are woken by a release as the lock's are. See the guide,
 /// [`guide::semaphore`](crate::guide::semaphore).
 ///
-/// Every handle on the resource must use the same number of permits: a semaphore of more
-/// permits uses more slots.
+/// Every handle on the resource must use the same number of permits: the first attempt
+/// stores it on the nodes, and an attempt with another number is refused with
+/// [`LockError::PermitsMismatch`] while permits taken with the stored one live
+/// ([`Redlock::semaphore_permits`] reads it).
 ///
 /// ```no_run
 /// # async fn run(redlock: redlock_core::Redlock) -> Result<(), redlock_core::LockError> {
@@ -77,6 +79,9 @@ impl Semaphore {
     /// re-entry a permit cannot give (a handle may default to them): see
     /// [`acquire_with`](Self::acquire_with).
     ///
+    /// # Cancel safety
+    /// As [`acquire_with`](Self::acquire_with).
+    ///
     /// # Errors
     /// As [`acquire_with`](Self::acquire_with).
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
@@ -93,6 +98,11 @@ impl Semaphore {
     /// minimum hold work as for [`Redlock::lock_with`]. Dropping the future mid-attempt still
     /// releases every slot the attempt took.
     ///
+    /// # Cancel safety
+    /// Dropping the future stops the acquisition: every slot the attempt under way took is released
+    /// in the background (on the handle's runtime), and a waiter leaves the queue. Nothing is held
+    /// afterwards.
+    ///
     /// # Errors
     /// - [`LockError::Invalid`] (nothing is sent): a semaphore of 0 permits
     ///   ([`InvalidInput::ZeroPermits`]) or above [`MAX_PERMITS`]
@@ -100,6 +110,8 @@ impl Semaphore {
     ///   ([`InvalidInput::PermitsWith`]: fencing, re-entry); as for
     ///   [`Redlock::lock_with`] otherwise;
     /// - [`LockError::Busy`]: every permit stayed held on every attempt;
+    /// - [`LockError::PermitsMismatch`]: the semaphore is in use with another number of
+    ///   permits (at the first attempt that finds it; nothing is taken);
     /// - otherwise as [`Redlock::lock_with`].
     pub async fn acquire_with(&self, options: &LockOptions) -> Result<LockGuard, LockError> {
         check(self.permits, options)?;

@@ -35,6 +35,9 @@ pub(super) struct PermitRequest<'a> {
     pub(super) queue: &'a ResourceKeys,
     /// Until when each queued waiter counts (`keys::permit_alive`).
     pub(super) alive: &'a str,
+    /// The semaphore's stored number of permits (`keys::permit_capacity`); the number asked
+    /// with is the number of `slots`.
+    pub(super) capacity: &'a str,
     /// Its slots, in the order the node should try them.
     pub(super) slots: &'a [ResourceKeys],
     pub(super) token: &'a str,
@@ -63,10 +66,28 @@ pub(super) struct PermitReply {
     pub(super) left_ms: Option<u64>,
 }
 
-/// The `{1, 0, slot, holders} | {0, 0, 0, left, holders} | {-1 | -3, 0}` reply of the permit
-/// script on the semaphore of `key`, with `slots` slots (a slot outside them is an
-/// unexpected reply; `holders` is one digest or empty string per slot, comma-separated).
+/// The `{1, 0, slot, holders} | {0, 0, 0, left, holders} | {-1 | -3, 0} | {-4, 0, stored}`
+/// reply of the permit script on the semaphore of `key`, with `slots` slots (a slot outside
+/// them is an unexpected reply; `holders` is one digest or empty string per slot,
+/// comma-separated; `stored` the semaphore's number of permits when it is not `slots`).
 fn permit_reply(reply: Result<Value, NodeError>, key: &str, slots: usize) -> PermitReply {
+    if let Ok(Value::Array(parts)) = &reply
+        && parts.first().and_then(Value::as_i64) == Some(-4)
+    {
+        let stored = parts.get(2).and_then(Value::as_string);
+        let vote = match stored.as_deref().map(str::parse::<u32>) {
+            Some(Ok(stored)) => NodeError::PermitsMismatch { stored },
+            _ => NodeError::UnexpectedReply(format!(
+                "to the permit script: a stored number of permits {stored:?}"
+            )),
+        };
+        return PermitReply {
+            vote: NodeVote::Failed(vote),
+            slot: None,
+            holders: Vec::new(),
+            left_ms: None,
+        };
+    }
     let (slot, holders) = match &reply {
         Ok(Value::Array(parts)) => {
             let granted = parts.first().and_then(Value::as_i64) == Some(1);
@@ -124,6 +145,7 @@ impl Node {
         let PermitRequest {
             queue,
             alive,
+            capacity,
             slots,
             token,
             ttl_ms,
@@ -133,13 +155,14 @@ impl Node {
             quarantine,
         } = *request;
         let (witness, marker) = quarantine.keys_or(&queue.waiters);
-        let mut keys = Vec::with_capacity(slots.len() + 5);
+        let mut keys = Vec::with_capacity(slots.len() + 6);
         keys.extend([
             witness,
             marker,
             queue.waiters.as_str(),
             alive,
             queue.listen.as_str(),
+            capacity,
         ]);
         keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
         let args = [
@@ -150,6 +173,7 @@ impl Node {
             Value::Integer(waiter.score_ms),
             int_arg(QUEUE_TTL_MS),
             int_arg(alive_ms),
+            int_arg(slots.len() as u64),
         ];
         permit_reply(
             self.eval(&ACQUIRE_PERMIT, &keys, &args).await,
@@ -194,6 +218,18 @@ mod tests {
         }
         let quarantined = reply(vec![(-1).into(), 0.into()]);
         assert_eq!(quarantined.vote, NodeVote::Failed(NodeError::Quarantined));
+        let other = reply(vec![(-4).into(), 0.into(), "5".into()]);
+        assert_eq!(
+            other.vote,
+            NodeVote::Failed(NodeError::PermitsMismatch { stored: 5 })
+        );
+        for garbled in [Value::from("five"), Value::Null] {
+            let odd = reply(vec![(-4).into(), 0.into(), garbled]);
+            assert!(matches!(
+                odd.vote,
+                NodeVote::Failed(NodeError::UnexpectedReply(_))
+            ));
+        }
     }
 
     #[test]

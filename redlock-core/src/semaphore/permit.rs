@@ -119,7 +119,11 @@ impl Redlock {
         asking: PermitAsk<'_>,
         acquisition: &mut Acquisition,
     ) -> Result<Granted, AttemptFailure> {
-        let PermitSlots { alive, slots } = slots;
+        let PermitSlots {
+            alive,
+            capacity,
+            slots,
+        } = slots;
         let masters = self.masters();
         let clock = Clock::new(masters, options);
         let limit = clock.limit;
@@ -137,6 +141,7 @@ impl Redlock {
         let request = PermitRequest {
             queue,
             alive,
+            capacity,
             slots: &ordered,
             token: token.expose(),
             ttl_ms: options.ttl_millis(),

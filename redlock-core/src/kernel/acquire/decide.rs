@@ -104,6 +104,9 @@ pub(super) struct Policy<'a> {
     /// The handle wakes waiters on release (hand-over on): a busy resource is worth joining
     /// the waiter queue for.
     pub(super) queue: bool,
+    /// A semaphore's number of permits ([`Protocol::permits`](super::Protocol::permits)),
+    /// named in [`LockError::PermitsMismatch`].
+    pub(super) permits: Option<u32>,
 }
 
 impl Policy<'_> {
@@ -184,6 +187,14 @@ impl Policy<'_> {
         let quorum = self.quorum;
         if let Some(error) = LockError::foreign_key(&resource, quorum, &outcomes) {
             return error;
+        }
+        if let Some(stored) = outcomes.permits_mismatch() {
+            return LockError::PermitsMismatch {
+                resource,
+                permits: self.permits.unwrap_or(0),
+                stored,
+                outcomes,
+            };
         }
         // Busy when the nodes that did not fail could have made a quorum (those left
         // unawaited once the attempt was decided did not fail), or when refusals alone rule
@@ -289,6 +300,14 @@ impl LoopState {
     ) -> Step {
         let delay = policy.retry_delay(jitter, now);
         let retry = policy.deadline.allows_retry(self.attempts, now);
+        // A semaphore in use with another number of permits: no attempt can change that.
+        if let AttemptFailure::Votes { outcomes, .. } | AttemptFailure::Scattered(outcomes) =
+            &failure
+            && outcomes.permits_mismatch().is_some()
+        {
+            let outcomes = outcomes.clone();
+            return Step::GiveUp(policy.refused(self.attempts, outcomes));
+        }
         if let AttemptFailure::Votes { outcomes, .. } = &failure {
             self.entered |= policy.mode && outcomes.held() > 0;
         }
@@ -388,7 +407,8 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     /// Five nodes' answers, one letter each: `+` granted, `-` held by another holder, `x`
-    /// down, `?` not awaited, `f` data we did not write at the key.
+    /// down, `?` not awaited, `f` data we did not write at the key, `p` a semaphore in use
+    /// with 5 permits.
     fn outcomes(votes: &str) -> Outcomes {
         let vote = |letter| match letter {
             '+' => NodeVote::Acquired,
@@ -396,6 +416,7 @@ mod tests {
             'x' => NodeVote::Failed(NodeError::Disconnected),
             '?' => NodeVote::Undecided,
             'f' => NodeVote::Failed(NodeError::ForeignKey { key: "k".into() }),
+            'p' => NodeVote::Failed(NodeError::PermitsMismatch { stored: 5 }),
             other => panic!("no vote `{other}`"),
         };
         Outcomes::new(
@@ -448,6 +469,7 @@ mod tests {
             ttl: 10_000 * MS,
             mode: false,
             queue: false,
+            permits: None,
         }
     }
 
@@ -520,6 +542,39 @@ mod tests {
             ),
             "{step:?}"
         );
+    }
+
+    #[test]
+    fn a_semaphore_in_use_with_another_number_of_permits_is_given_up_at_once() {
+        let policy = Policy {
+            permits: Some(3),
+            ..policy(Deadline::Never)
+        };
+        let (mut state, now) = (LoopState::default(), Instant::now());
+        // One node says so: nothing can change it by attempting again, however long the wait.
+        for votes in ["++--p", "ppppp"] {
+            let step = fail(&mut state, &policy, refused(votes, Split::No, &[]), now);
+            assert!(
+                matches!(
+                    step,
+                    Step::GiveUp(LockError::PermitsMismatch {
+                        permits: 3,
+                        stored: 5,
+                        ..
+                    })
+                ),
+                "{votes}: {step:?}"
+            );
+        }
+        let scattered = AttemptFailure::Scattered(outcomes("+-+-p"));
+        let step = fail(&mut state, &policy, scattered, now);
+        assert!(matches!(
+            step,
+            Step::GiveUp(LockError::PermitsMismatch { .. })
+        ));
+        // Without it, the same refusal waits on.
+        let step = fail(&mut state, &policy, refused("++---", Split::No, &[]), now);
+        assert!(matches!(step, Step::Retry { .. }), "{step:?}");
     }
 
     #[test]

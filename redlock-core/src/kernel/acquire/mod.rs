@@ -87,9 +87,8 @@ impl Redlock {
         protocol: P,
         options: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let (nodes, quorum) = (self.node_count(), self.quorum());
         let kind = (protocol.mode(), protocol.permits());
-        let mut acquisition = Acquisition::start(resource, options, kind, nodes, quorum);
+        let mut acquisition = Acquisition::start(resource, options, kind);
         let span = acquisition.span().clone();
         let result = self
             .acquire_loop(resource, keys, protocol, options, &mut acquisition)

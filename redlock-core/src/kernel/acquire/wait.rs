@@ -134,6 +134,7 @@ impl Redlock {
         let mode = protocol.mode();
         let mut policy = self.policy(resource, options, mode.is_some(), Instant::now());
         policy.queue &= protocol.queues();
+        policy.permits = protocol.permits();
         // A request that polls takes a key a window left free, as a foreign client does.
         let polls = policy.polls() && !self.inner().foreign_window.is_zero();
         let windowed = !self.inner().foreign_window.is_zero() && !polls;
@@ -279,6 +280,7 @@ impl Redlock {
             ttl: options.sent_ttl(),
             mode,
             queue: self.inner().waiters.is_some(),
+            permits: None,
         }
     }
 

@@ -45,6 +45,9 @@ impl LostSignal {
 
     /// Completes as soon as the lock can no longer be trusted. Cancel-safe. To await a
     /// signal you do not keep, await the signal itself ([`IntoFuture`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the signal.
     pub async fn cancelled(&self) {
         self.lease.lost().await;
     }
@@ -69,6 +72,9 @@ impl LostSignal {
 
     /// Completes when the signal fires, with the error that work stopped by it returns:
     /// [`LockError::Lost`] with the resource and the reason. Cancel-safe; owns the signal.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the signal.
     pub async fn into_error(self) -> LockError {
         self.lease.lost().await;
         LockError::Lost {
