@@ -1,7 +1,9 @@
-//! The command line, parsed by clap: `redlock run` and `redlock status`, and the checks on
-//! each value made before anything is sent (durations, resource names, variable names).
+//! The command line, parsed by clap: `redlock run`, `status`, `locks`, `hold` and `release`,
+//! and the checks on each value made before anything is sent (durations, resource names,
+//! variable names).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
@@ -51,20 +53,48 @@ pub(crate) enum Command {
     /// redlock with SIGTERM or SIGINT, never SIGKILL: a killed redlock leaves the command
     /// running without the lock. The command does not inherit the REDLOCK_* variables, and
     /// gets /dev/null as standard input when redlock's is a terminal.
+    ///
+    /// With --resume FILE, the lock `redlock hold` detached is taken up instead of acquired
+    /// (exit 80 if it is gone), then everything above holds the same.
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Show whether a holder is present on each node, and the lock key's remaining ttl
-    /// there; with --permits K, each permit of a counting semaphore instead. The token is
-    /// never read out of the nodes.
+    /// there, then each permit of a counting semaphore on the resource when one is in use
+    /// (its number of permits is stored on the nodes); with --permits K, the K permits only.
+    /// The token is never read out of the nodes. With --json, the same as one JSON object
+    /// (the field names are in the user guide's command-line page).
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Status(StatusArgs),
+    /// List the locks held on resources whose names start with PREFIX (every resource without
+    /// it): one line per resource with the nodes holding it, the quorum, the holder's owner
+    /// label and the ttl a quorum of nodes keep it, and the permits held of a counting
+    /// semaphore on it. Every node's keys are scanned (SCAN, 500 keys per call): the lock's
+    /// own bookkeeping keys are skipped, a foreign client's `SET key value NX PX` is listed as
+    /// a lock without an owner label, and other data of the same name (another type, a
+    /// string without an expiry) is not a lock. The token is never read out of the nodes.
+    #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+    Locks(LocksArgs),
+    /// Take the lock on a resource and hand it on without releasing it: print the detached
+    /// lock as JSON on stdout (or write it to --out FILE, mode 0600), and exit. The lock then
+    /// lives until its ttl: nothing extends it, unless `redlock run --resume FILE` takes it
+    /// up (extended from then on, released at the end) or `redlock release --detached FILE`
+    /// releases it.
+    ///
+    /// The JSON holds the lock's token: it is the one place a token leaves redlock, and
+    /// whoever reads it can take the lock over or release it. Keep it as you would a
+    /// password (--out writes it readable by its owner only).
+    #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
+    Hold(HoldArgs),
     /// Break a lock: remove whoever holds the resource on every node, whatever their token,
     /// and wake its waiters (`--force` is required). For a holder known to be dead while its
     /// ttl is long. A holder that is still alive keeps working until its next extension is
     /// refused, and may overlap the next holder until then: prefer stopping it. Always logged
     /// as a warning. A key that is not a lock (another application's data of the same name)
-    /// is left as it is. A counting semaphore's permits (`redlock run --permits K`) are not
-    /// removed: they expire with their ttl (`redlock status --permits K` shows them).
+    /// is left as it is. The holders of a counting semaphore's permits on the resource
+    /// (`redlock run --permits K`) are removed too.
+    ///
+    /// With --detached FILE instead: release the lock `redlock hold` detached, by its token
+    /// (compare-and-delete; a lock resumed since holds another token and is left alone).
     #[command(after_long_help = EXIT_CODES_HELP, after_help = EXIT_CODES_HELP)]
     Release(ReleaseArgs),
 }
@@ -72,9 +102,20 @@ pub(crate) enum Command {
 /// `redlock run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The resource to lock, e.g. `nightly-report`.
-    #[arg(long, value_parser = resource)]
-    pub(crate) resource: String,
+    /// The resource to lock, e.g. `nightly-report` (not with --resume: the file names it).
+    #[arg(long, value_parser = resource, required_unless_present = "resume")]
+    pub(crate) resource: Option<String>,
+    /// Take up the lock `redlock hold` detached (its JSON, in this file) instead of
+    /// acquiring one: it is resumed with its own resource, ttl, mode or permit and fencing,
+    /// then the command runs as with an acquired lock. Not with the acquisition's flags
+    /// (--resource, --ttl, --wait, --mode, --permits, --lock-at-least-for). A lock that
+    /// expired, was released or was resumed already exits 80 without running the command.
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with_all = ["resource", "ttl", "wait", "mode", "permits", "lock_at_least_for"]
+    )]
+    pub(crate) resume: Option<PathBuf>,
     /// The lock's time to live on each node; it is extended every third of it while the
     /// command runs (e.g. 30s, 1m, 500ms).
     #[arg(long, default_value = "30s", value_parser = duration)]
@@ -132,28 +173,72 @@ pub(crate) struct StatusArgs {
     pub(crate) resource: String,
     /// Show the permits of the counting semaphore of this many permits on the resource
     /// (the K of the `redlock run --permits K` that take them), permit by permit, instead of
-    /// its lock. The number is not stored on the nodes: with a smaller one, the permits above
-    /// it are not shown.
+    /// its lock; without it, the number the nodes store is used. With a smaller number, the
+    /// permits above it are not shown.
     #[arg(
         long,
         value_name = "K",
         value_parser = clap::value_parser!(u32).range(1..=1024)
     )]
     pub(crate) permits: Option<u32>,
+    /// Print the status as one JSON object instead of text (never the token).
+    #[arg(long)]
+    pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 }
 
-/// `redlock release --force`.
+/// `redlock locks`.
 #[derive(Debug, Args)]
-pub(crate) struct ReleaseArgs {
-    /// The resource whose holder to remove.
+pub(crate) struct LocksArgs {
+    /// List the resources whose names start with this (after the key prefix); all of them
+    /// without it.
+    #[arg(default_value = "")]
+    pub(crate) prefix: String,
+    /// Print the list as one JSON object instead of text (never a token).
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+}
+
+/// `redlock hold`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
+    /// The resource to lock.
     #[arg(value_parser = resource)]
     pub(crate) resource: String,
-    /// Required: say that you mean to break the lock, whoever holds it (a holder releases its
-    /// own lock when its command exits; there is no release by token here).
-    #[arg(long, required = true)]
+    /// The lock's time to live on each node: how long it lives unless resumed (never
+    /// extended until then).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub(crate) ttl: Duration,
+    /// How long to wait for a busy resource before giving up with exit code 75; `0s` makes a
+    /// single attempt, `forever` waits until the lock is taken.
+    #[arg(long, default_value = "10s", value_parser = wait)]
+    pub(crate) wait: Duration,
+    /// Write the detached lock to this file (created or replaced, readable and writable by
+    /// its owner only: mode 0600) instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) nodes: NodeArgs,
+}
+
+/// `redlock release --force` or `redlock release --detached`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The resource whose holder to remove (with --force).
+    #[arg(value_parser = resource, required_unless_present = "detached")]
+    pub(crate) resource: Option<String>,
+    /// Required with a resource: say that you mean to break the lock, whoever holds it (a
+    /// holder releases its own lock when its command exits).
+    #[arg(long, required_unless_present = "detached")]
     pub(crate) force: bool,
+    /// Release the lock `redlock hold` detached (its JSON, in this file) by its token,
+    /// instead of breaking a resource's lock. A lock that expired, was released or was
+    /// resumed since exits 80.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["resource", "force"])]
+    pub(crate) detached: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) nodes: NodeArgs,
 }

@@ -14,10 +14,11 @@ const NODES_VAR: &str = "REDLOCK_NODES";
 /// `REDLOCK_FENCING`, `REDLOCK_LOCK_AT_LEAST_FOR`...) are those of the applications sharing the
 /// environment: `redlock`'s lock is set by its own flags, so it does not read them (one a
 /// handle refuses as its default, such as `REDLOCK_LOCK_AT_LEAST_FOR`, would otherwise stop it).
-const HANDLE_VARS: [&str; 15] = [
+const HANDLE_VARS: [&str; 16] = [
     NODES_VAR,
     "REDLOCK_KEY_PREFIX",
     "REDLOCK_NODE_TIMEOUT",
+    "REDLOCK_NODE_TIMEOUTS",
     "REDLOCK_CONNECT_TIMEOUT",
     "REDLOCK_REQUIRE_QUORUM_AT_START",
     "REDLOCK_HANDOVER_GRACE",

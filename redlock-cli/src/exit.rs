@@ -2,10 +2,11 @@
 //!
 //! The codes are sysexits(3)'s where one fits (from the `sysexits` crate), the shell's for a
 //! command that cannot run or was killed by a signal, 79 (right after sysexits' range) for a
-//! lost lock, and Rust's 101 for a panic (a bug: the command's process group is killed as
+//! lost lock, 80 for a detached lock found gone, and Rust's 101 for a panic (a bug: the command's process group is killed as
 //! redlock unwinds).
 
 use std::io;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use redlock_core::{BuildError, LockError, LostReason};
@@ -27,6 +28,16 @@ pub(crate) const BUSY: u8 = Sysexit::TempFail as u8;
 /// The lock was lost while the command ran (the command was stopped), or found gone when it
 /// was released after the command exited.
 pub(crate) const LOST: u8 = 79;
+/// A detached lock's file is not a detached lock (sysexits `EX_DATAERR`): not JSON, or not
+/// what `redlock hold` writes.
+pub(crate) const DATA_ERROR: u8 = Sysexit::DataErr as u8;
+/// A detached lock's file cannot be read (sysexits `EX_NOINPUT`).
+pub(crate) const NO_INPUT: u8 = Sysexit::NoInput as u8;
+/// `redlock hold --out FILE` cannot write the file (sysexits `EX_CANTCREAT`).
+pub(crate) const CANNOT_CREATE: u8 = Sysexit::CantCreat as u8;
+/// A detached lock is gone (expired, released, or resumed already) when resumed or released
+/// (80, after [`LOST`]): nothing ran.
+pub(crate) const GONE: u8 = 80;
 /// The command was found but could not be run (as shells and `timeout(1)` answer).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells and `timeout(1)` answer).
@@ -49,11 +60,20 @@ Exit codes of `redlock run`:
                       stopped (SIGTERM, then SIGKILL after --grace); or the lock was found gone
                       when released after the command exited (it may have overlapped another
                       holder)
+  80                  --resume: the detached lock is gone (expired, released, or resumed
+                      already); the command did not run
+  65, 66              --resume: the file is not a detached lock (65), or cannot be read (66)
   101                 a panic in redlock (a bug); the command's process group was killed
   126, 127            the command could not be run, or was not found
   128 + N             redlock itself got signal N while waiting for the lock
-`redlock status` and `redlock release --force` exit 0 once a quorum of nodes answered
-(held or not), 69 if fewer did, 71 if their output cannot be written, 64 for bad usage.";
+`redlock status`, `redlock locks` and `redlock release --force` exit 0 once a quorum of nodes
+answered (held or not; for `locks`, were scanned), 69 if fewer did (after printing what they
+read), 71 if their output cannot be written, 64 for bad usage.
+`redlock hold` exits 0 once the detached lock is written, 75 busy, 69 unavailable, 73 if --out
+cannot be written, 71 if stdout cannot (the lock is then released).
+`redlock release --detached` exits 0 once released, 80 if the lock was gone already, 69 if
+fewer than a quorum answered, 65 or 66 for a file that is not a detached lock or cannot be
+read.";
 
 /// Why `redlock` stopped without a status of the command's own.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +147,47 @@ pub(crate) enum CliError {
         /// The signal.
         signal: nix::sys::signal::Signal,
     },
+    /// A detached lock's file could not be read.
+    #[error("could not read the detached lock in {}", path.display())]
+    DetachedUnreadable {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
+    /// A detached lock's file is not what `redlock hold` writes.
+    #[error("{} does not hold a detached lock (as `redlock hold` writes it)", path.display())]
+    DetachedInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What the JSON parser said (never the file's text).
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The detached lock is gone: it expired, was released, or was resumed already.
+    #[error(
+        "the detached lock on `{resource}` could not be {action}: it is gone (expired, released, \
+         or resumed already)"
+    )]
+    DetachedGone {
+        /// The resource.
+        resource: String,
+        /// `resumed` or `released`.
+        action: &'static str,
+        /// The lock's error, when there is one.
+        #[source]
+        source: Option<LockError>,
+    },
+    /// `redlock hold --out FILE` could not write the file; the lock was released.
+    #[error("could not write the detached lock to {}; the lock was released", path.display())]
+    CannotWrite {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: io::Error,
+    },
     /// Fewer than a quorum of nodes answered a status read.
     #[error("only {answered} of {nodes} nodes answered, {quorum} needed to tell")]
     TooFewAnswered {
@@ -153,6 +214,10 @@ impl CliError {
             CliError::Os { .. } => OS_ERROR,
             CliError::Interrupted { signal } => signal_code(*signal as i32),
             CliError::TooFewAnswered { .. } => UNAVAILABLE,
+            CliError::DetachedUnreadable { .. } => NO_INPUT,
+            CliError::DetachedInvalid { .. } => DATA_ERROR,
+            CliError::DetachedGone { .. } => GONE,
+            CliError::CannotWrite { .. } => CANNOT_CREATE,
         }
     }
 

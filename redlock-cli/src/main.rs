@@ -1,9 +1,13 @@
 //! `redlock`: run a command under a Redlock distributed lock (`redlock run`), show who holds
-//! a resource (`redlock status`), or break a dead holder's lock (`redlock release --force`). Exit codes: see [`exit`] and `redlock --help`.
+//! a resource (`redlock status`) or every lock under a prefix (`redlock locks`), hand a lock
+//! on (`redlock hold`, `redlock run --resume`), or break a dead holder's lock
+//! (`redlock release --force`). Exit codes: see [`exit`] and `redlock --help`.
 //!
-//! Modules, bottom up: `exit` (codes and errors), `say` (lines on stderr), `args` (the
-//! command line), `connect` (the lock handle), `signals` and `child` (the command's process
-//! group and the signals passed on to it), `run`, `status` and `release` (the subcommands).
+//! Modules, bottom up: `exit` (codes and errors), `say` and `print` (lines on stderr, output
+//! on stdout), `args` (the command line), `connect` (the lock handle), `json` (the JSON
+//! output), `detached` (a detached lock's file), `signals` and `child` (the command's process
+//! group and the signals passed on to it), `run`, `status`, `locks`, `hold` and `release`
+//! (the subcommands).
 //!
 //! Unix only (Linux, macOS, the BSDs): the command's process group, the signals passed on to
 //! it and the child subreaper are Unix facilities (through `nix`, a Unix-only dependency).
@@ -27,7 +31,17 @@ mod child;
 #[cfg(unix)]
 mod connect;
 #[cfg(unix)]
+mod detached;
+#[cfg(unix)]
 mod exit;
+#[cfg(unix)]
+mod hold;
+#[cfg(unix)]
+mod json;
+#[cfg(unix)]
+mod locks;
+#[cfg(unix)]
+mod print;
 #[cfg(unix)]
 mod release;
 #[cfg(unix)]
@@ -85,6 +99,8 @@ fn main() -> std::process::ExitCode {
             match cli.command {
                 Command::Run(args) => run::run(args).await,
                 Command::Status(args) => status::status(args).await,
+                Command::Locks(args) => locks::locks(args).await,
+                Command::Hold(args) => hold::hold(args).await,
                 Command::Release(args) => release::release(args).await,
             }
         }),

@@ -1,5 +1,6 @@
-//! `redlock run`: take the lock (auto-extended, fenced if asked), run the command, stop its
-//! process group if the lock is lost, and release the lock once nothing of the group is left.
+//! `redlock run`: take the lock (auto-extended, fenced if asked), or with `--resume` take up a
+//! detached one, run the command, stop its process group if the lock is lost, and release the
+//! lock once nothing of the group is left.
 
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
@@ -12,17 +13,30 @@ use redlock_core::{
 use crate::args::RunArgs;
 use crate::child::{Child, exit_code};
 use crate::connect::{builder, connect};
+use crate::detached;
 use crate::exit::CliError;
 use crate::say::say;
 use crate::signals::Signals;
 
-/// Runs `args.command` under the lock on `args.resource`; returns the command's exit code.
+/// Runs `args.command` under the lock on `args.resource` (or the detached lock in
+/// `args.resume`); returns the command's exit code.
 ///
 /// # Errors
-/// Every [`CliError`] but [`CliError::TooFewAnswered`]; [`CliError::Lost`] after the
+/// Every [`CliError`] but [`CliError::TooFewAnswered`] and [`CliError::CannotWrite`];
+/// [`CliError::DetachedGone`] for a detached lock gone before it was resumed (nothing ran);
+/// [`CliError::Lost`] after the
 /// command's group was stopped; [`CliError::GoneAtRelease`] when the release found the lock
 /// gone.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
+    let mut args = args;
+    // --resume: the detached lock, read before anything is sent; its resource and ttl are
+    // the lock's (the acquisition's flags conflict with it).
+    let detached = args.resume.as_deref().map(detached::read).transpose()?;
+    if let Some(detached) = &detached {
+        args.resource = Some(detached.resource().to_owned());
+        args.ttl = detached.ttl();
+    }
+    let resource = args.resource.clone().unwrap_or_default();
     let options = lock_options(&args)?;
     let builder = builder(&args.nodes);
     // Caught from before connecting: a SIGTERM while waiting for the lock ends the wait.
@@ -31,26 +45,37 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
         redlock = connect(builder) => redlock?,
         signal = signals.recv() => return Err(CliError::Interrupted { signal }),
     };
-    // With --permits, one permit of the resource's semaphore instead of its lock.
+    // With --resume, the detached lock taken up; with --permits, one permit of the
+    // resource's semaphore instead of its lock.
     let acquire = async {
-        match (args.permits, args.mode) {
+        match (&detached, args.permits, args.mode) {
+            (Some(detached), _, _) => redlock
+                .resume_with(detached, &options)
+                .await
+                .map_err(|error| resume_error(&resource, error)),
             // Refused by the arguments already (`--permits` conflicts with `--mode`).
-            (Some(_), Some(_)) => Err(LockError::Invalid(InvalidInput::PermitsWith {
-                option: "mode",
-            })),
-            (Some(permits), None) => {
-                let semaphore = redlock.semaphore(args.resource.as_str(), permits);
-                semaphore.acquire_with(&options).await
+            (None, Some(_), Some(_)) => Err(CliError::Lock(LockError::Invalid(
+                InvalidInput::PermitsWith { option: "mode" },
+            ))),
+            (None, Some(permits), None) => {
+                let semaphore = redlock.semaphore(resource.as_str(), permits);
+                semaphore
+                    .acquire_with(&options)
+                    .await
+                    .map_err(CliError::Lock)
             }
-            (None, Some(mode)) => {
-                let resource = args.resource.as_str();
-                redlock.lock_mode_with(resource, mode, &options).await
-            }
-            (None, None) => redlock.lock_with(&args.resource, &options).await,
+            (None, None, Some(mode)) => redlock
+                .lock_mode_with(resource.as_str(), mode, &options)
+                .await
+                .map_err(CliError::Lock),
+            (None, None, None) => redlock
+                .lock_with(&resource, &options)
+                .await
+                .map_err(CliError::Lock),
         }
     };
     let acquired = tokio::select! {
-        guard = acquire => guard.map_err(CliError::Lock),
+        guard = acquire => guard,
         signal = signals.recv() => Err(CliError::Interrupted { signal }),
     };
     let guard = match acquired {
@@ -75,11 +100,22 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, CliError> {
     let held = !matches!(outcome, Err(CliError::Lost { .. }));
     let still_held = release(&redlock, guard, held).await;
     match outcome {
-        Ok(code) if !still_held => Err(CliError::GoneAtRelease {
-            resource: args.resource,
-            code,
-        }),
+        Ok(code) if !still_held => Err(CliError::GoneAtRelease { resource, code }),
         outcome => outcome,
+    }
+}
+
+/// A resumption's error: [`CliError::DetachedGone`] when the detached lock no longer holds a
+/// quorum (expired, released, resumed already) or has too little time left to be valid;
+/// otherwise the lock's error as an acquisition's.
+fn resume_error(resource: &str, error: LockError) -> CliError {
+    match error {
+        LockError::Lost { .. } | LockError::NoValidity { .. } => CliError::DetachedGone {
+            resource: resource.to_owned(),
+            action: "resumed",
+            source: Some(error),
+        },
+        error => CliError::Lock(error),
     }
 }
 
@@ -224,7 +260,7 @@ async fn supervise(
         ));
     }
     Err(CliError::Lost {
-        resource: args.resource.clone(),
+        resource: guard.resource().to_owned(),
         reason: guard.lost().reason().unwrap_or(LostReason::Expired),
     })
 }
@@ -265,7 +301,7 @@ async fn release(redlock: &Redlock, guard: LockGuard, held: bool) -> bool {
 /// process: exiting at once would drop any not yet written, leaving the key on that node
 /// until its ttl. Five of the default node timeouts (500 ms), reached only when a node does
 /// not answer.
-const LINGER: Duration = DEFAULT_NODE_TIMEOUT.saturating_mul(5);
+pub(crate) const LINGER: Duration = DEFAULT_NODE_TIMEOUT.saturating_mul(5);
 
 #[cfg(test)]
 mod tests {

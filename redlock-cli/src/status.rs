@@ -1,10 +1,12 @@
 //! `redlock status`: whether a holder is present on each node and the lock key's remaining
-//! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)), or, with `--permits`,
-//! each permit of a counting semaphore
+//! ttl there ([`Redlock::inspect`](redlock_core::Redlock::inspect)), then each permit of a
+//! counting semaphore on the resource when the nodes store its number
+//! ([`Redlock::semaphore_permits`](redlock_core::Redlock::semaphore_permits)); with
+//! `--permits K`, the K permits only
 //! ([`Redlock::inspect_permits`](redlock_core::Redlock::inspect_permits)); never the token.
+//! As text, or with `--json` as one JSON object ([`json::Status`]).
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::time::Duration;
 
 use redlock_core::{Holder, NodeHolding, ResourceStatus};
@@ -12,8 +14,10 @@ use redlock_core::{Holder, NodeHolding, ResourceStatus};
 use crate::args::StatusArgs;
 use crate::connect::{builder, connect};
 use crate::exit::CliError;
+use crate::json;
+use crate::print::{print, print_json};
 
-/// Prints the status of `args.resource` on stdout.
+/// Prints the status of `args.resource` on stdout, as text or (`--json`) JSON.
 ///
 /// # Errors
 /// [`CliError::Build`] for a bad node list; [`CliError::TooFewAnswered`] (after printing what
@@ -25,35 +29,58 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
         .require_quorum_at_start(false)
         .handover_grace(Duration::ZERO);
     let redlock = connect(builder).await?;
-    let (text, status) = match args.permits {
+    let resource = args.resource.as_str();
+    // The lock (not read with --permits), then the semaphore's permits when one is in use
+    // (its number of permits is stored on the nodes) or asked for.
+    let (lock, slots) = match args.permits {
         None => {
-            let status = redlock
-                .inspect(&args.resource)
+            let status = redlock.inspect(resource).await.map_err(CliError::Lock)?;
+            let stored = redlock
+                .semaphore_permits(resource)
                 .await
                 .map_err(CliError::Lock)?;
-            (render(&status.resource, &status, true), status)
+            let slots = match stored {
+                Some(permits) => Some(
+                    redlock
+                        .inspect_permits(resource, permits)
+                        .await
+                        .map_err(CliError::Lock)?,
+                ),
+                None => None,
+            };
+            (Some(status), slots)
         }
         Some(permits) => {
             let slots = redlock
-                .inspect_permits(&args.resource, permits)
+                .inspect_permits(resource, permits)
                 .await
                 .map_err(CliError::Lock)?;
-            let text = render_permits(&args.resource, &slots);
-            // The slot with the fewest answers decides (every slot is on the same nodes).
-            let Some(fewest) = slots.into_iter().min_by_key(ResourceStatus::answered) else {
-                return Ok(0);
-            };
-            (text, fewest)
+            (None, Some(slots))
         }
     };
-    std::io::stdout()
-        .write_all(text.as_bytes())
-        .and_then(|()| std::io::stdout().flush())
-        .map_err(|source| CliError::Os {
-            what: "could not write the status",
-            source,
-        })?;
-    if status.answered() < status.quorum {
+    if args.json {
+        let quorum = redlock.quorum();
+        let shown = json::Status::new(resource, quorum, lock.as_ref(), slots.as_deref());
+        print_json(&shown, "could not write the status")?;
+    } else {
+        let mut text = lock
+            .as_ref()
+            .map_or_else(String::new, |status| render(resource, status, true));
+        if let Some(slots) = &slots {
+            text.push_str(&render_permits(resource, slots));
+        }
+        print(&text, "could not write the status")?;
+    }
+    // The lock decides; with --permits, the slot with the fewest answers (every slot is on
+    // the same nodes).
+    let fewest = match (&lock, &slots) {
+        (Some(status), _) => Some(status),
+        (None, Some(slots)) => slots.iter().min_by_key(|slot| slot.answered()),
+        (None, None) => None,
+    };
+    if let Some(status) = fewest
+        && status.answered() < status.quorum
+    {
         return Err(CliError::TooFewAnswered {
             answered: status.answered(),
             nodes: status.nodes.len(),
@@ -68,10 +95,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, CliError> {
 /// waiters on each node's line (they wait for any permit: the summary counts them once).
 fn render_permits(resource: &str, slots: &[ResourceStatus]) -> String {
     let held = slots.iter().filter(|slot| slot.is_held()).count();
-    let queued = slots.first().map_or(0, |slot| {
-        let waiters = slot.nodes.iter().filter_map(|n| n.read.as_ref().ok());
-        waiters.map(|holding| holding.waiters).max().unwrap_or(0)
-    });
+    let queued = json::permit_waiters(slots);
     let mut out = format!("{resource}: {held} of {} permits held", slots.len());
     if queued > 0 {
         let _ = write!(out, ", {queued} waiting");

@@ -237,25 +237,30 @@ async fn status_with_permits_shows_each_permit_held() {
     for token in [first.token().expose(), second.token().expose()] {
         assert!(!status.stdout.contains(token), "token printed: {status:#?}");
     }
-    // The resource's lock is another key: free.
+    // The resource's lock is another key: free; then the permits, from the number the
+    // nodes store.
     let lock = output(redlock(Some(&nodes), &["status", "export"])).await;
     assert!(lock.stdout.starts_with("export: free;"), "{lock:#?}");
+    assert!(
+        lock.stdout.contains("\nexport: 2 of 3 permits held\n"),
+        "{lock:#?}"
+    );
     let forced = output(redlock(Some(&nodes), &["release", "--force", "export"])).await;
     forced.expect(0);
     assert!(
-        forced
-            .stdout
-            .contains("no holder of its lock found on the 3 nodes that answered (a semaphore's permits are not looked at"),
+        forced.stdout.contains(
+            "no holder of its lock found on the 3 nodes that answered; 2 semaphore permits' holders removed"
+        ),
         "{forced:#?}"
     );
-    // The permits are still held.
+    // The permits are gone.
     let after = output(redlock(
         Some(&nodes),
         &["status", "--permits", "3", "export"],
     ))
     .await;
     assert!(
-        after.stdout.starts_with("export: 2 of 3 permits held"),
+        after.stdout.starts_with("export: 0 of 3 permits held"),
         "{after:#?}"
     );
     let bad = output(redlock(
