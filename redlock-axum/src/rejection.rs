@@ -11,9 +11,11 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// A [`LockError`] rendered as a response:
 ///
-/// - busy ([`LockError::Busy`]): `423 Locked` (configurable), with `Retry-After` set to the
-///   holder's remaining ttl ([`LockError::retry_after`]) when the nodes reported it, and none
-///   otherwise;
+/// - busy ([`LockError::Busy`]): `423 Locked` (configurable), with `Retry-After` the configured
+///   delay ([`retry_after`](Self::retry_after), default 1 s), or the holder's remaining ttl
+///   ([`LockError::retry_after`]) when that is sooner. A holder usually releases long before
+///   its ttl runs out, and one that auto-extends keeps renewing it, so the ttl alone would
+///   tell a client to wait far longer than the work takes;
 /// - Redis unavailable, no validity left, lock lost, or shutting down: `503 Service
 ///   Unavailable` with `Retry-After` ([`retry_after`](Self::retry_after), default 1 s);
 /// - a resource that cannot be locked (empty, longer than
@@ -53,9 +55,9 @@ impl LockRejection {
         self
     }
 
-    /// The `Retry-After` sent with unavailable answers (`503`; whole seconds, rounded up, at
-    /// least 1), and with busy answers when the holder's remaining ttl is unknown (a busy
-    /// answer sends that ttl when the nodes reported it).
+    /// The `Retry-After` sent with unavailable answers (`503`) and with busy answers (whole
+    /// seconds, rounded up, at least 1); a busy answer sends the holder's remaining ttl
+    /// instead when the nodes reported one that is sooner.
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.retry_after = after;
@@ -83,16 +85,20 @@ impl LockRejection {
         self.kind().1
     }
 
-    /// The `Retry-After` this rejection sends, in seconds (rounded up, at least 1): the
-    /// holder's remaining ttl when busy and reported ([`LockError::retry_after`]), 1 after a
-    /// split vote (nobody holds the resource), the configured delay when busy without it or
-    /// unavailable, `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
+    /// The `Retry-After` this rejection sends, in seconds (rounded up, at least 1): when
+    /// busy, the configured delay or the holder's remaining ttl ([`LockError::retry_after`])
+    /// if sooner; 1 after a split vote (nobody holds the resource); the configured delay when
+    /// unavailable; `None` otherwise. For an [`on_rejection`](crate::RedlockLayer::on_rejection) hook that
     /// builds its own response.
     pub fn retry_after_secs(&self) -> Option<u64> {
         let after = if let LockError::SplitVote { .. } = self.error {
             Some(Duration::ZERO)
         } else if self.error.is_busy() {
-            Some(self.error.retry_after().unwrap_or(self.retry_after))
+            Some(
+                self.error
+                    .retry_after()
+                    .map_or(self.retry_after, |ttl| ttl.min(self.retry_after)),
+            )
         } else if self.status() == StatusCode::SERVICE_UNAVAILABLE {
             Some(self.retry_after)
         } else {
@@ -327,8 +333,13 @@ mod tests {
                 // Nobody holds it: attempt again soon.
                 Some(1)
             } else if busy {
-                // Busy: the holder's ttl when known, else the configured delay.
-                Some(rejection.error().retry_after().map_or(2, whole_seconds))
+                // Busy: the configured delay, or the holder's ttl when known and sooner.
+                Some(
+                    rejection
+                        .error()
+                        .retry_after()
+                        .map_or(2, |ttl| whole_seconds(ttl.min(Duration::from_millis(1500)))),
+                )
             } else {
                 None
             };

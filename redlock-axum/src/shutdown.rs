@@ -88,6 +88,9 @@ impl ShutdownHandle {
     }
 
     /// Resolves once the shutdown has been triggered; for `with_graceful_shutdown`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for the signal.
     pub fn signal(&self) -> impl Future<Output = ()> + Send + 'static {
         self.token.clone().cancelled_owned()
     }
@@ -100,6 +103,10 @@ impl ShutdownHandle {
     /// Runs `serve` until it finishes, or until `grace` has passed since the shutdown was
     /// triggered; returns `None` in the latter case (requests still in flight are abandoned
     /// and their locks released by [`release_all`](Self::release_all)).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops `serve` (the server stops at once) and leaves the held locks to
+    /// [`release_all`](Self::release_all) or their guards.
     pub async fn drain<F: Future>(&self, serve: F, grace: Duration) -> Option<F::Output> {
         let deadline = async {
             self.token.cancelled().await;
@@ -116,6 +123,10 @@ impl ShutdownHandle {
 
     /// Triggers the shutdown if needed, releases every lock still held by quorum, and waits up
     /// to `timeout` for releases started by dropped guards.
+    ///
+    /// # Cancel safety
+    /// As [`redlock_core::Redlock::release_all`]: the releases are handed to the nodes at once, and
+    /// dropping the future does not bring a lock back.
     pub async fn release_all(&self, timeout: Duration) -> ReleaseAllReport {
         if !self.is_triggered() {
             self.trigger();

@@ -88,7 +88,7 @@ async fn busy_routes_answer_423_and_unavailable_redis_503() {
         .await
         .unwrap();
     assert_eq!(busy.status(), StatusCode::LOCKED);
-    // Its Retry-After: `busy_answers_carry_the_holders_remaining_ttl`.
+    // Its Retry-After: `busy_answers_say_retry_soon_unless_the_holders_ttl_is_sooner`.
     // Other orders are not affected.
     let other = http
         .post(format!("{base}/orders/7/pay"))
@@ -801,27 +801,51 @@ async fn on_rejection_renders_every_rejection_through_every_clone_of_the_layer()
 }
 
 #[tokio::test]
-async fn busy_answers_carry_the_holders_remaining_ttl() {
+async fn busy_answers_say_retry_soon_unless_the_holders_ttl_is_sooner() {
     let nodes = RedisNodes::start(3);
     let redlock = handle(&nodes).await;
     let holder = handle(&nodes).await;
-    let app = Router::new().route(
-        "/orders/{id}/pay",
-        post(|| async { "paid" })
-            .route_layer(RedlockLayer::from_template(redlock, "order:{id}").unwrap()),
-    );
-    // A holder with 20 s left, not extended: Retry-After tells when it expires (whole
-    // seconds, rounded up), not the layer's 1 s default.
-    let ttl = LockOptions::default().ttl(Duration::from_secs(20));
-    let held = holder.lock_with("order:1", &ttl).await.unwrap();
-    let answer = call(&app, http::Method::POST, "/orders/1/pay").await;
+    let app = |retry_after: Duration| {
+        Router::new().route(
+            "/orders/{id}/pay",
+            post(|| async { "paid" }).route_layer(
+                RedlockLayer::from_template(redlock.clone(), "order:{id}")
+                    .unwrap()
+                    .retry_after(retry_after),
+            ),
+        )
+    };
+    let retry_after = |answer: &Answer| -> u64 {
+        answer
+            .retry_after
+            .as_deref()
+            .expect("a busy answer without Retry-After")
+            .parse()
+            .unwrap()
+    };
+    // A holder with 20 s left, auto-extended as a handler's lock is: its ttl says nothing of
+    // when it releases. The answer says the layer's delay (1 s by default).
+    let long = LockOptions::default()
+        .ttl(Duration::from_secs(20))
+        .auto_extend(true);
+    let held = holder.lock_with("order:1", &long).await.unwrap();
+    let answer = call(
+        &app(Duration::from_secs(1)),
+        http::Method::POST,
+        "/orders/1/pay",
+    )
+    .await;
     assert_eq!(answer.status, StatusCode::LOCKED);
-    let secs: u64 = answer
-        .retry_after
-        .as_deref()
-        .expect("a busy answer without Retry-After")
-        .parse()
-        .unwrap();
+    assert_eq!(retry_after(&answer), 1);
+    // With a longer delay configured, the holder's ttl caps it: it expires by then (whole
+    // seconds, rounded up).
+    let answer = call(
+        &app(Duration::from_secs(60)),
+        http::Method::POST,
+        "/orders/1/pay",
+    )
+    .await;
+    let secs = retry_after(&answer);
     assert!(
         (15..=20).contains(&secs),
         "Retry-After {secs} for a 20 s ttl"

@@ -249,8 +249,8 @@ impl RedlockLayer {
         self
     }
 
-    /// The `Retry-After` sent with unavailable answers (`503`; default 1 s). A busy answer
-    /// sends the holder's remaining ttl instead ([`LockRejection`]).
+    /// The `Retry-After` sent with busy and unavailable answers (default 1 s); a busy answer
+    /// sends the holder's remaining ttl instead when that is sooner ([`LockRejection`]).
     #[must_use]
     pub fn retry_after(mut self, after: Duration) -> Self {
         self.config.retry_after = after;
