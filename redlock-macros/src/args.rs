@@ -76,9 +76,60 @@ pub(crate) struct Args {
     pub(crate) krate: Option<syn::Path>,
 }
 
+/// Every argument [`Args`] takes, for the suggestion made for a misspelt one.
+const ARGUMENTS: &[&str] = &[
+    "resource",
+    "resources",
+    "ttl",
+    "retry_count",
+    "retry_delay",
+    "retry_jitter",
+    "wait_timeout",
+    "drift_factor",
+    "auto_extend",
+    "max_hold",
+    "lock_at_least_for",
+    "fencing",
+    "mode",
+    "reentrant",
+    "permits",
+    "on_busy",
+    "guard",
+    "pool",
+    "redlock",
+    "crate",
+];
+
+/// An unknown argument close to a known one (`tll`, `resourse`): an error naming the known
+/// one, at the argument. Further from every known name, darling's own error stands.
+fn misspelt(items: &[NestedMeta]) -> Option<darling::Error> {
+    items.iter().find_map(|item| {
+        let NestedMeta::Meta(meta) = item else {
+            return None;
+        };
+        let name = meta.path().get_ident()?.to_string();
+        if ARGUMENTS.contains(&name.as_str()) {
+            return None;
+        }
+        let (distance, known) = ARGUMENTS
+            .iter()
+            .map(|known| (strsim::damerau_levenshtein(&name, known), *known))
+            .min()?;
+        (distance <= 2 && distance < name.len()).then(|| {
+            darling::Error::custom(format!(
+                "unknown argument `{name}`: did you mean `{known}`?"
+            ))
+            .with_span(meta.path())
+        })
+    })
+}
+
 impl Args {
     pub(crate) fn parse(attr: TokenStream) -> darling::Result<Self> {
         let items = NestedMeta::parse_meta_list(attr)?;
+        if let Some(error) = misspelt(&items) {
+            return Err(error);
+        }
         let args = Self::from_list(&items)?;
         match (&args.resource, &args.resources) {
             (None, None) => {
@@ -369,5 +420,46 @@ impl FromMeta for DriftFactor {
             .with_span(value));
         }
         Ok(Self(factor))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(text: &str) -> Vec<NestedMeta> {
+        NestedMeta::parse_meta_list(text.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_argument_suggested_is_one_darling_takes() {
+        for name in ARGUMENTS {
+            let error = Args::from_list(&items(&format!("{name} = 1")))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(!error.contains("Unknown field"), "{name}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_misspelt_argument_names_the_one_meant() {
+        let suggestion = |text: &str| misspelt(&items(text)).map(|e| e.to_string());
+        assert_eq!(
+            suggestion(r#"resource = "x", tll = "1s""#).as_deref(),
+            Some("unknown argument `tll`: did you mean `ttl`?")
+        );
+        assert_eq!(
+            suggestion(r#"resourse = "x""#).as_deref(),
+            Some("unknown argument `resourse`: did you mean `resource`?")
+        );
+        assert_eq!(
+            suggestion("auto_extned").as_deref(),
+            Some("unknown argument `auto_extned`: did you mean `auto_extend`?")
+        );
+        // Known arguments, and names close to none, are left to darling.
+        assert_eq!(suggestion(r#"resource = "x", ttl = "1s""#), None);
+        assert_eq!(suggestion("frobnicate = 1"), None);
+        assert_eq!(suggestion("x = 1"), None);
     }
 }
