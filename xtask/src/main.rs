@@ -5,6 +5,7 @@
 //! xtask itself depends on nothing heavy, so that on a fresh machine it builds in seconds and
 //! then says what it is doing before each long step.
 
+mod cancel_safety;
 mod install;
 mod layers;
 mod package;
@@ -25,7 +26,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|
          redlock-core, imports against the layer order of ARCHITECTURE.md
   vocabulary
          the READMEs, the CHANGELOG's Unreleased section and the library crates' rustdoc
-         checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes)
+         checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes),
+         and every public async fn's doc for a `# Cancel safety` section
   package
          `cargo package` of every published crate (each built from its package), and each
          package's files checked: licence texts, README, nothing included from outside it
@@ -44,7 +46,8 @@ fn main() -> ExitCode {
         "bench" => bench(),
         "soak" => soak(),
         "layers" => layers::check(&workspace_root(), true),
-        "vocabulary" => vocabulary::check(&workspace_root()),
+        "vocabulary" => vocabulary::check(&workspace_root())
+            .and_then(|()| cancel_safety::check(&workspace_root())),
         "package" => package::check(&workspace_root()),
         _ => {
             eprintln!("{USAGE}");
@@ -383,6 +386,8 @@ fn test() -> anyhow::Result<()> {
     layers::check(&workspace_root(), false)?;
     step("the public docs' vocabulary (no test ids, workload numbers, seeds, issues, hashes)");
     vocabulary::check(&workspace_root())?;
+    step("every public async fn says what dropping its future does (`# Cancel safety`)");
+    cancel_safety::check(&workspace_root())?;
     step("clippy -D warnings (builds the workspace: several minutes on a fresh machine)");
     cargo(&[
         "clippy",

