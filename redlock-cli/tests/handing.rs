@@ -158,8 +158,11 @@ async fn locks_lists_what_is_held_under_a_prefix_without_tokens() {
         lines[0].starts_with("jobs:charge: held by billing@web-1; on 3 of 3 nodes, quorum 2"),
         "{text:#?}"
     );
-    assert!(lines.iter().any(|l| l.starts_with("jobs:export: ")
-        && l.contains("1 of 2 permits held")));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("jobs:export: ") && l.contains("1 of 2 permits held"))
+    );
     assert!(lines.iter().any(|l| l.starts_with("jobs:rebuild: held")));
     assert!(!text.stdout.contains("other:cache"), "{text:#?}");
 

@@ -185,12 +185,11 @@ pub enum InvalidInput {
     },
     /// A semaphore's permit was asked with an option it cannot give: `fencing` (the holders of
     /// different slots share no order) or `reentrant` (re-entry follows the resource's lock,
-    /// not a slot); or a permit was detached (`detach`: a permit is not handed on); or the
-    /// axum layer was given both a concurrency limit and a mode (`mode`: a permit is a plain
-    /// lock on one slot).
+    /// not a slot); or the axum layer was given both a concurrency limit and a mode (`mode`:
+    /// a permit is a plain lock on one slot).
     #[error("permits cannot be combined with {option}; remove one of the two")]
     PermitsWith {
-        /// The option: `fencing`, `reentrant`, `detach` or `mode`.
+        /// The option: `fencing`, `reentrant` or `mode`.
         option: &'static str,
     },
 }
@@ -330,9 +329,11 @@ pub enum LockError {
     },
     /// A semaphore's permit was asked for with another number of permits than the one the
     /// semaphore is in use with on the nodes: the first attempt on a semaphore stores its
-    /// number of permits, kept as long as a permit taken with it lives. Two numbers would
-    /// use two sets of slots and together admit more holders than the smaller one, so the
-    /// attempt is refused at once (no retries) and takes nothing. Give every handle on the
+    /// number of permits, kept as long as a permit taken with it lives (extended with it).
+    /// Two numbers would use two sets of slots and together admit more holders than the
+    /// smaller one, so when more than `N − quorum` nodes store another number (no quorum can
+    /// grant this one) the attempt is refused at once (no retries) and takes nothing; fewer
+    /// such nodes count as failed nodes. Give every handle on the
     /// resource the same number ([`Redlock::semaphore`](crate::Redlock::semaphore)); to
     /// change it, stop every holder and wait for their permits to be released or expire.
     #[error(

@@ -142,6 +142,13 @@ pub(crate) fn permit_capacity(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}permit-capacity")
 }
 
+/// [`permit_capacity`] of the semaphore whose slot `slot` has the lock key `slot_key`
+/// ([`permit_slot`]); `None` when `slot_key` is not that slot's key.
+pub(crate) fn permit_capacity_of_slot(slot_key: &str, slot: u32) -> Option<String> {
+    let suffix = format!("{BOOKKEEPING_SEPARATOR}permit:{slot}");
+    slot_key.strip_suffix(&suffix).map(permit_capacity)
+}
+
 /// Until when (ms of the node's clock) each waiter in [`permit_waiters`] counts: a sorted set
 /// of the same markers scored by that instant, renewed at each of the waiter's attempts, so
 /// that the entry of a waiter that crashed stops holding back the ones behind it.
@@ -255,6 +262,18 @@ fn fencing_window(namespace: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slots_key_leads_to_its_semaphores_capacity_and_nothing_else_does() {
+        let slot = permit_slot("lock:jobs", 3);
+        assert_eq!(
+            permit_capacity_of_slot(&slot, 3),
+            Some(permit_capacity("lock:jobs"))
+        );
+        assert_eq!(permit_capacity_of_slot(&slot, 2), None);
+        assert_eq!(permit_capacity_of_slot("lock:jobs", 3), None);
+        assert_eq!(permit_capacity_of_slot("lock:jobs:permit:3", 3), None);
+    }
 
     #[test]
     fn bookkeeping_keys_follow_the_lock_key_after_a_nul_byte() {

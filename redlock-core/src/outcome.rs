@@ -254,6 +254,12 @@ impl Outcomes {
         })
     }
 
+    /// How many nodes refused the attempt for another stored number of permits
+    /// ([`NodeError::PermitsMismatch`]).
+    pub(crate) fn permits_mismatched(&self) -> usize {
+        self.count(|v| matches!(v, NodeVote::Failed(NodeError::PermitsMismatch { .. })))
+    }
+
     /// Nodes where the lock key holds data this library did not write
     /// ([`NodeError::ForeignKey`]).
     pub fn foreign(&self) -> usize {

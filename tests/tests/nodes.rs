@@ -348,7 +348,7 @@ async fn build_returns_once_a_quorum_connected_and_a_late_node_joins() {
     .unwrap();
     let took = started.elapsed();
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_millis(2_500),
         "build waited {took:?} for a node the quorum does not need"
     );
     redlock.lock("job").await.unwrap().release().await.unwrap();

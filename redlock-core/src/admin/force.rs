@@ -4,6 +4,7 @@
 use crate::error::{InvalidInput, LockError};
 use crate::kernel::redlock::Redlock;
 use crate::keys::{ResourceKeys, validate_resource};
+use crate::options::MAX_PERMITS;
 use crate::outcome::NodeVote;
 use crate::telemetry;
 
@@ -81,9 +82,9 @@ impl Redlock {
     /// force-released as safely as it holds them.
     ///
     /// # Cancel safety
-    /// Dropped after its read, the removals already handed to the nodes still run; dropped before,
-    /// nothing is removed. Either way calling it again is safe: it removes only the holders its own
-    /// read finds.
+    /// Dropped midway, the removals already handed to the nodes still run and the others are
+    /// not made (the permits' slots are read and removed side by side, after the lock's).
+    /// Calling it again is safe: it removes only the holders its own reads find.
     ///
     /// # Errors
     /// [`LockError::Invalid`]: empty, over-long or reserved resource (nothing is sent).
@@ -97,12 +98,20 @@ impl Redlock {
         }
         let mut report = self.force_release_key(&keys, &keys.waiters).await;
         let stored = self.stored_permits(resource).await?;
+        // A number no semaphore of ours stores (another application's key) is cut at the
+        // largest a semaphore can have.
         if let Some(permits) = stored.into_iter().flatten().max() {
+            let permits = permits.min(MAX_PERMITS);
             let (queue, slots) = self.permit_keys(keys.lock.clone(), permits);
-            for slot in &slots.slots {
-                let removed = self.force_release_key(slot, &queue.waiters).await;
-                report.permits_removed += usize::from(removed.removed_any());
-            }
+            let removals = slots
+                .slots
+                .iter()
+                .map(|slot| self.force_release_key(slot, &queue.waiters));
+            report.permits_removed = futures_util::future::join_all(removals)
+                .await
+                .iter()
+                .filter(|removed| removed.removed_any())
+                .count();
         }
         telemetry::force_released(resource, report.removed, report.answered, report.nodes);
         Ok(report)

@@ -88,6 +88,23 @@ impl ResourceStatus {
         Some((digest, owner))
     }
 
+    /// Whether the nodes that gave no answer, with those that show the most common plain
+    /// holder, could make a quorum for it: then a holder may lead though
+    /// [`plain_holder`](Self::plain_holder) found none on the nodes that answered.
+    pub(crate) fn may_have_plain_holder(&self) -> bool {
+        let digests: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| n.read.as_ref().ok()?.digest.as_deref())
+            .collect();
+        let most = digests
+            .iter()
+            .map(|d| digests.iter().filter(|other| *other == d).count())
+            .max()
+            .unwrap_or(0);
+        most + (self.nodes.len() - self.answered()) >= self.quorum
+    }
+
     /// `true` when something is at the key on a quorum of nodes ([`Holder::is_present`]): a
     /// plain acquisition is refused (a lock of ours, a foreign client's key, a hand-over in
     /// progress, waiters' entries of a resource held in modes, or someone else's data).
@@ -414,7 +431,7 @@ fn decode(reply: Value) -> Option<NodeHolding> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn reply(values: Vec<Value>) -> Value {
@@ -423,7 +440,7 @@ mod tests {
 
     /// A status of one node per entry: `Some((digest, owner))` a plain holder, `None` free,
     /// and a node that did not answer for `"-"`.
-    fn status_of(nodes: &[Option<(&str, Option<&str>)>]) -> ResourceStatus {
+    pub(crate) fn status_of(nodes: &[Option<(&str, Option<&str>)>]) -> ResourceStatus {
         let nodes = nodes
             .iter()
             .map(|node| NodeStatus {
@@ -453,6 +470,24 @@ mod tests {
             quorum: nodes.len() / 2 + 1,
             nodes,
         }
+    }
+
+    #[test]
+    fn a_holder_may_lead_while_the_silent_nodes_could_complete_its_quorum() {
+        let (a, b, silent) = (
+            Some(("aaaa", None)),
+            Some(("bbbb", None)),
+            Some(("-", None)),
+        );
+        // 2 of 5 for one holder, 2 silent: they may hold it too.
+        assert!(status_of(&[a, a, None, silent, silent]).may_have_plain_holder());
+        assert!(status_of(&[a, a, a, None, None]).may_have_plain_holder());
+        assert!(status_of(&[a, a, None, None, silent]).may_have_plain_holder());
+        // No silent node to make 2 into 3; one cannot make 1 into 3, nor two holders of 1.
+        assert!(!status_of(&[a, a, None, None, None]).may_have_plain_holder());
+        assert!(!status_of(&[a, None, None, None, silent]).may_have_plain_holder());
+        assert!(!status_of(&[a, b, None, silent, None]).may_have_plain_holder());
+        assert!(!status_of(&[None, None, None, None, None]).may_have_plain_holder());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::kernel::lease::{Grant, Held, Permit};
 use crate::kernel::masters::Stop;
 use crate::kernel::redlock::Redlock;
 use crate::kernel::release::Released;
-use crate::keys::{ResourceKeys, validate_resource};
+use crate::keys::{self, ResourceKeys, validate_resource};
 use crate::mode::Mode;
 use crate::options::{LockOptions, MAX_PERMITS};
 use crate::outcome::NodeVote;
@@ -383,9 +383,18 @@ impl Redlock {
             let start = Instant::now();
             let limit = limit.min(valid_until.saturating_duration_since(start));
             let ttl_ms = options.ttl_millis();
+            // A permit keeps its semaphore's stored number of permits alive as long.
+            let capacity = detached
+                .permit
+                .and_then(|permit| keys::permit_capacity_of_slot(key, permit.slot));
+            let capacity = capacity.as_deref();
             let tally = masters
                 .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
-                    (node.extend(&[key], token, ttl_ms, mode).await, ())
+                    let vote = match capacity {
+                        Some(capacity) => node.extend_permit(key, capacity, token, ttl_ms).await,
+                        None => node.extend(&[key], token, ttl_ms, mode).await,
+                    };
+                    (vote, ())
                 })
                 .await;
             if tally.granted >= masters.quorum && Instant::now() < valid_until {

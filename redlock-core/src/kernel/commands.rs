@@ -370,6 +370,27 @@ impl Node {
         vote(self.eval(script, keys, &args)).await
     }
 
+    /// [`extend`](Self::extend) a semaphore's permit, keeping the semaphore's stored number
+    /// of permits at `capacity` at least as long (`PEXPIRE … GT`, in the same round: never
+    /// shortened, never re-created; its answer decides nothing), so that a permit extended
+    /// past the capacity's first ttl still refuses a handle with another number of permits.
+    pub(crate) async fn extend_permit(
+        &self,
+        slot: &str,
+        capacity: &str,
+        token: &str,
+        ttl_ms: u64,
+    ) -> NodeVote {
+        let keep = self.call(
+            "PEXPIRE",
+            vec![Value::from(capacity), int_arg(ttl_ms), Value::from("GT")],
+        );
+        let slots = [slot];
+        let extend = self.extend(&slots, token, ttl_ms, false);
+        let (vote, _kept) = futures_util::future::join(extend, keep).await;
+        vote
+    }
+
     /// Claims `value` as the resource's next fencing token ([`FENCE`]):
     /// [`NodeVote::Acquired`] if the node confirmed it (it was above every token the node
     /// confirmed for the resource); otherwise [`NodeVote::Held`]. Either way with what it was

@@ -70,7 +70,8 @@ enum Seen {
     Known(Option<Leader>),
     /// A hand-over is in progress: the next term is read again soon.
     HandingOver,
-    /// Too few nodes answered to tell.
+    /// Too few nodes answered to tell: fewer than a quorum, or the silent ones could hold a
+    /// quorum for a holder some of the others show.
     Unknown,
 }
 
@@ -92,6 +93,9 @@ impl Seen {
         });
         if handing_over {
             Self::HandingOver
+        } else if status.may_have_plain_holder() {
+            // The nodes that did not answer could complete a holder's quorum: not "nobody".
+            Self::Unknown
         } else {
             Self::Known(None)
         }
@@ -107,7 +111,9 @@ impl LeaderElection {
     /// lock (a release is published there, and the next term is read at once), and from a
     /// poll otherwise (a leader stepping down with nobody waiting, a lock that expired
     /// because its leader died or was cut off, a lost message): at most one
-    /// [`poll_interval`](LeaderWatch::poll_interval) late. The interval is the election's
+    /// [`poll_interval`](LeaderWatch::poll_interval) late. A handle built with hand-over off
+    /// ([`RedlockBuilder::handover_grace`](crate::RedlockBuilder::handover_grace) of zero)
+    /// joins no channel: every change is seen by the poll. The interval is the election's
     /// [retry delay](crate::LockOptions::retry_delay), the pace of its campaigns, by default.
     ///
     /// ```no_run
@@ -300,5 +306,38 @@ impl LeaderWatch {
                 self.poll
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::inspect::tests::status_of;
+
+    #[test]
+    fn nobody_leads_only_when_the_silent_nodes_could_not_make_a_leaders_quorum() {
+        let (a, silent) = (Some(("aaaa", Some("web-1"))), Some(("-", None)));
+        let leader = Seen::Known(Some(Leader {
+            digest: "aaaa".to_owned(),
+            owner: Some("web-1".to_owned()),
+        }));
+        assert_eq!(Seen::of(&status_of(&[a, a, a, None, silent])), leader);
+        // 2 of 5 show a holder and 2 are silent: it may lead.
+        assert_eq!(
+            Seen::of(&status_of(&[a, a, None, silent, silent])),
+            Seen::Unknown
+        );
+        assert_eq!(
+            Seen::of(&status_of(&[a, a, None, None, silent])),
+            Seen::Unknown
+        );
+        assert_eq!(
+            Seen::of(&status_of(&[a, None, None, None, silent])),
+            Seen::Known(None)
+        );
+        assert_eq!(
+            Seen::of(&status_of(&[a, silent, silent, silent, None])),
+            Seen::Unknown
+        );
     }
 }

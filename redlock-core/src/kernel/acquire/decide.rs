@@ -180,6 +180,13 @@ impl Policy<'_> {
         }
     }
 
+    /// Whether enough nodes store another number of permits that no quorum can grant this
+    /// one: more than `N − quorum`. Fewer (a node restored from an old snapshot, say) are
+    /// failed nodes: the attempt goes on, and their stored number expires with its slots.
+    fn permits_rule_out_a_quorum(&self, outcomes: &Outcomes) -> bool {
+        outcomes.permits_mismatched() > self.nodes - self.quorum
+    }
+
     /// The error of a refused attempt that was not a certain split: data we did not write
     /// at the key ([`LockError::ForeignKey`]), else busy or unavailable.
     fn refused(&self, attempts: u32, outcomes: Outcomes) -> LockError {
@@ -188,7 +195,9 @@ impl Policy<'_> {
         if let Some(error) = LockError::foreign_key(&resource, quorum, &outcomes) {
             return error;
         }
-        if let Some(stored) = outcomes.permits_mismatch() {
+        if self.permits_rule_out_a_quorum(&outcomes)
+            && let Some(stored) = outcomes.permits_mismatch()
+        {
             return LockError::PermitsMismatch {
                 resource,
                 permits: self.permits.unwrap_or(0),
@@ -303,7 +312,7 @@ impl LoopState {
         // A semaphore in use with another number of permits: no attempt can change that.
         if let AttemptFailure::Votes { outcomes, .. } | AttemptFailure::Scattered(outcomes) =
             &failure
-            && outcomes.permits_mismatch().is_some()
+            && policy.permits_rule_out_a_quorum(outcomes)
         {
             let outcomes = outcomes.clone();
             return Step::GiveUp(policy.refused(self.attempts, outcomes));
@@ -551,8 +560,9 @@ mod tests {
             ..policy(Deadline::Never)
         };
         let (mut state, now) = (LoopState::default(), Instant::now());
-        // One node says so: nothing can change it by attempting again, however long the wait.
-        for votes in ["++--p", "ppppp"] {
+        // Enough nodes say so that no quorum can grant it: nothing can change that by
+        // attempting again, however long the wait.
+        for votes in ["++ppp", "ppppp", "-pp?p"] {
             let step = fail(&mut state, &policy, refused(votes, Split::No, &[]), now);
             assert!(
                 matches!(
@@ -566,15 +576,18 @@ mod tests {
                 "{votes}: {step:?}"
             );
         }
-        let scattered = AttemptFailure::Scattered(outcomes("+-+-p"));
+        let scattered = AttemptFailure::Scattered(outcomes("+pp-p"));
         let step = fail(&mut state, &policy, scattered, now);
         assert!(matches!(
             step,
             Step::GiveUp(LockError::PermitsMismatch { .. })
         ));
-        // Without it, the same refusal waits on.
-        let step = fail(&mut state, &policy, refused("++---", Split::No, &[]), now);
-        assert!(matches!(step, Step::Retry { .. }), "{step:?}");
+        // Fewer (a node restored from an old snapshot) count as failed nodes: the attempt
+        // waits on, as it does without them.
+        for votes in ["++--p", "++-pp", "++---"] {
+            let step = fail(&mut state, &policy, refused(votes, Split::No, &[]), now);
+            assert!(matches!(step, Step::Retry { .. }), "{votes}: {step:?}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::Lease;
 use crate::error::LockError;
 use crate::kernel::masters::{Masters, Stop};
+use crate::keys;
 use crate::options::LockOptions;
 use crate::telemetry;
 use crate::timing;
@@ -53,6 +54,11 @@ async fn extend_once(
         lease.mode().is_some(),
     );
     let owner = lease.owner.as_ref();
+    // A permit keeps its semaphore's stored number of permits alive as long as itself.
+    let capacity = lease
+        .permit()
+        .and_then(|permit| keys::permit_capacity_of_slot(key, permit.slot));
+    let capacity = capacity.as_deref();
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| {
             // The label follows the lock's ttl, in the same batch (not awaited: it is for
@@ -62,7 +68,13 @@ async fn extend_once(
                 drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
             }
             let keys = lease.lock_keys();
-            async move { (node.extend(&keys, token, ttl_ms, mode).await, ()) }
+            async move {
+                let vote = match capacity {
+                    Some(capacity) => node.extend_permit(key, capacity, token, ttl_ms).await,
+                    None => node.extend(&keys, token, ttl_ms, mode).await,
+                };
+                (vote, ())
+            }
         })
         .await;
     let (granted, refused) = (tally.granted, tally.refused);
