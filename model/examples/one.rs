@@ -7,9 +7,12 @@ use redlock_model::check::{Search, check};
 
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
+    let config = scenarios::foreign_poller();
     let poller = Scenario {
-        config: scenarios::foreign_poller(),
+        witnesses: scenarios::witnesses(&config),
+        config,
         rejects: None,
+        depth_first: false,
     };
     let every = scenarios::all()
         .into_iter()
@@ -17,8 +20,14 @@ fn main() {
         .chain([poller]);
     for scenario in every.filter(|s| s.config.name.contains(&only)) {
         let search = match scenario.rejects {
-            Some(_) => Search::FirstViolation,
-            None => Search::Exhaustive,
+            Some(w) if !scenarios::WITNESSES.contains(&w) => {
+                if scenario.depth_first {
+                    Search::AnyViolation
+                } else {
+                    Search::FirstViolation
+                }
+            }
+            _ => Search::Exhaustive,
         };
         let verdict = check(scenario.config.clone(), 2, search);
         println!("{}", verdict.summary());

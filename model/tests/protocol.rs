@@ -20,18 +20,41 @@ fn explore(scenarios: Vec<Scenario>) {
     let mut total = 0;
     for scenario in scenarios {
         let search = match scenario.rejects {
-            None => Search::Exhaustive,
-            Some(_) => Search::FirstViolation,
+            // A witness's negative control explores every state, as a design does.
+            Some(w) if !scenarios::WITNESSES.contains(&w) => {
+                if scenario.depth_first {
+                    Search::AnyViolation
+                } else {
+                    Search::FirstViolation
+                }
+            }
+            _ => Search::Exhaustive,
         };
         let verdict = check(scenario.config.clone(), THREADS, search);
         total += verdict.unique_states;
         println!("{}", verdict.summary());
         let found: Vec<&str> = verdict.violations.iter().map(|(p, _)| *p).collect();
+        let missing: Vec<&str> = scenario
+            .witnesses
+            .iter()
+            .copied()
+            .filter(|w| !verdict.witnessed.contains(w))
+            .collect();
         let as_expected = match scenario.rejects {
-            // Under fair scheduling, the liveness properties must have been evaluated.
-            None => found.is_empty() && (verdict.reached_end || !scenario.config.fair),
+            // Under fair scheduling, the liveness properties must have been evaluated; and
+            // what the scenario is about must have been reached.
+            None => {
+                found.is_empty()
+                    && (verdict.reached_end || !scenario.config.fair)
+                    && missing.is_empty()
+            }
+            // A witness's negative control: no state satisfies it.
+            Some(w) if scenarios::WITNESSES.contains(&w) => !verdict.witnessed.contains(&w),
             Some(property) => found.contains(&property),
         };
+        if !missing.is_empty() {
+            println!("  not witnessed: {}", missing.join(", "));
+        }
         for (property, trace) in &verdict.violations {
             println!("  {property}, a shortest path to it:\n{trace}");
         }
@@ -39,11 +62,15 @@ fn explore(scenarios: Vec<Scenario>) {
             failures.push(format!(
                 "{}: expected {}, found {:?}",
                 scenario.config.name,
-                scenario
-                    .rejects
-                    .map_or("every property to hold".to_owned(), |p| format!(
-                        "`{p}` violated"
-                    )),
+                match scenario.rejects {
+                    None => format!(
+                        "every property to hold, and witnessed: {:?}",
+                        scenario.witnesses
+                    ),
+                    Some(w) if scenarios::WITNESSES.contains(&w) =>
+                        format!("`{w}` never witnessed"),
+                    Some(p) => format!("`{p}` violated"),
+                },
                 found
             ));
         }

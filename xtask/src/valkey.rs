@@ -154,17 +154,20 @@ fn run_tests(
     }
 }
 
-/// `<bin> --version`'s first line, or why it could not be read.
+/// The server's name and version from `<bin> --version` (`Valkey server v=9.1.2 sha=...`
+/// as `Valkey 9.1.2`), its first line when it reads otherwise, or why it could not be read.
 fn version(bin: &Path) -> String {
     Command::new(bin)
         .arg("--version")
         .output()
         .map(|out| {
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned()
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text.lines().next().unwrap_or_default();
+            let name = line.split(' ').next().unwrap_or_default();
+            match line.split(' ').find_map(|word| word.strip_prefix("v=")) {
+                Some(number) => format!("{name} {number}"),
+                None => line.to_owned(),
+            }
         })
         .unwrap_or_else(|e| format!("--version failed: {e}"))
 }

@@ -85,6 +85,11 @@ pub struct ClientFlaws {
     pub no_windows: bool,
     /// A mode request names every mode as compatible with its own.
     pub wrong_compatibility: bool,
+    /// A confirmed extension's validity is counted from its decision (the last reply heard)
+    /// instead of from its first send.
+    pub extension_from_reply: bool,
+    /// A confirmed extension's validity does not subtract the drift allowance.
+    pub extension_without_drift: bool,
 }
 
 /// One exploration.

@@ -136,6 +136,11 @@ pub(super) fn token(client: usize, n: u16) -> String {
     format!("{:032x}{:08x}", client + 1, n)
 }
 
+/// Whether `node` holds a client's token at the lock key (a plain lock granted there).
+pub(super) fn holds_a_token(node: &Node) -> bool {
+    matches!(node.store.get_str(KEY), Ok(Some(v)) if v.len() == 40 && !v.starts_with('~'))
+}
+
 /// A waiter's marker.
 pub(super) fn marker(client: usize) -> String {
     format!("~{:016x}", client + 1)

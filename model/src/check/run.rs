@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use stateright::{Checker, HasDiscoveries, Model};
 
 use super::config::Config;
-use super::system::{RUN_ENDS, System};
+use super::system::{RUN_ENDS, System, WITNESSES};
 
 /// How an exploration searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +14,9 @@ pub enum Search {
     Exhaustive,
     /// Breadth first until the first violation: a shortest counterexample.
     FirstViolation,
+    /// Depth first until the first violation: any counterexample, in far less memory than
+    /// [`Search::FirstViolation`] holds for a large space.
+    AnyViolation,
 }
 
 /// What an exploration found.
@@ -34,13 +37,15 @@ pub struct Verdict {
     /// Under fair scheduling, some run got to its end, where the liveness properties are
     /// evaluated (a model that never gets there would pass them vacuously).
     pub reached_end: bool,
+    /// The witnesses some state satisfied ([`scenarios::witness`](super::scenarios::witness)).
+    pub witnessed: Vec<&'static str>,
 }
 
 impl Verdict {
     /// One line: the name, the counts and the time.
     pub fn summary(&self) -> String {
         format!(
-            "{}: {} states ({} distinct), depth {}, {:.1} s, {}",
+            "{}: {} states ({} distinct), depth {}, {:.1} s, {}; witnessed: {}",
             self.name,
             self.states,
             self.unique_states,
@@ -51,7 +56,8 @@ impl Verdict {
             } else {
                 let names: Vec<&str> = self.violations.iter().map(|(name, _)| *name).collect();
                 format!("violated: {}", names.join(", "))
-            }
+            },
+            self.witnessed.join(", ")
         )
     }
 }
@@ -78,7 +84,15 @@ pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
         // Under fair scheduling every path is long (no step waits) and any one shows a
         // liveness violation: depth first finds one at once, where breadth first would hold
         // every state of each depth.
-        Search::FirstViolation if system.config.fair => verdict(
+        Search::AnyViolation | Search::FirstViolation if system.config.fair => verdict(
+            &system,
+            &builder
+                .finish_when(HasDiscoveries::AnyFailures)
+                .spawn_dfs()
+                .join(),
+            started,
+        ),
+        Search::AnyViolation => verdict(
             &system,
             &builder
                 .finish_when(HasDiscoveries::AnyFailures)
@@ -102,9 +116,15 @@ fn verdict(system: &System, checker: &impl Checker<System>, started: Instant) ->
     let elapsed = started.elapsed();
     let discoveries = checker.discoveries();
     let reached_end = discoveries.contains_key(RUN_ENDS);
+    let mut witnessed: Vec<&'static str> = discoveries
+        .keys()
+        .copied()
+        .filter(|property| WITNESSES.contains(property))
+        .collect();
+    witnessed.sort_unstable();
     let mut violations: Vec<(&'static str, String)> = discoveries
         .into_iter()
-        .filter(|(property, _)| *property != RUN_ENDS)
+        .filter(|(property, _)| !WITNESSES.contains(property))
         .map(|(property, path)| (property, system.trace(&path.into_vec())))
         .collect();
     violations.sort();
@@ -114,6 +134,7 @@ fn verdict(system: &System, checker: &impl Checker<System>, started: Instant) ->
         unique_states: checker.unique_state_count(),
         max_depth: checker.max_depth(),
         reached_end,
+        witnessed,
         elapsed,
         violations,
     }

@@ -22,14 +22,63 @@ pub mod property {
     pub const TICK_RUNS: &str = "a skip-if-busy tick runs somewhere";
 }
 
+pub use super::system::witness;
+
+/// Every [`witness`] a scenario can expect.
+pub const WITNESSES: [&str; 4] = [
+    witness::GRANTED,
+    witness::EXTENDED,
+    witness::NAMED,
+    witness::REVOTED,
+];
+
 /// One exploration and what it must find.
 #[derive(Debug, Clone)]
 pub struct Scenario {
     /// The configuration.
     pub config: Config,
     /// `None`: every property holds. `Some(property)`: a known-bad variant, which must
-    /// violate that property.
+    /// violate that property; or, for a [`witness`], a variant in which no state satisfies
+    /// it (the witness is shown to be able to miss).
     pub rejects: Option<&'static str>,
+    /// The [`witness`]es the exploration must satisfy in some state (with `rejects: None`):
+    /// what the scenario is about is reached, not only never violated.
+    pub witnesses: Vec<&'static str>,
+    /// A known-bad variant whose counterexample lies deep in a large space: searched depth
+    /// first (any counterexample, in little memory) rather than breadth first (a shortest).
+    pub depth_first: bool,
+}
+
+/// The witnesses a design's exploration of `config` must satisfy: a grant always; a
+/// confirmed extension that moves the validity for a lengthening extension; a waiter named
+/// by a release with hand-over; a node granting again after it lost its data, where the
+/// scenario's horizon reaches the end of the quarantine.
+///
+/// With another application's hash at the key nothing can be granted (the lock refuses a
+/// key it did not write): that scenario's attempts are shown to reach the script by its
+/// known-bad variant instead, which takes the hash.
+pub fn witnesses(config: &Config) -> Vec<&'static str> {
+    let mut expected = Vec::new();
+    if !config.foreign_hash {
+        expected.push(witness::GRANTED);
+    }
+    let extender = config
+        .clients
+        .iter()
+        .any(|c| c.extend_to.is_some_and(|t| t >= config.ttl));
+    if extender {
+        expected.push(witness::EXTENDED);
+    }
+    if config.clients.iter().any(|c| c.handover) {
+        expected.push(witness::NAMED);
+    }
+    // Nodes start with their data witness written: one that lost its data refuses for the
+    // quarantine, then grants again, within the horizon when it reaches the quarantine's end.
+    let losses = config.faults.restarts + config.faults.data_losses > 0;
+    if losses && config.horizon >= config.quarantine {
+        expected.push(witness::REVOTED);
+    }
+    expected
 }
 
 /// The base every scenario starts from: 3 nodes, a 3 ms ttl, a 1 ms drift allowance, no
@@ -106,6 +155,29 @@ pub fn short_extension() -> Config {
     );
     config.ttl = 4;
     config.quarantine = 4;
+    config.horizon = 3;
+    config
+}
+
+/// A locker that extends its lock to its full ttl again a moment after the grant (so the
+/// validity moves forward), and one more locker (the soak adds node clocks running fast).
+pub fn long_extension() -> Config {
+    let extender = Program {
+        extend_to: Some(3),
+        ..ONCE
+    };
+    let mut config = base(
+        "exclusion, an extension that moves the validity forward",
+        vec![extender, ONCE],
+    );
+    config.horizon = 4;
+    config
+}
+
+/// One locker alone: the smallest run in which a lock is granted (the witness of a grant,
+/// beside its negative control).
+pub fn solo() -> Config {
+    let mut config = base("a locker alone", vec![ONCE]);
     config.horizon = 3;
     config
 }
@@ -237,9 +309,11 @@ pub fn foreign_key() -> Config {
 /// Every scenario: the design as it is, which must satisfy every property, and the
 /// known-bad variants, each of which must violate its property.
 pub fn all() -> Vec<Scenario> {
-    let ok = |config| Scenario {
+    let ok = |config: Config| Scenario {
+        witnesses: witnesses(&config),
         config,
         rejects: None,
+        depth_first: false,
     };
     let bad = |name, mut config: Config, flaw: fn(&mut Config), property| {
         config.name = name;
@@ -247,6 +321,8 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             config,
             rejects: Some(property),
+            witnesses: Vec::new(),
+            depth_first: false,
         }
     };
     use property::{EVERY_LOCKER, EXCLUSION, FENCING, FOREIGN_KEY, TICK_RUNS};
@@ -285,6 +361,64 @@ pub fn all() -> Vec<Scenario> {
             base("", vec![ONCE, ONCE]),
             |c| c.client_flaws.views_outlive_release = true,
             EXCLUSION,
+        ),
+        ok(long_extension()),
+        Scenario {
+            depth_first: true,
+            ..bad(
+                "known bad: an extension's validity counted from its reply",
+                long_extension(),
+                // Without a drift allowance to hide 1 ms of it (no node clock runs fast).
+                |c| {
+                    c.client_flaws.extension_from_reply = true;
+                    c.drift = 0;
+                },
+                EXCLUSION,
+            )
+        },
+        Scenario {
+            depth_first: true,
+            ..bad(
+                "known bad: an extension's validity without the drift allowance",
+                long_extension(),
+                // A node clock running fast is what the allowance is for; 3 ms are enough.
+                |c| {
+                    c.client_flaws.extension_without_drift = true;
+                    c.faults.clock_skew = 1;
+                    c.horizon = 3;
+                },
+                EXCLUSION,
+            )
+        },
+        ok(solo()),
+        // Each witness's negative control: a variant in which it cannot be reached.
+        bad(
+            "control: a drift allowance as long as the ttl (nothing is ever granted)",
+            solo(),
+            |c| c.drift = c.ttl,
+            witness::GRANTED,
+        ),
+        bad(
+            "control: an extension to a shorter ttl (the validity never moves forward)",
+            short_extension(),
+            |_| {},
+            witness::EXTENDED,
+        ),
+        bad(
+            "control: waiters without hand-over (no release names one)",
+            handover(),
+            |c| {
+                for client in &mut c.clients {
+                    client.handover = false;
+                }
+            },
+            witness::NAMED,
+        ),
+        bad(
+            "control: a quarantine past the horizon (a node that lost its data never grants)",
+            restart(),
+            |c| c.quarantine = c.horizon + 1,
+            witness::REVOTED,
         ),
         ok(modes()),
         bad(
@@ -337,8 +471,10 @@ pub fn deeper() -> Vec<Scenario> {
         config.name = name;
         grow(&mut config);
         Scenario {
+            witnesses: witnesses(&config),
             config,
             rejects: None,
+            depth_first: false,
         }
     };
     vec![
@@ -369,6 +505,11 @@ pub fn deeper() -> Vec<Scenario> {
                 c.faults.clock_skew = 1;
                 c.clients = vec![Program::PLAIN, Program::PLAIN];
             },
+        ),
+        ok(
+            "deeper: an extension that moves the validity, fast clocks",
+            long_extension(),
+            |c| c.faults.clock_skew = 1,
         ),
         ok("deeper: fencing tokens, 3 ms", fencing(), |c| c.horizon = 3),
         ok("deeper: modes, fast node clocks, 4 ms", modes(), |c| {

@@ -15,6 +15,30 @@ use crate::node::{Call, Node, Reply};
 /// are evaluated).
 pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
 
+/// The witnesses that a scenario reaches what it is about: each a `sometimes` property, which
+/// the checker reports when some state satisfies it (see [`scenarios::witness`]).
+///
+/// [`scenarios::witness`]: super::scenarios::witness
+pub(super) const WITNESSES: [&str; 5] = [
+    RUN_ENDS,
+    witness::GRANTED,
+    witness::EXTENDED,
+    witness::NAMED,
+    witness::REVOTED,
+];
+
+/// The witnesses' names.
+pub mod witness {
+    /// Some client holds the lock.
+    pub const GRANTED: &str = "a lock is granted";
+    /// A confirmed extension moved a holder's validity past what its grant gave.
+    pub const EXTENDED: &str = "an extension moves the validity forward";
+    /// A release's hand-over message names a waiter that awaits it.
+    pub const NAMED: &str = "a release names its waiter";
+    /// A node that restarted or lost its data holds a client's lock again.
+    pub const REVOTED: &str = "a node that lost its data grants again";
+}
+
 /// A message in flight. A node's reply reaches its client when the node runs the call (a
 /// reply's delay is the client's: it decides at any time once it may); a lost reply is a
 /// fault ([`Action::LoseReply`]).
@@ -391,7 +415,18 @@ impl System {
                     let tally = Tally::of(&votes);
                     let ttl = client.program.extend_to.unwrap_or(config.ttl);
                     if tally.granted >= q && !lease.lost && now < lease.valid_until {
-                        let until = started + ttl - Client::drift(config).min(ttl);
+                        let flaws = &config.client_flaws;
+                        let from = if flaws.extension_from_reply {
+                            now
+                        } else {
+                            started
+                        };
+                        let drift = if flaws.extension_without_drift {
+                            0
+                        } else {
+                            Client::drift(config).min(ttl)
+                        };
+                        let until = from + ttl - drift;
                         lease.valid_until = lease.valid_until.max(until);
                     } else if tally.refused > config.nodes - q {
                         lease.lost = true;
@@ -865,6 +900,39 @@ impl Model for System {
             // Not a property of the lock: a witness that the liveness properties above were
             // evaluated, on some run that got to its end.
             Property::sometimes(RUN_ENDS, |model: &System, state: &State| model.live(state)),
+            // Witnesses that a scenario reaches what it checks (a model that stops all
+            // progress would pass every `always` above).
+            Property::sometimes(witness::GRANTED, |_: &System, state: &State| {
+                state.clients.iter().any(|c| c.holds > 0)
+            }),
+            Property::sometimes(witness::EXTENDED, |model: &System, state: &State| {
+                let config = &model.config;
+                state.clients.iter().any(|c| match &c.phase {
+                    Phase::Holding(lease) => {
+                        let granted =
+                            lease.granted_at + config.ttl - Client::drift(config).min(config.ttl);
+                        lease.extended && lease.valid_until > granted
+                    }
+                    _ => false,
+                })
+            }),
+            Property::sometimes(witness::NAMED, |_: &System, state: &State| {
+                state.net.iter().any(|m| match m {
+                    Msg::Wake { client, text } => {
+                        text.split(' ').next() == Some(keys::marker(*client).as_str())
+                            && matches!(
+                                state.clients[*client].phase,
+                                Phase::AwaitingHandover { .. }
+                            )
+                    }
+                    Msg::Request { .. } => false,
+                })
+            }),
+            Property::sometimes(witness::REVOTED, |_: &System, state: &State| {
+                state.nodes.iter().enumerate().any(|(n, node)| {
+                    state.lost_data >> n & 1 == 1 && keys::holds_a_token(&node.node)
+                })
+            }),
         ]
     }
 
