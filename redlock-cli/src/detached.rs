@@ -2,9 +2,9 @@
 //! readable by its owner only) and `redlock run --resume` and `redlock release --detached`
 //! read.
 
-use std::fs::{OpenOptions, Permissions};
+use std::fs::OpenOptions;
 use std::io::Write as _;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use redlock_core::DetachedLock;
@@ -27,29 +27,40 @@ pub(crate) fn to_json(detached: &DetachedLock) -> Result<String, CliError> {
     Ok(text)
 }
 
-/// Writes `json` to `path`, created with mode 0600, or replaced and set to mode 0600 before
-/// anything is written, so that the token is never readable by others.
+/// Writes `json` to `path` with mode 0600: to a new file beside it (created with that mode,
+/// so the token is never readable by others, and never through a link planted there),
+/// synced, then renamed over `path`, which a reader opening it sees whole or not at all.
 ///
 /// # Errors
-/// [`CliError::CannotWrite`] when the file cannot be opened, set to 0600 or written.
+/// [`CliError::CannotWrite`] when the file cannot be created, written or renamed (the new
+/// file is then removed).
 pub(crate) fn write(path: &Path, json: &str) -> Result<(), CliError> {
     let cannot = |source| CliError::CannotWrite {
         path: path.to_owned(),
         source,
     };
-    let mut file = OpenOptions::new()
+    let name = path.file_name().map_or_else(
+        || std::ffi::OsString::from("detached"),
+        std::ffi::OsStr::to_owned,
+    );
+    let mut new_name = std::ffi::OsString::from(".");
+    new_name.push(&name);
+    new_name.push(format!(".{}.tmp", std::process::id()));
+    let new = path.with_file_name(new_name);
+    let written = OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(OWNER_ONLY)
-        .open(path)
-        .map_err(cannot)?;
-    // An existing file keeps its mode on open: set it before the token goes in.
-    file.set_permissions(Permissions::from_mode(OWNER_ONLY))
-        .map_err(cannot)?;
-    file.write_all(json.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(cannot)
+        .open(&new)
+        .and_then(|mut file| {
+            file.write_all(json.as_bytes())?;
+            file.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&new, path));
+    if written.is_err() {
+        let _removed = std::fs::remove_file(&new);
+    }
+    written.map_err(cannot)
 }
 
 /// Reads the detached lock in `path`.

@@ -76,10 +76,10 @@ fn line(listed: &ListedLock, nodes: usize) -> String {
     } else {
         "free"
     };
-    let mut line = format!("{}: {summary}", listed.resource);
+    let mut line = format!("{}: {summary}", printable(&listed.resource));
     match (json::holder_summary(lock), lock.owner()) {
         (_, Some(owner)) => {
-            let _ = write!(line, " by {owner}");
+            let _ = write!(line, " by {}", printable(owner));
         }
         ("plain", None) => line.push_str(" (no owner label)"),
         ("modes", None) => line.push_str(" in lock modes"),
@@ -110,8 +110,36 @@ fn line(listed: &ListedLock, nodes: usize) -> String {
             .filter_map(|slot| slot.owner())
             .collect();
         if !owners.is_empty() {
-            let _ = write!(line, " by {}", owners.join(", "));
+            let _ = write!(line, " by {}", printable(&owners.join(", ")));
         }
     }
     line
+}
+
+/// `name` with its control characters escaped (`\n`, `\u{1b}`...): a key another
+/// application wrote under the prefix cannot forge a line or move the terminal.
+fn printable(name: &str) -> String {
+    name.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_in_a_name_are_escaped() {
+        assert_eq!(printable("jobs:charge"), "jobs:charge");
+        assert_eq!(printable("a\nb: held"), "a\\nb: held");
+        assert_eq!(printable("x\u{1b}[2J"), "x\\u{1b}[2J");
+        assert_eq!(printable("zażółć"), "zażółć");
+    }
 }

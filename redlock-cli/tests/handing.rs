@@ -11,7 +11,9 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::{Duration, Instant};
 
 use redlock_test::{TestNodes, redlock as handle};
-use support::{Scratch, held_everywhere, lines, output, redlock, tokens};
+use support::{
+    Scratch, await_line, finish, held_everywhere, lines, output, redlock, start, tokens,
+};
 
 /// Waits (at most 10 s) until no node holds anything at `resource`.
 async fn freed_everywhere(nodes: &TestNodes, resource: &str) {
@@ -27,9 +29,9 @@ async fn freed_everywhere(nodes: &TestNodes, resource: &str) {
 }
 
 /// `hold --out FILE` leaves the lock held on every node after it exits, in a file only its
-/// owner can read; `run --resume FILE` runs the command under that very lock (the same token,
-/// so a second locker stays out) and releases it at the end; a second resume exits 80
-/// without running anything.
+/// owner can read (replacing a file readable by others, never following a link);
+/// `run --resume FILE` runs the command under that very lock (a second locker stays out) and
+/// releases it at the end; a second resume exits 80 without running anything.
 #[tokio::test]
 async fn a_held_lock_is_resumed_by_a_later_run_and_released_at_its_end() {
     let nodes = TestNodes::start(3);
@@ -37,15 +39,38 @@ async fn a_held_lock_is_resumed_by_a_later_run_and_released_at_its_end() {
     let file = scratch.file("nightly.lock");
     let journal = scratch.file("journal");
 
-    let hold = output(redlock(
-        Some(&nodes),
-        &["hold", "nightly", "--ttl", "60s", "--out", &file],
-    ))
-    .await;
-    hold.expect(0);
-    assert!(hold.stdout.is_empty(), "{hold:#?}");
-    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600);
+    // A file already there, readable by all, and a link planted where the file goes: the
+    // file is replaced by one only its owner reads, and the link's target is not touched.
+    std::fs::write(&file, "old").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let target = scratch.file("target");
+    std::fs::write(&target, "someone's").unwrap();
+    let linked = scratch.file("linked.lock");
+    std::os::unix::fs::symlink(&target, &linked).unwrap();
+    for out in [&linked, &file] {
+        let hold = output(redlock(
+            Some(&nodes),
+            &[
+                "hold", "nightly", "--ttl", "60s", "--wait", "0s", "--out", out,
+            ],
+        ))
+        .await;
+        if out == &linked {
+            // A first lock, held to check the link only: released, then held again.
+            hold.expect(0);
+            let released = output(redlock(Some(&nodes), &["release", "--detached", out])).await;
+            released.expect(0);
+            continue;
+        }
+        hold.expect(0);
+        assert!(hold.stdout.is_empty(), "{hold:#?}");
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "someone's");
+    assert!(!std::fs::symlink_metadata(&linked).unwrap().is_symlink());
+    for path in [&file, &linked] {
+        let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{path}");
+    }
     let held = held_everywhere(&nodes, "nightly").await;
     assert_eq!(held.len(), 3, "{held:?}");
     assert!(std::fs::read_to_string(&file).unwrap().contains(&held[0]));
@@ -54,15 +79,24 @@ async fn a_held_lock_is_resumed_by_a_later_run_and_released_at_its_end() {
     let other = handle(&nodes).await;
     assert!(other.try_lock("nightly").await.unwrap().is_none());
 
-    // The resumed run holds the same token while its command runs.
-    let script = format!("echo ran >> {journal}");
-    let resumed = output(redlock(
+    // The resumed run holds the lock while its command runs (under a token of its own: a
+    // resumption swaps it, so that the file cannot be resumed twice).
+    let go = scratch.file("go");
+    let script = format!("echo ran >> {journal}; while [ ! -e {go} ]; do sleep 0.05; done");
+    let resumed = start(redlock(
         Some(&nodes),
         &["run", "--resume", &file, "--", "sh", "-c", &script],
-    ))
-    .await;
+    ));
+    await_line(&journal, "ran").await;
+    let during = held_everywhere(&nodes, "nightly").await;
+    assert_eq!(during.len(), 3, "{during:?}");
+    assert!(other.try_lock("nightly").await.unwrap().is_none());
+    std::fs::write(&go, "").unwrap();
+    let resumed = finish(resumed).await;
     resumed.expect(0);
     assert_eq!(lines(&journal), ["ran"]);
+    assert!(!resumed.stdout.contains(&during[0]), "{resumed:#?}");
+    assert!(!resumed.stderr.contains(&during[0]), "{resumed:#?}");
     assert!(!resumed.stdout.contains(&held[0]), "{resumed:#?}");
     assert!(!resumed.stderr.contains(&held[0]), "{resumed:#?}");
     freed_everywhere(&nodes, "nightly").await;
@@ -70,7 +104,15 @@ async fn a_held_lock_is_resumed_by_a_later_run_and_released_at_its_end() {
     // The lock is gone: a second resume runs nothing.
     let again = output(redlock(
         Some(&nodes),
-        &["run", "--resume", &file, "--", "sh", "-c", &script],
+        &[
+            "run",
+            "--resume",
+            &file,
+            "--",
+            "sh",
+            "-c",
+            "echo again >> /dev/null",
+        ],
     ))
     .await;
     again.expect(80);
@@ -179,9 +221,15 @@ async fn locks_lists_what_is_held_under_a_prefix_without_tokens() {
     assert_eq!(locks[0]["owner"], "billing@web-1");
     assert_eq!(locks[0]["is_held"], true);
 
-    for token in [charge.token(), rebuild.token(), elsewhere.token()] {
-        assert!(!text.stdout.contains(token.expose()));
-        assert!(!json.stdout.contains(token.expose()));
+    for token in [
+        charge.token(),
+        rebuild.token(),
+        elsewhere.token(),
+        permit.token(),
+    ] {
+        for out in [&text.stdout, &text.stderr, &json.stdout, &json.stderr] {
+            assert!(!out.contains(token.expose()), "token printed: {out}");
+        }
     }
     charge.release().await.unwrap();
     rebuild.release().await.unwrap();
@@ -209,5 +257,6 @@ async fn status_json_shows_the_holder_per_node_without_the_token() {
         assert!(node["ttl_ms"].as_u64().unwrap() > 0, "{node:#}");
     }
     assert!(!status.stdout.contains(guard.token().expose()));
+    assert!(!status.stderr.contains(guard.token().expose()));
     guard.release().await.unwrap();
 }

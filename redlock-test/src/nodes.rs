@@ -413,7 +413,8 @@ pub async fn redlock(nodes: &TestNodes) -> Redlock {
     redlock_with(nodes, LockOptions::default()).await
 }
 
-/// A [`Redlock`] over `nodes` with `options` as its defaults.
+/// A [`Redlock`] over `nodes` with `options` as its defaults, once it has connected to every
+/// node that accepts connections (at most 5 s after a quorum did).
 ///
 /// # Cancel safety
 /// As [`RedlockBuilder::build`](redlock_core::RedlockBuilder::build).
@@ -421,12 +422,44 @@ pub async fn redlock(nodes: &TestNodes) -> Redlock {
 /// # Panics
 /// As [`redlock`].
 pub async fn redlock_with(nodes: &TestNodes, options: LockOptions) -> Redlock {
-    Redlock::builder()
+    let redlock = Redlock::builder()
         .nodes(nodes.urls())
         .lock_options(options)
         .build()
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    all_connected(nodes, &redlock).await;
+    redlock
+}
+
+/// How long [`redlock_with`] waits for the nodes a quorum did not need to connect.
+const CONNECTED_WITHIN: Duration = Duration::from_secs(5);
+
+/// Waits (at most [`CONNECTED_WITHIN`]) until `redlock` reads every node of `nodes` that
+/// accepts connections. `build()` returns once a quorum has connected and keeps connecting
+/// the others in the background; a test over healthy nodes expects each of them from its
+/// first call (a waiter's first attempt queues on every node, say), however loaded the
+/// machine. A node that was killed refuses connections and is not waited for.
+async fn all_connected(nodes: &TestNodes, redlock: &Redlock) {
+    let up = nodes
+        .servers
+        .iter()
+        .filter(|server| {
+            let address = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
+            std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok()
+        })
+        .count();
+    let deadline = Instant::now() + CONNECTED_WITHIN;
+    while Instant::now() < deadline {
+        let answered = redlock
+            .inspect("redlock-test:connected")
+            .await
+            .map_or(0, |status| status.answered());
+        if answered >= up {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// What one node holds at a lock key ([`TestNodes::holdings`]).

@@ -489,6 +489,20 @@ const TABLE: &[Script] = &[
         writes: &[],
         not_held: &[],
     },
+    Script {
+        id: 20,
+        file: "extend_permit.lua",
+        source: lua!("kernel/scripts/extend_permit.lua"),
+        effect: Effect::Compares,
+        call: |_, token, _| Call {
+            id: 20,
+            // the slot (a plain lock), the semaphore's stored number of permits
+            keys: strings(&[KEY, "fx:s:permit-capacity"]),
+            args: strings(&[token, LONGER_MS, "2"]),
+        },
+        writes: &[State::Plain],
+        not_held: &[0],
+    },
 ];
 
 /// The scripts with `effect` among `effects`.
@@ -847,6 +861,7 @@ async fn a_holder_is_touched_only_by_its_own_token() {
             "downgrade.lua",
             "force_release.lua",
             "owner.lua",
+            "extend_permit.lua",
         ]
     );
 }

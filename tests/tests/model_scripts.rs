@@ -185,6 +185,15 @@ enum Op {
         t: usize,
         k: usize,
     },
+    /// A permit's extension: slot `slot` of resource `r`'s semaphore, asked as a holder of a
+    /// semaphore of `k`.
+    ExtendPermit {
+        r: usize,
+        t: usize,
+        slot: usize,
+        ttl: u64,
+        k: usize,
+    },
     ReleaseMany {
         t: usize,
         wake: bool,
@@ -537,6 +546,13 @@ impl Op {
                     .collect();
                 (id::RELEASE, keys, vec![slot_token(*t, *k)])
             }
+            Self::ExtendPermit { r, t, slot, ttl, k } => {
+                let key = lock(*r);
+                let slot_key = book(&key, &format!("permit:{slot}"));
+                let args = vec![token(*t, &slot_key), ttl.to_string(), k.to_string()];
+                let keys = vec![slot_key, book(&key, "permit-capacity")];
+                (id::EXTEND_PERMIT, keys, args)
+            }
             Self::ReleaseMany { t, wake } => {
                 let mut keys = vec![lock(0), lock(1)];
                 let script = if *wake {
@@ -623,13 +639,19 @@ enum Focus {
 /// The operations of a case with `focus`.
 fn op(focus: Focus) -> impl Strategy<Value = Op> {
     // The weights of: acquire, queued, extend, release, handover, keep, leave, fence, check,
-    // acquire_mode, extend_mode, release_mode, acquire_permit, release_slots, release_many,
-    // lapse, data loss, foreign; and how often (in 5) a plain operation is on a slot.
-    let (weights, slots): ([u32; 18], u32) = match focus {
-        Focus::Mixed => ([4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 1, 3, 1, 1], 1),
-        Focus::Plain => ([5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, 3, 1, 1], 0),
-        Focus::Modes => ([1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 3, 1, 1], 0),
-        Focus::Permits => ([0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 0, 3, 1, 0], 4),
+    // acquire_mode, extend_mode, release_mode, acquire_permit, release_slots, extend_permit,
+    // release_many, lapse, data loss, foreign; and how often (in 5) a plain operation is on a slot.
+    let (weights, slots): ([u32; 19], u32) = match focus {
+        Focus::Mixed => ([4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 2, 1, 3, 1, 1], 1),
+        Focus::Plain => ([5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, 1, 3, 1, 1], 0),
+        Focus::Modes => (
+            [1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 0, 3, 1, 1],
+            0,
+        ),
+        Focus::Permits => (
+            [0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 4, 0, 3, 1, 0],
+            4,
+        ),
     };
     let target = || target(slots);
     let t = || 0..3usize;
@@ -736,6 +758,8 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
             },
         );
     let release_slots = (res(), h(), 2..=3usize).prop_map(|(r, t, k)| Op::ReleaseSlots { r, t, k });
+    let extend_permit = (res(), h(), 0..3usize, ttl(), 2..=3usize)
+        .prop_map(|(r, t, slot, ttl, k)| Op::ExtendPermit { r, t, slot, ttl, k });
     let release_many = (h(), any::<bool>()).prop_map(|(t, wake)| Op::ReleaseMany { t, wake });
     let lapse = any::<usize>().prop_map(|pick| Op::Lapse { pick });
     let foreign = (res(), any::<bool>()).prop_map(|(r, hash)| Op::Foreign { r, hash });
@@ -754,6 +778,7 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
         release_mode.boxed(),
         acquire_permit.boxed(),
         release_slots.boxed(),
+        extend_permit.boxed(),
         release_many.boxed(),
         lapse.boxed(),
         Just(Op::DataLoss).boxed(),
@@ -1573,6 +1598,42 @@ fn odd_values_and_errors_agree() {
             vec![
                 put_hash(&book(&key, "permit-capacity"), &[("a", "b")]),
                 permit(0, 2),
+            ],
+        ),
+        (
+            "a permit's extension keeps its number of permits, gone or its own, not another's",
+            vec![
+                permit(0, 2),
+                Op::ExtendPermit {
+                    r: 0,
+                    t: 0,
+                    slot: 0,
+                    ttl: 900_000,
+                    k: 2,
+                },
+                Op::Lapse { pick: 0 },
+                Op::ExtendPermit {
+                    r: 0,
+                    t: 0,
+                    slot: 0,
+                    ttl: 900_000,
+                    k: 2,
+                },
+                put(&book(&key, "permit-capacity"), "3"),
+                Op::ExtendPermit {
+                    r: 0,
+                    t: 0,
+                    slot: 0,
+                    ttl: 900_000,
+                    k: 2,
+                },
+                Op::ExtendPermit {
+                    r: 0,
+                    t: 1,
+                    slot: 0,
+                    ttl: 900_000,
+                    k: 2,
+                },
             ],
         ),
         (

@@ -545,6 +545,7 @@ async fn an_extended_or_resumed_permit_keeps_its_number_of_permits_stored() {
             .await
         }
     };
+    let granted = Instant::now();
     let held = a.semaphore("pool", 2).acquire_with(&short).await.unwrap();
     let slot = held.info().slot().unwrap();
     held.extend(ms(30_000)).await.unwrap();
@@ -558,6 +559,8 @@ async fn an_extended_or_resumed_permit_keeps_its_number_of_permits_stored() {
         .unwrap();
     let left = outlives(slot).await;
     assert!(left.iter().all(|&pttl| pttl > 31_000), "{left:?}");
+    // Past the first ttl, which alone would have let the stored number expire by now.
+    tokio::time::sleep_until((granted + ms(1_200)).into()).await;
     let error = b
         .semaphore("pool", 3)
         .acquire_with(&short)
@@ -568,6 +571,51 @@ async fn an_extended_or_resumed_permit_keeps_its_number_of_permits_stored() {
         "{error}"
     );
     resumed.release().await.unwrap();
+}
+
+/// A node where another handle stored another number of permits (its attempt there came
+/// first) refuses the permit; the permit's extensions leave that number to expire rather than
+/// keep it alive, and the permit is held by the other nodes all along.
+#[tokio::test]
+async fn a_permits_extension_leaves_another_number_of_permits_to_expire() {
+    let nodes = RedisNodes::start(3);
+    let a = redlock(&nodes).await;
+    let capacity = format!("{}\0redlock:permit-capacity", a.key_for("pool"));
+    let stored: String = on_node(
+        &nodes,
+        0,
+        "SET",
+        vec![capacity.clone(), "3".into(), "PX".into(), "2000".into()],
+    )
+    .await;
+    assert_eq!(stored, "OK");
+    let held = a
+        .semaphore("pool", 2)
+        .acquire_with(&permit().ttl(ms(1_000)))
+        .await
+        .unwrap();
+    let slot = slot_key(&a.key_for("pool"), held.info().slot().unwrap());
+    held.extend(ms(30_000)).await.unwrap();
+    // The nodes that granted it keep their number as long as the slot...
+    within("the granting nodes' capacity to follow the slot", async {
+        loop {
+            let (kept, slots) = (nodes.pttls(&capacity).await, nodes.pttls(&slot).await);
+            if (1..3).all(|i| slots[i] > 2_000 && kept[i] >= slots[i]) {
+                break;
+            }
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    // ...and the one that refused keeps the other number only as long as it was stored.
+    let other: i64 = on_node(&nodes, 0, "PTTL", vec![capacity.clone()]).await;
+    assert!(other <= 2_000, "{other}");
+    let value: Option<String> = on_node(&nodes, 0, "GET", vec![capacity]).await;
+    assert!(
+        value.is_none() || value.as_deref() == Some("3"),
+        "{value:?}"
+    );
+    held.release().await.unwrap();
 }
 
 #[tokio::test]

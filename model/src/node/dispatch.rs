@@ -24,6 +24,7 @@ pub(super) fn run(node: &mut Node, call: &Call) -> Reply {
         id::QUARANTINE => quarantine(node, call),
         id::ACQUIRE_PERMIT => permit::acquire_permit(node, call),
         id::RELEASE_SLOTS => permit::release_slots(node, call),
+        id::EXTEND_PERMIT => permit::extend_permit(node, call),
         other => Err(format!("script {other} is not modelled")),
     };
     result.unwrap_or_else(Reply::Error)

@@ -50,6 +50,8 @@ pub mod id {
     pub const ACQUIRE_PERMIT: usize = 13;
     /// release_slots.lua
     pub const RELEASE_SLOTS: usize = 14;
+    /// extend_permit.lua
+    pub const EXTEND_PERMIT: usize = 20;
 }
 
 /// One call of a script: what the dispatch script is sent for it.

@@ -1,8 +1,9 @@
-//! The semaphore's script mirrored, acquire_permit.lua, and release_slots.lua.
+//! The semaphore's scripts mirrored: acquire_permit.lua, extend_permit.lua, and
+//! release_slots.lua.
 
 use super::args::{arg, key, need, pget};
 use super::prelude::{
-    Raise, concat_number, holder_digest, ms_left, node_now, quarantine_check, tonumber,
+    Raise, concat_number, holder_digest, ms_left, node_now, number, quarantine_check, tonumber,
 };
 use super::{Call, Node, Reply};
 
@@ -221,4 +222,27 @@ pub(super) fn release_slots(node: &mut Node, call: &Call) -> Result<Reply, Raise
         }
     }
     Ok(Reply::Int(deleted))
+}
+
+/// extend_permit.lua.
+pub(super) fn extend_permit(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (slot_key, capacity_key) = (need(call, 1)?, need(call, 2)?);
+    let (token, ttl_ms, permits) = (arg(call, 1), arg(call, 2), arg(call, 3));
+    if pget(node, slot_key).as_deref() != Some(token) {
+        return Ok(Reply::Int(0));
+    }
+    let ttl = number(ttl_ms);
+    if node.store.pttl(slot_key) < ttl {
+        node.store.pexpire(slot_key, ttl);
+    }
+    // `redis.pcall("get")`: another type is an error table, neither ours nor absent.
+    let ours = match node.store.get_str(capacity_key) {
+        Ok(stored) => stored.is_none_or(|stored| stored == permits),
+        Err(_) => false,
+    };
+    if ours && node.store.pttl(capacity_key) < ttl {
+        let px = u64::try_from(ttl).map_err(|_| "ERR invalid expire time in 'set' command")?;
+        node.store.set(capacity_key, permits, Some(px));
+    }
+    Ok(Reply::Int(1))
 }

@@ -1,12 +1,17 @@
 //! Force-release: an operator removes whoever holds a resource, whatever their token: a read
 //! of who holds it, then a delete of only those holders.
 
+use futures_util::StreamExt as _;
+
 use crate::error::{InvalidInput, LockError};
 use crate::kernel::redlock::Redlock;
 use crate::keys::{ResourceKeys, validate_resource};
 use crate::options::MAX_PERMITS;
 use crate::outcome::NodeVote;
 use crate::telemetry;
+
+/// The permits' slots force-released at once ([`Redlock::force_release`]).
+const SLOTS_AT_ONCE: usize = 32;
 
 /// What [`Redlock::force_release`] did on the nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,15 +108,18 @@ impl Redlock {
         if let Some(permits) = stored.into_iter().flatten().max() {
             let permits = permits.min(MAX_PERMITS);
             let (queue, slots) = self.permit_keys(keys.lock.clone(), permits);
-            let removals = slots
+            // Side by side, a bounded number at a time: a semaphore of many permits does not
+            // send every slot's reads to every node at once.
+            let removals: Vec<_> = slots
                 .slots
                 .iter()
-                .map(|slot| self.force_release_key(slot, &queue.waiters));
-            report.permits_removed = futures_util::future::join_all(removals)
-                .await
-                .iter()
-                .filter(|removed| removed.removed_any())
-                .count();
+                .map(|slot| self.force_release_key(slot, &queue.waiters))
+                .collect();
+            let removed: Vec<ForceReleased> = futures_util::stream::iter(removals)
+                .buffer_unordered(SLOTS_AT_ONCE)
+                .collect()
+                .await;
+            report.permits_removed = removed.iter().filter(|r| r.removed_any()).count();
         }
         telemetry::force_released(resource, report.removed, report.answered, report.nodes);
         Ok(report)

@@ -384,14 +384,17 @@ impl Redlock {
             let limit = limit.min(valid_until.saturating_duration_since(start));
             let ttl_ms = options.ttl_millis();
             // A permit keeps its semaphore's stored number of permits alive as long.
-            let capacity = detached
-                .permit
-                .and_then(|permit| keys::permit_capacity_of_slot(key, permit.slot));
-            let capacity = capacity.as_deref();
+            let capacity = detached.permit.and_then(|permit| {
+                keys::permit_capacity_of_slot(key, permit.slot).map(|c| (c, permit.permits))
+            });
+            let capacity = capacity.as_ref().map(|(c, permits)| (c.as_str(), *permits));
             let tally = masters
                 .round(masters.quorum, limit, Stop::AtDecision, |node| async move {
                     let vote = match capacity {
-                        Some(capacity) => node.extend_permit(key, capacity, token, ttl_ms).await,
+                        Some((capacity, permits)) => {
+                            node.extend_permit((key, capacity), token, ttl_ms, permits)
+                                .await
+                        }
                         None => node.extend(&[key], token, ttl_ms, mode).await,
                     };
                     (vote, ())

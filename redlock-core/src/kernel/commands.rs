@@ -10,8 +10,8 @@ use fred::types::Value;
 use rand::Rng;
 
 use super::scripts::{
-    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, FENCE, KEEP, LEAVE,
-    OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS,
+    ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, EXTEND_PERMIT, FENCE,
+    KEEP, LEAVE, OWNER, QUARANTINE, RELEASE, RELEASE_HANDOVER, RELEASE_MODE, RELEASE_SLOTS,
 };
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
@@ -370,25 +370,24 @@ impl Node {
         vote(self.eval(script, keys, &args)).await
     }
 
-    /// [`extend`](Self::extend) a semaphore's permit, keeping the semaphore's stored number
-    /// of permits at `capacity` at least as long (`PEXPIRE … GT`, in the same round: never
-    /// shortened, never re-created; its answer decides nothing), so that a permit extended
-    /// past the capacity's first ttl still refuses a handle with another number of permits.
+    /// Compare-and-pexpire of a semaphore permit's `slot` ([`EXTEND_PERMIT`]), keeping the
+    /// semaphore's stored number of permits at `capacity` at least as long when it is
+    /// `permits` (or gone), so that a permit extended past the capacity's first ttl still
+    /// refuses a handle with another number of permits: [`NodeVote::Acquired`] if the slot
+    /// got the new ttl, [`NodeVote::Held`] if it is gone, expired or another holder's.
     pub(crate) async fn extend_permit(
         &self,
-        slot: &str,
-        capacity: &str,
+        (slot, capacity): (&str, &str),
         token: &str,
         ttl_ms: u64,
+        permits: u32,
     ) -> NodeVote {
-        let keep = self.call(
-            "PEXPIRE",
-            vec![Value::from(capacity), int_arg(ttl_ms), Value::from("GT")],
-        );
-        let slots = [slot];
-        let extend = self.extend(&slots, token, ttl_ms, false);
-        let (vote, _kept) = futures_util::future::join(extend, keep).await;
-        vote
+        let args = [
+            Value::from(token),
+            int_arg(ttl_ms),
+            int_arg(u64::from(permits)),
+        ];
+        vote(self.eval(&EXTEND_PERMIT, &[slot, capacity], &args)).await
     }
 
     /// Claims `value` as the resource's next fencing token ([`FENCE`]):

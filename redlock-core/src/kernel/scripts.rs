@@ -130,6 +130,15 @@ pub(crate) static DOWNGRADE: Script =
     Script::new(16, Effect::Compares, include_str!("scripts/downgrade.lua"));
 inventory::submit!(&DOWNGRADE);
 
+/// A permit's extension: compare-and-pexpire of its slot, keeping the semaphore's stored
+/// number of permits at least as long (`extend_permit.lua`).
+pub(crate) static EXTEND_PERMIT: Script = Script::new(
+    20,
+    Effect::Compares,
+    include_str!("scripts/extend_permit.lua"),
+);
+inventory::submit!(&EXTEND_PERMIT);
+
 /// A holder's label written beside its lock (`owner.lua`).
 pub(crate) static OWNER: Script =
     Script::new(18, Effect::Compares, include_str!("scripts/owner.lua"));

@@ -51,7 +51,7 @@
 -- every attempt keeps it at least as long as the longest slot it read (or granted) lives, so
 -- that two handles asking with different numbers of permits, which would use different sets
 -- of slots, are refused instead of together admitting more holders than the smaller number.
--- A permit extended while no attempt comes may outlive it: the next attempt stores its own.
+-- A permit's extension (extend_permit.lua) keeps it at least as long as the permit's slot.
 --
 -- `alive_key` holds entries of queued waiters only: a waiter that leaves (leave.lua) leaves
 -- both sets, and each attempt drops the entries that stopped counting and, among the 8 that

@@ -55,10 +55,10 @@ async fn extend_once(
     );
     let owner = lease.owner.as_ref();
     // A permit keeps its semaphore's stored number of permits alive as long as itself.
-    let capacity = lease
-        .permit()
-        .and_then(|permit| keys::permit_capacity_of_slot(key, permit.slot));
-    let capacity = capacity.as_deref();
+    let capacity = lease.permit().and_then(|permit| {
+        keys::permit_capacity_of_slot(key, permit.slot).map(|c| (c, permit.permits))
+    });
+    let capacity = capacity.as_ref().map(|(c, permits)| (c.as_str(), *permits));
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| {
             // The label follows the lock's ttl, in the same batch (not awaited: it is for
@@ -70,7 +70,10 @@ async fn extend_once(
             let keys = lease.lock_keys();
             async move {
                 let vote = match capacity {
-                    Some(capacity) => node.extend_permit(key, capacity, token, ttl_ms).await,
+                    Some((capacity, permits)) => {
+                        node.extend_permit((key, capacity), token, ttl_ms, permits)
+                            .await
+                    }
                     None => node.extend(&keys, token, ttl_ms, mode).await,
                 };
                 (vote, ())
