@@ -153,6 +153,11 @@ const TABLE: &[(&str, Class, &str)] = &[
         "compare-and-PEXPIRE of every key, all or none",
     ),
     (
+        "extend_permit.lua",
+        Class::Extend,
+        "compare-and-PEXPIRE of a permit's slot; its stored number of permits kept as long",
+    ),
+    (
         "extend_mode.lua",
         Class::Extend,
         "the holder's entry given a later expiry (HSET, PEXPIREAT)",
