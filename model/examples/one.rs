@@ -2,8 +2,8 @@
 //! whose name contains the first argument, printing each verdict and trace:
 //! `cargo run --release -p redlock-model --example one -- "bare majority"`.
 
+use redlock_model::check::check;
 use redlock_model::check::scenarios::{self, Scenario};
-use redlock_model::check::{Search, check};
 
 fn main() {
     let only = std::env::args().nth(1).unwrap_or_default();
@@ -19,17 +19,7 @@ fn main() {
         .chain(scenarios::deeper())
         .chain([poller]);
     for scenario in every.filter(|s| s.config.name.contains(&only)) {
-        let search = match scenario.rejects {
-            Some(w) if !scenarios::WITNESSES.contains(&w) => {
-                if scenario.depth_first {
-                    Search::AnyViolation
-                } else {
-                    Search::FirstViolation
-                }
-            }
-            _ => Search::Exhaustive,
-        };
-        let verdict = check(scenario.config.clone(), 2, search);
+        let verdict = check(scenario.config.clone(), 2, scenario.search());
         println!("{}", verdict.summary());
         for (property, trace) in &verdict.violations {
             println!("  {property}:\n{trace}");

@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
+use redlock_model::check::check;
 use redlock_model::check::scenarios::{self, Scenario};
-use redlock_model::check::{Search, check};
 
 /// Threads the checker uses (the machine CI runs on has 2 cores).
 const THREADS: usize = 2;
@@ -19,17 +19,7 @@ fn explore(scenarios: Vec<Scenario>) {
     let mut failures = Vec::new();
     let mut total = 0;
     for scenario in scenarios {
-        let search = match scenario.rejects {
-            // A witness's negative control explores every state, as a design does.
-            Some(w) if !scenarios::WITNESSES.contains(&w) => {
-                if scenario.depth_first {
-                    Search::AnyViolation
-                } else {
-                    Search::FirstViolation
-                }
-            }
-            _ => Search::Exhaustive,
-        };
+        let search = scenario.search();
         let verdict = check(scenario.config.clone(), THREADS, search);
         total += verdict.unique_states;
         println!("{}", verdict.summary());

@@ -81,30 +81,22 @@ pub fn check(config: Config, threads: usize, search: Search) -> Verdict {
                 .join(),
             started,
         ),
-        // Under fair scheduling every path is long (no step waits) and any one shows a
-        // liveness violation: depth first finds one at once, where breadth first would hold
-        // every state of each depth.
-        Search::AnyViolation | Search::FirstViolation if system.config.fair => verdict(
-            &system,
-            &builder
-                .finish_when(HasDiscoveries::AnyFailures)
-                .spawn_dfs()
-                .join(),
-            started,
-        ),
-        Search::AnyViolation => verdict(
-            &system,
-            &builder
-                .finish_when(HasDiscoveries::AnyFailures)
-                .spawn_dfs()
-                .join(),
-            started,
-        ),
-        Search::FirstViolation => verdict(
+        // Breadth first for a shortest counterexample, except under fair scheduling, where
+        // every path is long (no step waits) and any one shows a liveness violation: depth
+        // first finds one at once, where breadth first would hold every state of each depth.
+        Search::FirstViolation if !system.config.fair => verdict(
             &system,
             &builder
                 .finish_when(HasDiscoveries::AnyFailures)
                 .spawn_bfs()
+                .join(),
+            started,
+        ),
+        Search::AnyViolation | Search::FirstViolation => verdict(
+            &system,
+            &builder
+                .finish_when(HasDiscoveries::AnyFailures)
+                .spawn_dfs()
                 .join(),
             started,
         ),

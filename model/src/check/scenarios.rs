@@ -3,6 +3,7 @@
 //! checker must reject.
 
 use super::config::{ClientFlaws, Config, Faults, Program};
+use super::run::Search;
 use redlock_core::Mode;
 
 use crate::node::Flaws;
@@ -47,6 +48,23 @@ pub struct Scenario {
     /// A known-bad variant whose counterexample lies deep in a large space: searched depth
     /// first (any counterexample, in little memory) rather than breadth first (a shortest).
     pub depth_first: bool,
+}
+
+impl Scenario {
+    /// How it is explored: a design, or a witness's negative control, in every state; a
+    /// known-bad variant until its first violation (depth first when marked so).
+    pub fn search(&self) -> Search {
+        match self.rejects {
+            Some(property) if !WITNESSES.contains(&property) => {
+                if self.depth_first {
+                    Search::AnyViolation
+                } else {
+                    Search::FirstViolation
+                }
+            }
+            _ => Search::Exhaustive,
+        }
+    }
 }
 
 /// The witnesses a design's exploration of `config` must satisfy: a grant always; a
