@@ -5,7 +5,7 @@
 //!   statement for statement. A [`node::Call`] is what the dispatch script is sent for one
 //!   call, so the same call runs here and on a real server (the differential test,
 //!   `tests/tests/model_scripts.rs`, compares replies, keys and published messages).
-//! - [`check`]: clients and nodes exchanging those calls under faults (lost, delayed and
+//! - `check` (feature `check`, on by default): clients and nodes exchanging those calls under faults (lost, delayed and
 //!   reordered messages, restarts, data loss, fast node clocks, paused clients), the lock's
 //!   properties, and the scenarios explored with their known-bad variants.
 //!
@@ -18,5 +18,6 @@
 //! What the model proves, under which faults and up to which sizes, is in redlock-core's guide,
 //! "The protocol, model-checked".
 
+#[cfg(feature = "check")]
 pub mod check;
 pub mod node;

@@ -12,7 +12,8 @@ use std::ffi::OsString;
 use std::io::IsTerminal as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
@@ -208,7 +209,7 @@ impl Child {
                 .map_or(kill_at, |at| at.min(kill_at));
             tokio::select! {
                 biased;
-                () = tokio::time::sleep_until(wake.into()) => {}
+                () = tokio::time::sleep_until(wake) => {}
                 status = self.wait_all(signals, None) => return status,
             }
         };

@@ -3,7 +3,8 @@
 //! lock once nothing of the group is left.
 
 use std::future::IntoFuture;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use redlock_core::{
     DEFAULT_NODE_TIMEOUT, InvalidInput, LockError, LockGuard, LockOptions, LostReason, MAX_TTL,

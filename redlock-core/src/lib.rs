@@ -35,6 +35,8 @@ mod send_sync;
 
 pub mod registry;
 
+pub use node::transport;
+
 // The guide: doc-only pages, empty modules.
 pub mod guide;
 

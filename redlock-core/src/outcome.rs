@@ -99,6 +99,27 @@ impl NodeError {
         }
     }
 
+    /// The error reply `text` (`NOSCRIPT No matching script.`, `WRONGTYPE …`), classified as
+    /// the `fred` client classifies a server's error reply: for a
+    /// [`Transport`](crate::transport::Transport) that answers in place of a server.
+    pub fn error_reply(text: impl Into<String>) -> Self {
+        use fred::error::{Error, ErrorKind};
+        let text = text.into();
+        let kind = match text.split(' ').next() {
+            Some("WRONGTYPE") => ErrorKind::InvalidArgument,
+            Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
+            _ => ErrorKind::Unknown,
+        };
+        Self::Reply(ClientError(Error::new(kind, text)))
+    }
+
+    /// The connection `text` says failed while a command was in flight: for a
+    /// [`Transport`](crate::transport::Transport) whose node went away.
+    pub fn io(text: impl Into<String>) -> Self {
+        let error = fred::error::Error::new(fred::error::ErrorKind::IO, text.into());
+        Self::Io(ClientError(error))
+    }
+
     pub(crate) fn from_fred(error: fred::error::Error) -> Self {
         use fred::error::ErrorKind;
         match error.kind() {

@@ -12,7 +12,8 @@
 
 use std::collections::HashSet;
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
 use crate::mode::Mode;

@@ -70,6 +70,7 @@ compile_error!("redlock-test runs servers on Unix only (Linux, macOS, the BSDs)"
 
 mod clients;
 mod error;
+pub mod memory;
 mod nodes;
 mod programs;
 mod proxy;
@@ -79,6 +80,7 @@ mod tls;
 
 pub use clients::{fencing_key, foreign_set_nx, free_within, is_free, plain_client, waiters_key};
 pub use error::StartError;
+pub use memory::MemoryNodes;
 pub use nodes::{HeldValue, Holding, TestNodes, proxy_urls, redlock, redlock_with};
 pub use programs::{SERVER_BIN_ENV, ServerKind, VALKEY_BIN_ENV};
 pub use proxy::{Direction, Fault, Proxy};

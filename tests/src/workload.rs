@@ -4,7 +4,8 @@
 //! lock modes instead: writers (EX) increment the register, readers (PR) only hold.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::Rng;
 use redlock_core::{LockError, LockOptions, Mode, Redlock};

@@ -51,7 +51,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::clients::Client;
 use fred::interfaces::ClientLike;

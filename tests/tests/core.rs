@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use redlock_core::{BuildError, LockError, LockOptions, LostReason, NodeVote, Redlock};

@@ -14,7 +14,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use redlock_core::{Leader, LeaderWatch, LockError, LockOptions, LostReason, Redlock, Term};
 use redlock_tests::checker::History;

@@ -6,7 +6,8 @@
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::interfaces::KeysInterface;
 use rand::Rng;

@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::Rng;
 use redlock_core::{LockError, LockOptions, Mode, Redlock};

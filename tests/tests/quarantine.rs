@@ -6,7 +6,8 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use redlock_core::{LockOptions, Redlock};
 use redlock_tests::proxy::Proxy;

@@ -9,7 +9,8 @@
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::interfaces::{KeysInterface, LuaInterface};
 use futures_util::future::join_all;
@@ -901,7 +902,7 @@ async fn rl07_delays_during_acquisition() {
         );
     }
     // Every key A's `SET`s made expires a ttl after it was set, before `seen` + ttl.
-    tokio::time::sleep_until((seen + TTL + ms(20)).into()).await;
+    tokio::time::sleep_until(seen + TTL + ms(20)).await;
     let long = once().ttl(Duration::from_secs(10));
     let theirs: Vec<LockGuard> = join_all(resources.iter().map(|r| b.lock_with(r, &long)))
         .await

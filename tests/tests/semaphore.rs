@@ -9,7 +9,8 @@
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::Rng;
 use redlock_core::{InvalidInput, LockError, LockOptions, Redlock};
@@ -560,7 +561,7 @@ async fn an_extended_or_resumed_permit_keeps_its_number_of_permits_stored() {
     let left = outlives(slot).await;
     assert!(left.iter().all(|&pttl| pttl > 31_000), "{left:?}");
     // Past the first ttl, which alone would have let the stored number expire by now.
-    tokio::time::sleep_until((granted + ms(1_200)).into()).await;
+    tokio::time::sleep_until(granted + ms(1_200)).await;
     let error = b
         .semaphore("pool", 3)
         .acquire_with(&short)

@@ -15,7 +15,8 @@
 #![allow(clippy::unwrap_used, clippy::print_stderr)] // tests unwrap and report figures
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface};

@@ -8,7 +8,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use redlock_core::{InvalidInput, LockError, LockOptions, LostReason};
 use redlock_tests::{RedisNodes, within};

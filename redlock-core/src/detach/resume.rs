@@ -9,7 +9,8 @@
 //! the detached token holds fewer than a quorum, so a second resumption of the same
 //! `DetachedLock` fails: at most one holder resumes it.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
 
 use tracing::Instrument;
 

@@ -12,7 +12,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How long a key counts as contended after it was last seen so: the life of a waiter queue.
 pub(crate) const HINT: Duration = Duration::from_secs(30);

@@ -359,7 +359,7 @@ mod tests {
     #[tokio::test]
     async fn a_round_stops_as_soon_as_a_quorum_granted() {
         // Nodes 3 and 4 never answer: a quorum of 3 of 5 is enough, no timeout is waited for.
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let tally = decide(
             5,
             3,
@@ -378,7 +378,7 @@ mod tests {
     #[tokio::test]
     async fn a_round_stops_once_a_quorum_is_out_of_reach() {
         // 3 refusals of 5: 3 grants are no longer possible; decided at once, not at the limit.
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let tally = decide(
             5,
             3,
@@ -421,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn failures_count_against_and_keep_no_datum() {
         let failed = Some(NodeVote::Failed(NodeError::Disconnected));
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let tally = decide(
             3,
             2,
@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(tally.counters, vec![None, None, None]);
         assert!(started.elapsed() < Duration::from_secs(5));
         // A fencing quorum (4 of 5) is out of reach after two refusals: decided at once.
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         let tally = decide(
             5,
             4,

@@ -3,7 +3,8 @@
 //! background; [`Redlock::release_all`] and graceful shutdown.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tracing::Instrument;
 

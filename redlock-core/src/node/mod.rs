@@ -8,7 +8,7 @@
 mod pipeline;
 pub(crate) mod replies;
 pub(crate) mod scripts;
-pub(crate) mod transport;
+pub mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,10 +23,14 @@ use transport::{Fred, Transport};
 
 /// A client for one independent master, its script pipeline, and its display label
 /// (`host:port`, no credentials). Every command goes through its [`Transport`]; the `fred`
-/// client itself is kept for connecting, reconnection events and quitting.
+/// client itself, when the node is reached through one, is kept for connecting,
+/// reconnection events and quitting.
 #[derive(Clone)]
 pub(crate) struct Node {
-    pub(crate) client: Client,
+    /// The `fred` client, unless the node is reached through a transport of the user's
+    /// ([`RedlockBuilder::node_transport`](crate::RedlockBuilder::node_transport)), which is
+    /// connected from its creation.
+    pub(crate) client: Option<Client>,
     pub(crate) label: String,
     /// This node's own limit for one call in a round, when it is below the round's
     /// ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for));
@@ -41,6 +45,16 @@ impl Node {
     /// tokio runtime.
     pub(crate) fn new(client: Client, label: String) -> Self {
         let transport: Arc<dyn Transport> = Arc::new(Fred(client.clone()));
+        Self::with(Some(client), transport, label)
+    }
+
+    /// The node `transport` reaches, labelled `label`, without a `fred` client of its own;
+    /// starts its script pipeline on the current tokio runtime.
+    pub(crate) fn through(transport: Arc<dyn Transport>, label: String) -> Self {
+        Self::with(None, transport, label)
+    }
+
+    fn with(client: Option<Client>, transport: Arc<dyn Transport>, label: String) -> Self {
         Self {
             pipeline: Pipeline::start(transport.clone()),
             transport,
@@ -48,6 +62,13 @@ impl Node {
             label,
             timeout: Duration::MAX,
         }
+    }
+
+    /// Whether the node is connected now: always, for a node reached through a transport of
+    /// the user's.
+    pub(crate) fn is_connected(&self) -> bool {
+        use fred::interfaces::ClientLike;
+        self.client.as_ref().is_none_or(ClientLike::is_connected)
     }
 
     /// Sends one command. Unbounded in time by itself: every caller bounds it, a round with
@@ -131,8 +152,9 @@ impl Node {
     /// only: the pipeline task ends with the handle.
     pub(crate) fn keep_scripts_loaded(&self, limit: Duration) {
         use fred::interfaces::EventInterface;
+        let Some(client) = &self.client else { return };
         let (transport, label) = (self.transport.clone(), self.label.clone());
-        let _listener = self.client.on_reconnect(move |_server| {
+        let _listener = client.on_reconnect(move |_server| {
             let (transport, label) = (transport.clone(), label.clone());
             async move {
                 load_scripts(transport.as_ref(), &label, limit).await;

@@ -25,7 +25,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use fred::error::{Error, ErrorKind};
 use fred::types::{Key, Value};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
@@ -637,12 +636,7 @@ fn call_reply(reply: Value) -> Result<Value, NodeError> {
         && &**marker == ERROR_MARKER
     {
         let text = text.as_str().map(|t| t.into_owned()).unwrap_or_default();
-        let kind = match text.split(' ').next() {
-            Some("WRONGTYPE") => ErrorKind::InvalidArgument,
-            Some("NOAUTH" | "WRONGPASS") => ErrorKind::Auth,
-            _ => ErrorKind::Unknown,
-        };
-        return Err(NodeError::from_fred(Error::new(kind, text)));
+        return Err(NodeError::error_reply(text));
     }
     Ok(reply)
 }
@@ -650,6 +644,7 @@ fn call_reply(reply: Value) -> Result<Value, NodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fred::error::ErrorKind;
 
     #[test]
     fn only_refusals_before_running_split_a_batch() {

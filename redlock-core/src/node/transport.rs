@@ -1,17 +1,39 @@
-//! The transport seam: the one way the lock reaches a node's commands.
+//! The transport seam: the one way the lock reaches a node's commands, public so that nodes
+//! held in process (redlock-test's in-memory nodes) or a simulated network can stand in for
+//! a server.
 //!
-//! Everything the kernel sends to a node, the batches of script calls
-//! ([`pipeline`](super::pipeline)) and the few plain commands (`INFO` at build time, a
-//! `SCRIPT LOAD`), goes through [`Transport::send`]: one command and its arguments in, its reply
-//! out. The production implementation is [`Fred`], a `fred` client with the per-call options
-//! the lock needs. Another implementation (nodes held in process, or a simulated network)
-//! answers the same commands: the dispatch script's `EVALSHA`/`EVAL` with the batch layout of
-//! [`scripts::BATCH`](super::scripts::BATCH), and `NOSCRIPT` when it wants the source.
+//! Everything the lock sends to a node, the batches of script calls and the few plain
+//! commands (`INFO` at build time, a `SCRIPT LOAD`), goes through [`Transport::send`]: one
+//! command and its arguments in, its reply out; a plain acquisition goes through
+//! [`Transport::set_nx`]. The production implementation is a `fred` client with the per-call
+//! options the lock needs, made by [`RedlockBuilder::node`](crate::RedlockBuilder::node).
+//! Another implementation answers the same commands, given to
+//! [`RedlockBuilder::node_transport`](crate::RedlockBuilder::node_transport):
+//!
+//! - `EVALSHA sha1 numkeys key… arg…` and `EVAL source numkeys key… arg…` of the dispatch
+//!   script ([`dispatch_sha1`]), which carries every script of the lock. Its `ARGV` opens
+//!   either with `=<id>` (one call: the script numbered `id`, on the given keys and the
+//!   arguments after this one; its reply as the script answers it) or with `n`, the number
+//!   of calls, then three numbers per call (its script's id, its number of keys, its number
+//!   of arguments), then every call's arguments in order; `KEYS` are every call's keys in
+//!   order, and the reply is an array of `n` replies. A call that raised an error answers
+//!   `["redlock:error", text]`; a call that answered nothing answers nil. `NOSCRIPT` to an
+//!   `EVALSHA` makes the lock send the same batch again by source.
+//! - `SET key token NX PX ttl GET`, through [`Transport::set_nx`].
+//! - `INFO server replication memory cluster` at build time (`role`, `run_id`,
+//!   `master_replid`, `cluster_enabled` and `maxmemory_policy` are read; an error reply skips
+//!   the check of that node), and `SCRIPT LOAD source`, best effort.
+//! - For [`Redlock::inspect`](crate::Redlock::inspect) and
+//!   [`Redlock::list_locks`](crate::Redlock::list_locks) only: `EVAL` of their own
+//!   read-only scripts, `GET` and `SCAN`.
 //!
 //! The pub/sub side of waiting goes through [`Channels`]: a node's subscriptions to hand-over
-//! channels and the messages published on them, for the
-//! [`waiters`](crate::kernel::waiters). Its production implementation is [`FredChannels`], a
-//! `fred` subscriber client that re-subscribes after a reconnection.
+//! channels and the messages published on them, which wake the waiters.
+//!
+//! A command handed over is sent once: an implementation never sends it again by itself
+//! (a `SET NX` sent twice could take a lock nobody holds). A node that cannot be reached
+//! answers [`NodeError::Disconnected`] or [`NodeError::Io`]; an error reply is
+//! [`NodeError::error_reply`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,23 +43,32 @@ use std::time::Duration;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
 use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Expiration, Key, SetOptions, Value};
+use fred::types::{ClusterHash, CustomCommand, Expiration, SetOptions};
 use tokio::sync::broadcast;
 
-use crate::outcome::NodeError;
+#[cfg(doc)]
+use crate::outcome::ClientError;
+pub use crate::outcome::NodeError;
+pub use fred::types::{Key, Value};
+
+/// The SHA1 of the dispatch script, which `EVALSHA` names: every batch of script calls is one
+/// call of it.
+pub fn dispatch_sha1() -> &'static str {
+    super::scripts::BATCH.sha1.as_str()
+}
 
 /// A command's reply, to come.
-pub(crate) type Reply = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
+pub type Reply = Pin<Box<dyn Future<Output = Result<Value, NodeError>> + Send>>;
 
 /// A subscription change, or a connection, to come.
-pub(crate) type Pending = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send>>;
+pub type Pending = Pin<Box<dyn Future<Output = Result<(), NodeError>> + Send>>;
 
 /// Where a node's messages go: called with each message's channel and text; returns `false`
 /// once nobody listens any more, which ends the delivery.
-pub(crate) type Deliver = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
+pub type Deliver = Box<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 /// How the lock sends one command to one node.
-pub(crate) trait Transport: Send + Sync + 'static {
+pub trait Transport: Send + Sync + 'static {
     /// Sends `command` with `args`. The command is handed to the node on the reply's first
     /// poll, so that commands polled in order reach the node in that order (the pipeline polls
     /// each batch once as soon as it is made). Unbounded in time: every caller bounds it.
@@ -99,7 +130,7 @@ impl Transport for Fred {
 }
 
 /// How the lock hears one node's hand-over messages: the subscribe side of the seam.
-pub(crate) trait Channels: Send + Sync + 'static {
+pub trait Channels: Send + Sync + 'static {
     /// Subscribes to `channel` once connected; `Ok` when the node confirmed it. Unbounded in
     /// time: every caller bounds it.
     fn subscribe(&self, channel: &str) -> Pending;

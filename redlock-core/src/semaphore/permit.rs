@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::node::PermitRequest;
 use crate::kernel::acquire::attempt::{AttemptFailure, Clock, Granted, Split};

@@ -113,11 +113,11 @@ impl Connect {
     async fn connect_one(node: &Node, timeout: Duration) -> Result<(), String> {
         // Subscribed before connecting, so no (re)connection is missed.
         node.keep_scripts_loaded(timeout);
-        if !node.client.is_connected() {
+        if let Some(client) = node.client.as_ref().filter(|c| !c.is_connected()) {
             // The client retries in the background: a refusal (a TLS certificate not
             // trusted, a wrong password) shows only there.
-            let mut errors = node.client.error_rx();
-            match tokio::time::timeout(timeout, node.client.init()).await {
+            let mut errors = client.error_rx();
+            match tokio::time::timeout(timeout, client.init()).await {
                 Ok(Ok(_task)) => {}
                 Ok(Err(e)) => return Err(format!("{}: {}", node.label, e.details())),
                 Err(_) => {
@@ -180,7 +180,7 @@ async fn server_info(node: &Node, limit: Duration) -> Option<ServerInfo> {
     match reply.map(|value| value.into_string()) {
         Ok(Some(text)) => Some(ServerInfo::parse(&text)),
         result => {
-            if node.client.is_connected() {
+            if node.is_connected() {
                 let error = match result {
                     Err(error) => error.detailed(),
                     Ok(_) => "not a text reply".to_owned(),
@@ -199,7 +199,9 @@ async fn server_info(node: &Node, limit: Duration) -> Option<ServerInfo> {
 /// Closes the nodes' connections, each within 100 ms, when `build` fails after connecting.
 async fn disconnect(nodes: &[Node]) {
     futures_util::future::join_all(nodes.iter().map(|node| async move {
-        let _ = tokio::time::timeout(Duration::from_millis(100), node.client.quit()).await;
+        if let Some(client) = &node.client {
+            let _ = tokio::time::timeout(Duration::from_millis(100), client.quit()).await;
+        }
     }))
     .await;
 }

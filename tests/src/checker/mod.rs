@@ -7,7 +7,7 @@ mod fenced;
 pub use fenced::{Fenced, Register};
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use redlock_core::Mode;
 

@@ -2,7 +2,8 @@
 //! write-back when asked for, and the clean-up of a failed attempt.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::fence::fence;
 use crate::kernel::commands::{AcquireKind, AcquireRequest, Releasing};

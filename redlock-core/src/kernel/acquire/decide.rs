@@ -8,7 +8,8 @@
 //! [`wait`](super::wait) passes the time and the random jitter in, draws a split vote's delay
 //! from the range a step names, and performs the step.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::attempt::{AttemptFailure, Split};
 use crate::error::LockError;

@@ -12,7 +12,8 @@ mod wait;
 pub(crate) use wait::{Ask, One, Protocol};
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tracing::Instrument;
 

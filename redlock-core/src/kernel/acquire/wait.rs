@@ -4,7 +4,8 @@
 //! way out but a grant that keeps the place.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::Rng;
 use tokio_util::sync::CancellationToken;

@@ -3,7 +3,7 @@
 //! between.
 
 use std::sync::atomic::{Ordering, fence};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use super::{Held, Lease};
 use crate::error::{InvalidInput, LockError};

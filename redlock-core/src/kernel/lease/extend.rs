@@ -2,7 +2,8 @@
 //! lock"): compare-and-pexpire on every node at once, valid only if a quorum confirmed it
 //! before the lock's lost deadline.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use super::Lease;
 use crate::error::LockError;

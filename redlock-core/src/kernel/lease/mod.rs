@@ -11,7 +11,8 @@ mod watchdog;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -444,7 +445,7 @@ impl Lease {
             let deadline = *validity.borrow_and_update() - self.lost_margin;
             tokio::select! {
                 () = self.lost.cancelled() => return,
-                () = tokio::time::sleep_until(deadline.into()) => {}
+                () = tokio::time::sleep_until(deadline) => {}
                 // The sender lives in `self`, so this only reports a moved deadline.
                 _ = validity.changed() => {}
             }

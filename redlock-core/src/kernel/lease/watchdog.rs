@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
@@ -149,7 +150,7 @@ impl Driver {
         let drift = timing::drift(lease.ttl, lease.drift_factor);
         let started = lease.deadline() - (lease.ttl - drift);
         let at = (started + lease.ttl.mul_f64(auto.fraction)).max(Instant::now());
-        watched.queued = Some(self.queue.insert_at(lease.id, at.into()));
+        watched.queued = Some(self.queue.insert_at(lease.id, at));
         true
     }
 

@@ -20,6 +20,14 @@ use crate::setup::connect::Connect;
 use crate::setup::node_url::server_label;
 use crate::setup::nodeset::NodeSet;
 
+/// Where a node's hand-over messages come from.
+enum Subscriber {
+    /// A subscriber client beside the node's `fred` client.
+    Fred(fred::clients::Client),
+    /// The channels given with its transport.
+    Given(Arc<dyn Channels>),
+}
+
 impl RedlockBuilder {
     /// Validates everything, then connects to all nodes at once, with the connections that
     /// wake waiters (one subscriber per node, unless hand-over is off), each within the connect
@@ -91,9 +99,11 @@ impl RedlockBuilder {
         }
         #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
         if tls.is_some()
-            && !nodes
-                .iter()
-                .any(|n: &Node| n.client.client_config().uses_tls())
+            && !nodes.iter().any(|n: &Node| {
+                n.client
+                    .as_ref()
+                    .is_some_and(|c| c.client_config().uses_tls())
+            })
         {
             tracing::warn!(
                 "TLS settings given, but no node URL uses rediss://: they have no effect"
@@ -105,15 +115,33 @@ impl RedlockBuilder {
             node.timeout = self.node_timeout;
             nodes.push(node);
         }
+        // Where each node's messages come from: its client's subscriber, or the channels given.
+        let mut sources: Vec<Subscriber> = nodes
+            .iter()
+            .filter_map(|n| n.client.clone())
+            .map(Subscriber::Fred)
+            .collect();
+        for given in std::mem::take(&mut self.transports) {
+            if nodes.iter().any(|n: &Node| n.label == given.label) {
+                return Err(BuildError::DuplicateNode { node: given.label });
+            }
+            let mut node = Node::through(given.transport, given.label);
+            node.timeout = self.node_timeout;
+            nodes.push(node);
+            sources.push(Subscriber::Given(given.channels));
+        }
         if nodes.is_empty() {
             return Err(BuildError::NoNodes);
         }
         // The waiters' subscriber connections open beside the nodes' own, so that a built
         // handle is ready to wake its first waiter (and sends nothing more on its own).
         let waiters = (!self.handover_grace.is_zero()).then(|| {
-            let subscribers: Vec<Arc<dyn Channels>> = nodes
-                .iter()
-                .map(|n| Arc::new(FredChannels::start(&n.client)) as Arc<dyn Channels>)
+            let subscribers: Vec<Arc<dyn Channels>> = sources
+                .into_iter()
+                .map(|source| match source {
+                    Subscriber::Fred(client) => Arc::new(FredChannels::start(&client)),
+                    Subscriber::Given(channels) => channels,
+                })
                 .collect();
             Waiters::start(subscribers, longest)
         });
@@ -273,7 +301,7 @@ mod tests {
 
     #[tokio::test]
     async fn input_errors_come_before_any_connection() {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         type Expect = fn(&BuildError) -> bool;
         let cases: Vec<(RedlockBuilder, Expect)> = vec![
             (RedlockBuilder::default(), |e| {
@@ -347,7 +375,7 @@ mod tests {
 
     #[tokio::test]
     async fn out_of_range_config_values_fail_build_as_the_setters_do() {
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         type Expect = fn(&BuildError) -> bool;
         let cases: [(&str, &str, Expect); 9] = [
             ("REDLOCK_TTL", "0s", |e| {

@@ -43,6 +43,21 @@ pub(crate) const DEFAULT_FENCING_COUNTER_TTL: Duration = Duration::from_secs(600
 /// The longest window for foreign clients: a longer one is cut to this (10 s).
 pub const MAX_FOREIGN_WINDOW: Duration = Duration::from_secs(10);
 
+/// A node given by [`RedlockBuilder::node_transport`].
+struct NodeTransport {
+    label: String,
+    transport: std::sync::Arc<dyn crate::transport::Transport>,
+    channels: std::sync::Arc<dyn crate::transport::Channels>,
+}
+
+impl std::fmt::Debug for NodeTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTransport")
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Redlock {
     /// Starts a [`RedlockBuilder`].
     pub fn builder() -> RedlockBuilder {
@@ -74,6 +89,7 @@ impl Redlock {
 pub struct RedlockBuilder {
     urls: NodeUrls,
     clients: Vec<Client>,
+    transports: Vec<NodeTransport>,
     deferred: Option<BuildError>,
     key_prefix: String,
     node_timeout: Duration,
@@ -98,6 +114,7 @@ impl Default for RedlockBuilder {
         Self {
             urls: NodeUrls::default(),
             clients: Vec::new(),
+            transports: Vec::new(),
             deferred: None,
             key_prefix: String::new(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
@@ -146,6 +163,30 @@ impl RedlockBuilder {
     /// refused.
     pub fn client(mut self, client: Client) -> Self {
         self.clients.push(client);
+        self
+    }
+
+    /// Adds one master reached through `transport` and `channels` instead of a `fred` client:
+    /// a node held in process (redlock-test's in-memory nodes) or behind a simulated network.
+    /// `label` names it in errors, logs and views, as `host:port` names a node given by URL;
+    /// two nodes with one label are refused at [`build`](Self::build)
+    /// ([`BuildError::DuplicateNode`](crate::BuildError::DuplicateNode)).
+    ///
+    /// The node counts as connected from the start; [`build`](Self::build) checks it as any
+    /// other (its `INFO`, when it answers one), and its commands carry the handle's
+    /// [`node_timeout`](Self::node_timeout). What the transport must answer is in
+    /// [`transport`](crate::transport).
+    pub fn node_transport(
+        mut self,
+        label: impl Into<String>,
+        transport: std::sync::Arc<dyn crate::transport::Transport>,
+        channels: std::sync::Arc<dyn crate::transport::Channels>,
+    ) -> Self {
+        self.transports.push(NodeTransport {
+            label: label.into(),
+            transport,
+            channels,
+        });
         self
     }
 

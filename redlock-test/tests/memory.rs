@@ -1,0 +1,162 @@
+//! In-memory nodes on their own: paused time, and each fault knob seen by the lock.
+
+#![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
+
+use std::time::Duration;
+
+use redlock_core::{LockError, LockOptions};
+use redlock_test::MemoryNodes;
+use tokio::time::Instant;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+/// An hour of a 30 s lock, auto-extended, passes in the test without waiting: the nodes'
+/// keys follow tokio's paused clock, and so does the lock's validity.
+#[tokio::test(start_paused = true)]
+async fn an_hour_of_auto_extension_passes_at_once() {
+    let nodes = MemoryNodes::new(3);
+    let options = LockOptions::default().ttl(secs(30)).auto_extend(true);
+    let lock = nodes.redlock_with(options).await;
+    let wall = std::time::Instant::now();
+    let guard = lock.lock("hour").await.unwrap();
+    let token = guard.token().expose().to_owned();
+    let first_until = guard.valid_until();
+    tokio::time::sleep(secs(3_600)).await;
+    assert!(guard.is_valid());
+    assert!(guard.valid_until() > first_until + secs(3_500));
+    assert_eq!(nodes.holder("hour").as_deref(), Some(token.as_str()));
+    assert!(
+        nodes
+            .pttls("hour")
+            .iter()
+            .all(|ttl| (1..=30_000).contains(ttl))
+    );
+    guard.release().await.unwrap();
+    assert!(nodes.is_free("hour"));
+    assert!(
+        wall.elapsed() < secs(10),
+        "took {:?} of real time",
+        wall.elapsed()
+    );
+}
+
+/// A node down does not vote, and a lock taken meanwhile is held by the others; back up,
+/// it votes again with the keys it had.
+#[tokio::test(start_paused = true)]
+async fn a_stopped_node_does_not_vote_and_keeps_its_keys() {
+    let nodes = MemoryNodes::new(3);
+    let lock = nodes.redlock().await;
+    let held = lock.lock("before").await.unwrap();
+    nodes.stop(2);
+    let guard = lock.lock("during").await.unwrap();
+    assert_eq!(
+        nodes.holder("during").as_deref(),
+        Some(guard.token().expose())
+    );
+    assert_eq!(nodes.values("during")[2], None);
+    nodes.start(2);
+    assert_eq!(
+        nodes.values("before")[2].as_deref(),
+        Some(held.token().expose())
+    );
+}
+
+/// A node restarted empty would vote for a second holder beside the first; with the
+/// quarantine on, it refuses to vote until a ttl has passed.
+#[tokio::test(start_paused = true)]
+async fn a_restarted_node_is_quarantined() {
+    let nodes = MemoryNodes::new(3);
+    let ttl = secs(10);
+    let options = LockOptions::default().ttl(ttl).retry_count(0);
+    let lock = nodes
+        .builder()
+        .quarantine(ttl)
+        .lock_options(options)
+        .build()
+        .await
+        .unwrap();
+    // The quarantine's first sight of each node.
+    tokio::time::sleep(ttl + secs(1)).await;
+    // Held by nodes 0 and 1 (node 2 is down); then node 2 comes back and node 0 restarts
+    // empty: without the quarantine, nodes 0 and 2 would grant the resource again.
+    nodes.stop(2);
+    let first = lock.lock("q").await.unwrap();
+    let token = first.token().expose().to_owned();
+    assert_eq!(nodes.holder("q").as_deref(), Some(token.as_str()));
+    nodes.start(2);
+    nodes.restart(0);
+    match lock.lock("q").await {
+        Err(LockError::Busy { .. } | LockError::Unavailable { .. }) => {}
+        other => panic!("a second holder while the first is valid: {other:?}"),
+    }
+    assert!(first.is_valid());
+}
+
+/// A node whose replies come late is not waited for past the quorum, though its command
+/// ran; with two late, the lock waits for them up to the node timeout and gives up.
+#[tokio::test(start_paused = true)]
+async fn a_delayed_node_is_not_waited_for() {
+    let nodes = MemoryNodes::new(3);
+    let lock = nodes
+        .redlock_with(LockOptions::default().retry_count(0))
+        .await;
+    let late = Duration::from_millis(500);
+    nodes.delay(0, late);
+    let started = Instant::now();
+    let guard = lock.lock("slow").await.unwrap();
+    assert!(started.elapsed() < late, "waited {:?}", started.elapsed());
+    assert_eq!(
+        nodes.values("slow")[0].as_deref(),
+        Some(guard.token().expose())
+    );
+    guard.release().await.unwrap();
+
+    nodes.delay(1, late);
+    let started = Instant::now();
+    assert!(lock.lock("slower").await.is_err());
+    let waited = started.elapsed();
+    assert!(
+        waited >= redlock_core::DEFAULT_NODE_TIMEOUT && waited < late,
+        "gave up after {waited:?}"
+    );
+}
+
+/// A node whose clock jumped forward drops a key early; the lock is still held by the
+/// others.
+#[tokio::test(start_paused = true)]
+async fn a_fast_clock_expires_keys_early() {
+    let nodes = MemoryNodes::new(3);
+    let options = LockOptions::default().ttl(secs(10));
+    let lock = nodes.redlock_with(options).await;
+    let guard = lock.lock("clock").await.unwrap();
+    let token = guard.token().expose().to_owned();
+    nodes.clock_ahead(1, secs(11));
+    assert_eq!(nodes.values("clock")[1], None);
+    assert_eq!(nodes.holder("clock").as_deref(), Some(token.as_str()));
+    assert!(guard.is_valid());
+}
+
+/// `FLUSHALL` on a node empties it in place.
+#[tokio::test(start_paused = true)]
+async fn a_flushed_node_is_empty() {
+    let nodes = MemoryNodes::new(3);
+    let lock = nodes.redlock().await;
+    let _guard = lock.lock("flushed").await.unwrap();
+    nodes.flush(1);
+    assert_eq!(nodes.keys()[1], Vec::<String>::new());
+    assert!(!nodes.keys()[0].is_empty());
+}
+
+/// What the nodes do not run answers a clear error, not a wrong answer.
+#[tokio::test(start_paused = true)]
+async fn what_is_not_reproduced_is_an_error() {
+    let nodes = MemoryNodes::new(3);
+    let lock = nodes.redlock().await;
+    let error = lock.inspect("x").await.map(|s| s.answered());
+    assert!(
+        matches!(error, Err(_) | Ok(0)),
+        "inspect answered from in-memory nodes: {error:?}"
+    );
+}
