@@ -2,7 +2,9 @@
 //! client's foreign write, the lock's bookkeeping key names, and probes through a second
 //! lock handle.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redlock_core::{LockOptions, Redlock};
 

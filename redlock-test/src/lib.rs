@@ -1,6 +1,8 @@
 //! A test harness for code that uses [`redlock_core`]: real Redis or Valkey servers on free
-//! loopback ports, a [`Redlock`](redlock_core::Redlock) pointed at them, views of who holds a
-//! resource on each node, and a fault proxy that cuts or delays a node.
+//! loopback ports, or [in-memory nodes](memory) that need no server and follow tokio's paused
+//! clock; a [`Redlock`](redlock_core::Redlock) pointed at them, views of who holds a
+//! resource on each node, and faults (a proxy that cuts or delays a node, or the in-memory
+//! nodes' own knobs).
 //!
 //! Tests against real servers catch what a mock cannot: the scripts, the key layout, the ttls
 //! and the server's own checks. Each [`TestServer`] is a child process on a port of its own,

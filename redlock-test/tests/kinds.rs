@@ -18,7 +18,10 @@ trait Nodes {
     async fn holder(&self, key: &str) -> Option<String>;
     /// Nothing at `key` on a quorum.
     async fn is_free(&self, key: &str) -> bool;
-    /// Node `index` stops answering; `up` brings it back with its keys.
+    /// Waiters queued for `key` on a quorum.
+    async fn queued_on_quorum(&self, key: &str) -> bool;
+    /// Node `index` gives no vote (a server is paused, so its calls time out; an in-memory
+    /// node is stopped, so they fail at once); `up` brings it back with its keys.
     fn down(&self, index: usize);
     fn up(&self, index: usize);
 }
@@ -32,6 +35,10 @@ impl Nodes for TestNodes {
     }
     async fn is_free(&self, key: &str) -> bool {
         TestNodes::is_free(self, key).await
+    }
+    async fn queued_on_quorum(&self, key: &str) -> bool {
+        let queued = self.queued(key).await;
+        queued.iter().filter(|n| **n > 0).count() >= self.quorum()
     }
     fn down(&self, index: usize) {
         self.servers[index].pause();
@@ -50,6 +57,9 @@ impl Nodes for MemoryNodes {
     }
     async fn is_free(&self, key: &str) -> bool {
         MemoryNodes::is_free(self, key)
+    }
+    async fn queued_on_quorum(&self, key: &str) -> bool {
+        self.queued(key).iter().filter(|n| **n > 0).count() >= self.quorum()
     }
     fn down(&self, index: usize) {
         self.stop(index);
@@ -135,7 +145,7 @@ async fn a_waiter_gets_the_lock_on_release(nodes: &impl Nodes) {
             (asked.elapsed(), guard)
         })
     };
-    tokio::time::sleep(ms(100)).await;
+    within(ms(2_000), async || nodes.queued_on_quorum("kinds:d").await).await;
     holder.release().await.unwrap();
     let (waited, guard) = waiter.await.unwrap();
     assert!(
@@ -174,7 +184,7 @@ async fn a_semaphore_admits_its_permits(nodes: &impl Nodes) {
     let semaphore = lock.semaphore("kinds:f", 2);
     let first = semaphore.acquire().await.unwrap();
     let _second = semaphore.acquire().await.unwrap();
-    assert!(semaphore.acquire().await.is_err());
+    assert!(semaphore.acquire().await.unwrap_err().is_busy());
     first.release().await.unwrap();
     semaphore.acquire().await.unwrap().release().await.unwrap();
 }
@@ -185,11 +195,11 @@ async fn readers_share_and_a_writer_excludes(nodes: &impl Nodes) {
     let lock = nodes.redlock_with(options).await;
     let reader = lock.read_lock("kinds:g").await.unwrap();
     let other = lock.read_lock("kinds:g").await.unwrap();
-    assert!(lock.write_lock("kinds:g").await.is_err());
+    assert!(lock.write_lock("kinds:g").await.unwrap_err().is_busy());
     reader.release().await.unwrap();
     other.release().await.unwrap();
     let writer = lock.write_lock("kinds:g").await.unwrap();
-    assert!(lock.read_lock("kinds:g").await.is_err());
+    assert!(lock.read_lock("kinds:g").await.unwrap_err().is_busy());
     writer.release().await.unwrap();
 }
 

@@ -64,6 +64,9 @@ const CLOCK_NEAR_MS: i64 = 100_000_000;
 const PREFIX: &str = "lock:";
 
 /// The tokens (40 lowercase hex digits, as the lock's).
+/// The owner labels a holder writes.
+const LABELS: [&str; 2] = ["host-a/1/app", "host-b/2/app"];
+
 const TOKENS: [&str; 3] = [
     "0123456789abcdef0123456789abcdef01234567",
     "a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0",
@@ -197,6 +200,20 @@ enum Op {
     ReleaseMany {
         t: usize,
         wake: bool,
+    },
+    /// A holder's label written beside its lock (owner.lua): `label` of [`LABELS`], for a
+    /// plain lock or (`mode`) a lock in modes.
+    Owner {
+        r: usize,
+        t: usize,
+        label: usize,
+        ttl: u64,
+        mode: bool,
+    },
+    /// What the node holds for resource `r`, read by inspect.lua, which is sent on its own
+    /// with `EVAL` (not through the dispatch script).
+    Inspect {
+        r: usize,
     },
     /// The `pick`-th key with a ttl (in key order, modulo their number) expires.
     Lapse {
@@ -564,8 +581,32 @@ impl Op {
                 };
                 (script, keys, vec![token(*t, &lock(0))])
             }
+            Self::Owner {
+                r,
+                t,
+                label,
+                ttl,
+                mode,
+            } => {
+                let key = lock(*r);
+                let token = token(*t, &key);
+                let digest = &fred::util::sha1_hash(&token)[..16];
+                let owner_key = book(&key, &format!("owner:{digest}"));
+                let mode = if *mode { "1" } else { "0" };
+                let args = vec![
+                    token,
+                    LABELS[*label].to_owned(),
+                    ttl.to_string(),
+                    mode.to_owned(),
+                ];
+                (id::OWNER, vec![key, owner_key], args)
+            }
             Self::Raw(call) => return Some(call.clone()),
-            Self::Lapse { .. } | Self::DataLoss | Self::Foreign { .. } | Self::Put { .. } => {
+            Self::Lapse { .. }
+            | Self::DataLoss
+            | Self::Foreign { .. }
+            | Self::Put { .. }
+            | Self::Inspect { .. } => {
                 return None;
             }
         };
@@ -640,16 +681,31 @@ enum Focus {
 fn op(focus: Focus) -> impl Strategy<Value = Op> {
     // The weights of: acquire, queued, extend, release, handover, keep, leave, fence, check,
     // acquire_mode, extend_mode, release_mode, acquire_permit, release_slots, extend_permit,
-    // release_many, lapse, data loss, foreign; and how often (in 5) a plain operation is on a slot.
-    let (weights, slots): ([u32; 19], u32) = match focus {
-        Focus::Mixed => ([4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 2, 1, 3, 1, 1], 1),
-        Focus::Plain => ([5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, 1, 3, 1, 1], 0),
+    // release_many, lapse, data loss, foreign, owner, inspect; and how often (in 5) a plain
+    // operation is on a slot.
+    let (weights, slots): ([u32; 21], u32) = match focus {
+        Focus::Mixed => (
+            [
+                4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 2, 1, 3, 1, 1, 2, 2,
+            ],
+            1,
+        ),
+        Focus::Plain => (
+            [
+                5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, 1, 3, 1, 1, 2, 2,
+            ],
+            0,
+        ),
         Focus::Modes => (
-            [1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 0, 3, 1, 1],
+            [
+                1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 0, 3, 1, 1, 2, 2,
+            ],
             0,
         ),
         Focus::Permits => (
-            [0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 4, 0, 3, 1, 0],
+            [
+                0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 4, 0, 3, 1, 0, 0, 1,
+            ],
             4,
         ),
     };
@@ -763,6 +819,17 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
     let release_many = (h(), any::<bool>()).prop_map(|(t, wake)| Op::ReleaseMany { t, wake });
     let lapse = any::<usize>().prop_map(|pick| Op::Lapse { pick });
     let foreign = (res(), any::<bool>()).prop_map(|(r, hash)| Op::Foreign { r, hash });
+    let owner =
+        (res(), h(), 0..2usize, ttl(), any::<bool>()).prop_map(|(r, t, label, ttl, mode)| {
+            Op::Owner {
+                r,
+                t,
+                label,
+                ttl,
+                mode,
+            }
+        });
+    let inspect = res().prop_map(|r| Op::Inspect { r });
     let all = [
         acquire.boxed(),
         queued.boxed(),
@@ -783,6 +850,8 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
         lapse.boxed(),
         Just(Op::DataLoss).boxed(),
         foreign.boxed(),
+        owner.boxed(),
+        inspect.boxed(),
     ];
     let weighted = weights.into_iter().zip(all).filter(|(w, _)| *w > 0);
     Union::new_weighted(weighted.collect())
@@ -941,6 +1010,46 @@ fn same_reply(script: usize, server: &Reply, model: &Reply, clock: Clock) -> boo
         (Reply::Error(x), Reply::Error(y)) => error_text(x) == error_text(y),
         (x, y) => x == y,
     }
+}
+
+/// inspect.lua's text, as `Redlock::inspect` sends it.
+fn inspect_source() -> &'static str {
+    let scripts = sent_scripts();
+    let inspect = scripts.iter().find(|s| s.name == "inspect").unwrap();
+    inspect.source
+}
+
+/// Whether two replies of inspect.lua agree: the key's ttl and each entry's ms left within
+/// the tolerance, and a hash's entries in any order (a server answers `HGETALL` in its own).
+fn same_inspection(server: &Reply, model: &Reply, clock: Clock) -> bool {
+    let ms = |x: &Reply, y: &Reply| match (x, y) {
+        (Reply::Int(x), Reply::Int(y)) => {
+            x == y || (*x >= 0 && *y >= 0 && (x - y).abs() <= clock.tolerance)
+        }
+        _ => false,
+    };
+    let (Reply::Array(xs), Reply::Array(ys)) = (server, model) else {
+        return server == model;
+    };
+    if xs.len() != ys.len() || xs.len() < 5 {
+        return false;
+    }
+    let head = xs[0] == ys[0] && ms(&xs[1], &ys[1]) && xs[2..5] == ys[2..5];
+    let (xs, ys) = (&xs[5..], &ys[5..]);
+    if xs.len() % 4 != 0 {
+        // A string's holder digest.
+        return head && xs == ys;
+    }
+    let sorted = |entries: &[Reply]| {
+        let mut chunks: Vec<Vec<Reply>> = entries.chunks(4).map(<[Reply]>::to_vec).collect();
+        chunks.sort_by(|a, b| (&a[0], &a[2], &a[3], &a[1]).cmp(&(&b[0], &b[2], &b[3], &b[1])));
+        chunks
+    };
+    let (xs, ys) = (sorted(xs), sorted(ys));
+    head && xs
+        .iter()
+        .zip(&ys)
+        .all(|(x, y)| x[0] == y[0] && ms(&x[1], &y[1]) && x[2] == y[2] && x[3] == y[3])
 }
 
 /// Where two keyspaces differ, if they do.
@@ -1229,6 +1338,20 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
                 node.store.pexpire(key, 500_000);
                 (Reply::Nil, Reply::Nil)
             }
+            Op::Inspect { r } => {
+                let (key, queue) = (lock(*r), book(&lock(*r), "waiters"));
+                let args = vec![
+                    inspect_source().into(),
+                    2.into(),
+                    key.clone().into(),
+                    queue.clone().into(),
+                ];
+                let server_reply = match server.run("EVAL", args).await {
+                    Ok(value) => reply(&value),
+                    Err(error) => Reply::Error(error),
+                };
+                (server_reply, node.inspect(&key, &queue))
+            }
             _ => {
                 let call = call.as_ref().unwrap();
                 (server.call(call).await, node.run(call))
@@ -1246,7 +1369,11 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
         let model_keys = model_keys(&node);
         let script = call.as_ref().map_or(usize::MAX, |c| c.script);
         let mut difference = Vec::new();
-        if !same_reply(script, &server_reply, &model_reply, clock) {
+        let same = match op {
+            Op::Inspect { .. } => same_inspection(&server_reply, &model_reply, clock),
+            _ => same_reply(script, &server_reply, &model_reply, clock),
+        };
+        if !same {
             difference.push("the replies differ".to_owned());
         }
         if let Some(keys) = keyspace_difference(&server_keys, &model_keys, clock) {

@@ -18,10 +18,11 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{Context, bail};
 
 /// The crates we publish, in dependency order.
-pub(crate) const PUBLISHED: [&str; 6] = [
+pub(crate) const PUBLISHED: [&str; 7] = [
     "redlock-template",
     "redlock-macros",
     "redlock-core",
+    "redlock-model",
     "redlock-axum",
     "redlock-test",
     "redlock-cli",

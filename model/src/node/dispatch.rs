@@ -1,7 +1,7 @@
 //! The dispatch script's loop, for one call: the script named by the call's id runs, and an
 //! error it raises is its reply (`pcall`).
 
-use super::{Call, Node, Reply, id, mode, permit, scripts};
+use super::{Call, Node, Reply, admin, id, mode, permit, scripts};
 use scripts::{
     acquire, acquire_queued, extend, fence, keep, leave, quarantine, release, release_handover,
 };
@@ -25,6 +25,7 @@ pub(super) fn run(node: &mut Node, call: &Call) -> Reply {
         id::ACQUIRE_PERMIT => permit::acquire_permit(node, call),
         id::RELEASE_SLOTS => permit::release_slots(node, call),
         id::EXTEND_PERMIT => permit::extend_permit(node, call),
+        id::OWNER => admin::owner(node, call),
         other => Err(format!("script {other} is not modelled")),
     };
     result.unwrap_or_else(Reply::Error)

@@ -7,6 +7,7 @@
 //! the same call can be run here and on a real server (the differential test in `tests/tests/model_scripts.rs`),
 //! and their replies and resulting keys compared.
 
+mod admin;
 mod args;
 mod dispatch;
 mod mode;
@@ -50,6 +51,8 @@ pub mod id {
     pub const ACQUIRE_PERMIT: usize = 13;
     /// release_slots.lua
     pub const RELEASE_SLOTS: usize = 14;
+    /// owner.lua
+    pub const OWNER: usize = 18;
     /// extend_permit.lua
     pub const EXTEND_PERMIT: usize = 20;
 }
@@ -174,6 +177,13 @@ impl Node {
     /// Runs `call` as the dispatch script runs one call, and returns its reply.
     pub fn run(&mut self, call: &Call) -> Reply {
         dispatch::run(self, call)
+    }
+
+    /// Runs inspect.lua (what `Redlock::inspect` sends on its own with `EVAL`, not through
+    /// the dispatch script) on the lock key `key` and its waiter queue `queue_key`. A hash's
+    /// entries come in field order, where a server answers in its own `HGETALL` order.
+    pub fn inspect(&self, key: &str, queue_key: &str) -> Reply {
+        admin::inspect(self, key, queue_key)
     }
 
     /// The messages published since the last call of this, in order.

@@ -128,7 +128,8 @@ impl LockGuard {
         self.lease().ttl
     }
 
-    /// The monotonic instant the lock stops being valid: the acquisition's (or the last
+    /// The instant the lock stops being valid, on tokio's clock (so a paused clock in a test
+    /// moves it): the acquisition's (or the last
     /// confirmed extension's) start + ttl − drift (distlock spec, step 4). Once the lock is
     /// lost — an extension refused by a majority, its lost deadline passed, or
     /// [`Redlock::release_all`] released it — it is the instant that was seen, never later

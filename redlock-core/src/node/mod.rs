@@ -143,8 +143,8 @@ impl Node {
     /// fallback follows only while the handle lives: the script should already be cached
     /// there, or a `SET` that landed late would outlive the failed attempt until its ttl. Best
     /// effort: a user without `+script|load` still gets the `EVAL` fallback on answered calls.
-    pub(crate) async fn load_scripts(&self, limit: Duration) {
-        load_scripts(self.transport.as_ref(), &self.label, limit).await;
+    pub(crate) async fn load_scripts(&self, limit: Duration) -> Result<(), NodeError> {
+        load_scripts(self.transport.as_ref(), &self.label, limit).await
     }
 
     /// Keeps the scripts loaded: now if connected, and after every (re)connection, since a
@@ -157,7 +157,7 @@ impl Node {
         let _listener = client.on_reconnect(move |_server| {
             let (transport, label) = (transport.clone(), label.clone());
             async move {
-                load_scripts(transport.as_ref(), &label, limit).await;
+                let _logged = load_scripts(transport.as_ref(), &label, limit).await;
                 Ok(())
             }
         });
@@ -169,14 +169,20 @@ pub(crate) fn int_arg(value: u64) -> Value {
     Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
-/// [`Node::load_scripts`] through `transport`, labelled `label` in the log.
-async fn load_scripts(transport: &dyn Transport, label: &str, limit: Duration) {
+/// [`Node::load_scripts`] through `transport`, labelled `label` in the log; the node's
+/// answer, an error logged at DEBUG.
+async fn load_scripts(
+    transport: &dyn Transport,
+    label: &str,
+    limit: Duration,
+) -> Result<(), NodeError> {
     let args = vec![Value::from("LOAD"), Value::from(BATCH.source.as_str())];
     let load = transport.send("SCRIPT", args);
     let loaded = tokio::time::timeout(limit, load)
         .await
         .unwrap_or(Err(NodeError::Timeout(limit)));
-    if let Err(error) = loaded {
+    if let Err(error) = &loaded {
         tracing::debug!(node = %label, error = error.detailed(), "could not preload the lock scripts");
     }
+    loaded.map(drop)
 }

@@ -109,7 +109,9 @@ impl Connect {
         checked
     }
 
-    /// Connects `node` (its scripts loaded) within `timeout`; why not, for the report.
+    /// Connects `node` (its scripts loaded) within `timeout`; why not, for the report. A node
+    /// reached through a transport of the user's is reachable when it answers the scripts'
+    /// `SCRIPT LOAD` (even with an error reply).
     async fn connect_one(node: &Node, timeout: Duration) -> Result<(), String> {
         // Subscribed before connecting, so no (re)connection is missed.
         node.keep_scripts_loaded(timeout);
@@ -139,8 +141,17 @@ impl Connect {
                 }
             }
         }
-        node.load_scripts(timeout).await;
-        Ok(())
+        let loaded = node.load_scripts(timeout).await;
+        // A node reached through a transport of the user's has no connection to wait for:
+        // its first answer says whether it can be reached.
+        match loaded {
+            Err(error @ (NodeError::Disconnected | NodeError::Io(_) | NodeError::Timeout(_)))
+                if node.client.is_none() =>
+            {
+                Err(format!("{}: {}", node.label, error.detailed()))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Refuses nodes that are not distinct, independent masters (see

@@ -2,16 +2,18 @@
 //! binary and no ports, on tokio's clock.
 //!
 //! Each node is the model checker's mirror of a server (`redlock_model::node`): a keyspace
-//! with expiries, and each of the lock's Lua scripts written again in Rust, statement for
-//! statement. The workspace's differential test runs random sequences of calls on the mirror
-//! and on real Redis and Valkey servers and compares every reply, key and ttl, so the mirror
-//! answers as a server does. The handle itself is redlock-core's own code, reached through
+//! with expiries, and the lock's Lua scripts written again in Rust, statement for statement.
+//! The workspace's differential test runs random sequences of calls on the mirror and on
+//! real Redis and Valkey servers and compares every reply, key, ttl and published message,
+//! and a second test compares what surrounds the scripts (`SET NX PX GET`, batches of
+//! several calls, `NOSCRIPT`). The handle itself is redlock-core's own code, reached through
 //! its [transport seam](redlock_core::transport): the same acquisition, retries, waiters,
 //! extension and release as against servers.
 //!
 //! # Paused time
 //!
-//! The nodes' clocks are tokio's. Under a paused clock (`#[tokio::test(start_paused = true)]`,
+//! The nodes' clocks are tokio's, as is the lock's own (its validity is a
+//! `tokio::time::Instant`). Under a paused clock (`#[tokio::test(start_paused = true)]`,
 //! tokio's `test-util` feature) a 30 s ttl passes in a test in microseconds: a key expires
 //! when the clock is advanced past it, an auto-extended lock stays held across an
 //! `advance` of an hour, and a retry delay costs nothing.
@@ -50,13 +52,20 @@
 //! # What it does not reproduce
 //!
 //! - Anything between the client and a server: connections, reconnection, TLS, ACL users,
-//!   `maxmemory`, replication, a network that cuts one direction (use [`TestNodes`] and a
-//!   [`Proxy`](crate::Proxy)).
+//!   `maxmemory`, replication, a network that cuts one direction, a node that neither runs
+//!   nor answers (use [`TestNodes`] and a [`Proxy`](crate::Proxy); a stopped node fails at
+//!   once, where a paused server makes the lock wait for its node timeout).
 //! - A delayed node's commands run at once; only its replies are late.
-//! - What redlock-core sends outside the lock's scripts: [`Redlock::inspect`],
-//!   [`Redlock::list_locks`] and force-release answer an error; so do detach-and-resume,
-//!   a downgrade and owner labels, whose scripts the mirror does not hold yet.
+//! - Keys expire when the clock reaches their expiry, where a server keeps a key through
+//!   that millisecond: advancing the clock by exactly a ttl frees the key here, not there.
+//! - Three features whose scripts the mirror does not hold: a downgrade and a resumption by
+//!   token fail (the nodes answer an error), and a force-release reports that no node
+//!   answered. [`Redlock::inspect`], [`Redlock::list_locks`], the leader's name and owner
+//!   labels work.
 //! - Clients of other languages: nothing but this process reaches the nodes.
+//!
+//! Do not pause tokio's clock in a test over real servers ([`TestNodes`]): their keys expire
+//! on real time while the lock's validity would stand still.
 //!
 //! [`TestNodes`]: crate::TestNodes
 //! [`Redlock::inspect`]: redlock_core::Redlock::inspect
@@ -144,6 +153,16 @@ impl MemoryNodes {
             .build()
             .await
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Node `index`'s side of the transport seam: what a handle sends it through, to send it
+    /// commands directly as the lock does (see
+    /// [`redlock_core::transport`] for what it answers).
+    ///
+    /// # Panics
+    /// If there is no node `index`.
+    pub fn transport(&self, index: usize) -> Arc<dyn redlock_core::transport::Transport> {
+        Arc::new(Link(self.node(index).clone()))
     }
 
     /// Takes node `index` (from 0) down: every command to it fails as on a dropped
@@ -249,6 +268,22 @@ impl MemoryNodes {
                     .entries()
                     .map(|(k, _)| k.clone())
                     .collect()
+            })
+            .collect()
+    }
+
+    /// How many waiters are queued for the lock key `key` on each node, in node order (the
+    /// members of its waiter queue, as `ZCARD` counts them).
+    pub fn queued(&self, key: &str) -> Vec<usize> {
+        let queue = crate::waiters_key(key);
+        self.nodes
+            .iter()
+            .map(|node| match node.state().model.store.get(&queue) {
+                Some(redlock_model::node::Entry {
+                    value: redlock_model::node::Value::ZSet(members),
+                    ..
+                }) => members.len(),
+                _ => 0,
             })
             .collect()
     }

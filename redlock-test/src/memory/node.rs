@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redlock_core::transport::{Deliver, NodeError, Value, dispatch_sha1};
+use redlock_core::transport::{Deliver, NodeError, Value, dispatch_sha1, inspect_sha1};
 use redlock_model::node::{self as model, Call, Reply};
 use tokio::time::Instant;
 
@@ -15,7 +15,15 @@ const ERROR_MARKER: &str = "redlock:error";
 
 /// One node, shared by its transports and its views.
 #[derive(Debug, Clone)]
-pub(super) struct Shared(Arc<Mutex<State>>);
+pub(super) struct Shared(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    state: Mutex<State>,
+    /// Held from a script's run to the end of the delivery of what it published, so that
+    /// messages reach each listener in the order the node ran the scripts, as on a server.
+    delivery: Mutex<()>,
+}
 
 /// A node's keyspace, clock, faults and listeners.
 pub(super) struct State {
@@ -37,8 +45,11 @@ pub(super) struct State {
     /// How late its replies come.
     pub(super) delay: Duration,
     /// Each handle's subscriptions on this node, and where their messages go.
-    listeners: Vec<(Channels, Deliver)>,
+    listeners: Vec<Listener>,
 }
+
+/// One handle's subscriptions on a node, and where their messages go.
+type Listener = (Channels, Arc<Deliver>);
 
 /// The channels one handle subscribed to on a node.
 pub(super) type Channels = Arc<Mutex<HashSet<String>>>;
@@ -61,23 +72,26 @@ impl Shared {
             .map_or(0, |since| {
                 u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
             });
-        Self(Arc::new(Mutex::new(State {
-            model: model::Node::new(&run_id(index, 0), base_ms),
-            epoch: Instant::now(),
-            base_ms,
-            ahead_ms: 0,
-            restarts: 0,
-            replid,
-            scripts_loaded: false,
-            up: true,
-            delay: Duration::ZERO,
-            listeners: Vec::new(),
-        })))
+        Self(Arc::new(Inner {
+            delivery: Mutex::new(()),
+            state: Mutex::new(State {
+                model: model::Node::new(&run_id(index, 0), base_ms),
+                epoch: Instant::now(),
+                base_ms,
+                ahead_ms: 0,
+                restarts: 0,
+                replid,
+                scripts_loaded: false,
+                up: true,
+                delay: Duration::ZERO,
+                listeners: Vec::new(),
+            }),
+        }))
     }
 
     /// The node's state, its clock moved to now (keys past their expiry are gone).
     pub(super) fn state(&self) -> MutexGuard<'_, State> {
-        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
         let now = state.now_ms();
         state.model.set_now(now);
         state
@@ -86,15 +100,33 @@ impl Shared {
     /// Runs `command` with `args` now, and hands the messages its scripts published to the
     /// listeners. `None` when the node is down.
     pub(super) fn run(&self, command: &str, args: &[Value]) -> Option<Result<Value, NodeError>> {
-        let (reply, published) = {
-            let mut state = self.state();
-            if !state.up {
-                return None;
-            }
-            let reply = state.command(command, args);
-            (reply, state.model.take_published())
-        };
-        self.publish(published);
+        let mut state = self.state();
+        if !state.up {
+            return None;
+        }
+        let reply = state.command(command, args);
+        let published = state.model.take_published();
+        if published.is_empty() {
+            return Some(reply);
+        }
+        let listeners = state.listeners.clone();
+        let _in_order = self
+            .0
+            .delivery
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Delivered without the node's lock: a listener may call the node again.
+        drop(state);
+        let gone: Vec<Arc<Deliver>> = listeners
+            .into_iter()
+            .filter(|(channels, deliver)| !deliver_all(channels, deliver, &published))
+            .map(|(_, deliver)| deliver)
+            .collect();
+        if !gone.is_empty() {
+            self.state()
+                .listeners
+                .retain(|(_, deliver)| !gone.iter().any(|g| Arc::ptr_eq(g, deliver)));
+        }
         Some(reply)
     }
 
@@ -109,12 +141,14 @@ impl Shared {
         if !state.up {
             return None;
         }
+        if ttl_ms <= 0 {
+            return Some(Err(NodeError::error_reply(
+                "ERR invalid expire time in 'set' command",
+            )));
+        }
         Some(match state.model.store.get(key).map(|e| &e.value) {
             Some(model::Value::Str(held)) => Ok(Value::from(held.as_str())),
             Some(_) => Err(wrong_type()),
-            None if ttl_ms <= 0 => Err(NodeError::error_reply(
-                "ERR invalid expire time in 'set' command",
-            )),
             None => {
                 let now = state.model.store.now();
                 let entry = model::Entry {
@@ -134,30 +168,21 @@ impl Shared {
 
     /// Hands every message from now on on `channels` to `deliver`, until it returns `false`.
     pub(super) fn listen(&self, channels: Channels, deliver: Deliver) {
-        self.state().listeners.push((channels, deliver));
+        self.state().listeners.push((channels, Arc::new(deliver)));
     }
+}
 
-    /// Delivers `published` to the listeners subscribed to their channels, outside the
-    /// node's lock (a listener may call the node again).
-    fn publish(&self, published: Vec<(String, String)>) {
-        if published.is_empty() {
-            return;
-        }
-        let mut listeners = std::mem::take(&mut self.state().listeners);
-        listeners.retain(|(channels, deliver)| {
-            let channels = channels
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
-            published
-                .iter()
-                .filter(|(channel, _)| channels.contains(channel))
-                .all(|(channel, message)| deliver(channel, message))
-        });
-        let mut state = self.state();
-        listeners.append(&mut state.listeners);
-        state.listeners = listeners;
-    }
+/// Hands `deliver` the messages of `published` on the channels in `channels`; `false` once
+/// it no longer listens.
+fn deliver_all(channels: &Channels, deliver: &Deliver, published: &[(String, String)]) -> bool {
+    let channels = channels
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    published
+        .iter()
+        .filter(|(channel, _)| channels.contains(channel))
+        .all(|(channel, message)| deliver(channel, message))
 }
 
 impl State {
@@ -195,6 +220,33 @@ impl State {
             "EVAL" if text.first().map(|s| sha1(s)).as_deref() == Some(dispatch_sha1()) => {
                 self.scripts_loaded = true;
                 self.dispatch(&text)
+            }
+            "EVAL" if text.first().map(|s| sha1(s)).as_deref() == Some(inspect_sha1()) => {
+                match (text.get(1).map(String::as_str), text.get(2), text.get(3)) {
+                    (Some("2"), Some(key), Some(queue)) => {
+                        Ok(value_of(self.model.inspect(key, queue)))
+                    }
+                    _ => Err(NodeError::error_reply(
+                        "ERR in-memory node: the inspect script takes two keys",
+                    )),
+                }
+            }
+            "SCAN" => {
+                let pattern = match (text.get(1), text.get(2)) {
+                    (Some(word), Some(pattern)) if word.eq_ignore_ascii_case("MATCH") => {
+                        pattern.as_str()
+                    }
+                    _ => "*",
+                };
+                let keys = self
+                    .model
+                    .store
+                    .entries()
+                    .filter(|(key, _)| glob_match(pattern.as_bytes(), key.as_bytes()))
+                    .map(|(key, _)| Value::from(key.as_str()))
+                    .collect();
+                // Every key in one page: the cursor comes back 0.
+                Ok(Value::Array(vec![Value::from("0"), Value::Array(keys)]))
             }
             "SCRIPT" if text.first().is_some_and(|s| s.eq_ignore_ascii_case("LOAD")) => {
                 let source = text.get(1).map(String::as_str).unwrap_or_default();
@@ -243,16 +295,23 @@ impl State {
         let number = |i: usize| -> Result<usize, NodeError> {
             argv.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)
         };
-        let (mut k, mut a) = (0, 1 + 3 * n);
+        if n.checked_mul(3).is_none_or(|header| header >= argv.len()) {
+            return Err(bad());
+        }
+        let (mut k, mut a): (usize, usize) = (0, 1 + 3 * n);
         let mut replies = Vec::with_capacity(n);
         for i in 0..n {
             let (script, nk, na) = (number(1 + 3 * i)?, number(2 + 3 * i)?, number(3 + 3 * i)?);
+            let (k_end, a_end) = (
+                k.checked_add(nk).ok_or_else(bad)?,
+                a.checked_add(na).ok_or_else(bad)?,
+            );
             let call = Call {
                 script,
-                keys: keys.get(k..k + nk).ok_or_else(bad)?.to_vec(),
-                args: argv.get(a..a + na).ok_or_else(bad)?.to_vec(),
+                keys: keys.get(k..k_end).ok_or_else(bad)?.to_vec(),
+                args: argv.get(a..a_end).ok_or_else(bad)?.to_vec(),
             };
-            (k, a) = (k + nk, a + na);
+            (k, a) = (k_end, a_end);
             replies.push(value_of(self.model.run(&call)));
         }
         Ok(Value::Array(replies))
@@ -264,6 +323,45 @@ impl State {
             "# Server\r\nredis_version:7.2.0\r\nredlock_test_in_memory:1\r\nrun_id:{}\r\n\r\n# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_replid:{}\r\nmaster_replid2:0000000000000000000000000000000000000000\r\n\r\n# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n\r\n# Cluster\r\ncluster_enabled:0\r\n",
             self.model.run_id, self.replid
         )
+    }
+}
+
+/// Whether `text` matches the glob `pattern` as `SCAN MATCH` reads it: `*`, `?`, `[...]`
+/// (with `^` and ranges) and `\` escaping the next character.
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => text.is_empty(),
+        Some((b'*', rest)) => (0..=text.len()).any(|skip| glob_match(rest, &text[skip..])),
+        Some((b'?', rest)) => !text.is_empty() && glob_match(rest, &text[1..]),
+        Some((b'[', rest)) => {
+            let Some(end) = rest.iter().position(|&b| b == b']') else {
+                return text.first() == Some(&b'[') && glob_match(rest, &text[1..]);
+            };
+            let (class, after) = (&rest[..end], &rest[end + 1..]);
+            let (negated, class) = match class.split_first() {
+                Some((b'^', class)) => (true, class),
+                _ => (false, class),
+            };
+            let Some((&c, text_rest)) = text.split_first() else {
+                return false;
+            };
+            let mut hit = false;
+            let mut i = 0;
+            while i < class.len() {
+                if i + 2 < class.len() && class[i + 1] == b'-' {
+                    hit |= (class[i].min(class[i + 2])..=class[i].max(class[i + 2])).contains(&c);
+                    i += 3;
+                } else {
+                    hit |= class[i] == c;
+                    i += 1;
+                }
+            }
+            hit != negated && glob_match(after, text_rest)
+        }
+        Some((b'\\', rest)) if !rest.is_empty() => {
+            text.first() == Some(&rest[0]) && glob_match(&rest[1..], &text[1..])
+        }
+        Some((&p, rest)) => text.first() == Some(&p) && glob_match(rest, &text[1..]),
     }
 }
 
@@ -292,5 +390,30 @@ fn value_of(reply: Reply) -> Value {
         Reply::Nil => Value::Null,
         Reply::Array(items) => Value::Array(items.into_iter().map(value_of).collect()),
         Reply::Error(text) => Value::Array(vec![Value::from(ERROR_MARKER), Value::from(text)]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs_match_as_scan_does() {
+        let matches = |p: &str, t: &str| glob_match(p.as_bytes(), t.as_bytes());
+        assert!(matches("lock:*", "lock:a"));
+        assert!(matches("lock:*", "lock:"));
+        assert!(!matches("lock:*", "other:lock:a"));
+        assert!(matches("a?c", "abc"));
+        assert!(!matches("a?c", "ac"));
+        assert!(matches("[ab]x", "bx"));
+        assert!(!matches("[ab]x", "cx"));
+        assert!(matches("[^ab]x", "cx"));
+        assert!(matches("[a-c]", "b"));
+        assert!(!matches("[a-c]", "d"));
+        // Escaped: the characters themselves, never a wildcard.
+        assert!(matches(r"a\*b*", "a*bc"));
+        assert!(!matches(r"a\*b*", "axbc"));
+        assert!(matches(r"\[x\]", "[x]"));
+        assert!(!matches(r"\?", "a"));
     }
 }

@@ -177,7 +177,8 @@ impl LockInfo {
         self.lease.permit().map(|permit| permit.slot)
     }
 
-    /// The monotonic instant the lock stops being valid: the acquisition's (or the last
+    /// The instant the lock stops being valid, on tokio's clock (so a paused clock in a test
+    /// moves it): the acquisition's (or the last
     /// confirmed extension's) start + ttl − drift (distlock spec, step 4). Once the lock is
     /// lost — released, an extension refused by a majority, or its lost deadline passed (see
     /// [`LostSignal`]) — it is the instant that was seen, so it is never later than now.

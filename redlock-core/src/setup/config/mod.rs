@@ -239,9 +239,10 @@ mod tests {
             ("require_quorum", &["require_quorum_at_start"]),
             ("tls", &["tls_ca", "tls_client_cert", "tls_client_key"]),
         ];
-        const NOT_DATA: [&str; 2] = [
-            "clients",  // ready fred clients: code, not data
-            "deferred", // the builder's first input error
+        const NOT_DATA: [&str; 3] = [
+            "clients",    // ready fred clients: code, not data
+            "transports", // transports of the user's: code, not data
+            "deferred",   // the builder's first input error
         ];
         let mut expected: BTreeSet<String> =
             debug_fields(&format!("{:?}", RedlockBuilder::default()))
