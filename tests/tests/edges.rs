@@ -351,6 +351,16 @@ async fn a_hand_over_grace_under_a_millisecond_still_hands_over() {
         builder().build().await.unwrap(),
         builder().build().await.unwrap(),
     );
+    // `build` returns at a quorum. A holder not yet connected to the third node holds the
+    // lock on two, and the third grants the waiter each time, which then never queues there.
+    for handle in [&a, &b] {
+        within("every node connected", async {
+            while handle.inspect("grace").await.unwrap().answered() < 3 {
+                tokio::time::sleep(ms(10)).await;
+            }
+        })
+        .await;
+    }
     let long = LockOptions::default().ttl(Duration::from_secs(20));
     let holder = a.lock_with("grace", &long).await.unwrap();
     let waiting = tokio::spawn({
