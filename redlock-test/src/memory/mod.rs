@@ -3,10 +3,10 @@
 //!
 //! Each node is the model checker's mirror of a server (`redlock_model::node`): a keyspace
 //! with expiries, and the lock's Lua scripts written again in Rust, statement for statement.
-//! The workspace's differential test runs random sequences of calls on the mirror and on
-//! real Redis and Valkey servers and compares every reply, key, ttl and published message,
-//! and a second test compares what surrounds the scripts (`SET NX PX GET`, batches of
-//! several calls, `NOSCRIPT`). The handle itself is redlock-core's own code, reached through
+//! The workspace's differential test runs random sequences of calls on the mirror and on a
+//! real server and compares the replies, keys, ttls and published messages (values read from
+//! the clock within a tolerance), and a second test compares what surrounds the scripts
+//! (`SET NX PX GET`, batches of several calls, an unknown script). The handle itself is redlock-core's own code, reached through
 //! its [transport seam](redlock_core::transport): the same acquisition, retries, waiters,
 //! extension and release as against servers.
 //!
@@ -56,6 +56,8 @@
 //!   nor answers (use [`TestNodes`] and a [`Proxy`](crate::Proxy); a stopped node fails at
 //!   once, where a paused server makes the lock wait for its node timeout).
 //! - A delayed node's commands run at once; only its replies are late.
+//! - A restarted node keeps its listeners' subscriptions (a server drops them, and the
+//!   client subscribes again after reconnecting), and its messages are delivered at once.
 //! - Keys expire when the clock reaches their expiry, where a server keeps a key through
 //!   that millisecond: advancing the clock by exactly a ttl frees the key here, not there.
 //! - Three features whose scripts the mirror does not hold: a downgrade and a resumption by
@@ -91,7 +93,7 @@ pub struct MemoryNodes {
 }
 
 impl MemoryNodes {
-    /// `n` empty nodes, up, their clocks at 0 now. Zero nodes make
+    /// `n` empty nodes, up, their clocks at the Unix time now (in ms, as `TIME` reads). Zero nodes make
     /// [`builder`](Self::builder)'s `build()` fail with `BuildError::NoNodes`.
     pub fn new(n: usize) -> Self {
         Self {

@@ -110,18 +110,22 @@ impl Shared {
             return Some(reply);
         }
         let listeners = state.listeners.clone();
-        let _in_order = self
+        // Taken before the node's lock is let go, so that the next script's messages wait for
+        // these; let go before that lock is taken again, so the two are never waited for in
+        // the other order. A listener must not call the node (redlock-core's only queue a
+        // wake-up).
+        let in_order = self
             .0
             .delivery
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        // Delivered without the node's lock: a listener may call the node again.
         drop(state);
         let gone: Vec<Arc<Deliver>> = listeners
             .into_iter()
             .filter(|(channels, deliver)| !deliver_all(channels, deliver, &published))
             .map(|(_, deliver)| deliver)
             .collect();
+        drop(in_order);
         if !gone.is_empty() {
             self.state()
                 .listeners
@@ -326,8 +330,9 @@ impl State {
     }
 }
 
-/// Whether `text` matches the glob `pattern` as `SCAN MATCH` reads it: `*`, `?`, `[...]`
-/// (with `^` and ranges) and `\` escaping the next character.
+/// Whether `text` matches the glob `pattern`, for the patterns the lock's `SCAN MATCH` sends
+/// (a prefix with `*`, `?`, `[`, `]` and `\` escaped, then `*`): `*`, `?`, a closed `[...]`
+/// (with `^` and ranges) and `\` escaping the next character outside a class.
 fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     match pattern.split_first() {
         None => text.is_empty(),

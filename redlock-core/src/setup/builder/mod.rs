@@ -172,10 +172,13 @@ impl RedlockBuilder {
     /// two nodes with one label are refused at [`build`](Self::build)
     /// ([`BuildError::DuplicateNode`](crate::BuildError::DuplicateNode)).
     ///
-    /// The node counts as connected from the start; [`build`](Self::build) checks it as any
-    /// other (its `INFO`, when it answers one), and its commands carry the handle's
-    /// [`node_timeout`](Self::node_timeout). What the transport must answer is in
-    /// [`transport`](crate::transport).
+    /// It has no connection to open: [`build`](Self::build) counts it as reachable when it
+    /// answers the scripts' `SCRIPT LOAD` (an error reply included; not
+    /// [`NodeError::Disconnected`](crate::NodeError::Disconnected), [`NodeError::Io`](crate::NodeError::Io)
+    /// or a timeout), and checks it as any other (its `INFO`, when it answers one). Its
+    /// commands carry the handle's [`node_timeout`](Self::node_timeout). Nodes given this way
+    /// come after those given by URL or client, in the order given. What the transport must
+    /// answer is in [`transport`](crate::transport).
     pub fn node_transport(
         mut self,
         label: impl Into<String>,
