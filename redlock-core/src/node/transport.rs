@@ -25,7 +25,8 @@
 //!   the check of that node), and `SCRIPT LOAD source`, best effort.
 //! - For [`Redlock::inspect`](crate::Redlock::inspect) and
 //!   [`Redlock::list_locks`](crate::Redlock::list_locks) only: `EVAL` of the read-only
-//!   inspect script ([`inspect_sha1`]), `GET`, and `SCAN cursor MATCH pattern COUNT n`.
+//!   inspect script (`KEYS`: the lock key and its waiter queue), `GET`, and `SCAN cursor
+//!   MATCH pattern COUNT n`.
 //! - At build time, unless the node-set check is off: `EVAL` of a small script that marks the
 //!   number of nodes; an error reply skips that check on that node.
 //!
@@ -57,15 +58,6 @@ pub use fred::types::{Key, Value};
 /// call of it.
 pub fn dispatch_sha1() -> &'static str {
     super::scripts::BATCH.sha1.as_str()
-}
-
-/// The SHA1 of the read-only script [`Redlock::inspect`](crate::Redlock::inspect) sends on its
-/// own with `EVAL` (`KEYS`: the lock key, its waiter queue), which also serves
-/// [`Redlock::list_locks`](crate::Redlock::list_locks) and
-/// [`LeaderElection::leader`](crate::LeaderElection::leader).
-pub fn inspect_sha1() -> &'static str {
-    static SHA1: OnceLock<String> = OnceLock::new();
-    SHA1.get_or_init(|| fred::util::sha1_hash(crate::admin::inspect::INSPECT))
 }
 
 /// A command's reply, to come.

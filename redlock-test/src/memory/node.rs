@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use redlock_core::transport::{Deliver, NodeError, Value, dispatch_sha1, inspect_sha1};
+use redlock_core::transport::{Deliver, NodeError, Value, dispatch_sha1};
 use redlock_model::node::{self as model, Call, Reply};
 use tokio::time::Instant;
 
@@ -225,7 +225,7 @@ impl State {
                 self.scripts_loaded = true;
                 self.dispatch(&text)
             }
-            "EVAL" if text.first().map(|s| sha1(s)).as_deref() == Some(inspect_sha1()) => {
+            "EVAL" if text.first().map(String::as_str) == Some(inspect_source()) => {
                 match (text.get(1).map(String::as_str), text.get(2), text.get(3)) {
                     (Some("2"), Some(key), Some(queue)) => {
                         Ok(value_of(self.model.inspect(key, queue)))
@@ -373,6 +373,14 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
 /// The run id of node `index` after `restarts` restarts: 40 hex digits, as a server's.
 fn run_id(index: usize, restarts: u64) -> String {
     format!("{:020x}{:020x}", index as u64 + 1, restarts)
+}
+
+/// The read-only script `Redlock::inspect` sends on its own with `EVAL`.
+fn inspect_source() -> &'static str {
+    redlock_core::__private::sent_scripts()
+        .iter()
+        .find(|script| script.name == "inspect")
+        .map_or("", |script| script.source)
 }
 
 fn sha1(text: &str) -> String {
