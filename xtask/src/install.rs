@@ -197,21 +197,29 @@ pub(crate) fn gcc() -> anyhow::Result<PathBuf> {
 
 /// Finds `cargo-deny` at [`CARGO_DENY_VERSION`] on `PATH` (Cargo's own bin directory
 /// included), building it from crates.io with `cargo install --locked` first when it is
-/// missing or another version: a few minutes, once per machine.
+/// missing or another version: about a minute and a half, once per machine.
 pub(crate) fn cargo_deny() -> anyhow::Result<PathBuf> {
     let wanted = format!("cargo-deny {CARGO_DENY_VERSION}");
+    // Cargo's own bin directory (where `cargo install` puts it) first, then `PATH`.
     let found = || {
-        let path = on_path("cargo-deny").or_else(|| {
-            let home = std::env::var_os("CARGO_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
-            Some(home.join("bin").join("cargo-deny")).filter(|p| p.is_file())
-        })?;
-        let version = Command::new(&path).arg("--version").output().ok()?;
-        String::from_utf8_lossy(&version.stdout)
-            .trim()
-            .starts_with(&wanted)
-            .then_some(path)
+        let home = std::env::var_os("CARGO_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+        let installed = home.map(|home| home.join("bin").join("cargo-deny"));
+        installed
+            .into_iter()
+            .chain(on_path("cargo-deny"))
+            .filter(|path| path.is_file())
+            .find(|path| {
+                Command::new(path)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|out| {
+                        String::from_utf8_lossy(&out.stdout)
+                            .trim()
+                            .starts_with(&wanted)
+                    })
+            })
     };
     if let Some(path) = found() {
         return Ok(path);
@@ -219,7 +227,16 @@ pub(crate) fn cargo_deny() -> anyhow::Result<PathBuf> {
     eprintln!("xtask: {wanted} not found: building it from crates.io (cargo install, once)");
     let target = crate::target_dir().join("cargo-deny");
     let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args(["install", "--locked", "--quiet", "cargo-deny", "--version"])
+        // A debug build: its release profile (fat LTO, one codegen unit) takes twice as long
+        // to build, for a check that runs in seconds either way.
+        .args([
+            "install",
+            "--debug",
+            "--locked",
+            "--quiet",
+            "cargo-deny",
+            "--version",
+        ])
         .arg(CARGO_DENY_VERSION)
         .arg("--target-dir")
         .arg(&target)
