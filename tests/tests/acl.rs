@@ -200,6 +200,7 @@ const TABLE: &[Uses] = &[
             "keep.lua",
             "fence.lua",
             "noop.lua",
+            "set_nx.lua",
             "dispatch.lua",
         ],
         turns_on: &[],

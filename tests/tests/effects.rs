@@ -503,6 +503,21 @@ const TABLE: &[Script] = &[
         writes: &[State::Plain],
         not_held: &[0],
     },
+    Script {
+        id: 21,
+        file: "set_nx.lua",
+        source: lua!("node/scripts/set_nx.lua"),
+        effect: Effect::Grants,
+        call: |_, token, q| {
+            let mut keys = strings(&[KEY]);
+            keys.extend(quarantine_keys(q));
+            // ttl_ms, quarantine_ms
+            let args = vec![token.to_owned(), TTL_MS.to_string(), q.to_string()];
+            Call { id: 21, keys, args }
+        },
+        writes: &[State::Free],
+        not_held: &[],
+    },
 ];
 
 /// The scripts with `effect` among `effects`.
@@ -911,7 +926,13 @@ async fn nothing_is_granted_in_quarantine() {
             node.out_of_quarantine().await;
             let reply = node.call(&call).await;
             let after = without_quarantine(node.keyspace().await);
-            if first(&reply) != Some(1) {
+            // set_nx.lua answers as `SET NX GET` does: nil for a grant.
+            let grant = if script.file == "set_nx.lua" {
+                reply == Value::Null
+            } else {
+                first(&reply) == Some(1)
+            };
+            if !grant {
                 failures.push(format!("{name}, out of quarantine: answered {reply:?}"));
             }
             if before == after || !node.holds(KEY, granted).await {
@@ -928,6 +949,7 @@ async fn nothing_is_granted_in_quarantine() {
             "acquire_mode.lua",
             "acquire_permit.lua",
             "resume.lua",
+            "set_nx.lua",
         ]
     );
 }

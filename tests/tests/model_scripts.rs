@@ -124,6 +124,13 @@ enum Op {
         at: Target,
         t: usize,
     },
+    /// set_nx.lua: the node's own `SET NX PX GET`, in a batch.
+    SetNx {
+        at: Target,
+        t: usize,
+        ttl: u64,
+        q: u64,
+    },
     Handover {
         at: Target,
         t: usize,
@@ -410,6 +417,13 @@ impl Op {
                 vec![token(*t, &at.key()), ttl.to_string()],
             ),
             Self::Release { at, t } => (id::RELEASE, vec![at.key()], vec![token(*t, &at.key())]),
+            Self::SetNx { at, t, ttl, q } => {
+                let key = at.key();
+                let mut keys = vec![key.clone()];
+                keys.extend(quarantine_keys(*q, &key));
+                let args = vec![token(*t, &key), ttl.to_string(), q.to_string()];
+                (id::SET_NX, keys, args)
+            }
             Self::Handover {
                 at,
                 t,
@@ -681,30 +695,30 @@ enum Focus {
 fn op(focus: Focus) -> impl Strategy<Value = Op> {
     // The weights of: acquire, queued, extend, release, handover, keep, leave, fence, check,
     // acquire_mode, extend_mode, release_mode, acquire_permit, release_slots, extend_permit,
-    // release_many, lapse, data loss, foreign, owner, inspect; and how often (in 5) a plain
-    // operation is on a slot.
-    let (weights, slots): ([u32; 21], u32) = match focus {
+    // release_many, lapse, data loss, foreign, owner, inspect, set_nx; and how often (in 5) a
+    // plain operation is on a slot.
+    let (weights, slots): ([u32; 22], u32) = match focus {
         Focus::Mixed => (
             [
-                4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 2, 1, 3, 1, 1, 2, 2,
+                4, 4, 3, 2, 4, 1, 2, 2, 1, 6, 3, 3, 5, 2, 2, 1, 3, 1, 1, 2, 2, 2,
             ],
             1,
         ),
         Focus::Plain => (
             [
-                5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, 1, 3, 1, 1, 2, 2,
+                5, 6, 3, 2, 6, 1, 2, 2, 1, 1, 0, 0, 0, 0, 0, 1, 3, 1, 1, 2, 2, 3,
             ],
             0,
         ),
         Focus::Modes => (
             [
-                1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 0, 3, 1, 1, 2, 2,
+                1, 0, 0, 0, 0, 0, 2, 1, 1, 10, 5, 6, 0, 0, 0, 0, 3, 1, 1, 2, 2, 1,
             ],
             0,
         ),
         Focus::Permits => (
             [
-                0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 4, 0, 3, 1, 0, 0, 1,
+                0, 1, 2, 2, 4, 1, 2, 0, 1, 0, 0, 0, 10, 3, 4, 0, 3, 1, 0, 0, 1, 1,
             ],
             4,
         ),
@@ -830,6 +844,12 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
             }
         });
     let inspect = res().prop_map(|r| Op::Inspect { r });
+    let set_nx = (target(), t(), ttl(), quarantine()).prop_map(|(at, t, ttl, q)| Op::SetNx {
+        at,
+        t,
+        ttl,
+        q,
+    });
     let all = [
         acquire.boxed(),
         queued.boxed(),
@@ -852,6 +872,7 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
         foreign.boxed(),
         owner.boxed(),
         inspect.boxed(),
+        set_nx.boxed(),
     ];
     let weighted = weights.into_iter().zip(all).filter(|(w, _)| *w > 0);
     Union::new_weighted(weighted.collect())

@@ -97,6 +97,11 @@ const TABLE: &[(&str, Class, &str)] = &[
         "SET NX PX of each lock key, all or none",
     ),
     (
+        "set_nx.lua",
+        Class::Grant,
+        "SET NX PX GET of the lock key: the node's own command, in a batch",
+    ),
+    (
         "acquire_queued.lua",
         Class::Grant,
         "SET of a free key or of the one reserved for this waiter",

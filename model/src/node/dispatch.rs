@@ -4,6 +4,7 @@
 use super::{Call, Node, Reply, admin, id, mode, permit, scripts};
 use scripts::{
     acquire, acquire_queued, extend, fence, keep, leave, quarantine, release, release_handover,
+    set_nx,
 };
 
 /// Runs `call` on `node` as the dispatch script does: an error raised is a reply.
@@ -26,6 +27,7 @@ pub(super) fn run(node: &mut Node, call: &Call) -> Reply {
         id::RELEASE_SLOTS => permit::release_slots(node, call),
         id::EXTEND_PERMIT => permit::extend_permit(node, call),
         id::OWNER => admin::owner(node, call),
+        id::SET_NX => set_nx(node, call),
         other => Err(format!("script {other} is not modelled")),
     };
     result.unwrap_or_else(Reply::Error)

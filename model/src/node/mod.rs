@@ -55,6 +55,8 @@ pub mod id {
     pub const OWNER: usize = 18;
     /// extend_permit.lua
     pub const EXTEND_PERMIT: usize = 20;
+    /// set_nx.lua
+    pub const SET_NX: usize = 21;
 }
 
 /// One call of a script: what the dispatch script is sent for it.

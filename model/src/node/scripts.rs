@@ -36,6 +36,23 @@ pub(super) fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     Ok(Reply::Int(deleted))
 }
 
+/// set_nx.lua: `SET key token NX PX ttl_ms GET`, after the quarantine check.
+pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
+    let (key, witness_key, marker_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
+    let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
+    if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
+        return Ok(refused);
+    }
+    let ttl_ms = ms(ttl_ms)?;
+    match cget(node, key)? {
+        Some(held) => Ok(Reply::Bulk(held)),
+        None => {
+            node.store.set(key, token, Some(ttl_ms));
+            Ok(Reply::Nil)
+        }
+    }
+}
+
 /// acquire.lua.
 pub(super) fn acquire(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));

@@ -437,6 +437,12 @@ const DISPATCH: &str = include_str!("scripts/dispatch.lua");
 pub(crate) static NOOP: Script = Script::new(11, Effect::Neither, include_str!("scripts/noop.lua"));
 inventory::submit!(&NOOP);
 
+/// The node's own `SET key token NX PX ttl GET` as a call in a batch (`scripts/set_nx.lua`):
+/// a plain attempt made while the pipeline holds calls not yet sent.
+pub(crate) static SET_NX: Script =
+    Script::new(21, Effect::Grants, include_str!("scripts/set_nx.lua"));
+inventory::submit!(&SET_NX);
+
 /// What a key kept for its minimum hold holds ([`KEEP`]) begins with this, followed by `:`
 /// and 16 hex digits of the SHA-1 of the holder's token ([`kept`]): never a token (tokens are
 /// hex), and one hold's own, so that a force-release that read one kept key never deletes
