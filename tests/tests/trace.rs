@@ -292,3 +292,53 @@ async fn each_primitive_runs_only_its_own_commands() {
     // The contended cycle did hand over: the release found the listen flag.
     assert!(in_scripts(&seen).contains(&"ZPOPMIN"), "{seen:#?}");
 }
+
+/// Plain attempts made while a node's pipeline holds calls not yet sent join their batch: the
+/// node runs their `SET NX PX GET` inside the batch's script, and gets no native `SET` between
+/// the batches. On a current-thread runtime, in one tick: the releases first (the first goes
+/// out alone, the node being idle; the rest wait in the pipeline), then the attempts, which
+/// find those calls waiting.
+#[tokio::test]
+async fn plain_attempts_made_while_calls_wait_join_their_batch() {
+    const LOCKERS: usize = 16;
+    let nodes = RedisNodes::start(1);
+    let redlock = warm(&nodes, Redlock::builder()).await;
+    let mut held = Vec::new();
+    for i in 0..LOCKERS {
+        held.push(redlock.lock(&format!("held:{i}")).await.unwrap());
+    }
+    let monitor = Monitor::start(&nodes.urls()[0]).await;
+    let mut guards = Vec::new();
+    let seen = monitor
+        .trace(async {
+            let releases: Vec<_> = held
+                .into_iter()
+                .map(|guard| tokio::spawn(guard.release()))
+                .collect();
+            let attempts: Vec<_> = (0..LOCKERS)
+                .map(|i| {
+                    let redlock = redlock.clone();
+                    tokio::spawn(async move { redlock.lock(&format!("new:{i}")).await })
+                })
+                .collect();
+            for release in releases {
+                assert!(release.await.unwrap().unwrap().was_held());
+            }
+            for attempt in attempts {
+                guards.push(attempt.await.unwrap().unwrap());
+            }
+        })
+        .await;
+    assert!(guards.iter().all(|g| g.is_valid()));
+    // The release sent alone, then one batch: the other releases and every attempt.
+    assert_eq!(sent(&seen), ["EVALSHA", "EVALSHA"], "{seen:#?}");
+    let sets: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.in_script && s.name == "SET")
+        .collect();
+    assert_eq!(sets.len(), LOCKERS, "{seen:#?}");
+    for set in sets {
+        assert!(set.args.starts_with(r#""new:"#), "{set:?}");
+        assert!(set.args.ends_with(r#""NX" "PX" "30000" "GET""#), "{set:?}");
+    }
+}

@@ -39,8 +39,10 @@ use crate::outcome::{ClientError, NodeError};
 const MAX_BATCH: usize = 64;
 
 /// How long the calls issued while a batch is out wait for its answer before they leave
-/// anyway. While the last batch sent is younger than this and unanswered, the calls issued
-/// meanwhile wait in the queue and leave together as the next batch at its answer: under load
+/// anyway (rounded up to the timer's next millisecond). While the last batch sent is younger
+/// than this and unanswered, the calls issued meanwhile wait in the queue and leave together as
+/// the next batch at its answer (a batch cut at [`MAX_BATCH`] holds nothing: the calls left in
+/// the queue follow it at once): under load
 /// a node then gets one script call per round trip carrying every locker's calls (each
 /// locker's acquisition and release in the same batch), instead of many small ones. With 32
 /// lockers on 5 nodes, batches of about 17 calls against about 2.5 when every wake-up sent its
@@ -450,8 +452,8 @@ async fn run(
 ) {
     let transport = transport.as_ref();
     let mut in_flight: FuturesUnordered<Sent> = FuturesUnordered::new();
-    // While set, the last batch sent is out and younger than `HOLD`: the queue waits for its
-    // answer, or for `hold` to pass.
+    // While set, the last batch sent is out and younger than `HOLD`: the queue waits for the
+    // answers of what is out, or for `hold` to pass.
     let mut holding = false;
     let hold = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(hold);
@@ -468,6 +470,8 @@ async fn run(
                 let mut batch = Vec::new();
                 let mut next = Some(message);
                 let mut taken = 0;
+                // A batch was cut at `MAX_BATCH`: more calls wait, and are not held.
+                let mut cut = false;
                 while let Some(message) = next.take() {
                     taken += usize::from(!matches!(message, Message::Adopt(..)));
                     match message {
@@ -483,12 +487,15 @@ async fn run(
                     }
                     if batch.len() < MAX_BATCH {
                         next = rx.try_recv().ok();
+                    } else {
+                        cut = true;
                     }
                 }
+                let sent = !batch.is_empty();
                 dispatch(transport, &mut in_flight, batch, By::Sha1);
                 // Every call taken is with the client now.
                 unsent.fetch_sub(taken, Ordering::AcqRel);
-                if !in_flight.is_empty() {
+                if sent && !cut && !in_flight.is_empty() {
                     holding = true;
                     hold.as_mut().reset(tokio::time::Instant::now() + HOLD);
                 }
