@@ -21,7 +21,7 @@ mod workloads;
 
 use std::time::Duration;
 
-use redlock_tests::RedisNodes;
+use redlock_test::TestNodes as RedisNodes;
 
 /// How long and how much each workload runs.
 #[derive(Debug, Clone)]

@@ -11,14 +11,14 @@
 //! and the outcome labels, so that a span and a metric of one acquisition name it alike.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{LockError, LostReason};
 use crate::mode::Mode;
 use crate::options::LockOptions;
-use crate::outcome::{NodeVote, Outcomes};
+use crate::outcome::NodeVote;
 
 #[cfg(feature = "metrics")]
 use metrics::{counter, gauge, histogram};
@@ -62,6 +62,14 @@ const PERMIT: &str = "permit";
 /// by the process keep their name; every later one is [`OTHER_CLASS`], so a resource built
 /// from client input cannot make the label set grow without bound.
 pub fn resource_class(resource: &str) -> String {
+    class_of_resource(resource).to_string()
+}
+
+/// A resource class, as the metrics label it: shared, so that a label is not a copy.
+pub(crate) type Class = Arc<str>;
+
+/// [`resource_class`], shared.
+fn class_of_resource(resource: &str) -> Class {
     static SEEN: OnceLock<Mutex<Classes>> = OnceLock::new();
     let class = resource.split(':').next().unwrap_or(resource);
     SEEN.get_or_init(Mutex::default)
@@ -72,25 +80,29 @@ pub fn resource_class(resource: &str) -> String {
 
 /// The resource classes labelled by name so far, at most [`MAX_RESOURCE_CLASSES`].
 #[derive(Default)]
-struct Classes(HashSet<String>);
+struct Classes(HashSet<Class>);
 
 impl Classes {
     /// `class` if it is one of the first [`MAX_RESOURCE_CLASSES`] seen, else [`OTHER_CLASS`].
-    fn bounded(&mut self, class: &str) -> String {
-        if self.0.contains(class) || self.0.len() < MAX_RESOURCE_CLASSES {
-            self.0.insert(class.to_owned());
-            return class.to_owned();
+    fn bounded(&mut self, class: &str) -> Class {
+        if let Some(seen) = self.0.get(class) {
+            return seen.clone();
         }
-        OTHER_CLASS.to_owned()
+        if self.0.len() < MAX_RESOURCE_CLASSES {
+            let class: Class = Arc::from(class);
+            self.0.insert(class.clone());
+            return class;
+        }
+        Arc::from(OTHER_CLASS)
     }
 }
 
 /// The class of a lock on `resource` with `options`: the one the options give
 /// ([`LockOptions::resource_class`]), else [`resource_class`]'s.
-pub(crate) fn class_of(resource: &str, options: &LockOptions) -> String {
+pub(crate) fn class_of(resource: &str, options: &LockOptions) -> Class {
     match options.resource_class.as_deref() {
-        Some(class) => class.to_owned(),
-        None => resource_class(resource),
+        Some(class) => Arc::from(class),
+        None => class_of_resource(resource),
     }
 }
 
@@ -145,7 +157,7 @@ fn lost_label(reason: &LostReason) -> &'static str {
 /// ended (the acquiring future was dropped), it records the outcome `cancelled`.
 pub(crate) struct Acquisition {
     span: tracing::Span,
-    class: String,
+    class: Class,
     /// Its `mode` label ([`kind_label`]).
     kind: &'static str,
     started: Instant,
@@ -166,7 +178,7 @@ impl Acquisition {
         let span = tracing::debug_span!(
             "redlock.acquire",
             redlock.resource = resource,
-            redlock.resource_class = class.as_str(),
+            redlock.resource_class = &*class,
             redlock.mode = kind,
             redlock.ttl_ms = ttl_ms,
             redlock.permits = tracing::field::Empty,
@@ -193,7 +205,7 @@ impl Acquisition {
     }
 
     /// The class its metrics, and those of the lease it grants, are labelled by.
-    pub(crate) fn class(&self) -> &str {
+    pub(crate) fn class(&self) -> &Class {
         &self.class
     }
 
@@ -210,19 +222,29 @@ impl Acquisition {
         self.span.record("redlock.attempts", attempts);
     }
 
-    /// An attempt's quorum round was decided with these votes.
-    pub(crate) fn voted(&mut self, outcomes: &Outcomes) {
-        self.contended |= outcomes.held() > 0;
-        self.span
-            .record("redlock.votes.granted", outcomes.acquired());
-        self.span.record("redlock.votes.held", outcomes.held());
-        self.span.record("redlock.votes.failed", outcomes.failed());
+    /// An attempt's quorum round was decided with these votes, each with its node's label.
+    pub(crate) fn voted<'a>(
+        &mut self,
+        votes: impl Iterator<Item = (&'a Arc<str>, &'a NodeVote)> + Clone,
+    ) {
+        let count = |counted: fn(&NodeVote) -> bool| votes.clone().filter(|v| counted(v.1)).count();
+        let held = count(|v| matches!(v, NodeVote::Held));
+        self.contended |= held > 0;
+        self.span.record(
+            "redlock.votes.granted",
+            count(|v| matches!(v, NodeVote::Acquired)),
+        );
+        self.span.record("redlock.votes.held", held);
+        self.span.record(
+            "redlock.votes.failed",
+            count(|v| matches!(v, NodeVote::Failed(_))),
+        );
         // Not even the labels without the feature: this runs on every attempt.
-        for outcome in outcomes.iter().filter(|_| cfg!(feature = "metrics")) {
+        for (node, vote) in votes.filter(|_| cfg!(feature = "metrics")) {
             counter!(
                 "redlock_node_votes_total",
-                "node" => outcome.node.clone(),
-                "vote" => vote_label(&outcome.vote),
+                "node" => node.clone(),
+                "vote" => vote_label(vote),
             )
             .increment(1);
         }
@@ -320,7 +342,7 @@ pub(crate) fn released(span: &tracing::Span, deleted: usize, answered: usize, qu
 
 /// A holder's release stayed unconfirmed (fewer than a quorum answered, after every round
 /// the caller makes): the lock expires with its ttl.
-pub(crate) fn release_unconfirmed(resource: &str, class: &str, answered: usize, quorum: usize) {
+pub(crate) fn release_unconfirmed(resource: &str, class: &Class, answered: usize, quorum: usize) {
     tracing::warn!(
         redlock.resource = resource,
         redlock.answered = answered,
@@ -329,7 +351,7 @@ pub(crate) fn release_unconfirmed(resource: &str, class: &str, answered: usize, 
     );
     counter!(
         "redlock_release_unconfirmed_total",
-        "resource_class" => class.to_owned(),
+        "resource_class" => class.clone(),
     )
     .increment(1);
 }
@@ -346,22 +368,22 @@ pub(crate) fn force_released(resource: &str, removed: usize, answered: usize, no
     );
     counter!(
         "redlock_force_releases_total",
-        "resource_class" => resource_class(resource),
+        "resource_class" => class_of_resource(resource),
     )
     .increment(1);
 }
 
 /// A lease was granted and is now held.
-pub(crate) fn held(class: &str) {
-    gauge!("redlock_held", "resource_class" => class.to_owned()).increment(1.0);
+pub(crate) fn held(class: &Class) {
+    gauge!("redlock_held", "resource_class" => class.clone()).increment(1.0);
 }
 
 /// A lease stopped being held after `hold` (released, or lost and then released).
-pub(crate) fn unheld(class: &str, mode: Option<Mode>, permit: bool, hold: Duration) {
-    gauge!("redlock_held", "resource_class" => class.to_owned()).decrement(1.0);
+pub(crate) fn unheld(class: &Class, mode: Option<Mode>, permit: bool, hold: Duration) {
+    gauge!("redlock_held", "resource_class" => class.clone()).decrement(1.0);
     histogram!(
         "redlock_hold_duration_seconds",
-        "resource_class" => class.to_owned(),
+        "resource_class" => class.clone(),
         "mode" => kind_label(mode, permit),
     )
     .record(hold.as_secs_f64());
@@ -369,7 +391,7 @@ pub(crate) fn unheld(class: &str, mode: Option<Mode>, permit: bool, hold: Durati
 
 /// A held lock can no longer be trusted for `reason` (the first reason only; a release is not
 /// a loss and is not reported here).
-pub(crate) fn lost(resource: &str, class: &str, reason: &LostReason, held_for: Duration) {
+pub(crate) fn lost(resource: &str, class: &Class, reason: &LostReason, held_for: Duration) {
     if matches!(reason, LostReason::Released | LostReason::Detached) {
         return;
     }
@@ -382,7 +404,7 @@ pub(crate) fn lost(resource: &str, class: &str, reason: &LostReason, held_for: D
     );
     counter!(
         "redlock_lost_total",
-        "resource_class" => class.to_owned(),
+        "resource_class" => class.clone(),
         "reason" => lost_label(reason),
     )
     .increment(1);
@@ -390,7 +412,7 @@ pub(crate) fn lost(resource: &str, class: &str, reason: &LostReason, held_for: D
 
 /// An extension ended with `result`; `was_lost`: the lock could no longer be trusted before
 /// it started (nothing was sent).
-pub(crate) fn extension(class: &str, was_lost: bool, result: Result<(), &LockError>) {
+pub(crate) fn extension(class: &Class, was_lost: bool, result: Result<(), &LockError>) {
     let label = match result {
         Ok(()) => "extended",
         Err(LockError::Lost { .. }) if was_lost => "lost",
@@ -403,7 +425,7 @@ pub(crate) fn extension(class: &str, was_lost: bool, result: Result<(), &LockErr
     tracing::debug!(redlock.extension = label, "extension ended");
     counter!(
         "redlock_extensions_total",
-        "resource_class" => class.to_owned(),
+        "resource_class" => class.clone(),
         "result" => label,
     )
     .increment(1);
@@ -479,13 +501,13 @@ mod tests {
     fn classes_are_bounded_and_keep_their_first_names() {
         let mut classes = Classes::default();
         for i in 0..MAX_RESOURCE_CLASSES {
-            assert_eq!(classes.bounded(&format!("c{i}")), format!("c{i}"));
+            assert_eq!(&*classes.bounded(&format!("c{i}")), format!("c{i}"));
         }
         // Full: a new class is "other", a known one keeps its name.
-        assert_eq!(classes.bounded("new"), OTHER_CLASS);
-        assert_eq!(classes.bounded("c0"), "c0");
+        assert_eq!(&*classes.bounded("new"), OTHER_CLASS);
+        assert_eq!(&*classes.bounded("c0"), "c0");
         assert_eq!(
-            classes.bounded(&format!("c{}", MAX_RESOURCE_CLASSES - 1)),
+            &*classes.bounded(&format!("c{}", MAX_RESOURCE_CLASSES - 1)),
             format!("c{}", MAX_RESOURCE_CLASSES - 1)
         );
         assert_eq!(classes.0.len(), MAX_RESOURCE_CLASSES);

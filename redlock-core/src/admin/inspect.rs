@@ -331,7 +331,7 @@ impl Redlock {
         let limit = masters.node_timeout;
         let reads = masters.nodes.iter().map(|node| async {
             NodeStatus {
-                node: node.label.clone(),
+                node: node.label.to_string(),
                 read: read_node(node, &keys, limit).await,
             }
         });

@@ -166,7 +166,7 @@ impl Redlock {
                     }
                 }
                 Err(error) => unscanned.push(UnscannedNode {
-                    node: node.label.clone(),
+                    node: node.label.to_string(),
                     error,
                 }),
             }

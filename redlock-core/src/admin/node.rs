@@ -29,7 +29,7 @@ impl Node {
         keys: &ResourceKeys,
         limit: Duration,
     ) -> Result<Option<Vec<String>>, NodeError> {
-        let answer = self.eval_release(&FORCE_READ, &[keys.lock.as_str()], &[], limit);
+        let answer = self.eval_release_within(&FORCE_READ, &[keys.lock.as_str()], &[], limit);
         match answer.await? {
             Value::Array(reply) => match reply.split_first() {
                 Some((Value::Integer(1), digests)) => digests
@@ -72,7 +72,7 @@ impl Node {
         let mut args = Vec::with_capacity(1 + digests.len());
         args.push(Value::from(channel));
         args.extend(digests.iter().map(|d| Value::from(d.as_str())));
-        let answer = self.eval_release(&FORCE_RELEASE, &[keys.lock.as_str()], &args, limit);
+        let answer = self.eval_release_within(&FORCE_RELEASE, &[keys.lock.as_str()], &args, limit);
         async move {
             match answer.await {
                 Ok(Value::Integer(1)) => (NodeVote::Acquired, false),

@@ -39,7 +39,7 @@ impl Node {
             int_arg(quarantine.ms),
             int_arg(cap_ms),
         ];
-        let answer = self.eval_release(&RESUME, &[key, witness, marker], &args, limit);
+        let answer = self.eval_release_within(&RESUME, &[key, witness, marker], &args, limit);
         async move {
             let unexpected = |reply: &dyn std::fmt::Debug| {
                 NodeVote::Failed(NodeError::UnexpectedReply(format!(

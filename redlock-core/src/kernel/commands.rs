@@ -4,8 +4,6 @@
 //! write-back, the quarantine check, leaving a queue, a downgrade and the holders' owner labels
 //! (the replies every grant shares are decoded in [`node::replies`](crate::node::replies)).
 
-use std::time::Duration;
-
 use fred::types::Value;
 use rand::Rng;
 
@@ -289,8 +287,8 @@ impl Node {
         acquire_reply(self.eval(script, &all, args).await, key)
     }
 
-    /// Releases `token`'s lock on one node, run to completion within `limit`
-    /// ([`Node::eval_release`]): compare-and-delete ([`RELEASE`]); with `handover`, a holder's
+    /// Releases `token`'s lock on one node, run to completion ([`Node::eval_release`]; the
+    /// release round bounds it): compare-and-delete ([`RELEASE`]); with `handover`, a holder's
     /// plain key goes to the longest queued waiter, or opens a window for foreign clients
     /// ([`RELEASE_HANDOVER`]); a lock in a mode removes only its own entry and wakes the
     /// resource's waiters when hand-over is on ([`RELEASE_MODE`]). `Ok(true)` if our key (or
@@ -301,7 +299,6 @@ impl Node {
         token: &str,
         releasing: Releasing<'_>,
         handover: Option<&Handover>,
-        limit: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let key = keys.lock.as_str();
         let answer = match (releasing, handover) {
@@ -311,7 +308,7 @@ impl Node {
                     int_arg(keep_ms),
                     Value::from(kept(token)),
                 ];
-                self.eval_release(&KEEP, &[key], &args, limit)
+                self.eval_release(&KEEP, &[key], &args)
             }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {
                 let marker = match releasing {
@@ -328,7 +325,7 @@ impl Node {
                     Some(_) => &[key, keys.waiters.as_str()],
                     None => &[key],
                 };
-                self.eval_release(&RELEASE_MODE, script_keys, &args, limit)
+                self.eval_release(&RELEASE_MODE, script_keys, &args)
             }
             (Releasing::Holder { .. }, Some(h)) => {
                 let args = [
@@ -347,9 +344,9 @@ impl Node {
                     keys.window.as_str(),
                     keys.listen.as_str(),
                 ];
-                self.eval_release(&RELEASE_HANDOVER, &script_keys, &args, limit)
+                self.eval_release(&RELEASE_HANDOVER, &script_keys, &args)
             }
-            _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)], limit),
+            _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)]),
         };
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
     }
@@ -457,36 +454,35 @@ impl Node {
     }
 
     /// Releases `token` from every one of `slots` that holds it on one node ([`RELEASE`]
-    /// over them), run to completion within `limit` ([`Node::eval_release`]): the clean-up
+    /// over them), run to completion ([`Node::eval_release`]; the release round bounds it):
+    /// the clean-up
     /// of a permit attempt. `Ok(true)` if some slot held it. The call is made now, before the
     /// future is polled.
     pub(crate) fn release_slots(
         &self,
         slots: &[&str],
         token: &str,
-        limit: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
-        let answer = self.eval_release(&RELEASE, slots, &[Value::from(token)], limit);
+        let answer = self.eval_release(&RELEASE, slots, &[Value::from(token)]);
         async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
     }
 
     /// Releases a lock of several resources on one node ([`RELEASE`] over every resource's
     /// key, or [`RELEASE_SLOTS`] to wake each one's waiters when `wake`), run to completion
-    /// within `limit`; made now. `Ok(true)` if every key held our token.
+    /// (the release round bounds it); made now. `Ok(true)` if every key held our token.
     pub(crate) fn release_many(
         &self,
         keys: &[ResourceKeys],
         token: &str,
         wake: bool,
-        limit: Duration,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
         let answer = if wake {
             all.extend(keys.iter().map(|k| k.waiters.as_str()));
             all.extend(keys.iter().map(|k| k.listen.as_str()));
-            self.eval_release(&RELEASE_SLOTS, &all, &[Value::from(token)], limit)
+            self.eval_release(&RELEASE_SLOTS, &all, &[Value::from(token)])
         } else {
-            self.eval_release(&RELEASE, &all, &[Value::from(token)], limit)
+            self.eval_release(&RELEASE, &all, &[Value::from(token)])
         };
         let n = keys.len();
         async move {
@@ -498,8 +494,8 @@ impl Node {
 
     /// Moves `token`'s entry in a resource held in modes to `mode` ([`DOWNGRADE`]), removing
     /// its request's waiter entry `marker`, waking the resource's waiters on `channel`
-    /// (empty: nobody), run to completion within `limit`;
-    /// made now, as [`release`](Self::release). [`NodeVote::Acquired`] if the entry was there
+    /// (empty: nobody), run to completion (its round bounds it); made now, as
+    /// [`release`](Self::release). [`NodeVote::Acquired`] if the entry was there
     /// and moved, [`NodeVote::Held`] otherwise.
     pub(crate) fn downgrade(
         &self,
@@ -507,7 +503,6 @@ impl Node {
         (token, marker): (&str, &str),
         mode: Mode,
         channel: &str,
-        limit: Duration,
     ) -> impl Future<Output = NodeVote> + Send + use<> {
         let args = [
             Value::from(token),
@@ -515,11 +510,11 @@ impl Node {
             Value::from(channel),
             Value::from(marker),
         ];
-        vote(self.eval_release(&DOWNGRADE, &[key], &args, limit))
+        vote(self.eval_release(&DOWNGRADE, &[key], &args))
     }
 
     /// Writes `label` at `owner_key` beside `key` for `ttl_ms` if `token` holds it on this
-    /// node ([`OWNER`]), within `limit`; made now, as [`release`](Self::release).
+    /// node ([`OWNER`]), run to completion; made now, as [`release`](Self::release).
     /// [`NodeVote::Acquired`] if written.
     pub(crate) fn label_holder(
         &self,
@@ -527,7 +522,6 @@ impl Node {
         (token, label): (&str, &str),
         ttl_ms: u64,
         mode: bool,
-        limit: Duration,
     ) -> impl Future<Output = NodeVote> + Send + use<> {
         let args = [
             Value::from(token),
@@ -535,7 +529,7 @@ impl Node {
             int_arg(ttl_ms),
             Value::from(if mode { "1" } else { "0" }),
         ];
-        vote(self.eval_release(&OWNER, &[key, owner_key], &args, limit))
+        vote(self.eval_release(&OWNER, &[key, owner_key], &args))
     }
 }
 

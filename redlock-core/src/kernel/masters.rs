@@ -12,6 +12,7 @@ use futures_util::stream::FuturesUnordered;
 
 use crate::error::InvalidInput;
 use crate::kernel::commands::QuarantineCheck;
+use crate::kernel::deadlines::Deadlines;
 use crate::node::Node;
 use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 use crate::timing;
@@ -38,6 +39,8 @@ pub(crate) struct Masters {
     /// [`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)
     /// in ms, rounded up; 0: counters never expire.
     pub(crate) fencing_counter_ttl_ms: u64,
+    /// The time limits of the rounds in flight: one timer for all of them.
+    deadlines: Deadlines,
 }
 
 impl Masters {
@@ -63,6 +66,7 @@ impl Masters {
                 witness: crate::keys::witness(key_prefix),
                 marker: crate::keys::quarantine_marker(key_prefix),
             },
+            deadlines: Deadlines::start(),
             fencing_counter_ttl_ms: if fencing_counter_ttl >= NEVER_EXPIRE {
                 0
             } else {
@@ -164,7 +168,8 @@ impl Masters {
                 }
             }
         });
-        let tally = decide(self.nodes.len(), needed, limit, stop, calls).await;
+        let expiry = self.deadlines.after(limit);
+        let tally = decide(self.nodes.len(), needed, (limit, expiry), stop, calls).await;
         Tally {
             votes: tally.votes,
             counters: tally.counters.into_iter().map(Option::flatten).collect(),
@@ -191,7 +196,7 @@ impl Masters {
                 .iter()
                 .zip(votes)
                 .map(|(node, vote)| NodeOutcome {
-                    node: node.label.clone(),
+                    node: node.label.to_string(),
                     vote,
                     holder_ttl: None,
                 })
@@ -241,11 +246,12 @@ pub(crate) enum Stop {
 }
 
 /// Awaits `calls` (one per node, yielding `(node index, vote, datum)`) within one time limit
-/// for the whole round, until `needed` nodes granted, or the round is decided by `stop`. Nodes that have not answered
+/// for the whole round (`limit`, which `expiry` completes at), until `needed` nodes granted, or the round is decided by `stop`. Nodes that have not answered
 /// when the limit passes vote [`NodeVote::Failed`] with [`NodeError::Timeout`]; nodes left
 /// unawaited after an early decision stay [`NodeVote::Undecided`].
 ///
-/// One timer per round, not one per command. Calls still running are dropped, but their
+/// One timer per round, not one per command (and every round's limit is an entry of the
+/// handle's [`Deadlines`], which one task fires). Calls still running are dropped, but their
 /// commands were already handed to the node's client on the first poll: they land anyway,
 /// which every caller accounts for (a failed attempt releases on every node, in order after
 /// its `SET`: the same client's connection, and the `SET` handed over first). A release's calls are finished by the node's
@@ -254,7 +260,7 @@ pub(crate) enum Stop {
 pub(crate) async fn decide<T, F>(
     n: usize,
     needed: usize,
-    limit: Duration,
+    (limit, expiry): (Duration, impl Future<Output = ()>),
     stop: Stop,
     calls: impl IntoIterator<Item = F>,
 ) -> Tally<T>
@@ -268,7 +274,7 @@ where
         granted: 0,
         refused: 0,
     };
-    let timer = tokio::time::sleep(limit);
+    let timer = expiry;
     tokio::pin!(timer);
     let mut against = 0;
     loop {
@@ -331,6 +337,17 @@ mod tests {
             .collect()
     }
 
+    /// [`decide`] with a tokio timer of `limit`.
+    async fn decide_within<F: Future<Output = (usize, NodeVote, u64)>>(
+        n: usize,
+        needed: usize,
+        limit: Duration,
+        stop: Stop,
+        calls: Vec<F>,
+    ) -> Tally<u64> {
+        decide(n, needed, (limit, tokio::time::sleep(limit)), stop, calls).await
+    }
+
     const LIMIT: Duration = Duration::from_millis(20);
     const YES: Option<NodeVote> = Some(NodeVote::Acquired);
     const NO: Option<NodeVote> = Some(NodeVote::Held);
@@ -350,7 +367,7 @@ mod tests {
             pending::<()>().await;
             (2, NodeVote::Acquired, 2)
         }));
-        let tally = decide(3, 2, LIMIT, Stop::AtQuorum, all).await;
+        let tally = decide_within(3, 2, LIMIT, Stop::AtQuorum, all).await;
         assert_eq!(tally.granted, 2);
         assert_eq!(tally.votes[2], NodeVote::Undecided);
         assert!(!polled.load(std::sync::atomic::Ordering::SeqCst));
@@ -360,7 +377,7 @@ mod tests {
     async fn a_round_stops_as_soon_as_a_quorum_granted() {
         // Nodes 3 and 4 never answer: a quorum of 3 of 5 is enough, no timeout is waited for.
         let started = tokio::time::Instant::now();
-        let tally = decide(
+        let tally = decide_within(
             5,
             3,
             Duration::from_secs(30),
@@ -379,7 +396,7 @@ mod tests {
     async fn a_round_stops_once_a_quorum_is_out_of_reach() {
         // 3 refusals of 5: 3 grants are no longer possible; decided at once, not at the limit.
         let started = tokio::time::Instant::now();
-        let tally = decide(
+        let tally = decide_within(
             5,
             3,
             Duration::from_secs(30),
@@ -390,7 +407,7 @@ mod tests {
         assert_eq!((tally.granted, tally.refused), (0, 3));
         assert!(started.elapsed() < Duration::from_secs(5));
         // Two refusals are not enough to decide: it waits for the limit.
-        let tally = decide(
+        let tally = decide_within(
             5,
             3,
             LIMIT,
@@ -406,7 +423,7 @@ mod tests {
     async fn a_release_round_waits_for_every_node_unless_a_quorum_granted() {
         // At quorum: 3 refusals do not stop it, the timeout does, and every node's vote is
         // known or timed out (none left undecided).
-        let tally = decide(
+        let tally = decide_within(
             5,
             3,
             LIMIT,
@@ -422,7 +439,7 @@ mod tests {
     async fn failures_count_against_and_keep_no_datum() {
         let failed = Some(NodeVote::Failed(NodeError::Disconnected));
         let started = tokio::time::Instant::now();
-        let tally = decide(
+        let tally = decide_within(
             3,
             2,
             Duration::from_secs(30),
@@ -435,7 +452,7 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(5));
         // A fencing quorum (4 of 5) is out of reach after two refusals: decided at once.
         let started = tokio::time::Instant::now();
-        let tally = decide(
+        let tally = decide_within(
             5,
             4,
             Duration::from_secs(30),

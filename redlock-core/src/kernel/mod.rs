@@ -13,6 +13,7 @@
 pub(crate) mod acquire;
 pub(crate) mod commands;
 pub(crate) mod contended;
+pub(crate) mod deadlines;
 pub(crate) mod guard;
 pub(crate) mod lease;
 pub(crate) mod masters;

@@ -142,7 +142,7 @@ impl Redlock {
 
     /// The nodes' labels (`host:port`), in order.
     pub fn node_labels(&self) -> impl Iterator<Item = &str> {
-        self.inner.masters.nodes.iter().map(|n| n.label.as_str())
+        self.inner.masters.nodes.iter().map(|n| &*n.label)
     }
 
     /// The number of nodes that must agree: `N / 2 + 1` (distlock spec, step 3).

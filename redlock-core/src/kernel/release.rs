@@ -98,7 +98,7 @@ impl Redlock {
         releasing: Releasing<'_>,
         busy: Duration,
     ) -> Released {
-        let (inner, masters) = (self.inner(), self.masters());
+        let inner = self.inner();
         // Rounded up: a grace under 1 ms is still a reservation (`PX 0` is an error).
         let millis =
             |d: Duration| u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
@@ -115,8 +115,8 @@ impl Redlock {
             busy_ms: millis(busy),
         });
         let handover = handover.as_ref();
-        let (token, limit) = (token.expose(), masters.node_timeout);
-        self.release_round(|node| node.release(keys, token, releasing, handover, limit))
+        let token = token.expose();
+        self.release_round(|node| node.release(keys, token, releasing, handover))
             .await
     }
 
@@ -210,8 +210,8 @@ impl Redlock {
         token: &Token,
         wake: bool,
     ) -> Released {
-        let (token, limit) = (token.expose(), self.masters().node_timeout);
-        self.release_round(|node| node.release_many(keys, token, wake, limit))
+        let token = token.expose();
+        self.release_round(|node| node.release_many(keys, token, wake))
             .await
     }
 

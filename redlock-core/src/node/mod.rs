@@ -31,7 +31,8 @@ pub(crate) struct Node {
     /// ([`RedlockBuilder::node_transport`](crate::RedlockBuilder::node_transport)), which is
     /// connected from its creation.
     pub(crate) client: Option<Client>,
-    pub(crate) label: String,
+    /// Shared: a metric's label and a report's node are not copies.
+    pub(crate) label: Arc<str>,
     /// This node's own limit for one call in a round, when it is below the round's
     /// ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for));
     /// [`Duration::MAX`] (no limit of its own) by default.
@@ -59,7 +60,7 @@ impl Node {
             pipeline: Pipeline::start(transport.clone()),
             transport,
             client,
-            label,
+            label: Arc::from(label),
             timeout: Duration::MAX,
         }
     }
@@ -107,22 +108,34 @@ impl Node {
         self.pipeline.set_nx(key, token, ttl_ms)
     }
 
-    /// [`eval`](Self::eval) for releases, bounded by `limit`, and sent to completion even if
-    /// dropped or past `limit`. A release round returns at quorum and drops the calls still
-    /// running: the `EVAL` that answers a `NOSCRIPT` must still be sent, or that node would
-    /// keep the key until its ttl. A release may land late (it deletes only its own token), so
-    /// it is always finished. An acquisition is not: its clean-up must reach each node after
-    /// it.
+    /// [`eval`](Self::eval) for releases, sent to completion even if dropped. A release
+    /// round returns at quorum and drops the calls still running: the `EVAL` that answers a
+    /// `NOSCRIPT` must still be sent, or that node would keep the key until its ttl. A release
+    /// may land late (it deletes only its own token), so it is always finished. An acquisition
+    /// is not: its clean-up must reach each node after it. Unbounded in time by itself: the
+    /// caller's round bounds it (one timer for the round, not one per node).
     pub(crate) fn eval_release(
+        &self,
+        script: &'static Script,
+        keys: &[&str],
+        args: &[Value],
+    ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
+        // Made now, not on the first poll: a round decided at quorum drops the calls it has
+        // not polled yet, and a release must reach every node.
+        self.pipeline.issue(script, keys, args, true)
+    }
+
+    /// [`eval_release`](Self::eval_release) bounded by `limit` on its own, for a call awaited
+    /// outside a round: past `limit`, [`NodeError::Timeout`] (the call still runs to
+    /// completion).
+    pub(crate) fn eval_release_within(
         &self,
         script: &'static Script,
         keys: &[&str],
         args: &[Value],
         limit: Duration,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        // Made now, not on the first poll: a round decided at quorum drops the calls it has
-        // not polled yet, and a release must reach every node.
-        let answer = self.pipeline.issue(script, keys, args, true);
+        let answer = self.eval_release(script, keys, args);
         async move {
             tokio::time::timeout(limit, answer)
                 .await

@@ -31,7 +31,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::scripts::{BATCH, ERROR_MARKER, SET_NX, Script};
+use super::scripts::{BATCH, Batch, ERROR_MARKER, SET_NX, Script};
 use super::transport::Transport;
 use crate::outcome::{ClientError, NodeError};
 
@@ -551,16 +551,21 @@ fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
         By::Sha1 => "EVALSHA",
         By::Source => "EVAL",
     };
+    // Made once: a static value is sent without a copy.
+    let batch_script: &'static Batch = &BATCH;
     let script = match by {
-        By::Sha1 => Value::from(BATCH.sha1.as_str()),
-        By::Source => Value::from(BATCH.source.as_str()),
+        By::Sha1 => Value::from_static_str(batch_script.sha1.as_str()),
+        By::Source => Value::from_static_str(batch_script.source.as_str()),
     };
     if let [call] = batch {
         let mut all = Vec::with_capacity(3 + call.keys.len() + call.args.len());
         all.push(script);
         all.push(Value::Integer(call.keys.len() as i64));
         all.extend(call.keys.iter().cloned());
-        all.push(Value::from(format!("={}", call.script.id)));
+        all.push(match batch_script.heads.get(call.script.id) {
+            Some(head) => Value::from_static_str(head.as_str()),
+            None => Value::from(format!("={}", call.script.id)),
+        });
         all.extend(call.args.iter().cloned());
         let answer = transport.send(command, all);
         return Box::pin(answer.map(|reply| reply.map(|reply| Value::Array(vec![reply]))));

@@ -490,6 +490,8 @@ pub(crate) struct Batch {
     pub(crate) source: String,
     /// The SHA-1 of `source`, which `EVALSHA` names it by.
     pub(crate) sha1: String,
+    /// The `ARGV` head of a call alone to each script, `=<id>`, at the script's id.
+    pub(crate) heads: Vec<String>,
 }
 
 /// [`Batch`], built once from every script ([`scripts`], in id order).
@@ -507,7 +509,12 @@ pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|
     source.push_str("end\n");
     source.push_str(DISPATCH);
     let sha1 = fred::util::sha1_hash(&source);
-    Batch { source, sha1 }
+    let heads = scripts().map(|script| format!("={}", script.id)).collect();
+    Batch {
+        source,
+        sha1,
+        heads,
+    }
 });
 
 #[cfg(test)]

@@ -203,6 +203,7 @@ impl Redlock {
             SlotTally::Refused | SlotTally::Scattered => None,
         };
         cleanup.keep_only(&granted, unknown, won);
+        acquisition.voted(masters.nodes.iter().map(|n| &n.label).zip(&tally.votes));
         let outcomes = masters.grant_outcomes(tally.votes, &tally.counters);
         tracing::debug!(
             granted = outcomes.acquired(),
@@ -213,7 +214,6 @@ impl Redlock {
             %outcomes,
             "permit attempt decided"
         );
-        acquisition.voted(&outcomes);
         let Some(slot) = won else {
             cleanup.run().await;
             // After a split, the slot free on the most nodes first; after a refusal, the
@@ -343,9 +343,9 @@ async fn release_slots(redlock: &Redlock, slots: &[String], token: &Token) {
         return;
     }
     let keys: Vec<&str> = slots.iter().map(String::as_str).collect();
-    let (keys, token, limit) = (&keys, token.expose(), redlock.masters().node_timeout);
+    let (keys, token) = (&keys, token.expose());
     redlock
-        .release_round(|node| node.release_slots(keys, token, limit))
+        .release_round(|node| node.release_slots(keys, token))
         .await;
 }
 

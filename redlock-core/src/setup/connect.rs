@@ -169,7 +169,7 @@ impl Connect {
         let answered: Vec<(&str, ServerInfo)> = nodes
             .iter()
             .zip(infos)
-            .filter_map(|(node, info)| Some((node.label.as_str(), info?)))
+            .filter_map(|(node, info)| Some((&*node.label, info?)))
             .collect();
         server_info::check(&answered)
     }

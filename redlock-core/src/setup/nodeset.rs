@@ -112,11 +112,11 @@ impl NodeSet {
             .zip(answers)
             .find_map(|(node, answer)| match answer {
                 Ok(marker) if !marker.is_empty() && marker != ours => {
-                    Some((node.label.clone(), marker.parse().unwrap_or(0)))
+                    Some((node.label.to_string(), marker.parse().unwrap_or(0)))
                 }
                 Ok(_) => None,
                 Err(error) => {
-                    tracing::debug!(node = node.label, %error, "node set not checked on this node");
+                    tracing::debug!(node = &*node.label, %error, "node set not checked on this node");
                     None
                 }
             })

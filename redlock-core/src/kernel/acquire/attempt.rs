@@ -266,26 +266,25 @@ impl Redlock {
             .map(|c| c.0)
             .max()
             .unwrap_or(0);
-        // Who refused it on each node: one name (or, for a request in a mode, the names of
-        // every entry that blocked it), or for several keys `<i>:<name>` per busy key.
-        let named: Vec<Option<&str>> = tally
-            .counters
-            .iter()
-            .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
-            .collect();
-        let (split, holders) = Split::of_keys(&tally.votes, &named, keys.len(), masters.quorum);
-        let outcomes = masters.grant_outcomes(tally.votes, &tally.counters);
         tracing::debug!(
             resources = keys.len(),
-            granted = outcomes.acquired(),
-            held = outcomes.held(),
-            failed = outcomes.failed(),
+            granted = granted_by,
+            refused = tally.refused,
             elapsed_us = start.elapsed().as_micros() as u64,
-            %outcomes,
+            votes = ?tally.votes,
             "attempt decided"
         );
-        acquisition.voted(&outcomes);
+        acquisition.voted(masters.nodes.iter().map(|n| &n.label).zip(&tally.votes));
         if granted_by < masters.quorum {
+            // Who refused it on each node: one name (or, for a request in a mode, the names
+            // of every entry that blocked it), or for several keys `<i>:<name>` per busy key.
+            let named: Vec<Option<&str>> = tally
+                .counters
+                .iter()
+                .map(|c| c.as_ref().and_then(|(_, _, holder)| holder.as_deref()))
+                .collect();
+            let (split, holders) = Split::of_keys(&tally.votes, &named, keys.len(), masters.quorum);
+            let outcomes = masters.grant_outcomes(tally.votes, &tally.counters);
             // Step 5: failed; unlock every node, even those we believe we did not lock.
             cleanup.run().await;
             return Err(AttemptFailure::votes(outcomes, split, &holders));

@@ -199,7 +199,7 @@ impl Redlock {
     pub(crate) fn register(
         &self,
         resource: &str,
-        class: &str,
+        class: &crate::telemetry::Class,
         keys: ResourceKeys,
         token: Token,
         options: &LockOptions,
@@ -222,9 +222,9 @@ impl Redlock {
             // Not awaited: the label is for operators, and the lock is held without it.
             let keys = (lease.keys.lock.as_str(), owner.key.as_str());
             let (token, label) = (lease.token.expose(), &*owner.label);
-            let (mode, limit) = (lease.mode().is_some(), self.masters().node_timeout);
+            let mode = lease.mode().is_some();
             for node in &self.masters().nodes {
-                drop(node.label_holder(keys, (token, label), options.ttl_millis(), mode, limit));
+                drop(node.label_holder(keys, (token, label), options.ttl_millis(), mode));
             }
         }
         LockGuard::new(self.clone(), lease)

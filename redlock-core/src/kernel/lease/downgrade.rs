@@ -61,7 +61,7 @@ pub(crate) async fn downgrade(
     );
     let tally = masters
         .round(masters.quorum, limit, Stop::AtDecision, |node| {
-            let answer = node.downgrade(key, (token, marker), to, channel, limit);
+            let answer = node.downgrade(key, (token, marker), to, channel);
             async move { (answer.await, ()) }
         })
         .await;

@@ -66,7 +66,7 @@ async fn extend_once(
             // operators, and decides nothing).
             if let Some(owner) = owner {
                 let labels = (token, &*owner.label);
-                drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode, limit));
+                drop(node.label_holder((key, &owner.key), labels, ttl_ms, mode));
             }
             let keys = lease.lock_keys();
             async move {

@@ -22,7 +22,7 @@ use crate::kernel::masters::Masters;
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::options::LockOptions;
-use crate::telemetry;
+use crate::telemetry::{self, Class};
 use crate::token::Token;
 
 pub(crate) use downgrade::downgrade;
@@ -124,7 +124,7 @@ pub(crate) struct Lease {
     pub(crate) id: u64,
     pub(crate) resource: String,
     /// The class its metrics are labelled by (see `telemetry`).
-    pub(crate) class: String,
+    pub(crate) class: Class,
     /// The lock key and its bookkeeping keys.
     pub(crate) keys: ResourceKeys,
     pub(crate) token: Token,
@@ -210,7 +210,7 @@ impl Lease {
     pub(crate) fn new(
         id: u64,
         resource: &str,
-        class: &str,
+        class: &Class,
         keys: ResourceKeys,
         token: Token,
         grant: Grant,
@@ -228,7 +228,7 @@ impl Lease {
         Self {
             id,
             resource: resource.to_owned(),
-            class: class.to_owned(),
+            class: class.clone(),
             keys,
             token,
             held: grant.held,
@@ -465,7 +465,7 @@ pub(crate) mod tests {
         Lease::new(
             0,
             "r",
-            "r",
+            &Class::from("r"),
             keys,
             Token::generate().unwrap(),
             grant,

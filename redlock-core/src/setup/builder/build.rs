@@ -83,7 +83,7 @@ impl RedlockBuilder {
             let (label, config) = crate::setup::node_url::parse_url(index, url)?;
             #[cfg(any(feature = "tls-rustls", feature = "tls-native"))]
             let (label, config) = crate::setup::tls::parse_url_with(index, url, tls.as_ref())?;
-            if nodes.iter().any(|n: &Node| n.label == label) {
+            if nodes.iter().any(|n: &Node| *n.label == *label) {
                 return Err(BuildError::DuplicateNode { node: label });
             }
             let timeout = self.timeout_of(url);
@@ -122,7 +122,7 @@ impl RedlockBuilder {
             .map(Subscriber::Fred)
             .collect();
         for given in std::mem::take(&mut self.transports) {
-            if nodes.iter().any(|n: &Node| n.label == given.label) {
+            if nodes.iter().any(|n: &Node| *n.label == *given.label) {
                 return Err(BuildError::DuplicateNode { node: given.label });
             }
             let mut node = Node::through(given.transport, given.label);
