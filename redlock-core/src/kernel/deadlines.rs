@@ -9,11 +9,14 @@
 //! the one it sleeps until (rounds with the same limit, started one after the other, never
 //! are), and otherwise wakes at the limit it slept until, finds which limits have passed,
 //! wakes their rounds and sleeps until the next. A limit fires at its instant, as a tokio
-//! timer does (the task's own timer rounds up to the next millisecond).
+//! timer does (the task's own timer rounds up to the next millisecond); a limit of zero at its
+//! first poll.
 //!
-//! The task runs on the runtime the handle was built on, as the nodes' pipeline tasks do.
-//! Once it is gone (its runtime shut down, or every handle dropped), each limit still set,
-//! and each set after, is a tokio timer of its own.
+//! The task runs on the runtime the handle was built on, as the nodes' pipeline tasks do, and
+//! fires the limits set on that runtime (by its clock). A limit set on another runtime is a
+//! tokio timer of its own, on that runtime's clock; so is each limit still set once the task
+//! is gone (its runtime shut down, even before the task first ran, or every handle dropped),
+//! and each set after.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -30,6 +34,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 /// this is dropped.
 pub(crate) struct Deadlines {
     shared: Arc<Shared>,
+    /// The runtime the task runs on.
+    runtime: Id,
     _stop: DropGuard,
 }
 
@@ -51,9 +57,12 @@ struct State {
     sleeping_until: Option<Instant>,
     /// The task is gone: limits are tokio timers of their own.
     gone: bool,
-    /// Times the task was woken for a sooner limit.
+    /// Times the task was asked to wake for a sooner limit.
     #[cfg(test)]
     woken_sooner: usize,
+    /// Times the task looked for limits to fire.
+    #[cfg(test)]
+    rounds: usize,
 }
 
 impl Shared {
@@ -73,26 +82,37 @@ impl Deadlines {
             sooner: Notify::new(),
         });
         let stop = CancellationToken::new();
-        tokio::spawn(run(shared.clone(), stop.clone()));
+        // Made here, not in the task: a task dropped before its first poll (its runtime shut
+        // down first) still drops it, and marks the task gone.
+        let gone = Gone(shared.clone());
+        tokio::spawn(run(gone, stop.clone()));
         Self {
             shared,
+            runtime: Handle::current().id(),
             _stop: stop.drop_guard(),
         }
     }
 
     /// Completes `limit` from now (never, for a `limit` too long for the clock; at its first
-    /// poll for zero). Cancel safe: dropped, it unsets the limit.
+    /// poll for zero). Called outside the task's runtime, a tokio timer of its own. Cancel
+    /// safe: dropped, it unsets the limit.
     pub(crate) fn after(&self, limit: Duration) -> Expiry {
+        let at = match limit {
+            Duration::ZERO => At::Now,
+            limit => Instant::now()
+                .checked_add(limit)
+                .map_or(At::Never, At::Instant),
+        };
+        let here = Handle::try_current().is_ok_and(|handle| handle.id() == self.runtime);
+        let own = match at {
+            At::Instant(at) if !here => Some(Box::pin(tokio::time::sleep_until(at))),
+            _ => None,
+        };
         Expiry {
             shared: self.shared.clone(),
-            at: match limit {
-                Duration::ZERO => At::Now,
-                limit => Instant::now()
-                    .checked_add(limit)
-                    .map_or(At::Never, At::Instant),
-            },
+            at,
             number: None,
-            own: None,
+            own,
         }
     }
 }
@@ -107,7 +127,7 @@ enum At {
     Instant(Instant),
 }
 
-/// A round's time limit ([`Deadlines::after`]).
+/// A round's time limit ([`Deadlines::after`]); a limit of zero fires at its first poll.
 pub(crate) struct Expiry {
     shared: Arc<Shared>,
     /// When it fires.
@@ -191,14 +211,18 @@ impl Drop for Expiry {
 
 /// The task: fires the limits that have passed, then sleeps until the earliest left, or
 /// until a sooner one is set.
-async fn run(shared: Arc<Shared>, stop: CancellationToken) {
-    let _gone = Gone(shared.clone());
+async fn run(gone: Gone, stop: CancellationToken) {
+    let shared = gone.0.clone();
     let sleep = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(sleep);
     loop {
         let sooner = shared.sooner.notified();
         let (fired, next) = {
             let mut state = shared.state();
+            #[cfg(test)]
+            {
+                state.rounds += 1;
+            }
             let now = Instant::now();
             let mut fired = Vec::new();
             while let Some(entry) = state.set.first_entry() {
@@ -287,15 +311,25 @@ mod tests {
         }
         let state = deadlines.shared.state();
         assert_eq!(state.woken_sooner, 1, "only the first limit woke the task");
+        // Its first look, and the one the first limit woke it for: none since.
+        assert_eq!(state.rounds, 2, "the task looked for limits to fire");
         assert!(state.set.is_empty(), "a dropped limit is unset");
     }
 
     #[tokio::test(start_paused = true)]
     async fn limits_at_the_same_instant_all_fire() {
-        let deadlines = Deadlines::start();
+        let deadlines = Arc::new(Deadlines::start());
         let start = Instant::now();
-        let both = futures_util::future::join(deadlines.after(5 * MS), deadlines.after(5 * MS));
-        both.await;
+        // Each in a task of its own: one wake-up cannot finish both.
+        let rounds: Vec<_> = (0..2)
+            .map(|_| {
+                let limit = deadlines.after(5 * MS);
+                tokio::spawn(limit)
+            })
+            .collect();
+        for round in rounds {
+            round.await.unwrap();
+        }
         assert_eq!(start.elapsed(), 5 * MS);
     }
 
@@ -306,7 +340,7 @@ mod tests {
         let mut waiting = deadlines.after(50 * MS);
         assert!(!fired(&mut waiting));
         let shared = deadlines.shared.clone();
-        // Stops the task (as a runtime shutting down would drop it).
+        // Stops the task (every handle gone).
         drop(deadlines);
         tokio::task::yield_now().await;
         assert!(shared.state().gone);
@@ -326,6 +360,46 @@ mod tests {
             .await
             .expect("a limit set after the task ended fires");
         assert_eq!(start.elapsed(), 70 * MS);
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
+    /// The task's runtime shut down before the task ever ran: the limit set there still fires,
+    /// awaited on another runtime.
+    #[test]
+    fn a_task_dropped_before_its_first_poll_leaves_its_limits_timers_of_their_own() {
+        let first = runtime();
+        let (deadlines, mut waiting) = first.block_on(async {
+            let deadlines = Deadlines::start();
+            let mut waiting = deadlines.after(20 * MS);
+            // Set in the map, and the task not polled yet.
+            assert!(!fired(&mut waiting));
+            (deadlines, waiting)
+        });
+        drop(first);
+        assert!(deadlines.shared.state().gone);
+        runtime().block_on(async {
+            let bounded = tokio::time::timeout(Duration::from_secs(10), &mut waiting);
+            bounded.await.expect("the limit fires");
+        });
+    }
+
+    /// A limit set on a runtime other than the task's (which nobody drives here) is a timer
+    /// of that runtime.
+    #[test]
+    fn a_limit_set_on_another_runtime_fires_there() {
+        let first = runtime();
+        let deadlines = first.block_on(async { Deadlines::start() });
+        runtime().block_on(async {
+            let bounded = tokio::time::timeout(Duration::from_secs(10), deadlines.after(20 * MS));
+            bounded.await.expect("the limit fires");
+        });
+        drop(first);
     }
 
     #[tokio::test(start_paused = true)]

@@ -373,6 +373,26 @@ mod tests {
         assert!(!polled.load(std::sync::atomic::Ordering::SeqCst));
     }
 
+    /// A round's limit from the handle's deadlines: a node that never answers is timed out
+    /// at the limit, not waited for.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_never_answers_is_timed_out_at_the_rounds_limit() {
+        let deadlines = crate::kernel::deadlines::Deadlines::start();
+        let started = tokio::time::Instant::now();
+        let expiry = deadlines.after(LIMIT);
+        let tally = decide(
+            3,
+            2,
+            (LIMIT, expiry),
+            Stop::AtQuorum,
+            calls(vec![YES, None, None]),
+        )
+        .await;
+        assert_eq!(started.elapsed(), LIMIT);
+        assert_eq!(tally.granted, 1);
+        assert_eq!(tally.votes[1], NodeVote::Failed(NodeError::Timeout(LIMIT)));
+    }
+
     #[tokio::test]
     async fn a_round_stops_as_soon_as_a_quorum_granted() {
         // Nodes 3 and 4 never answer: a quorum of 3 of 5 is enough, no timeout is waited for.

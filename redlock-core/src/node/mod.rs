@@ -31,7 +31,7 @@ pub(crate) struct Node {
     /// ([`RedlockBuilder::node_transport`](crate::RedlockBuilder::node_transport)), which is
     /// connected from its creation.
     pub(crate) client: Option<Client>,
-    /// Shared: a metric's label and a report's node are not copies.
+    /// Shared: a metric's label is not a copy of it.
     pub(crate) label: Arc<str>,
     /// This node's own limit for one call in a round, when it is below the round's
     /// ([`RedlockBuilder::node_timeout_for`](crate::RedlockBuilder::node_timeout_for));

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use fred::bytes::{Bytes, BytesMut};
+use fred::bytes_utils::Str;
 use fred::types::{Key, Value};
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
@@ -167,8 +169,7 @@ impl Pipeline {
         args: &[Value],
         finish: bool,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
-        let keys: Vec<Value> = keys.iter().map(|k| Value::from(*k)).collect();
-        let args = args.to_vec();
+        let (keys, args) = shared(keys, args);
         // Nothing is waiting to be sent to this node, nor waiting for its answer: the call
         // goes out at once, as a batch of one, without the task's two hops. Every call made
         // before it has been handed to the client already (a call counts as outstanding from
@@ -272,6 +273,49 @@ impl Pipeline {
                 Err(Err(error)) => Err(error),
             }
         }
+    }
+}
+
+/// A call's keys and arguments as values that are copied by a count, not a copy of their
+/// text: every string among them is a slice of one buffer, so that the copies a call's
+/// command and its record for a `NOSCRIPT` need cost no allocation each (a value made from
+/// a `&str` copies its text, and again at its first copy). Integers stay integers.
+fn shared(keys: &[&str], args: &[Value]) -> (Vec<Value>, Vec<Value>) {
+    fn text(arg: &Value) -> Option<&[u8]> {
+        match arg {
+            Value::String(text) => Some(text.as_bytes()),
+            Value::Bytes(bytes) => Some(&bytes[..]),
+            _ => None,
+        }
+    }
+    let len = keys.iter().map(|k| k.len()).sum::<usize>()
+        + args.iter().filter_map(text).map(<[u8]>::len).sum::<usize>();
+    let mut buffer = BytesMut::with_capacity(len);
+    keys.iter()
+        .for_each(|k| buffer.extend_from_slice(k.as_bytes()));
+    args.iter()
+        .filter_map(text)
+        .for_each(|t| buffer.extend_from_slice(t));
+    let mut buffer = buffer.freeze();
+    let mut next = |len: usize| buffer.split_to(len);
+    let keys = keys.iter().map(|k| string(next(k.len()), k)).collect();
+    let args = args
+        .iter()
+        .map(|arg| match arg {
+            Value::String(text) => string(next(text.len()), text),
+            Value::Bytes(bytes) => Value::Bytes(next(bytes.len())),
+            other => other.clone(),
+        })
+        .collect();
+    (keys, args)
+}
+
+/// The string `text` held in `bytes` (its copy), as a value.
+fn string(bytes: Bytes, text: &str) -> Value {
+    match Str::from_inner(bytes) {
+        Ok(shared) => Value::String(shared),
+        // Not reached: the bytes are a copy of `text`.
+        Err(_) => Value::from(text),
     }
 }
 

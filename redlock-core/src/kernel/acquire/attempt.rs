@@ -269,7 +269,12 @@ impl Redlock {
         tracing::debug!(
             resources = keys.len(),
             granted = granted_by,
-            refused = tally.refused,
+            held = tally.refused,
+            failed = tally
+                .votes
+                .iter()
+                .filter(|v| matches!(v, NodeVote::Failed(_)))
+                .count(),
             elapsed_us = start.elapsed().as_micros() as u64,
             votes = ?tally.votes,
             "attempt decided"
