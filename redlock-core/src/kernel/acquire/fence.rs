@@ -3,6 +3,7 @@
 //! tokens").
 
 use std::time::Duration;
+use tokio::time::Instant;
 
 use rand::Rng;
 
@@ -23,11 +24,21 @@ const FENCE_ROUNDS: usize = 16;
 /// the nodes each reached first and neither by a fencing quorum, round after round.
 const FENCE_SPREAD: u64 = 64;
 
+/// How long a split claim waits before the next round: a random part of the round it lost.
+/// Two compatible holders whose claims each reach their own nearest nodes first would
+/// otherwise leapfrog: each new claim, sent at the answer, reaches those nodes just as the
+/// other's delayed claim does, round after round. Waiting lets the delayed claim land first
+/// and be confirmed, and the next claim then goes above it.
+fn backoff(round: Duration) -> Duration {
+    let nanos = u64::try_from(round.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(rand::rng().random_range(0..=nanos))
+}
+
 /// The fencing write-back: claims `highest + 1` on every node as a max register, and
 /// returns it once a fencing quorum ([`timing::fencing_quorum`], 4 of 5) confirmed their
 /// counter was below it. A node reporting a counter at or above the claim (one the read
 /// missed, or a compatible holder's claim) starts another round above it (spread out when
-/// the claim was split, [`FENCE_SPREAD`]).
+/// the claim was split, [`FENCE_SPREAD`], after a [`backoff`]).
 /// Where the resource's counter has expired, the node compares the claim with the key
 /// prefix's fencing floor, which covers every token the counter held (the fence script,
 /// `FENCE` in `kernel::scripts`).
@@ -55,6 +66,7 @@ pub(crate) async fn fence(
         if claim == u64::MAX {
             break;
         }
+        let sent = Instant::now();
         let tally = masters
             .round(needed, limit, Stop::AtDecision, |node| {
                 node.fence(keys, masters.fencing_counter_ttl_ms, claim)
@@ -75,6 +87,7 @@ pub(crate) async fn fence(
         match above {
             Some(counter) => {
                 let spread = if split {
+                    tokio::time::sleep(backoff(sent.elapsed())).await;
                     rand::rng().random_range(0..=FENCE_SPREAD)
                 } else {
                     0
@@ -86,4 +99,23 @@ pub(crate) async fn fence(
     }
     tracing::debug!(outcomes = %last, "fencing write-back not confirmed by a fencing quorum");
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backoff_is_a_part_of_the_round_it_follows() {
+        for round in [Duration::ZERO, Duration::from_millis(20), Duration::MAX] {
+            for _ in 0..100 {
+                assert!(backoff(round) <= round, "{round:?}");
+            }
+        }
+        let waits: Vec<Duration> = (0..100).map(|_| backoff(Duration::from_secs(1))).collect();
+        assert!(
+            waits.iter().any(|w| *w != waits[0]),
+            "a backoff is drawn at random"
+        );
+    }
 }
