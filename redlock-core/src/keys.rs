@@ -41,67 +41,169 @@ pub(crate) fn validate_resource(resource: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
-/// Every key of one resource, named once per acquisition and kept by its lease.
+/// Every key of one resource, named once per acquisition and kept by its lease: the lock key,
+/// and the bookkeeping keys after it, held in one buffer (one allocation for all of them, not
+/// one each: every lock names them).
 #[derive(Debug, Clone)]
 pub(crate) struct ResourceKeys {
     /// The lock key: the key prefix followed by the resource.
     pub(crate) lock: String,
-    /// [`waiters`].
-    pub(crate) waiters: String,
-    /// [`fencing`].
-    pub(crate) fencing: String,
-    /// [`fencing_floor`] of the resource's [`fencing_namespace`].
-    pub(crate) fencing_floor: String,
-    /// [`fencing_window`] of the resource's [`fencing_namespace`].
-    pub(crate) fencing_window: String,
-    /// [`busy`].
-    pub(crate) busy: String,
-    /// [`window`].
-    pub(crate) window: String,
-    /// [`listen`] (a semaphore's slots share the semaphore's, [`permit_listen`]).
-    pub(crate) listen: String,
+    /// The bookkeeping keys, one after another, in [`Kind`] order.
+    others: String,
+    /// Where each of `others` ends.
+    ends: [usize; KINDS],
 }
+
+/// The bookkeeping keys of [`ResourceKeys`], in the order they are kept.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Waiters,
+    Fencing,
+    FencingFloor,
+    FencingWindow,
+    Busy,
+    Window,
+    Listen,
+}
+
+/// How many [`Kind`]s there are.
+const KINDS: usize = 7;
+
+/// Each bookkeeping key as `(base, kind)`: `<base>\0redlock:<kind>`, in [`Kind`] order.
+type Parts<'a> = [(&'a str, &'a str); KINDS];
 
 impl ResourceKeys {
     /// The keys of the lock key `lock`, taken by a handle with key prefix `prefix`.
     pub(crate) fn new(prefix: &str, lock: String) -> Self {
         let namespace = fencing_namespace(prefix, &lock);
-        Self {
-            waiters: waiters(&lock),
-            fencing: fencing(&lock),
-            fencing_floor: fencing_floor(namespace),
-            fencing_window: fencing_window(namespace),
-            busy: busy(&lock),
-            window: window(&lock),
-            listen: listen(&lock),
-            lock,
-        }
+        let others = join([
+            (&lock, "waiters"),
+            (&lock, "fencing"),
+            (namespace, "fencing-floor"),
+            (namespace, "fencing-window"),
+            (&lock, "busy"),
+            (&lock, "window"),
+            (&lock, "listen"),
+        ]);
+        Self::with(lock, others)
     }
+
+    fn with(lock: String, (others, ends): (String, [usize; KINDS])) -> Self {
+        Self { lock, others, ends }
+    }
+
+    fn get(&self, kind: Kind) -> &str {
+        let i = kind as usize;
+        let start = i.checked_sub(1).map_or(0, |before| self.ends[before]);
+        self.others.get(start..self.ends[i]).unwrap_or_default()
+    }
+
+    /// The sorted set of the waiters queued for the lock key; also the channel a release
+    /// publishes the hand-over on. A semaphore's slots share the semaphore's
+    /// (the semaphore's `permit-waiters` key).
+    pub(crate) fn waiters(&self) -> &str {
+        self.get(Kind::Waiters)
+    }
+
+    /// The fencing counter of the lock key: a max register, with a ttl
+    /// ([`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)),
+    /// backed by the [`fencing_floor`](Self::fencing_floor) once it has expired.
+    pub(crate) fn fencing(&self) -> &str {
+        self.get(Kind::Fencing)
+    }
+
+    /// The fencing floor of the resource's [`fencing_namespace`]: `"<past> <current>"`, the
+    /// highest token confirmed on this node before the floor's window
+    /// ([`fencing_window`](Self::fencing_window)) and within it (the fence script, `FENCE` in
+    /// `kernel::scripts`, keeps both). A resource whose counter has expired compares its next
+    /// claim with the floor.
+    pub(crate) fn fencing_floor(&self) -> &str {
+        self.get(Kind::FencingFloor)
+    }
+
+    /// The window of the [`fencing_floor`](Self::fencing_floor): while it exists, the floor's
+    /// `current` collects the window's claims; once it has expired (half a counter ttl before
+    /// any counter written in it), `current` counts as `past`.
+    pub(crate) fn fencing_window(&self) -> &str {
+        self.get(Kind::FencingWindow)
+    }
+
+    /// Since when (ms on the node's clock) the lock key has been handed from one of our
+    /// holders to the next without a window for foreign clients: set by each hand-over, read
+    /// by each grant, deleted when a window opens, and left to expire (the window's length)
+    /// when the key is freed with nobody queued, so that a key free for a whole window starts
+    /// a new streak.
+    pub(crate) fn busy(&self) -> &str {
+        self.get(Kind::Busy)
+    }
+
+    /// The window for foreign clients on the lock key: while it exists (its ttl is the
+    /// window), the key is free and every request of ours that waits refuses it, so that a
+    /// client polling the key (a foreign client, or a request of ours that never queues)
+    /// finds it free.
+    pub(crate) fn window(&self) -> &str {
+        self.get(Kind::Window)
+    }
+
+    /// The listen flag of the lock key: set (with the waiter queue's ttl) by every request of
+    /// ours that a holder refused and that waits to be told of its release (a queued waiter,
+    /// a mode request refused by a plain holder), deleted by the release with the key. A
+    /// release that finds no flag is the spec's compare-and-delete and nothing else: nothing
+    /// is read, written or published for waiters unless one listens. A semaphore's slots
+    /// share the semaphore's (the semaphore's `permit-listen` key).
+    pub(crate) fn listen(&self) -> &str {
+        self.get(Kind::Listen)
+    }
+}
+
+/// Each of `parts` as `<base>\0redlock:<kind>`, one after another, and where each ends.
+fn join(parts: Parts<'_>) -> (String, [usize; KINDS]) {
+    let len = parts
+        .iter()
+        .map(|(base, kind)| base.len() + BOOKKEEPING_SEPARATOR.len() + kind.len())
+        .sum();
+    let mut others = String::with_capacity(len);
+    let mut ends = [0; KINDS];
+    for ((base, kind), end) in parts.iter().zip(&mut ends) {
+        others.push_str(base);
+        others.push_str(BOOKKEEPING_SEPARATOR);
+        others.push_str(kind);
+        *end = others.len();
+    }
+    (others, ends)
 }
 
 impl ResourceKeys {
     /// The keys of a semaphore's permits on the lock key `lock`
     /// ([`Redlock::semaphore`](crate::Redlock::semaphore)): its waiter queue's keys
-    /// (the lock key's, with [`permit_waiters`] for the waiters), and its slots'.
+    /// (the lock key's, with the semaphore's `permit-waiters` key for the waiters and the semaphore's `permit-listen` key for the
+    /// listen flag), and its slots', which share that queue and flag.
     pub(crate) fn permits(prefix: &str, lock: String, permits: u32) -> (Self, PermitSlots) {
-        let (queue, flag) = (permit_waiters(&lock), permit_listen(&lock));
+        let keys = |key: &str| {
+            let namespace = fencing_namespace(prefix, key);
+            join([
+                (&lock, "permit-waiters"),
+                (key, "fencing"),
+                (namespace, "fencing-floor"),
+                (namespace, "fencing-window"),
+                (key, "busy"),
+                (key, "window"),
+                (&lock, "permit-listen"),
+            ])
+        };
         let slots = PermitSlots {
             alive: permit_alive(&lock),
             capacity: permit_capacity(&lock),
             slots: (0..permits)
-                .map(|slot| Self {
-                    waiters: queue.clone(),
-                    listen: flag.clone(),
-                    ..Self::new(prefix, permit_slot(&lock, slot))
+                .map(|slot| {
+                    let slot_key = permit_slot(&lock, slot);
+                    let others = keys(&slot_key);
+                    Self::with(slot_key, others)
                 })
                 .collect(),
         };
-        let base = Self {
-            waiters: queue,
-            listen: flag,
-            ..Self::new(prefix, lock)
-        };
-        (base, slots)
+        let others = keys(&lock);
+        (Self::with(lock, others), slots)
     }
 }
 
@@ -123,18 +225,6 @@ fn permit_slot(key: &str, slot: u32) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}permit:{slot}")
 }
 
-/// The sorted set of the waiters for a permit of the semaphore on `key`; also the channel
-/// its slots' releases publish their hand-overs on.
-fn permit_waiters(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}permit-waiters")
-}
-
-/// The listen flag of the semaphore on `key` ([`listen`] for its slots): set by a queued
-/// waiter for a permit when refused, so that a slot's release hands the slot over.
-fn permit_listen(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}permit-listen")
-}
-
 /// The number of permits of the semaphore on `key`, stored by its first attempt and kept
 /// at least as long as any slot it read: an attempt with another number is refused
 /// ([`LockError::PermitsMismatch`](crate::LockError::PermitsMismatch)).
@@ -149,48 +239,11 @@ pub(crate) fn permit_capacity_of_slot(slot_key: &str, slot: u32) -> Option<Strin
     slot_key.strip_suffix(&suffix).map(permit_capacity)
 }
 
-/// Until when (ms of the node's clock) each waiter in [`permit_waiters`] counts: a sorted set
+/// Until when (ms of the node's clock) each waiter in the semaphore's `permit-waiters` key counts: a sorted set
 /// of the same markers scored by that instant, renewed at each of the waiter's attempts, so
 /// that the entry of a waiter that crashed stops holding back the ones behind it.
 fn permit_alive(key: &str) -> String {
     format!("{key}{BOOKKEEPING_SEPARATOR}permit-alive")
-}
-
-/// The sorted set of waiters queued for `key`; also the channel a release publishes the
-/// hand-over on.
-fn waiters(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}waiters")
-}
-
-/// The listen flag of `key`: set (with the waiter queue's ttl) by every request of ours that a
-/// holder of `key` refused and that waits to be told of its release (a queued waiter, a mode
-/// request refused by a plain holder), deleted by the release with the key. A release that
-/// finds no flag is the spec's compare-and-delete and nothing else: nothing is read, written
-/// or published for waiters unless one listens.
-fn listen(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}listen")
-}
-
-/// The fencing counter of `key`: a max register, with a ttl
-/// ([`RedlockBuilder::fencing_counter_ttl`](crate::RedlockBuilder::fencing_counter_ttl)),
-/// backed by the key prefix's [`fencing_floor`] once it has expired.
-fn fencing(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}fencing")
-}
-
-/// Since when (ms on the node's clock) `key` has been handed from one of our holders to the
-/// next without a window for foreign clients: set by each hand-over, read by each grant,
-/// deleted when a window opens, and left to expire ([`window`]'s length) when the key is freed
-/// with nobody queued, so that a key free for a whole window starts a new streak.
-fn busy(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}busy")
-}
-
-/// The window for foreign clients on `key`: while it exists (its ttl is the window), `key` is
-/// free and every request of ours that waits refuses it, so that a client polling the key (a
-/// foreign client, or a request of ours that never queues) finds it free.
-fn window(key: &str) -> String {
-    format!("{key}{BOOKKEEPING_SEPARATOR}window")
 }
 
 /// The label key of the holder of `key` whose token is `token` ([`OWNER`]):
@@ -244,21 +297,6 @@ pub(crate) fn fencing_namespace<'a>(prefix: &'a str, lock: &'a str) -> &'a str {
     lock.find(':').map_or("", |colon| &lock[..=colon])
 }
 
-/// The fencing floor of `namespace` ([`fencing_namespace`]): `"<past> <current>"`, the
-/// highest token confirmed on this node before the floor's window ([`fencing_window`]) and
-/// within it (the fence script, `FENCE` in `kernel::scripts`, keeps both). A resource whose
-/// counter has expired compares its next claim with the floor.
-fn fencing_floor(namespace: &str) -> String {
-    format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-floor")
-}
-
-/// The window of a [`fencing_floor`]: while it exists, the floor's `current` collects the
-/// window's claims; once it has expired (half a counter ttl before any counter written in
-/// it), `current` counts as `past`.
-fn fencing_window(namespace: &str) -> String {
-    format!("{namespace}{BOOKKEEPING_SEPARATOR}fencing-window")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,12 +315,16 @@ mod tests {
 
     #[test]
     fn bookkeeping_keys_follow_the_lock_key_after_a_nul_byte() {
+        let keys = ResourceKeys::new("lock:", "lock:order:1".to_owned());
         let all = [
-            waiters("lock:order:1"),
-            fencing("lock:order:1"),
-            busy("lock:order:1"),
-            window("lock:order:1"),
+            keys.waiters(),
+            keys.fencing(),
+            keys.busy(),
+            keys.window(),
+            keys.listen(),
         ];
+        assert_eq!(keys.waiters(), "lock:order:1\0redlock:waiters");
+        assert_eq!(keys.listen(), "lock:order:1\0redlock:listen");
         for key in &all {
             assert!(key.starts_with("lock:order:1\0redlock:"), "{key:?}");
         }
@@ -292,28 +334,37 @@ mod tests {
         // The quarantine's keys follow the prefix, and are no resource's.
         assert_eq!(witness("lock:"), "lock:\0redlock:witness");
         assert_eq!(quarantine_marker("lock:"), "lock:\0redlock:quarantine");
-        assert!(!all.contains(&witness("lock:order:1")));
+        assert!(!all.contains(&witness("lock:order:1").as_str()));
         // So do the fencing floor's; without a prefix, they follow the resource's family.
-        let prefixed = ResourceKeys::new("lock:", "lock:order:1".to_owned());
-        assert_eq!(prefixed.fencing_floor, "lock:\0redlock:fencing-floor");
-        assert_eq!(prefixed.fencing_window, "lock:\0redlock:fencing-window");
+        assert_eq!(keys.fencing_floor(), "lock:\0redlock:fencing-floor");
+        assert_eq!(keys.fencing_window(), "lock:\0redlock:fencing-window");
         let family = ResourceKeys::new("", "order:1:item".to_owned());
-        assert_eq!(family.fencing_floor, "order:\0redlock:fencing-floor");
+        assert_eq!(family.fencing_floor(), "order:\0redlock:fencing-floor");
         let plain = ResourceKeys::new("", "job".to_owned());
-        assert_eq!(plain.fencing_floor, "\0redlock:fencing-floor");
-        assert!(!all.contains(&prefixed.fencing_floor));
+        assert_eq!(plain.fencing_floor(), "\0redlock:fencing-floor");
+        assert_eq!(plain.fencing(), "job\0redlock:fencing");
+        assert!(!all.contains(&keys.fencing_floor()));
         // A semaphore's slots and queue follow the lock key too, apart from the lock's own.
         let (base, slots) = ResourceKeys::permits("lock:", "lock:order:1".to_owned(), 2);
         assert_eq!(base.lock, "lock:order:1");
-        assert_eq!(base.waiters, "lock:order:1\0redlock:permit-waiters");
+        assert_eq!(base.waiters(), "lock:order:1\0redlock:permit-waiters");
+        assert_eq!(base.listen(), "lock:order:1\0redlock:permit-listen");
+        assert_eq!(base.busy(), keys.busy());
         assert_eq!(slots.alive, "lock:order:1\0redlock:permit-alive");
         let slots = &slots.slots;
         assert_eq!(slots[1].lock, "lock:order:1\0redlock:permit:1");
-        assert!(slots.iter().all(|slot| slot.waiters == base.waiters));
-        assert!(!all.contains(&base.waiters) && !all.contains(&slots[0].lock));
+        assert_eq!(
+            slots[1].busy(),
+            "lock:order:1\0redlock:permit:1\0redlock:busy"
+        );
+        assert_eq!(slots[1].fencing_floor(), keys.fencing_floor());
+        assert!(slots.iter().all(|slot| slot.waiters() == base.waiters()));
+        assert!(slots.iter().all(|slot| slot.listen() == base.listen()));
+        assert!(!all.contains(&base.waiters()) && !all.contains(&slots[0].lock.as_str()));
         // A plain resource named like 0.1.0's suffixes is not ours any more.
-        assert_ne!(waiters("x"), "x:waiters");
-        assert_ne!(fencing("x"), "x:fencing-counter");
+        let x = ResourceKeys::new("", "x".to_owned());
+        assert_ne!(x.waiters(), "x:waiters");
+        assert_ne!(x.fencing(), "x:fencing-counter");
     }
 
     #[test]

@@ -579,6 +579,18 @@ mod downgrade {
             .lock_mode("catalog", Mode::Exclusive, Duration::from_secs(10))
             .await
             .unwrap();
+        // The lock returns at a quorum: the control attempt below, sent before the other
+        // nodes' grants land, could take one of them first and keep the writer off it.
+        within("the writer on every node", async {
+            while mode_holders(&nodes, writer.key())
+                .await
+                .iter()
+                .any(|holders| holders.is_empty())
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
         let info = writer.info();
         let read = LockOptions::default().retry_count(0);
         assert!(

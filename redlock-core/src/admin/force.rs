@@ -101,7 +101,7 @@ impl Redlock {
         if keys.lock.contains('\0') {
             return Err(InvalidInput::ReservedResource.into());
         }
-        let mut report = self.force_release_key(&keys, &keys.waiters).await;
+        let mut report = self.force_release_key(&keys, keys.waiters()).await;
         let stored = self.stored_permits(resource).await?;
         // A number no semaphore of ours stores (another application's key) is cut at the
         // largest a semaphore can have.
@@ -113,7 +113,7 @@ impl Redlock {
             let removals: Vec<_> = slots
                 .slots
                 .iter()
-                .map(|slot| self.force_release_key(slot, &queue.waiters))
+                .map(|slot| self.force_release_key(slot, queue.waiters()))
                 .collect();
             let removed: Vec<ForceReleased> = futures_util::stream::iter(removals)
                 .buffer_unordered(SLOTS_AT_ONCE)

@@ -355,7 +355,7 @@ async fn read_node(
         Value::from(INSPECT),
         Value::from(2),
         Value::from(keys.lock.as_str()),
-        Value::from(keys.waiters.as_str()),
+        Value::from(keys.waiters()),
     ];
     let reply = tokio::time::timeout(limit, node.call("EVAL", args))
         .await

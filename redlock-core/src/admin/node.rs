@@ -7,8 +7,8 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::keys::ResourceKeys;
-use crate::node::Node;
 use crate::node::scripts::{Effect, Script};
+use crate::node::{Arg, Node};
 use crate::outcome::{NodeError, NodeVote};
 
 /// An operator's release of the holders a [`FORCE_READ`] named (`force_release.lua`).
@@ -70,8 +70,8 @@ impl Node {
         limit: Duration,
     ) -> impl Future<Output = (NodeVote, bool)> + Send + use<> {
         let mut args = Vec::with_capacity(1 + digests.len());
-        args.push(Value::from(channel));
-        args.extend(digests.iter().map(|d| Value::from(d.as_str())));
+        args.push(Arg::from(channel));
+        args.extend(digests.iter().map(|d| Arg::from(d.as_str())));
         let answer = self.eval_release_within(&FORCE_RELEASE, &[keys.lock.as_str()], &args, limit);
         async move {
             match answer.await {

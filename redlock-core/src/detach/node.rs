@@ -7,7 +7,7 @@ use fred::types::Value;
 
 use crate::kernel::commands::QuarantineCheck;
 use crate::node::scripts::{Effect, Script};
-use crate::node::{Node, int_arg};
+use crate::node::{Arg, Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
 
 /// A detached lock's token swapped for its resumed holder's (`resume.lua`).
@@ -33,9 +33,9 @@ impl Node {
     ) -> impl Future<Output = (NodeVote, Option<Duration>)> + Send + use<> {
         let (witness, marker) = quarantine.keys_or(key);
         let args = [
-            Value::from(token),
-            Value::from(next),
-            Value::from(if mode { "1" } else { "0" }),
+            Arg::from(token),
+            Arg::from(next),
+            Arg::from(if mode { "1" } else { "0" }),
             int_arg(quarantine.ms),
             int_arg(cap_ms),
         ];

@@ -15,7 +15,7 @@ use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::node::replies::{AcquireReply, acquire_reply, counter, set_nx_reply, vote};
 use crate::node::scripts::{Script, kept};
-use crate::node::{Node, int_arg};
+use crate::node::{Arg, Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
 
 /// How long a waiter queue and the resource's listen flag outlive the attempt that wrote them,
@@ -47,6 +47,18 @@ impl Waiter {
             marker: format!("~{:016x}", rand::rng().random::<u64>()),
             score_ms,
         }
+    }
+}
+
+/// A request's [`Waiter`], drawn at its first use: a lock granted at its first attempt (or
+/// refused without waiting) never draws one.
+#[derive(Debug, Default)]
+pub(crate) struct LazyWaiter(std::sync::OnceLock<Waiter>);
+
+impl LazyWaiter {
+    /// The waiter, drawn now if this is its first use.
+    pub(crate) fn get(&self) -> &Waiter {
+        self.0.get_or_init(Waiter::draw)
     }
 }
 
@@ -186,50 +198,48 @@ impl Node {
         };
         let quarantine_ms = int_arg(quarantine.ms);
         let (witness, marker) = quarantine.keys_or(&first.lock);
-        let fence = fencing.then_some([first.fencing.as_str(), first.fencing_floor.as_str()]);
+        let fence = fencing.then_some([first.fencing(), first.fencing_floor()]);
         let keys = first;
         match kind {
             AcquireKind::Mode(mode) => {
                 let args = [
-                    Value::from(token),
-                    Value::from(mode.mode.as_str()),
+                    Arg::from(token),
+                    Arg::from(mode.mode.as_str()),
                     int_arg(ttl_ms),
-                    Value::from(mode.waiter.marker.as_str()),
+                    Arg::from(mode.waiter.marker.as_str()),
                     int_arg(mode.intent_ttl_ms),
-                    Value::from(mode.compatible.as_str()),
-                    Value::Integer(mode.waiter.score_ms),
-                    quarantine_ms.clone(),
+                    Arg::from(mode.compatible.as_str()),
+                    Arg::Int(mode.waiter.score_ms),
+                    quarantine_ms,
                 ];
                 // Without windows, the lock key stands in for the window key: the script reads
                 // it only when the key is free, so it never finds a window there.
-                let window = if windowed { &keys.window } else { &keys.lock };
-                let script_keys = [
-                    keys.lock.as_str(),
-                    window.as_str(),
-                    witness,
-                    marker,
-                    keys.listen.as_str(),
-                ];
+                let window = if windowed {
+                    keys.window()
+                } else {
+                    keys.lock.as_str()
+                };
+                let script_keys = [keys.lock.as_str(), window, witness, marker, keys.listen()];
                 self.acquire_script(&ACQUIRE_MODE, &script_keys, fence, &args)
                     .await
             }
             AcquireKind::Queued(waiter) => {
                 let args = [
-                    Value::from(token),
+                    Arg::from(token),
                     int_arg(ttl_ms),
-                    Value::from(waiter.marker.as_str()),
-                    Value::Integer(waiter.score_ms),
+                    Arg::from(waiter.marker.as_str()),
+                    Arg::Int(waiter.score_ms),
                     int_arg(QUEUE_TTL_MS),
-                    quarantine_ms.clone(),
+                    quarantine_ms,
                 ];
                 let script_keys = [
                     keys.lock.as_str(),
-                    keys.waiters.as_str(),
-                    keys.window.as_str(),
-                    keys.busy.as_str(),
+                    keys.waiters(),
+                    keys.window(),
+                    keys.busy(),
                     witness,
                     marker,
-                    keys.listen.as_str(),
+                    keys.listen(),
                 ];
                 self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
                     .await
@@ -250,10 +260,10 @@ impl Node {
             AcquireKind::Plain => {
                 let set = request.keys;
                 let mut args = vec![
-                    Value::from(token),
+                    Arg::from(token),
                     int_arg(ttl_ms),
-                    quarantine_ms.clone(),
-                    Value::from(match (windowed, streak) {
+                    quarantine_ms,
+                    Arg::from(match (windowed, streak) {
                         (true, _) => "1",
                         (false, true) => "2",
                         (false, false) => "0",
@@ -264,8 +274,8 @@ impl Node {
                 }
                 let mut script_keys = Vec::with_capacity(2 * set.len() + 3);
                 script_keys.extend(set.iter().map(|k| k.lock.as_str()));
-                script_keys.extend(set.iter().map(|k| k.window.as_str()));
-                script_keys.extend([keys.busy.as_str(), witness, marker]);
+                script_keys.extend(set.iter().map(|k| k.window()));
+                script_keys.extend([keys.busy(), witness, marker]);
                 self.acquire_script(&ACQUIRE, &script_keys, fence, &args)
                     .await
             }
@@ -279,7 +289,7 @@ impl Node {
         script: &'static Script,
         keys: &[&str],
         fence_keys: Option<[&str; 2]>,
-        args: &[Value],
+        args: &[Arg<'_>],
     ) -> AcquireReply {
         let mut all = keys.to_vec();
         all.extend(fence_keys.into_iter().flatten());
@@ -303,11 +313,8 @@ impl Node {
         let key = keys.lock.as_str();
         let answer = match (releasing, handover) {
             (Releasing::Keep { keep_ms }, _) => {
-                let args = [
-                    Value::from(token),
-                    int_arg(keep_ms),
-                    Value::from(kept(token)),
-                ];
+                let kept = kept(token);
+                let args = [Arg::from(token), int_arg(keep_ms), Arg::from(&kept)];
                 self.eval_release(&KEEP, &[key], &args)
             }
             (Releasing::Attempt { mode: true }, _) | (Releasing::Holder { mode: true, .. }, _) => {
@@ -315,38 +322,34 @@ impl Node {
                     Releasing::Holder { marker, .. } => marker,
                     Releasing::Attempt { .. } | Releasing::Keep { .. } => "",
                 };
-                let channel = handover.map_or("", |_| keys.waiters.as_str());
-                let args = [
-                    Value::from(token),
-                    Value::from(channel),
-                    Value::from(marker),
-                ];
+                let channel = handover.map_or("", |_| keys.waiters());
+                let args = [Arg::from(token), Arg::from(channel), Arg::from(marker)];
                 let script_keys: &[&str] = match handover {
-                    Some(_) => &[key, keys.waiters.as_str()],
+                    Some(_) => &[key, keys.waiters()],
                     None => &[key],
                 };
                 self.eval_release(&RELEASE_MODE, script_keys, &args)
             }
             (Releasing::Holder { .. }, Some(h)) => {
                 let args = [
-                    Value::from(token),
+                    Arg::from(token),
                     int_arg(h.grace_ms),
-                    Value::from(keys.waiters.as_str()),
+                    Arg::from(keys.waiters()),
                     int_arg(h.window_ms),
-                    Value::from(if h.window_due { "1" } else { "0" }),
+                    Arg::from(if h.window_due { "1" } else { "0" }),
                     int_arg(h.busy_ms),
                     int_arg(QUEUE_TTL_MS),
                 ];
                 let script_keys = [
                     key,
-                    keys.waiters.as_str(),
-                    keys.busy.as_str(),
-                    keys.window.as_str(),
-                    keys.listen.as_str(),
+                    keys.waiters(),
+                    keys.busy(),
+                    keys.window(),
+                    keys.listen(),
                 ];
                 self.eval_release(&RELEASE_HANDOVER, &script_keys, &args)
             }
-            _ => self.eval_release(&RELEASE, &[key], &[Value::from(token)]),
+            _ => self.eval_release(&RELEASE, &[key], &[Arg::from(token)]),
         };
         async move { Ok(matches!(answer.await?, Value::Integer(1))) }
     }
@@ -362,7 +365,7 @@ impl Node {
         ttl_ms: u64,
         mode: bool,
     ) -> NodeVote {
-        let args = [Value::from(token), int_arg(ttl_ms)];
+        let args = [Arg::from(token), int_arg(ttl_ms)];
         let script = if mode { &EXTEND_MODE } else { &EXTEND };
         vote(self.eval(script, keys, &args)).await
     }
@@ -380,7 +383,7 @@ impl Node {
         permits: u32,
     ) -> NodeVote {
         let args = [
-            Value::from(token),
+            Arg::from(token),
             int_arg(ttl_ms),
             int_arg(u64::from(permits)),
         ];
@@ -398,12 +401,9 @@ impl Node {
         counter_ttl_ms: u64,
         value: u64,
     ) -> (NodeVote, u64) {
-        let args = [Value::from(value.to_string()), int_arg(counter_ttl_ms)];
-        let script_keys = [
-            keys.fencing.as_str(),
-            keys.fencing_floor.as_str(),
-            keys.fencing_window.as_str(),
-        ];
+        let value = value.to_string();
+        let args = [Arg::from(&value), int_arg(counter_ttl_ms)];
+        let script_keys = [keys.fencing(), keys.fencing_floor(), keys.fencing_window()];
         match self.eval(&FENCE, &script_keys, &args).await {
             Ok(reply) => match fence_reply(&reply) {
                 Some((true, before)) => (NodeVote::Acquired, before),
@@ -443,12 +443,13 @@ impl Node {
         mode: bool,
         alive: Option<&str>,
     ) -> Result<(), NodeError> {
-        let key = if mode { &keys.lock } else { &keys.waiters };
-        let args = [
-            Value::from(marker),
-            Value::from(if mode { "1" } else { "0" }),
-        ];
-        let mut script_keys = vec![key.as_str()];
+        let key = if mode {
+            keys.lock.as_str()
+        } else {
+            keys.waiters()
+        };
+        let args = [Arg::from(marker), Arg::from(if mode { "1" } else { "0" })];
+        let mut script_keys = vec![key];
         script_keys.extend(alive);
         self.eval(&LEAVE, &script_keys, &args).await.map(drop)
     }
@@ -463,7 +464,7 @@ impl Node {
         slots: &[&str],
         token: &str,
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
-        let answer = self.eval_release(&RELEASE, slots, &[Value::from(token)]);
+        let answer = self.eval_release(&RELEASE, slots, &[Arg::from(token)]);
         async move { Ok(matches!(answer.await?, Value::Integer(n) if n > 0)) }
     }
 
@@ -478,11 +479,11 @@ impl Node {
     ) -> impl Future<Output = Result<bool, NodeError>> + Send + use<> {
         let mut all: Vec<&str> = keys.iter().map(|k| k.lock.as_str()).collect();
         let answer = if wake {
-            all.extend(keys.iter().map(|k| k.waiters.as_str()));
-            all.extend(keys.iter().map(|k| k.listen.as_str()));
-            self.eval_release(&RELEASE_SLOTS, &all, &[Value::from(token)])
+            all.extend(keys.iter().map(|k| k.waiters()));
+            all.extend(keys.iter().map(|k| k.listen()));
+            self.eval_release(&RELEASE_SLOTS, &all, &[Arg::from(token)])
         } else {
-            self.eval_release(&RELEASE, &all, &[Value::from(token)])
+            self.eval_release(&RELEASE, &all, &[Arg::from(token)])
         };
         let n = keys.len();
         async move {
@@ -505,10 +506,10 @@ impl Node {
         channel: &str,
     ) -> impl Future<Output = NodeVote> + Send + use<> {
         let args = [
-            Value::from(token),
-            Value::from(mode.as_str()),
-            Value::from(channel),
-            Value::from(marker),
+            Arg::from(token),
+            Arg::from(mode.as_str()),
+            Arg::from(channel),
+            Arg::from(marker),
         ];
         vote(self.eval_release(&DOWNGRADE, &[key], &args))
     }
@@ -524,10 +525,10 @@ impl Node {
         mode: bool,
     ) -> impl Future<Output = NodeVote> + Send + use<> {
         let args = [
-            Value::from(token),
-            Value::from(label),
+            Arg::from(token),
+            Arg::from(label),
             int_arg(ttl_ms),
-            Value::from(if mode { "1" } else { "0" }),
+            Arg::from(if mode { "1" } else { "0" }),
         ];
         vote(self.eval_release(&OWNER, &[key, owner_key], &args))
     }

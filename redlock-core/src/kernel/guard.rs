@@ -295,7 +295,7 @@ impl LockGuard {
             .into());
         }
         let channel = if self.redlock.inner().waiters.is_some() {
-            lease.keys.waiters.as_str()
+            lease.keys.waiters()
         } else {
             ""
         };

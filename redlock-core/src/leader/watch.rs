@@ -265,7 +265,7 @@ impl LeaderWatch {
             let keys = self
                 .redlock
                 .resource_keys(self.redlock.key_for(&self.resource));
-            self.listener = Some(waiters.join(&keys.waiters).await);
+            self.listener = Some(waiters.join(keys.waiters()).await);
         }
         self.subscribed = true;
     }

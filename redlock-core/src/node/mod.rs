@@ -17,6 +17,7 @@ use fred::clients::Client;
 use fred::types::Value;
 
 use crate::outcome::NodeError;
+pub(crate) use pipeline::Arg;
 use pipeline::Pipeline;
 use scripts::{BATCH, Script};
 use transport::{Fred, Transport};
@@ -91,7 +92,7 @@ impl Node {
         &self,
         script: &'static Script,
         keys: &[&str],
-        args: &[Value],
+        args: &[Arg<'_>],
     ) -> Result<Value, NodeError> {
         self.pipeline.call(script, keys, args, false).await
     }
@@ -118,7 +119,7 @@ impl Node {
         &self,
         script: &'static Script,
         keys: &[&str],
-        args: &[Value],
+        args: &[Arg<'_>],
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
         // Made now, not on the first poll: a round decided at quorum drops the calls it has
         // not polled yet, and a release must reach every node.
@@ -132,7 +133,7 @@ impl Node {
         &self,
         script: &'static Script,
         keys: &[&str],
-        args: &[Value],
+        args: &[Arg<'_>],
         limit: Duration,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
         let answer = self.eval_release(script, keys, args);
@@ -178,8 +179,8 @@ impl Node {
 }
 
 /// A ttl, a grace or any other count of milliseconds or seconds as a command argument.
-pub(crate) fn int_arg(value: u64) -> Value {
-    Value::Integer(i64::try_from(value).unwrap_or(i64::MAX))
+pub(crate) fn int_arg(value: u64) -> Arg<'static> {
+    Arg::Int(i64::try_from(value).unwrap_or(i64::MAX))
 }
 
 /// [`Node::load_scripts`] through `transport`, labelled `label` in the log; the node's

@@ -153,7 +153,7 @@ impl Pipeline {
         &self,
         script: &'static Script,
         keys: &[&str],
-        args: &[Value],
+        args: &[Arg<'_>],
         finish: bool,
     ) -> Result<Value, NodeError> {
         self.issue(script, keys, args, finish).await
@@ -166,7 +166,7 @@ impl Pipeline {
         &self,
         script: &'static Script,
         keys: &[&str],
-        args: &[Value],
+        args: &[Arg<'_>],
         finish: bool,
     ) -> impl Future<Output = Result<Value, NodeError>> + Send + use<> {
         let (keys, args) = shared(keys, args);
@@ -276,35 +276,57 @@ impl Pipeline {
     }
 }
 
+/// One argument of a script call, borrowed from its caller: unlike a [`Value`] made from a
+/// `&str`, its text is not copied before the call's one buffer is made ([`shared`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    /// A string.
+    Text(&'a str),
+    /// An integer, sent as its decimal digits.
+    Int(i64),
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(text: &'a str) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(text: &'a String) -> Self {
+        Self::Text(text)
+    }
+}
+
 /// A call's keys and arguments as values that are copied by a count, not a copy of their
 /// text: every string among them is a slice of one buffer, so that the copies a call's
 /// command and its record for a `NOSCRIPT` need cost no allocation each (a value made from
 /// a `&str` copies its text, and again at its first copy). Integers stay integers.
-fn shared(keys: &[&str], args: &[Value]) -> (Vec<Value>, Vec<Value>) {
-    fn text(arg: &Value) -> Option<&[u8]> {
-        match arg {
-            Value::String(text) => Some(text.as_bytes()),
-            Value::Bytes(bytes) => Some(&bytes[..]),
-            _ => None,
-        }
-    }
-    let len = keys.iter().map(|k| k.len()).sum::<usize>()
-        + args.iter().filter_map(text).map(<[u8]>::len).sum::<usize>();
+fn shared(keys: &[&str], args: &[Arg<'_>]) -> (Vec<Value>, Vec<Value>) {
+    let text = |arg: &Arg<'_>| match *arg {
+        Arg::Text(text) => text.len(),
+        Arg::Int(_) => 0,
+    };
+    let len = keys.iter().map(|k| k.len()).sum::<usize>() + args.iter().map(text).sum::<usize>();
     let mut buffer = BytesMut::with_capacity(len);
-    keys.iter()
-        .for_each(|k| buffer.extend_from_slice(k.as_bytes()));
-    args.iter()
-        .filter_map(text)
-        .for_each(|t| buffer.extend_from_slice(t));
+    for text in keys
+        .iter()
+        .copied()
+        .chain(args.iter().filter_map(|arg| match *arg {
+            Arg::Text(text) => Some(text),
+            Arg::Int(_) => None,
+        }))
+    {
+        buffer.extend_from_slice(text.as_bytes());
+    }
     let mut buffer = buffer.freeze();
     let mut next = |len: usize| buffer.split_to(len);
     let keys = keys.iter().map(|k| string(next(k.len()), k)).collect();
     let args = args
         .iter()
-        .map(|arg| match arg {
-            Value::String(text) => string(next(text.len()), text),
-            Value::Bytes(bytes) => Value::Bytes(next(bytes.len())),
-            other => other.clone(),
+        .map(|arg| match *arg {
+            Arg::Text(text) => string(next(text.len()), text),
+            Arg::Int(n) => Value::Integer(n),
         })
         .collect();
     (keys, args)

@@ -175,7 +175,7 @@ impl Protocol for Permit {
         acquisition: &'a mut Acquisition,
     ) -> impl Future<Output = Result<Granted, AttemptFailure>> + Send + 'a {
         let asking = PermitAsk {
-            waiter: ask.waiter,
+            waiter: ask.waiter.get(),
             queued: ask.queued,
             alive_ms: ask.alive_ms,
             prefer: &self.prefer,

@@ -17,7 +17,7 @@ use crate::kernel::commands::{QUEUE_TTL_MS, QuarantineCheck, Waiter};
 use crate::keys::ResourceKeys;
 use crate::node::replies::{AcquireReply, acquire_reply};
 use crate::node::scripts::{Effect, Script};
-use crate::node::{Node, int_arg};
+use crate::node::{Arg, Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
 
 /// An attempt at one permit of a counting semaphore: the first free slot in the client's
@@ -154,23 +154,23 @@ impl Node {
             alive_ms,
             quarantine,
         } = *request;
-        let (witness, marker) = quarantine.keys_or(&queue.waiters);
+        let (witness, marker) = quarantine.keys_or(queue.waiters());
         let mut keys = Vec::with_capacity(slots.len() + 6);
         keys.extend([
             witness,
             marker,
-            queue.waiters.as_str(),
+            queue.waiters(),
             alive,
-            queue.listen.as_str(),
+            queue.listen(),
             capacity,
         ]);
         keys.extend(slots.iter().map(|slot| slot.lock.as_str()));
         let args = [
-            Value::from(token),
+            Arg::from(token),
             int_arg(ttl_ms),
             int_arg(quarantine.ms),
-            Value::from(if queued { waiter.marker.as_str() } else { "" }),
-            Value::Integer(waiter.score_ms),
+            Arg::from(if queued { waiter.marker.as_str() } else { "" }),
+            Arg::Int(waiter.score_ms),
             int_arg(QUEUE_TTL_MS),
             int_arg(alive_ms),
             int_arg(slots.len() as u64),

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::attempt::{AttemptFailure, Granted};
 use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
 use crate::error::LockError;
-use crate::kernel::commands::{AcquireKind, ModeRequest, Waiter};
+use crate::kernel::commands::{AcquireKind, LazyWaiter, ModeRequest};
 use crate::kernel::guard::LockGuard;
 use crate::kernel::redlock::Redlock;
 use crate::kernel::waiters::{Listener, WaitTiming, Wake};
@@ -76,7 +76,7 @@ pub(crate) struct Ask<'a> {
     /// Reads the streak of hand-overs.
     pub(crate) streak: bool,
     /// The acquisition's waiter identity.
-    pub(crate) waiter: &'a Waiter,
+    pub(crate) waiter: &'a LazyWaiter,
     /// The waiter has joined the queue.
     pub(crate) queued: bool,
     /// How long a waiter's entry counts after this attempt, in ms.
@@ -140,8 +140,9 @@ impl Redlock {
         let polls = policy.polls() && !self.inner().foreign_window.is_zero();
         let windowed = !self.inner().foreign_window.is_zero() && !polls;
         let mut state = LoopState::default();
-        let waiter = Waiter::draw();
-        let request = mode.map(|mode| ModeRequest::new(mode, &waiter, self.intent_ttl_ms(options)));
+        let waiter = LazyWaiter::default();
+        let request =
+            mode.map(|mode| ModeRequest::new(mode, waiter.get(), self.intent_ttl_ms(options)));
         let mut waiting: Option<Listener> = None;
         // Armed while this request may have a place in a queue (a plain waiter's, or a mode
         // request's waiter entry, from its first attempt on): every way out of this function
@@ -150,14 +151,14 @@ impl Redlock {
         let alive = protocol.alive();
         let mut exit = request
             .is_some()
-            .then(|| QueueExit::new(self, &keys, &waiter.marker, true, None));
+            .then(|| QueueExit::new(self, &keys, &waiter.get().marker, true, None));
         loop {
             let attempts = state.begin_attempt();
             acquisition.attempting(attempts);
             let token = Token::generate().map_err(LockError::Entropy)?;
             let kind = match (&request, state.listening()) {
                 (Some(request), _) => AcquireKind::Mode(request),
-                (None, true) => AcquireKind::Queued(&waiter),
+                (None, true) => AcquireKind::Queued(waiter.get()),
                 (None, false) => AcquireKind::Plain,
             };
             // A plain attempt checks for a window and reads the streak only on a key seen
@@ -228,10 +229,10 @@ impl Redlock {
                 Step::JoinQueue => {
                     tracing::trace!(attempts, "busy; joining the waiter queue");
                     exit.get_or_insert_with(|| {
-                        QueueExit::new(self, &keys, &waiter.marker, false, alive)
+                        QueueExit::new(self, &keys, &waiter.get().marker, false, alive)
                     });
                     if let Some(waiters) = &self.inner().waiters {
-                        waiting = Some(waiters.join(&keys.waiters).await);
+                        waiting = Some(waiters.join(keys.waiters()).await);
                     }
                     continue;
                 }
@@ -243,7 +244,9 @@ impl Redlock {
                     );
                     let timing = self.wait_timing(fallback, longest);
                     let wake = match &mut waiting {
-                        Some(listener) => listener.wait(&waiter.marker, timing, shutdown).await,
+                        Some(listener) => {
+                            listener.wait(&waiter.get().marker, timing, shutdown).await
+                        }
                         None => sleep(fallback, shutdown).await,
                     };
                     match wake {
