@@ -4,11 +4,10 @@
 //! soon as a majority agreed or can no longer agree (distlock spec, steps 2–3; node-redlock's
 //! early return).
 
-use std::future::Future;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
-
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 
 use crate::error::InvalidInput;
 use crate::kernel::commands::QuarantineCheck;
@@ -267,7 +266,11 @@ pub(crate) async fn decide<T, F>(
 where
     F: Future<Output = (usize, NodeVote, T)>,
 {
-    let mut pending: FuturesUnordered<F> = calls.into_iter().collect();
+    // A round has a handful of calls (one per node): each wake-up polls those still open, in
+    // node order, which costs less than a set with a waker of its own per call, and a round
+    // decided early never polls the calls after.
+    let mut pending: Vec<Option<Pin<Box<F>>>> =
+        calls.into_iter().map(|call| Some(Box::pin(call))).collect();
     let mut tally = Tally {
         votes: vec![NodeVote::Undecided; n],
         counters: (0..n).map(|_| None).collect(),
@@ -278,13 +281,17 @@ where
     tokio::pin!(timer);
     let mut against = 0;
     loop {
-        let (i, vote, datum) = tokio::select! {
-            biased;
-            next = pending.next() => match next {
-                Some(answer) => answer,
-                None => break,
-            },
-            () = &mut timer => {
+        let next = poll_fn(|cx| match next_answer(&mut pending, cx) {
+            Poll::Pending => timer.as_mut().poll(cx).map(|()| None),
+            answered => answered.map(Some),
+        })
+        .await;
+        let (i, vote, datum) = match next {
+            Some(Some(answer)) => answer,
+            // Every call answered.
+            Some(None) => break,
+            // The limit passed.
+            None => {
                 for vote in &mut tally.votes {
                     if *vote == NodeVote::Undecided {
                         *vote = NodeVote::Failed(NodeError::Timeout(limit));
@@ -312,6 +319,30 @@ where
         }
     }
     tally
+}
+
+/// The first of `calls` (in order) that is ready, its slot emptied; `Ready(None)` once every
+/// slot is empty; `Pending` while those left are (each to wake the round through `cx`).
+fn next_answer<F: Future>(
+    calls: &mut [Option<Pin<Box<F>>>],
+    cx: &mut Context<'_>,
+) -> Poll<Option<F::Output>> {
+    let mut open = false;
+    for slot in calls.iter_mut() {
+        let Some(call) = slot else {
+            continue;
+        };
+        if let Poll::Ready(answer) = call.as_mut().poll(cx) {
+            *slot = None;
+            return Poll::Ready(Some(answer));
+        }
+        open = true;
+    }
+    if open {
+        Poll::Pending
+    } else {
+        Poll::Ready(None)
+    }
 }
 
 #[cfg(test)]
