@@ -359,6 +359,13 @@ mod tests {
         );
         assert_eq!(slots[1].fencing_floor(), keys.fencing_floor());
         assert!(slots.iter().all(|slot| slot.waiters() == base.waiters()));
+        // Without a prefix, a slot's fencing floor is the semaphore's resource family's.
+        let (family, family_slots) = ResourceKeys::permits("", "order:1".to_owned(), 1);
+        assert_eq!(family.fencing_floor(), "order:\0redlock:fencing-floor");
+        assert_eq!(
+            family_slots.slots[0].fencing_floor(),
+            family.fencing_floor()
+        );
         assert!(slots.iter().all(|slot| slot.listen() == base.listen()));
         assert!(!all.contains(&base.waiters()) && !all.contains(&slots[0].lock.as_str()));
         // A plain resource named like 0.1.0's suffixes is not ours any more.

@@ -880,8 +880,10 @@ struct ManyReport {
     busy: usize,
     unavailable: usize,
     no_validity: usize,
-    /// Split votes that ran out of attempts: under faults (a paused node still holding a
-    /// contender's key), a lock of several can find the keys split among holders.
+    /// Split votes that ran out of attempts: a lock of several can find its keys held by
+    /// different holders on different nodes (a key handed over at different moments on each
+    /// node, a paused node still holding a contender's key). Which answers are a split is
+    /// `Split::of_keys`' own unit tests' to check.
     split: usize,
     other: Vec<String>,
 }

@@ -38,27 +38,42 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// A new identity, ranked by the wall clock now.
-    pub(crate) fn draw() -> Self {
-        let score_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        Self {
-            marker: format!("~{:016x}", rand::rng().random::<u64>()),
-            score_ms,
-        }
+    /// A new marker: `~` and a random id.
+    fn marker() -> String {
+        format!("~{:016x}", rand::rng().random::<u64>())
     }
 }
 
-/// A request's [`Waiter`], drawn at its first use: a lock granted at its first attempt (or
-/// refused without waiting) never draws one.
-#[derive(Debug, Default)]
-pub(crate) struct LazyWaiter(std::sync::OnceLock<Waiter>);
+/// The wall clock now, in ms since the Unix epoch (0 before it).
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A request's [`Waiter`], ranked from when the request started but drawn at its first use:
+/// a lock granted at its first attempt (or refused without waiting) makes no marker.
+#[derive(Debug)]
+pub(crate) struct LazyWaiter {
+    score_ms: i64,
+    drawn: std::sync::OnceLock<Waiter>,
+}
 
 impl LazyWaiter {
-    /// The waiter, drawn now if this is its first use.
+    /// A request's waiter, ranked by the wall clock now.
+    pub(crate) fn starting_now() -> Self {
+        Self {
+            score_ms: wall_clock_ms(),
+            drawn: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The waiter, its marker drawn now if this is its first use.
     pub(crate) fn get(&self) -> &Waiter {
-        self.0.get_or_init(Waiter::draw)
+        self.drawn.get_or_init(|| Waiter {
+            marker: Waiter::marker(),
+            score_ms: self.score_ms,
+        })
     }
 }
 

@@ -60,7 +60,7 @@ pub(crate) async fn fence(
     let needed = masters.fencing_quorum;
     let mut claim = highest.saturating_add(1);
     let mut last = Outcomes::default();
-    for _ in 0..FENCE_ROUNDS {
+    for round in 1..=FENCE_ROUNDS {
         // `u64::MAX` is never claimed: confirmed, it would leave no token above it for any
         // resource of the key prefix (the floor keeps it).
         if claim == u64::MAX {
@@ -87,12 +87,16 @@ pub(crate) async fn fence(
         match above {
             Some(counter) => {
                 let spread = if split {
-                    tokio::time::sleep(backoff(sent.elapsed())).await;
                     rand::rng().random_range(0..=FENCE_SPREAD)
                 } else {
                     0
                 };
                 claim = counter.saturating_add(1).saturating_add(spread);
+                // Only before a round that will be sent: a failed write-back returns at once,
+                // and its attempt releases what it took.
+                if split && round < FENCE_ROUNDS && claim != u64::MAX {
+                    tokio::time::sleep(backoff(sent.elapsed())).await;
+                }
             }
             None => break,
         }

@@ -140,7 +140,7 @@ impl Redlock {
         let polls = policy.polls() && !self.inner().foreign_window.is_zero();
         let windowed = !self.inner().foreign_window.is_zero() && !polls;
         let mut state = LoopState::default();
-        let waiter = LazyWaiter::default();
+        let waiter = LazyWaiter::starting_now();
         let request =
             mode.map(|mode| ModeRequest::new(mode, waiter.get(), self.intent_ttl_ms(options)));
         let mut waiting: Option<Listener> = None;
