@@ -124,12 +124,13 @@ enum Op {
         at: Target,
         t: usize,
     },
-    /// set_nx.lua: the node's own `SET NX PX GET`, in a batch.
+    /// set_nx.lua: the node's own `SET NX PX GET`, in a batch, or with an owner label.
     SetNx {
         at: Target,
         t: usize,
         ttl: u64,
         q: u64,
+        label: Option<usize>,
     },
     Handover {
         at: Target,
@@ -417,11 +418,23 @@ impl Op {
                 vec![token(*t, &at.key()), ttl.to_string()],
             ),
             Self::Release { at, t } => (id::RELEASE, vec![at.key()], vec![token(*t, &at.key())]),
-            Self::SetNx { at, t, ttl, q } => {
+            Self::SetNx {
+                at,
+                t,
+                ttl,
+                q,
+                label,
+            } => {
                 let key = at.key();
+                let token = token(*t, &key);
                 let mut keys = vec![key.clone()];
                 keys.extend(quarantine_keys(*q, &key));
-                let args = vec![token(*t, &key), ttl.to_string(), q.to_string()];
+                let mut args = vec![token.clone(), ttl.to_string(), q.to_string()];
+                if let Some(label) = label {
+                    let digest = &fred::util::sha1_hash(&token)[..16];
+                    keys.push(book(&key, &format!("owner:{digest}")));
+                    args.push(LABELS[*label].to_owned());
+                }
                 (id::SET_NX, keys, args)
             }
             Self::Handover {
@@ -844,12 +857,15 @@ fn op(focus: Focus) -> impl Strategy<Value = Op> {
             }
         });
     let inspect = res().prop_map(|r| Op::Inspect { r });
-    let set_nx = (target(), t(), ttl(), quarantine()).prop_map(|(at, t, ttl, q)| Op::SetNx {
-        at,
-        t,
-        ttl,
-        q,
-    });
+    let label = proptest::option::of(0..LABELS.len());
+    let set_nx =
+        (target(), t(), ttl(), quarantine(), label).prop_map(|(at, t, ttl, q, label)| Op::SetNx {
+            at,
+            t,
+            ttl,
+            q,
+            label,
+        });
     let all = [
         acquire.boxed(),
         queued.boxed(),

@@ -202,12 +202,22 @@ async fn each_primitive_runs_only_its_own_commands() {
     .await;
     check("a fenced lock", &seen, &["SET", "GET", "DEL", "PTTL"]);
 
+    // The label goes with the attempt, in the same call: one call per step, as without one.
     let seen = trace_of(&url, async {
         let guard = labelled.lock("labelled").await.unwrap();
         guard.release().await.unwrap();
     })
     .await;
-    check("an owner label", &seen, &["SET", "GET", "DEL", "PTTL"]);
+    check("an owner label", &seen, &["SET", "GET", "DEL"]);
+    assert_eq!(sent(&seen), ["EVALSHA", "EVALSHA"], "{seen:#?}");
+    let sets: Vec<&Seen> = seen.iter().filter(|s| s.name == "SET").collect();
+    assert!(
+        matches!(sets.as_slice(), [lock, label]
+            if lock.args.starts_with(r#""labelled" ""#)
+                && label.args.starts_with(r#""labelled\x00redlock:owner:"#)
+                && label.args.contains(r#""svc""#)),
+        "{sets:#?}"
+    );
 
     let seen = trace_of(&url, async {
         let guard = redlock

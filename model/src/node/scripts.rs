@@ -36,7 +36,8 @@ pub(super) fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     Ok(Reply::Int(deleted))
 }
 
-/// set_nx.lua: `SET key token NX PX ttl_ms GET`, after the quarantine check.
+/// set_nx.lua: `SET key token NX PX ttl_ms GET`, after the quarantine check; with an owner
+/// key, the label written with the grant.
 pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let (key, witness_key, marker_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
@@ -48,6 +49,10 @@ pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
         Some(held) => Ok(Reply::Bulk(held)),
         None => {
             node.store.set(key, token, Some(ttl_ms));
+            // With an owner key, the holder's label, written with the grant.
+            if let Some(owner_key) = key_opt(call, 4) {
+                node.store.set(&owner_key, arg(call, 4), Some(ttl_ms));
+            }
             Ok(Reply::Nil)
         }
     }

@@ -14,7 +14,7 @@ use super::scripts::{
 use crate::keys::ResourceKeys;
 use crate::mode::Mode;
 use crate::node::replies::{AcquireReply, acquire_reply, counter, set_nx_reply, vote};
-use crate::node::scripts::{Script, kept};
+use crate::node::scripts::{SET_NX, Script, kept};
 use crate::node::{Arg, Node, int_arg};
 use crate::outcome::{NodeError, NodeVote};
 
@@ -159,6 +159,26 @@ pub(crate) struct AcquireRequest<'a> {
     /// runs the script, whose refusal also says how long the holder has left, in the same
     /// round trip (a busy error's `retry_after`).
     pub(crate) native: bool,
+    /// The handle's owner label and the key it goes at for this attempt's token
+    /// ([`keys::owner`](crate::keys::owner)), set only on a [native](Self::is_native)
+    /// attempt, which writes it with its grant ([`SET_NX`]), in the same call.
+    pub(crate) owner: Option<(&'a str, &'a str)>,
+}
+
+impl AcquireRequest<'_> {
+    /// Whether the attempt is the spec's `SET NX PX` alone: a plain attempt on one resource
+    /// with nothing else in play (no quarantine, fencing, window or streak), the first of a
+    /// request that may attempt again ([`native`](Self::native)). The node's own command,
+    /// or with an owner label [`SET_NX`], which writes the label with the grant.
+    pub(crate) fn is_native(&self) -> bool {
+        matches!(self.kind, AcquireKind::Plain)
+            && self.keys.len() == 1
+            && self.quarantine.ms == 0
+            && !self.fencing
+            && !self.windowed
+            && !self.streak
+            && self.native
+    }
 }
 
 /// How a release hands the key over to a queued waiter (hand-over on).
@@ -205,7 +225,7 @@ impl Node {
             quarantine,
             windowed,
             streak,
-            native,
+            ..
         } = *request;
         // Never sent empty: a request names at least one resource.
         let Some(first) = keys.first() else {
@@ -259,19 +279,26 @@ impl Node {
                 self.acquire_script(&ACQUIRE_QUEUED, &script_keys, fence, &args)
                     .await
             }
-            AcquireKind::Plain
-                if request.keys.len() == 1
-                    && quarantine.ms == 0
-                    && fence.is_none()
-                    && !windowed
-                    && !streak
-                    && native =>
-            {
+            AcquireKind::Plain if request.is_native() => match request.owner {
                 // With nothing else in play (no quarantine, fencing, window or streak), the
                 // script would run only its `SET NX PX`: the node's own command does that.
-                let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
-                set_nx_reply(self.set_nx(&keys.lock, token, ttl_ms).await)
-            }
+                None => {
+                    let ttl_ms = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
+                    set_nx_reply(self.set_nx(&keys.lock, token, ttl_ms).await)
+                }
+                // The same `SET NX PX`, and the label written with the grant.
+                Some((label, owner_key)) => {
+                    let lock = keys.lock.as_str();
+                    let script_keys = [lock, lock, lock, owner_key];
+                    let args = [
+                        Arg::from(token),
+                        int_arg(ttl_ms),
+                        int_arg(0),
+                        Arg::from(label),
+                    ];
+                    set_nx_reply(self.eval(&SET_NX, &script_keys, &args).await)
+                }
+            },
             AcquireKind::Plain => {
                 let set = request.keys;
                 let mut args = vec![

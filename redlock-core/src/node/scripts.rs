@@ -437,8 +437,9 @@ const DISPATCH: &str = include_str!("scripts/dispatch.lua");
 pub(crate) static NOOP: Script = Script::new(11, Effect::Neither, include_str!("scripts/noop.lua"));
 inventory::submit!(&NOOP);
 
-/// The node's own `SET key token NX PX ttl GET` as a call in a batch (`scripts/set_nx.lua`):
-/// a plain attempt made while the pipeline holds calls not yet sent.
+/// The node's own `SET key token NX PX ttl GET` as a script call (`scripts/set_nx.lua`): a
+/// plain attempt made while the pipeline holds calls not yet sent, or made by a handle with an
+/// owner label, which it writes with the grant.
 pub(crate) static SET_NX: Script =
     Script::new(21, Effect::Grants, include_str!("scripts/set_nx.lua"));
 inventory::submit!(&SET_NX);

@@ -226,7 +226,7 @@ impl Redlock {
         let masters = self.masters();
         let clock = Clock::new(masters, options);
         let limit = clock.limit;
-        let request = AcquireRequest {
+        let mut request = AcquireRequest {
             keys,
             token: token.expose(),
             ttl_ms: options.ttl_millis(),
@@ -236,7 +236,20 @@ impl Redlock {
             windowed,
             streak,
             native,
+            owner: None,
         };
+        // A handle's owner label goes with a native attempt (the same call), else after the
+        // grant (`Redlock::register`).
+        let label = self.inner().owner.as_deref();
+        let owner_key = match (label, keys.first()) {
+            (Some(_), Some(first)) if request.is_native() => {
+                Some(crate::keys::owner(&first.lock, token.expose()))
+            }
+            _ => None,
+        };
+        if let (Some(label), Some(key)) = (label, &owner_key) {
+            request.owner = Some((label, key.as_str()));
+        }
         let request = &request;
         // The longest streak of hand-overs a granting node reports.
         let busy_ms = &AtomicU64::new(0);
@@ -327,6 +340,7 @@ impl Redlock {
                     AcquireKind::Queued(_) | AcquireKind::Plain => Held::ONE,
                 },
                 busy: Duration::from_millis(busy_ms.load(Ordering::Relaxed)),
+                labelled: owner_key,
                 ..Grant::new(start, valid_until)
             },
             everywhere: granted_by == masters.len(),

@@ -206,6 +206,9 @@ impl Redlock {
         grant: Grant,
     ) -> LockGuard {
         let ledger = &self.inner().ledger;
+        let mut grant = grant;
+        let owner_key = grant.labelled.take();
+        let labelled = owner_key.is_some();
         let lease = Lease::new(
             ledger.next_id(),
             resource,
@@ -215,10 +218,11 @@ impl Redlock {
             grant,
             options,
         )
-        .with_owner(self.inner().owner.as_ref());
+        .with_owner(self.inner().owner.as_ref(), owner_key);
         let lease = Arc::new(lease);
         ledger.hold(&lease, self.masters());
-        if let Some(owner) = &lease.owner {
+        // A native attempt wrote the label with its grant; any other grant writes it now.
+        if let Some(owner) = lease.owner.as_ref().filter(|_| !labelled) {
             // Not awaited: the label is for operators, and the lock is held without it.
             let keys = (lease.keys.lock.as_str(), owner.key.as_str());
             let (token, label) = (lease.token.expose(), &*owner.label);

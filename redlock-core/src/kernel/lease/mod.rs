@@ -188,6 +188,9 @@ pub(crate) struct Grant {
     pub(crate) busy: Duration,
     /// What the lease will hold beyond its resource's key ([`Lease::held`]).
     pub(crate) held: Held,
+    /// The key of the owner label the attempt wrote with its grant (a native attempt by a
+    /// handle with a label); `None` when none was written.
+    pub(crate) labelled: Option<String>,
 }
 
 impl Grant {
@@ -201,6 +204,7 @@ impl Grant {
             fencing_token: None,
             busy: Duration::ZERO,
             held: Held::ONE,
+            labelled: None,
         }
     }
 }
@@ -331,10 +335,15 @@ impl Lease {
         }
     }
 
-    /// The lease, labelled `label` (none: unchanged).
-    pub(crate) fn with_owner(mut self, label: Option<&std::sync::Arc<str>>) -> Self {
+    /// The lease, labelled `label` (none: unchanged) at `key`, or at its own key
+    /// ([`keys::owner`](crate::keys::owner)) when none is given.
+    pub(crate) fn with_owner(
+        mut self,
+        label: Option<&std::sync::Arc<str>>,
+        key: Option<String>,
+    ) -> Self {
         self.owner = label.map(|label| Owner {
-            key: crate::keys::owner(&self.keys.lock, self.token.expose()),
+            key: key.unwrap_or_else(|| crate::keys::owner(&self.keys.lock, self.token.expose())),
             label: std::sync::Arc::clone(label),
         });
         self
