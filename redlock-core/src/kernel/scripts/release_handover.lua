@@ -61,8 +61,6 @@
 local key, queue_key, streak_key, window_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local listen_key = KEYS[5]
 local token, grace_ms, channel = ARGV[1], ARGV[2], ARGV[3]
-local window_ms, window_due = tonumber(ARGV[4]) or 0, ARGV[5] == "1"
-local busy_ms, queue_ttl_ms = tonumber(ARGV[6]) or 0, ARGV[7]
 
 if redis.pcall("get", key) ~= token then return 0 end
 -- (Without access to the flag's key, ACL, the `DEL` of both fails: the key alone is deleted,
@@ -70,6 +68,9 @@ if redis.pcall("get", key) ~= token then return 0 end
 local deleted = listen_key and redis.pcall("del", key, listen_key)
 if deleted == 1 then return 1 end
 if type(deleted) ~= "number" then redis.call("del", key) end
+-- Read only now: the release that finds nobody listening (the common one) needs none of them.
+local window_ms, window_due = tonumber(ARGV[4]) or 0, ARGV[5] == "1"
+local busy_ms, queue_ttl_ms = tonumber(ARGV[6]) or 0, ARGV[7]
 -- Somebody may listen: the key is deleted, and handed over below if a waiter is queued.
 local function listen_again()
   if listen_key then redis.pcall("set", listen_key, "1", "PX", queue_ttl_ms) end
