@@ -1,8 +1,9 @@
 -- OWNER: a holder's label (host, pid, application), written beside its lock for operators.
 --
 -- Redlock step: none; bookkeeping read by INSPECT (Redlock::inspect, `redlock status`), never
--- by a lock decision. Sent after a grant and beside each extension, only by a handle given a
--- label.
+-- by a lock decision. Sent after a grant that did not write it (set_nx.lua writes it with a
+-- plain attempt that has nothing else in play) and beside each extension, only by a handle
+-- given a label.
 --
 -- KEYS: key        the lock key
 --       owner_key  the holder's label key: the lock key, "\0redlock:owner:" and the first 16

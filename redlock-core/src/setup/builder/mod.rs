@@ -230,8 +230,10 @@ impl RedlockBuilder {
     /// `redlock status` and [`LeaderElection::leader`](crate::LeaderElection::leader) can say
     /// who holds a resource or leads. No label by default: nothing extra is written.
     ///
-    /// It costs one script call per node after each acquisition and beside each extension,
-    /// in the same batch. It is written only while our token holds the lock on that node, keyed
+    /// An acquisition with nothing else in play writes it in the same call as its
+    /// `SET NX PX` (a script call instead of the node's own command); any other costs one
+    /// script call per node after the grant. Each extension writes it again beside its own
+    /// call, in the same batch. It is written only while our token holds the lock on that node, keyed
     /// by a digest of the token (never the token), lives as long as the lock's ttl, and is read
     /// only for the holder that wrote it: a label never names the next holder. Anyone who can
     /// read the nodes can read it: put nothing secret in it.
