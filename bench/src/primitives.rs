@@ -1,8 +1,8 @@
 //! W8: what each of the lock's primitives costs, one client, sequential, N = 5, beside the
 //! plain lock and the fred floor measured in the same run (interleaved rounds): a lock with an
 //! owner label, a semaphore's permit, a lock of two resources, a lock detached and resumed,
-//! and a write lock downgraded to read. A plain lock runs none of their code; this shows what
-//! a user pays for asking for each.
+//! and a write lock downgraded to read (beside the same write lock without the downgrade). A
+//! plain lock runs none of their code; this shows what a user pays for asking for each.
 
 use std::time::{Duration, Instant};
 
@@ -16,22 +16,24 @@ use crate::stats::Latencies;
 const ROUNDS: usize = 3;
 
 /// The variants, in print order.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
     Plain,
     Labelled,
     Permit,
     Many,
     Resumed,
+    Exclusive,
     Downgraded,
 }
 
-const VARIANTS: [(&str, Variant); 6] = [
+const VARIANTS: [(&str, Variant); 7] = [
     ("plain lock", Variant::Plain),
     ("with an owner label", Variant::Labelled),
     ("a permit (K = 3)", Variant::Permit),
     ("two resources at once", Variant::Many),
     ("detach + resume", Variant::Resumed),
+    ("EX (lock modes)", Variant::Exclusive),
     ("EX + downgrade to PR", Variant::Downgraded),
 ];
 
@@ -70,6 +72,10 @@ async fn cycle(
         Variant::Resumed => {
             let detached = redlock.lock(resource).await?.detach()?;
             redlock.resume(&detached).await?.release().await?;
+        }
+        Variant::Exclusive => {
+            let guard = redlock.lock_mode(resource, Mode::Exclusive, TTL).await?;
+            guard.release().await?;
         }
         Variant::Downgraded => {
             let guard = redlock.lock_mode(resource, Mode::Exclusive, TTL).await?;
@@ -148,5 +154,14 @@ pub(crate) async fn w8(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
         "fred floor",
         format!("{floor_p50:.0} / {:.0}", p99[VARIANTS.len()])
     );
+    // A downgrade needs a lock in a mode: beside the same exclusive lock without it, it is
+    // one round trip more (3 of 2).
+    let at = |wanted: Variant| VARIANTS.iter().position(|&(_, v)| v == wanted);
+    if let (Some(ex), Some(down)) = (at(Variant::Exclusive), at(Variant::Downgraded)) {
+        println!(
+            "  (EX + downgrade / EX alone: {:.2}×; its round trips: 3 of 2)",
+            p50[down] / p50[ex]
+        );
+    }
     Ok(())
 }
