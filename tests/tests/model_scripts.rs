@@ -18,9 +18,10 @@
 //! The model's clock is set before each operation from the server's `TIME`, read just before
 //! it: values derived from the clock (the ms left or busy in a reply, an expiry, a streak's
 //! start or an entry's expiry inside a value, a liveness score) may differ by up to
-//! [`TOLERANCE_MS`], widened by twice the longest an operation of the case took (from that
-//! `TIME` to the keys read after it: a few ms, more on a loaded machine); everything else must
-//! be equal. Expiries are read with `PEXPIRETIME` (Redis 7.0).
+//! [`TOLERANCE_MS`] (1 ms), widened by twice the longest an operation of the case took (from
+//! that `TIME` to another read right after it: 0 when both fall in the same ms, a few ms on a
+//! loaded machine); everything else must be equal. Expiries are read with `PEXPIRETIME`
+//! (Redis 7.0). A mirror that is a few ms off in a ttl or an expiry is caught.
 //!
 //! Bound: [`CASES`] cases (`MODEL_DIFF_CASES` overrides it) of 20 to 40 operations, each
 //! operation five round trips to one local server started for the test: about 5 s on a
@@ -53,8 +54,9 @@ const CASES: u32 = 256;
 /// At most this many runs to shrink a failing sequence.
 const SHRINK_ITERS: u32 = 1000;
 
-/// How far apart two clock-derived values may be, ms.
-const TOLERANCE_MS: i64 = 250;
+/// How far apart two clock-derived values may be, ms, beyond what the operations' own
+/// durations allow: a script reading `TIME` may fall in the ms after the one it started in.
+const TOLERANCE_MS: i64 = 1;
 
 /// A value in a key or a reply is taken for one read from the clock when it is this close
 /// to the server's clock (ranks and fencing claims are chosen far from it).
@@ -1275,9 +1277,9 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
     let mut node = Node::new(&server.run_id, server.now().await);
     let mut last = Keyspace::new();
     let mut done = Vec::new();
-    // The longest an operation took, from the clock read before it to the keys read after it:
-    // how far apart the two sides' readings of the clock may be, beyond the tolerance (wider
-    // on a loaded machine).
+    // The longest an operation took, from the clock read before it to the clock read right
+    // after it (0 when both fell in one ms): how far apart the two sides' readings of the
+    // clock may be, beyond the tolerance (wider on a loaded machine).
     let mut slack = 0;
     for (i, op) in ops.iter().enumerate() {
         let now = server.now().await;
@@ -1394,11 +1396,13 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
                 (server.call(call).await, node.run(call))
             }
         };
+        // The op ran on the server at some ms between `now` and this reading.
+        let after = server.now().await;
+        slack = slack.max(i64::try_from(after.saturating_sub(now)).unwrap_or(i64::MAX));
         *sync += 1;
         let server_published = server.published(*sync).await;
         let model_published = node.take_published();
         let (server_keys, server_now) = server.keys().await;
-        slack = slack.max(server_now - i64::try_from(now).unwrap());
         let clock = Clock {
             now: server_now,
             tolerance: TOLERANCE_MS + 2 * slack,
