@@ -1,8 +1,10 @@
 //! The model's scripts (`redlock-model`) against the real ones: random sequences of node
 //! operations, each run on a real server through the dispatch script the lock sends (by the
-//! SHA-1 the code sends it by, in turns alone and in a batch, the two layouts a call goes in)
-//! and on the model's `Node`, comparing after every operation the
-//! replies, the whole keyspace (each key's type, value and expiry) and the messages published.
+//! SHA-1 the code sends it by, in turns alone and in a batch, the two layouts a call goes in;
+//! one script operation in three that is followed by another shares its batch with it, as
+//! concurrent lockers' calls do) and on the model's `Node`, comparing after every operation
+//! (or batch) the replies, the whole keyspace (each key's type, value and expiry) and the
+//! messages published.
 //!
 //! The universe is small so that operations meet: two resources under the key prefix `lock:`
 //! (named as the lock names its keys, with its bookkeeping keys, its semaphore's slots, queue
@@ -1146,6 +1148,8 @@ struct Server {
     sha1: String,
     /// Calls run so far: every other one runs as a call sent alone.
     calls: std::sync::atomic::AtomicUsize,
+    /// Script ops that could have shared a batch with the next one so far ([`Server::pair`]).
+    pairs: std::sync::atomic::AtomicUsize,
     run_id: String,
     /// `_server` keeps the process alive.
     _server: RedisServer,
@@ -1199,6 +1203,39 @@ impl Server {
         args.extend(call.args.iter().map(|a| Value::from(a.clone())));
         match self.run("EVALSHA", args).await {
             Ok(value) => reply(&value),
+            other => panic!("the dispatch script answered {other:?}"),
+        }
+    }
+
+    /// Whether the next script op shares a batch with the one after it: every third time.
+    fn pair(&self) -> bool {
+        self.pairs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            % 3
+            == 2
+    }
+
+    /// Runs `first` then `then` through the dispatch script, in one batch of two.
+    async fn call_pair(&self, first: &Call, then: &Call) -> [Reply; 2] {
+        let calls = [first, then];
+        let keys: usize = calls.iter().map(|c| c.keys.len()).sum();
+        let mut args: Vec<Value> = vec![self.sha1.clone().into(), keys.to_string().into()];
+        for call in calls {
+            args.extend(call.keys.iter().map(|k| Value::from(k.clone())));
+        }
+        args.push("2".into());
+        for call in calls {
+            args.push(call.script.to_string().into());
+            args.push(call.keys.len().to_string().into());
+            args.push(call.args.len().to_string().into());
+        }
+        for call in calls {
+            args.extend(call.args.iter().map(|a| Value::from(a.clone())));
+        }
+        match self.run("EVALSHA", args).await {
+            Ok(Value::Array(replies)) if replies.len() == 2 => {
+                [reply(&replies[0]), reply(&replies[1])]
+            }
             other => panic!("the dispatch script answered {other:?}"),
         }
     }
@@ -1281,11 +1318,23 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
     // after it (0 when both fell in one ms): how far apart the two sides' readings of the
     // clock may be, beyond the tolerance (wider on a loaded machine).
     let mut slack = 0;
-    for (i, op) in ops.iter().enumerate() {
+    let mut i = 0;
+    while let Some(op) = ops.get(i) {
         let now = server.now().await;
         node.set_now(now);
         let call = op.call(&last);
         let mut what = describe(op, call.as_ref());
+        // Some script calls share a batch with the next op's (as the calls of concurrent
+        // lockers do): both are made from the keys before the first, run in order in one
+        // dispatch script call on the server and one after the other in the model, and
+        // compared after both.
+        let paired = match ops.get(i + 1) {
+            Some(next) if call.is_some() && is_script(op) && is_script(next) && server.pair() => {
+                next.call(&last)
+            }
+            _ => None,
+        };
+        let mut second = None;
         let (server_reply, model_reply) = match op {
             Op::Lapse { pick } => {
                 let lapsing: Vec<&String> = last
@@ -1393,7 +1442,20 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
             }
             _ => {
                 let call = call.as_ref().unwrap();
-                (server.call(call).await, node.run(call))
+                match &paired {
+                    Some(next) => {
+                        let [first, then] = server.call_pair(call, next).await;
+                        let _ = write!(
+                            what,
+                            "\n  in the same batch: {}",
+                            describe(&ops[i + 1], Some(next))
+                        );
+                        let model_first = node.run(call);
+                        second = Some((next.script, then, node.run(next)));
+                        (first, model_first)
+                    }
+                    None => (server.call(call).await, node.run(call)),
+                }
             }
         };
         // The op ran on the server at some ms between `now` and this reading.
@@ -1416,6 +1478,11 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
         };
         if !same {
             difference.push("the replies differ".to_owned());
+        }
+        if let Some((script, server_then, model_then)) = &second
+            && !same_reply(*script, server_then, model_then, clock)
+        {
+            difference.push("the replies to the second call of the batch differ".to_owned());
         }
         if let Some(keys) = keyspace_difference(&server_keys, &model_keys, clock) {
             difference.push(keys);
@@ -1442,6 +1509,10 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
             );
             let _ = writeln!(trace, "server reply: {server_reply:?}");
             let _ = writeln!(trace, "model reply:  {model_reply:?}");
+            if let Some((_, server_then, model_then)) = &second {
+                let _ = writeln!(trace, "server reply to the second call: {server_then:?}");
+                let _ = writeln!(trace, "model reply to the second call:  {model_then:?}");
+            }
             let _ = writeln!(trace, "server published: {server_published:?}");
             let _ = writeln!(trace, "model published:  {model_published:?}");
             let _ = write!(
@@ -1459,8 +1530,18 @@ async fn case(server: &Server, ops: &[Op], sync: &mut u64) -> Result<(), String>
         }
         last = server_keys;
         done.push(what);
+        i += if second.is_some() { 2 } else { 1 };
     }
     Ok(())
+}
+
+/// Whether `op` runs one script call through the dispatch script (the others are plain
+/// commands, or the inspect script sent on its own).
+fn is_script(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Lapse { .. } | Op::DataLoss | Op::Foreign { .. } | Op::Put { .. } | Op::Inspect { .. }
+    )
 }
 
 /// A runtime, and a server started on it with the dispatch script loaded.
@@ -1484,6 +1565,7 @@ fn start() -> (tokio::runtime::Runtime, Server) {
             messages: Mutex::new(messages),
             sha1,
             calls: std::sync::atomic::AtomicUsize::new(0),
+            pairs: std::sync::atomic::AtomicUsize::new(0),
             run_id: String::new(),
             _server: process,
             _subscriber: subscriber,
