@@ -90,7 +90,7 @@ async fn cycle(
 pub(crate) async fn w8(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
     let cycles = plan.w1_iterations;
     println!(
-        "\nW8  one client, sequential, N = 5, {cycles} cycles each, µs, median of {ROUNDS} interleaved rounds"
+        "\nW8  one client, sequential, N = 5, {cycles} cycles each, µs, median of {ROUNDS} rounds (cycles interleaved)"
     );
     println!(
         "  {:<24} {:>16} {:>14} {:>14}",
@@ -111,27 +111,25 @@ pub(crate) async fn w8(plan: &Plan, urls: &[String]) -> anyhow::Result<()> {
     let mut p50s = vec![Vec::new(); VARIANTS.len() + 1];
     let mut p99s = vec![Vec::new(); VARIANTS.len() + 1];
     for round in 0..ROUNDS {
-        for (v, &(_, variant)) in VARIANTS.iter().enumerate() {
-            let mut samples = Vec::with_capacity(cycles);
-            for i in 0..cycles {
+        // Cycle by cycle, each variant and the floor in turn: a machine whose speed drifts
+        // within a round slows them all alike.
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(cycles); VARIANTS.len() + 1];
+        for i in 0..cycles {
+            for (v, &(_, variant)) in VARIANTS.iter().enumerate() {
                 let resource = format!("w8:{v}:{round}:{i}");
                 let started = Instant::now();
                 cycle(variant, &redlock, &labelled, &resource).await?;
-                samples.push(started.elapsed());
+                samples[v].push(started.elapsed());
             }
+            let started = Instant::now();
+            anyhow::ensure!(floor.cycle(&format!("w8:floor:{round}:{i}")).await, "floor");
+            samples[VARIANTS.len()].push(started.elapsed());
+        }
+        for (v, samples) in samples.into_iter().enumerate() {
             let latencies = Latencies::new(samples);
             p50s[v].push(latencies.quantile_us(0.5));
             p99s[v].push(latencies.quantile_us(0.99));
         }
-        let mut samples: Vec<Duration> = Vec::with_capacity(cycles);
-        for i in 0..cycles {
-            let started = Instant::now();
-            anyhow::ensure!(floor.cycle(&format!("w8:floor:{round}:{i}")).await, "floor");
-            samples.push(started.elapsed());
-        }
-        let latencies = Latencies::new(samples);
-        p50s[VARIANTS.len()].push(latencies.quantile_us(0.5));
-        p99s[VARIANTS.len()].push(latencies.quantile_us(0.99));
     }
     let median = |mut values: Vec<f64>| {
         values.sort_by(f64::total_cmp);
