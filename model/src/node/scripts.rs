@@ -50,8 +50,8 @@ pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
         None => {
             node.store.set(key, token, Some(ttl_ms));
             // With an owner key, the holder's label, written with the grant.
-            if let Some(owner_key) = key_opt(call, 4) {
-                node.store.set(&owner_key, arg(call, 4), Some(ttl_ms));
+            if let (Some(owner_key), Some(label)) = (key_opt(call, 4), call.args.get(3)) {
+                node.store.set(&owner_key, label, Some(ttl_ms));
             }
             Ok(Reply::Nil)
         }

@@ -30,8 +30,8 @@ const HANDOVER_READ: Duration = Duration::from_millis(10);
 /// that leads again, in a new term, is a new `Leader` with the same
 /// [`owner`](Self::owner).
 ///
-/// A holder's label may be written beside its grant a moment after it (a grant with fencing or
-/// the quarantine on does so): a term read before its
+/// A holder's label may be written beside its grant a moment after it (any grant but an
+/// uncontended first attempt's, a term won after waiting included): a term read before its
 /// label shows is read again for up to the handle's node timeout, and reported without a
 /// label only if none shows by then (a leader whose handle has no label).
 #[derive(Clone)]

@@ -18,8 +18,10 @@
 -- there when it was not; or the quarantine's refusal. The pipeline sends it only with the
 -- quarantine off, as the command it stands for, and the check then runs no command. When the
 -- key was set and an owner key is given, the label is written there for the ttl, under
--- `pcall`: a label the node refuses (ACL) leaves the grant as it is, as owner.lua's call after
--- a grant would.
+-- `pcall`: a write the node refuses (OOM) leaves the grant as it is. (A user whose ACL does
+-- not cover the owner key is refused the whole call, as every script declaring it is.) An
+-- attempt that fails after this node granted it leaves the label, keyed by its own token's
+-- digest and never shown for another holder, until the ttl.
 local key, witness_key, marker_key, owner_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl_ms, quarantine_ms, label = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local q = quarantine_check(quarantine_ms, witness_key, marker_key)

@@ -230,10 +230,12 @@ impl RedlockBuilder {
     /// `redlock status` and [`LeaderElection::leader`](crate::LeaderElection::leader) can say
     /// who holds a resource or leads. No label by default: nothing extra is written.
     ///
-    /// An acquisition with nothing else in play writes it in the same call as its
-    /// `SET NX PX` (a script call instead of the node's own command); any other costs one
-    /// script call per node after the grant. Each extension writes it again beside its own
-    /// call, in the same batch. It is written only while our token holds the lock on that node, keyed
+    /// A lock granted at a request's first attempt with nothing else in play (an uncontended
+    /// [`lock`](crate::Redlock::lock)) writes it in the same call as its `SET NX PX` (a script
+    /// call instead of the node's own command); any other grant costs one script call per node
+    /// after it. Each extension writes it again beside its own call, in the same batch. The
+    /// handle's ACL user needs write access to the label keys (`<key>\0redlock:owner:*`, under
+    /// the key prefix). It is written only while our token holds the lock on that node, keyed
     /// by a digest of the token (never the token), lives as long as the lock's ttl, and is read
     /// only for the holder that wrote it: a label never names the next holder. Anyone who can
     /// read the nodes can read it: put nothing secret in it.
