@@ -265,6 +265,8 @@ async fn each_primitive_runs_only_its_own_commands() {
             "DEL",
             // The semaphore's stored number of permits, kept as long as its slots.
             "PTTL",
+            // Whether any waiter has a liveness entry: without one, no ranking.
+            "EXISTS",
         ],
     );
 

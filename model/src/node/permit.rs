@@ -53,21 +53,27 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
             node.store.set(&capacity_key, permits, Some(px));
         }
     };
+    // The clock read only while the liveness set exists (`redis.pcall("exists", alive_key)`;
+    // the model's clock is the same at every read within a call, so only the clean-up and
+    // the ranking below depend on it).
+    let live = node.store.exists(&alive_key);
     let now = i64::try_from(node_now(node)).unwrap_or(i64::MAX);
     // `zremrangebyscore alive_key -inf now`, then the 8 entries that count the shortest.
-    if let Ok(members) = node.store.zrange(&alive_key) {
-        for (other, counts_until) in &members {
-            if *counts_until <= now {
-                let _ = node.store.zrem(&alive_key, other);
+    if live {
+        if let Ok(members) = node.store.zrange(&alive_key) {
+            for (other, counts_until) in &members {
+                if *counts_until <= now {
+                    let _ = node.store.zrem(&alive_key, other);
+                }
             }
         }
-    }
-    if let Ok(soonest) = node.store.zrange(&alive_key) {
-        for (other, _) in soonest.iter().take(8) {
-            // `redis.pcall("zscore", queue_key, other) == false`: missing (an error for
-            // another type is not false).
-            if node.store.zscore(&queue_key, other) == Ok(None) {
-                let _ = node.store.zrem(&alive_key, other);
+        if let Ok(soonest) = node.store.zrange(&alive_key) {
+            for (other, _) in soonest.iter().take(8) {
+                // `redis.pcall("zscore", queue_key, other) == false`: missing (an error for
+                // another type is not false).
+                if node.store.zscore(&queue_key, other) == Ok(None) {
+                    let _ = node.store.zrem(&alive_key, other);
+                }
             }
         }
     }
@@ -161,7 +167,8 @@ pub(super) fn acquire_permit(node: &mut Node, call: &Call) -> Result<Reply, Rais
     };
     // The waiters ahead of this one, while they are fewer than the free slots.
     // `zrangebyscore queue_key -inf (score LIMIT 0 count+32` (an invalid bound is an error).
-    let before: Option<Vec<String>> = tonumber(score).and_then(|bound| {
+    // Only with the liveness set (the Lua's `if now`): without it, no ranking.
+    let before: Option<Vec<String>> = tonumber(score).filter(|_| live).and_then(|bound| {
         let members = node.store.zrange(&queue_key).ok()?;
         #[allow(clippy::cast_precision_loss)] // scores are whole ms, far below 2^53
         let below = members.into_iter().filter(|(_, s)| (*s as f64) < bound);

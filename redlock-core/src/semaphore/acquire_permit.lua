@@ -45,7 +45,10 @@
 -- and are dropped here as they are met (at most K + 32 entries are read per attempt). A
 -- queued waiter granted a slot leaves the queue; one refused keeps its place (`ZADD NX`, at
 -- most MAX_QUEUED_WAITERS (1024) entries) and renews its entry. The queue commands run under
--- `pcall`: without them (ACL) it is an attempt without hand-over or ranking.
+-- `pcall`: without them (ACL) it is an attempt without hand-over or ranking. While no waiter
+-- has an entry (the liveness set is gone), the attempt neither ranks nor drops: nobody counts
+-- ahead of it, and the queue's entries of waiters that died meanwhile are dropped by the next
+-- attempt that finds the set, or expire with the queue.
 --
 -- The capacity: the first attempt on the semaphore stores `permits` at `capacity_key`, and
 -- every attempt keeps it at least as long as the longest slot it read (or granted) lives, so
@@ -77,7 +80,12 @@ local function keep_capacity(ms)
     redis.pcall("set", capacity_key, permits, "PX", math.max(ms, left))
   end
 end
-local now = node_now_or_nil()
+-- The node's clock, and the liveness set's clean-up and the ranking below, only while the
+-- set exists: without it no queued waiter counts (none ranks ahead of this one) and there is
+-- nothing to drop, and an uncontended attempt runs one `EXISTS` instead of four commands. A
+-- waiter refused here reads the clock then, to enter the set (`refused`).
+local now = nil
+if redis.pcall("exists", alive_key) == 1 then now = node_now_or_nil() end
 if now then
   redis.pcall("zremrangebyscore", alive_key, "-inf", now)
   local soonest = redis.pcall("zrange", alive_key, 0, 7)
@@ -99,8 +107,9 @@ local function refused(earliest)
     end
     redis.pcall("pexpire", queue_key, queue_ttl_ms)
     if listen_key then redis.pcall("set", listen_key, "1", "PX", queue_ttl_ms) end
-    if now then
-      redis.pcall("zadd", alive_key, now + tonumber(alive_ms), marker)
+    local at = now or node_now_or_nil()
+    if at then
+      redis.pcall("zadd", alive_key, at + tonumber(alive_ms), marker)
       redis.pcall("pexpire", alive_key, queue_ttl_ms)
     end
   end
