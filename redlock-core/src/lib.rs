@@ -67,6 +67,14 @@ pub use setup::config::{ENV_PREFIX, EnvVar, LockConfig, PemSource, RedlockConfig
 pub use telemetry::describe_metrics;
 pub use telemetry::{MAX_RESOURCE_CLASSES, OTHER_CLASS, resource_class};
 pub use timing::DRIFT_FLOOR;
+
+/// The acquisition's decision and Redlock's timing arithmetic, exposed for the protocol
+/// model (feature `model`), which runs this code rather than a copy of it. Not a stable
+/// API.
+#[cfg(feature = "model")]
+pub mod model {
+    pub use crate::kernel::acquire::checked::*;
+}
 pub use token::{EntropyError, Token};
 
 #[cfg(feature = "macros")]

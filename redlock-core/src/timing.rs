@@ -34,15 +34,59 @@ pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
         .map_or(Duration::MAX, |drift| drift.saturating_add(DRIFT_FLOOR))
 }
 
-/// The validity left to a lock whose acquisition took `elapsed`: `ttl − elapsed − drift`, or
-/// `None` when nothing is left (distlock spec, steps 3 and 4; `MIN_VALIDITY`).
-///
-/// `elapsed` must be measured on a monotonic clock from a reading taken before the first `SET`
-/// was sent.
-pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift(ttl, drift_factor))
-        .filter(|left| !left.is_zero())
+/// A point on a monotonic clock: [`tokio::time::Instant`] in the lock, milliseconds from an
+/// origin (as a [`Duration`]) in the protocol model, which runs the same arithmetic.
+pub(crate) trait Moment: Copy {
+    /// The time from `earlier` to `self` (zero when `earlier` is later).
+    fn since(self, earlier: Self) -> Duration;
+    /// `self + after`, saturating at the clock's far end.
+    fn plus(self, after: Duration) -> Self;
+}
+
+impl Moment for tokio::time::Instant {
+    fn since(self, earlier: Self) -> Duration {
+        self.saturating_duration_since(earlier)
+    }
+
+    fn plus(self, after: Duration) -> Self {
+        self.checked_add(after)
+            .unwrap_or_else(|| self + Duration::from_secs(365 * 24 * 60 * 60))
+    }
+}
+
+impl Moment for Duration {
+    fn since(self, earlier: Self) -> Duration {
+        self.saturating_sub(earlier)
+    }
+
+    fn plus(self, after: Duration) -> Self {
+        self.saturating_add(after)
+    }
+}
+
+/// Redlock steps 3–4 for a round whose clock was read at `start`, before its first send
+/// (step 1), and that a quorum granted by `now`: the end of the validity it gives,
+/// `start + ttl − drift`, while `ttl − elapsed − drift` is above zero; otherwise `Err` with
+/// the time elapsed.
+pub(crate) fn valid_until<T: Moment>(
+    start: T,
+    now: T,
+    ttl: Duration,
+    drift: Duration,
+) -> Result<T, Duration> {
+    let elapsed = now.since(start);
+    let left = ttl.checked_sub(elapsed).and_then(|l| l.checked_sub(drift));
+    match left.filter(|left| !left.is_zero()) {
+        Some(_) => Ok(start.plus(ttl - drift)),
+        None => Err(elapsed),
+    }
+}
+
+/// The validity end an extension to `ttl` gives once a quorum confirmed it: counted from
+/// `start`, the clock read before its first send, as a grant's is, never from the replies
+/// (a node may have set its expiry as soon as the request reached it), less the drift.
+pub(crate) fn extended_until<T: Moment>(start: T, ttl: Duration, drift: Duration) -> T {
+    start.plus(ttl.saturating_sub(drift))
 }
 
 /// The least a start-up waits, once a quorum of nodes is ready, for the others.
@@ -186,6 +230,12 @@ mod tests {
         );
     }
 
+    /// The validity left to a lock of `ttl` whose round took `elapsed`, by [`valid_until`].
+    fn validity(ttl: Duration, elapsed: Duration, factor: f64) -> Option<Duration> {
+        let end = valid_until(Duration::ZERO, elapsed, ttl, drift(ttl, factor)).ok()?;
+        Some(end - elapsed)
+    }
+
     #[test]
     fn validity_subtracts_elapsed_and_drift() {
         // 10 s ttl, 1 % drift: drift = 100 ms + 2 ms.
@@ -199,6 +249,34 @@ mod tests {
             validity(Duration::from_millis(100), Duration::from_millis(200), 0.01),
             None
         );
+        // The end is counted from the start, whenever the quorum came.
+        let start = Duration::from_millis(1_000);
+        let ttl = Duration::from_millis(100);
+        let at = |now| {
+            valid_until(
+                start,
+                Duration::from_millis(now),
+                ttl,
+                Duration::from_millis(3),
+            )
+        };
+        assert_eq!(at(1_010), Ok(Duration::from_millis(1_097)));
+        assert_eq!(at(1_096), Ok(Duration::from_millis(1_097)));
+        assert_eq!(at(1_097), Err(Duration::from_millis(97)));
+    }
+
+    #[test]
+    fn an_extension_is_counted_from_its_start_less_the_drift() {
+        let start = Duration::from_millis(1_000);
+        let (ttl, drift) = (Duration::from_millis(100), Duration::from_millis(3));
+        assert_eq!(
+            extended_until(start, ttl, drift),
+            Duration::from_millis(1_097)
+        );
+        // A drift longer than the ttl (refused by validation) gives no validity, not a panic.
+        assert_eq!(extended_until(start, ttl, Duration::MAX), start);
+        let far = tokio::time::Instant::now();
+        assert!(extended_until(far, Duration::MAX, drift) > far);
     }
 
     proptest! {

@@ -246,13 +246,14 @@ fn integration_tests() -> anyhow::Result<Vec<String>> {
 /// TLS pair ([`features_used_alone`] checks that), so a feature's code can only break with
 /// that feature alone (a missing item), with none (dead code), or beside the other TLS
 /// feature: those combinations and all together are linted, not the 64 of the power set.
-const CORE_FEATURES: [&str; 6] = [
+const CORE_FEATURES: [&str; 7] = [
     "macros",
     "tls-rustls",
     "tls-native",
     "unix-sockets",
     "serde",
     "metrics",
+    "model",
 ];
 
 /// The two features a `cfg` may name together.

@@ -1,6 +1,11 @@
-//! A client: the lease as its public views see it, and the retry/wait decision of an
-//! acquisition, as redlock-core makes them (`acquire/decide.rs`, `acquire/attempt.rs`,
-//! `lease/extend.rs`), over the model's ms.
+//! A client: the lease as its public views see it, over the model's ms. The retry and wait
+//! decision after each attempt, and the validity arithmetic, are redlock-core's own
+//! (`redlock_core::model`: `acquire/decide.rs`, `acquire/attempt.rs`, `timing.rs`), called
+//! here rather than copied.
+
+use std::time::Duration;
+
+use redlock_core::model::{Answer, Decision, Failure, Next, Rules};
 
 use super::config::{Config, Program};
 use crate::node::Reply;
@@ -91,44 +96,6 @@ impl Tally {
     }
 }
 
-/// A split vote, as `Split::of` (acquire/attempt.rs) tells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Split {
-    /// One holder named by a quorum, or too few answered: busy or unavailable.
-    No,
-    /// No holder named by a quorum of those that answered; the others could make one.
-    Possible,
-    /// No holder can have a quorum.
-    Certain,
-}
-
-impl Split {
-    /// The split of `votes`.
-    pub fn of(votes: &[Vote], quorum: usize) -> Self {
-        let mut named: Vec<(&str, usize)> = Vec::new();
-        for vote in votes {
-            if let Vote::Refused(Some(holder)) = vote {
-                match named.iter_mut().find(|(name, _)| name == holder) {
-                    Some((_, count)) => *count += 1,
-                    None => named.push((holder, 1)),
-                }
-            }
-        }
-        let largest = named.iter().map(|(_, count)| *count).max().unwrap_or(0);
-        let unknown = votes
-            .iter()
-            .filter(|v| matches!(v, Vote::Pending | Vote::Failed))
-            .count();
-        if largest == 0 || largest >= quorum || votes.len() - unknown < quorum {
-            Self::No
-        } else if largest + unknown < quorum {
-            Self::Certain
-        } else {
-            Self::Possible
-        }
-    }
-}
-
 /// Where a client is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -164,6 +131,8 @@ pub enum Phase {
         /// Nodes that confirmed the claim, heard or not: at the fencing quorum, the token is
         /// confirmed, whenever the client learns it.
         at_nodes: u8,
+        /// Every node granted the lock (a queued waiter then left the queue everywhere).
+        everywhere: bool,
     },
     /// Holding the lock.
     Holding(Lease),
@@ -204,16 +173,8 @@ pub struct Client {
     pub op: u16,
     /// Tokens drawn so far (each attempt draws one).
     pub tokens: u16,
-    /// Attempts counted in this acquisition.
-    pub attempts: u8,
-    /// The next attempt follows joining the queue: not counted.
-    pub free_attempt: bool,
-    /// Split retries made in this acquisition.
-    pub split_retries: u8,
-    /// Holders named by the last refused split (sorted).
-    pub last_refusing: Vec<String>,
-    /// Joined the waiter queue, listening for hand-over messages.
-    pub listening: bool,
+    /// The acquisition's decision state, as the lock's loop keeps it.
+    pub decision: Decision,
     /// The acquisition's wait start (its rank in the queue).
     pub wait_start: u64,
     /// Locks held so far.
@@ -230,11 +191,7 @@ impl Client {
             phase: Phase::Idle { at: 0 },
             op: 0,
             tokens: 0,
-            attempts: 0,
-            free_attempt: false,
-            split_retries: 0,
-            last_refusing: Vec::new(),
-            listening: false,
+            decision: Decision::default(),
             wait_start: 0,
             holds: 0,
             draws: Vec::new(),
@@ -263,126 +220,74 @@ impl Client {
     }
 }
 
-/// The step after a failed attempt (`LoopState::after_failure`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterFailure {
-    /// Attempt again at this time.
-    Retry(u64),
-    /// Joined the queue: attempt again at once (not counted).
-    JoinQueue,
-    /// Wait for a hand-over message, with a fallback timer (or none).
-    AwaitHandover(Option<u64>),
-    /// A split vote past the retries: attempt again after a random delay (the caller draws
-    /// it).
-    SplitRetry,
-    /// Give up (skip, or an error).
-    GiveUp,
+/// Milliseconds of the model's clock as the lock's arithmetic takes them.
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The model's milliseconds of a duration the lock's decision gave (whole: every input is).
+pub fn to_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What the lock's decision hears of the model's votes.
+pub fn answers(votes: &[Vote]) -> Vec<Answer> {
+    votes
+        .iter()
+        .map(|vote| match vote {
+            Vote::Granted { .. } => Answer::Granted,
+            Vote::Refused(holder) => Answer::Refused(holder.clone()),
+            Vote::Failed => Answer::Failed,
+            Vote::Pending => Answer::Pending,
+        })
+        .collect()
 }
 
 impl Client {
-    /// Decides what follows a failed attempt with `votes` at `now`.
-    pub fn after_failure(&mut self, votes: &[Vote], now: u64, config: &Config) -> AfterFailure {
-        let quorum = config.quorum();
-        let retry = self.attempts < self.program.attempts;
-        // A quorum granted without validity left (`AttemptFailure::NoValidity`): no split,
-        // nothing to queue for, and the refusing holders remembered stay as they were.
-        let no_validity = Tally::of(votes).granted >= quorum;
-        if no_validity {
-            return if retry {
-                AfterFailure::Retry(now + config.retry_delay)
-            } else {
-                AfterFailure::GiveUp
-            };
+    /// Whether it joined the queue and listens for hand-over messages.
+    pub fn listening(&self) -> bool {
+        self.decision.listening()
+    }
+
+    /// The decision's rules for this client's program.
+    pub fn rules(&self, config: &Config) -> Rules {
+        Rules {
+            nodes: config.nodes,
+            retries: u32::from(self.program.attempts.saturating_sub(1)),
+            retry_delay: ms(config.retry_delay),
+            queue: self.program.handover,
+            mode: self.program.mode.is_some(),
+            split_retries: u32::from(self.program.split_retries),
         }
-        let split = self.resolvable_split(votes, quorum);
-        if !retry {
-            return if split
-                && self.split_retries < self.program.split_retries
-                && !config.client_flaws.split_is_busy
-            {
-                self.split_retries += 1;
-                AfterFailure::SplitRetry
-            } else {
-                AfterFailure::GiveUp
-            };
-        }
-        let tally = Tally::of(votes);
-        let worth_queueing = tally.refused > 0 && tally.granted + tally.refused >= quorum;
-        if !self.listening && self.program.handover && worth_queueing {
-            self.listening = true;
-            if config.client_flaws.waiter_only_listens {
-                return AfterFailure::AwaitHandover(None);
-            }
-            self.free_attempt = true;
-            return AfterFailure::JoinQueue;
-        }
-        if self.listening {
-            let fallback =
-                (!config.client_flaws.waiter_only_listens).then_some(now + config.retry_delay);
-            AfterFailure::AwaitHandover(fallback)
+    }
+
+    /// The lock's step after a failed attempt (`fence`: its fencing write-back failed) with
+    /// `votes`, with the client's known-bad variants applied to it.
+    pub fn after_failure(&mut self, votes: &[Vote], fence: bool, config: &Config) -> Next {
+        let answers = answers(votes);
+        let failure = if fence {
+            Failure::Fence(&answers)
         } else {
-            AfterFailure::Retry(now + config.retry_delay)
+            Failure::Attempt(&answers)
+        };
+        let rules = self.rules(config);
+        let next = self.decision.after_failure(&rules, failure);
+        let flaws = &config.client_flaws;
+        match next {
+            Next::SplitRetry(_) if flaws.split_is_busy => Next::GiveUp,
+            Next::JoinQueue | Next::AwaitHandover(_) if flaws.waiter_only_listens => {
+                Next::AwaitHandover(Duration::MAX)
+            }
+            next => next,
         }
     }
 
-    /// `LoopState::resolvable_split`.
-    fn resolvable_split(&mut self, votes: &[Vote], quorum: usize) -> bool {
-        let mut refusing: Vec<String> = votes
-            .iter()
-            .filter_map(|v| match v {
-                Vote::Refused(Some(holder)) => Some(holder.clone()),
-                _ => None,
-            })
-            .collect();
-        refusing.sort();
-        refusing.dedup();
-        let seen = |holder: &String| self.last_refusing.contains(holder);
-        let resolvable = match Split::of(votes, quorum) {
-            Split::No => false,
-            Split::Possible => !refusing.iter().any(seen),
-            Split::Certain => !refusing.iter().all(seen),
-        };
-        self.last_refusing = refusing;
-        resolvable
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn granted() -> Vote {
-        Vote::Granted { hint: 0, busy: 0 }
-    }
-
-    fn by(holder: &str) -> Vote {
-        Vote::Refused(Some(holder.to_owned()))
-    }
-
-    /// The port against the lock's own cases (`a_split_is_told_from_a_holder_by_who_refused`
-    /// in redlock-core's acquire/attempt.rs).
-    #[test]
-    fn a_split_is_told_as_the_lock_tells_it() {
-        let q = 3;
-        let one = [granted(), granted(), by("a"), by("a"), by("a")];
-        assert_eq!(Split::of(&one, q), Split::No);
-        let two = [granted(), by("a"), by("a"), by("b"), by("b")];
-        assert_eq!(Split::of(&two, q), Split::Certain);
-        let down = [Vote::Failed, by("a"), by("a"), by("b"), by("b")];
-        assert_eq!(Split::of(&down, q), Split::Possible);
-        let unawaited = [Vote::Pending, by("a"), by("a"), by("b"), by("b")];
-        assert_eq!(Split::of(&unawaited, q), Split::Possible);
-        let failures = [
-            granted(),
-            granted(),
-            Vote::Failed,
-            Vote::Failed,
-            Vote::Failed,
-        ];
-        assert_eq!(Split::of(&failures, q), Split::No);
-        let few = [granted(), by("a"), Vote::Failed, Vote::Failed, Vote::Failed];
-        assert_eq!(Split::of(&few, q), Split::No);
-        let modes = [granted(), by("?"), by("?"), by("?"), by("?")];
-        assert_eq!(Split::of(&modes, q), Split::No);
+    /// Whether the step after a failed attempt with `votes` draws a split vote's delay.
+    pub fn draws_after(&self, votes: &[Vote], config: &Config) -> bool {
+        let mut probe = self.clone();
+        matches!(
+            probe.after_failure(votes, false, config),
+            Next::SplitRetry(_)
+        )
     }
 }

@@ -90,6 +90,12 @@ pub struct ClientFlaws {
     pub extension_from_reply: bool,
     /// A confirmed extension's validity does not subtract the drift allowance.
     pub extension_without_drift: bool,
+    /// A fencing token is confirmed by a bare majority of the nodes instead of the lock's
+    /// fencing quorum.
+    pub majority_fencing_quorum: bool,
+    /// A plain waiter never leaves the queue: not after a grant by only some nodes, nor when
+    /// it gives up.
+    pub stays_queued: bool,
 }
 
 /// One exploration.
@@ -107,8 +113,6 @@ pub struct Config {
     pub drift: u64,
     /// The quarantine after a node lost data, ms (0: off).
     pub quarantine: u64,
-    /// Nodes that must confirm a fencing token (F).
-    pub fencing_quorum: usize,
     /// The retry delay, ms (a random part is not modelled: the split retries' is).
     pub retry_delay: u64,
     /// How long a key handed over stays reserved for the named waiter, ms.
@@ -139,8 +143,18 @@ pub struct Config {
 }
 
 impl Config {
-    /// Nodes that must grant a lock: N / 2 + 1.
+    /// Nodes that must grant a lock: N / 2 + 1 (the lock's own arithmetic).
     pub fn quorum(&self) -> usize {
-        self.nodes / 2 + 1
+        redlock_core::model::quorum(self.nodes)
+    }
+
+    /// Nodes that must confirm a fencing token (F): the lock's own arithmetic, unless a
+    /// known-bad variant asks for a bare majority.
+    pub fn fencing_quorum(&self) -> usize {
+        if self.client_flaws.majority_fencing_quorum {
+            self.quorum()
+        } else {
+            redlock_core::model::fencing_quorum(self.nodes)
+        }
     }
 }

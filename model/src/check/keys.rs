@@ -63,6 +63,8 @@ pub enum Req {
         /// The request's wait start (its rank among waiters).
         since: u64,
     },
+    /// A plain waiter leaves the queue (leave.lua): granted by only some nodes, or given up.
+    Leave,
     /// The release of a mode holder (or of a failed attempt), its waiter's entry removed too
     /// when `leave`.
     ReleaseMode {
@@ -123,6 +125,7 @@ impl Req {
                     ],
                 )
             }
+            Self::Leave => Call::new(id::LEAVE, &[QUEUE], &[&marker(client), "0"]),
             Self::ReleaseMode { token: n, leave } => {
                 let marker = if leave { marker(client) } else { String::new() };
                 Call::new(id::RELEASE_MODE, &[KEY], &[&token(client, n), "", &marker])

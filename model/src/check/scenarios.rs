@@ -21,6 +21,9 @@ pub mod property {
     pub const EVERY_LOCKER: &str = "every locker holds the lock in time";
     /// Under fair scheduling, a skip-if-busy tick runs on some client.
     pub const TICK_RUNS: &str = "a skip-if-busy tick runs somewhere";
+    /// Under fair scheduling, a plain waiter whose acquisition is over (granted, or given
+    /// up) has no entry left in any node's queue, where it would hold up hand-overs.
+    pub const QUEUE_LEFT: &str = "a waiter whose acquisition is over has left every queue";
 }
 
 pub use super::system::witness;
@@ -109,7 +112,6 @@ fn base(name: &'static str, clients: Vec<Program>) -> Config {
         ttl: 3,
         drift: 1,
         quarantine: 3,
-        fencing_quorum: 3,
         retry_delay: 1,
         grace: 2,
         window_every: 0,
@@ -343,7 +345,7 @@ pub fn all() -> Vec<Scenario> {
             depth_first: false,
         }
     };
-    use property::{EVERY_LOCKER, EXCLUSION, FENCING, FOREIGN_KEY, TICK_RUNS};
+    use property::{EVERY_LOCKER, EXCLUSION, FENCING, FOREIGN_KEY, QUEUE_LEFT, TICK_RUNS};
     vec![
         ok(clock_drift()),
         bad(
@@ -463,10 +465,16 @@ pub fn all() -> Vec<Scenario> {
         bad(
             "known bad: a fencing write-back at a bare majority",
             fencing(),
-            |c| c.fencing_quorum = 2,
+            |c| c.client_flaws.majority_fencing_quorum = true,
             FENCING,
         ),
         ok(handover()),
+        bad(
+            "known bad: a waiter granted by some nodes stays queued on the others",
+            handover(),
+            |c| c.client_flaws.stays_queued = true,
+            QUEUE_LEFT,
+        ),
         bad(
             "known bad: a listener that drops messages during an attempt",
             handover(),

@@ -6,7 +6,11 @@ use std::fmt::Write as _;
 use redlock_core::Mode;
 use stateright::{Model, Property};
 
-use super::client::{AfterFailure, Client, Lease, Phase, Tally, Vote};
+use std::time::Duration;
+
+use redlock_core::model::{self as lock, Next};
+
+use super::client::{Client, Lease, Phase, Tally, Vote, ms, to_ms};
 use super::config::Config;
 use super::keys::{self, Req};
 use crate::node::{Call, Node, Reply};
@@ -243,7 +247,7 @@ impl System {
                 // An attempt is decided at a quorum granted, else it hears every node out
                 // (`Stop::AtQuorum`); a fencing write-back at its decision.
                 let decided = if matches!(client.phase, Phase::Fencing { .. }) {
-                    tally.decided(self.config.fencing_quorum, n, pending)
+                    tally.decided(self.config.fencing_quorum(), n, pending)
                 } else {
                     tally.granted >= q || pending == 0
                 };
@@ -270,13 +274,58 @@ impl System {
     fn step_draws(&self, state: &State, c: usize) -> bool {
         let client = &state.clients[c];
         match &client.phase {
-            Phase::Acquiring { votes, .. } => {
-                let tally = Tally::of(votes);
-                tally.granted < self.config.quorum()
-                    && client.attempts >= client.program.attempts
-                    && client.program.split_retries > client.split_retries
+            Phase::Acquiring { started, votes } => {
+                self.granted_until(state.now, *started, votes).is_none()
+                    && client.draws_after(votes, &self.config)
             }
             _ => false,
+        }
+    }
+
+    /// The validity end of an attempt started at `started` with `votes`, decided at `now`:
+    /// `None` unless a quorum granted it with validity left (the lock's arithmetic).
+    fn granted_until(&self, now: u64, started: u64, votes: &[Vote]) -> Option<u64> {
+        let config = &self.config;
+        if Tally::of(votes).granted < lock::quorum(config.nodes) {
+            return None;
+        }
+        let (ttl, drift) = (ms(config.ttl), ms(Client::drift(config)));
+        lock::valid_until(ms(started), ms(now), ttl, drift).map(to_ms)
+    }
+
+    /// The phase that follows client `c`'s failed attempt, as the lock's decision `next`
+    /// says. A plain waiter that gives up leaves the queue it joined.
+    fn after_failure(
+        &self,
+        state: &mut State,
+        c: usize,
+        client: &mut Client,
+        next: Next,
+        draw: u8,
+    ) -> Phase {
+        let now = state.now;
+        let plain = client.program.mode.is_none();
+        let leaves = !self.config.client_flaws.stays_queued;
+        if next == Next::GiveUp && client.listening() && plain && leaves {
+            state.broadcast(c, None, Req::Leave);
+        }
+        match next {
+            Next::Retry(delay) => Phase::Idle {
+                at: now + to_ms(delay),
+            },
+            Next::JoinQueue => Phase::Idle { at: now },
+            Next::AwaitHandover(fallback) => Phase::AwaitingHandover {
+                fallback: (fallback != Duration::MAX).then(|| now + to_ms(fallback)),
+                named: 0,
+            },
+            Next::SplitRetry(spread) => {
+                let draw = u64::from(draw).min(to_ms(spread));
+                client.draws.push(u8::try_from(draw).unwrap_or(u8::MAX));
+                Phase::Idle { at: now + draw }
+            }
+            Next::GiveUp => Phase::Done {
+                released_until: None,
+            },
         }
     }
 
@@ -289,10 +338,8 @@ impl System {
         let phase = client.phase.clone();
         match phase {
             Phase::Idle { .. } => {
-                if !std::mem::take(&mut client.free_attempt) {
-                    client.attempts += 1;
-                }
-                if client.attempts == 1 && client.split_retries == 0 {
+                let attempts = client.decision.begin_attempt();
+                if attempts == 1 && client.decision.split_retries() == 0 {
                     client.wait_start = now;
                 }
                 client.tokens += 1;
@@ -305,7 +352,7 @@ impl System {
                 } else {
                     Req::Acquire {
                         token: client.tokens,
-                        queued: client.listening.then_some(client.wait_start),
+                        queued: client.listening().then_some(client.wait_start),
                     }
                 };
                 state.broadcast(c, Some(client.op), req);
@@ -316,14 +363,13 @@ impl System {
             }
             Phase::Acquiring { started, votes } => {
                 let token = client.tokens;
-                let tally = Tally::of(&votes);
-                let valid_until = started + config.ttl - Client::drift(config).min(config.ttl);
-                if tally.granted >= q && now < valid_until {
+                if let Some(valid_until) = self.granted_until(now, started, &votes) {
                     client.op += 1;
                     let (hint, busy) = votes.iter().fold((0, 0), |(h, b), v| match v {
                         Vote::Granted { hint, busy } => (h.max(*hint), b.max(*busy)),
                         _ => (h, b),
                     });
+                    let everywhere = votes.iter().all(|v| matches!(v, Vote::Granted { .. }));
                     if client.program.fencing {
                         let claim = hint + 1;
                         state.broadcast(c, Some(client.op), Req::Fence { claim });
@@ -332,6 +378,7 @@ impl System {
                             claim,
                             votes: vec![Vote::Pending; config.nodes],
                             at_nodes: 0,
+                            everywhere,
                         };
                     } else {
                         client.phase = Phase::Holding(Lease {
@@ -344,35 +391,20 @@ impl System {
                             extended: false,
                         });
                         client.holds += 1;
+                        self.finish_acquisition(state, c, &mut client, everywhere);
                     }
-                    self.finish_acquisition(&mut client);
                 } else {
                     // Step 5: release what the attempt took, on every node.
                     client.op += 1;
-                    let after = client.after_failure(&votes, now, config);
+                    let next = client.after_failure(&votes, false, config);
                     let req = if client.program.mode.is_some() {
-                        let leave = after == AfterFailure::GiveUp;
+                        let leave = next == Next::GiveUp;
                         Req::ReleaseMode { token, leave }
                     } else {
                         Req::Release { token }
                     };
                     state.broadcast(c, None, req);
-                    client.phase = match after {
-                        AfterFailure::Retry(at) => Phase::Idle { at },
-                        AfterFailure::JoinQueue => Phase::Idle { at: now },
-                        AfterFailure::AwaitHandover(fallback) => {
-                            Phase::AwaitingHandover { fallback, named: 0 }
-                        }
-                        AfterFailure::SplitRetry => {
-                            client.draws.push(draw);
-                            Phase::Idle {
-                                at: now + u64::from(draw),
-                            }
-                        }
-                        AfterFailure::GiveUp => Phase::Done {
-                            released_until: None,
-                        },
-                    };
+                    client.phase = self.after_failure(state, c, &mut client, next, draw);
                 }
             }
             Phase::AwaitingHandover { .. } => client.phase = Phase::Idle { at: now },
@@ -380,9 +412,10 @@ impl System {
                 valid_until,
                 claim,
                 votes,
+                everywhere,
                 ..
             } => {
-                let confirmed = Tally::of(&votes).granted >= config.fencing_quorum;
+                let confirmed = Tally::of(&votes).granted >= config.fencing_quorum();
                 if confirmed && now < valid_until {
                     client.phase = Phase::Holding(Lease {
                         valid_until,
@@ -394,8 +427,10 @@ impl System {
                         extended: false,
                     });
                     client.holds += 1;
+                    self.finish_acquisition(state, c, &mut client, everywhere);
                 } else {
-                    // Too few confirmations: the lock is released and the attempt failed.
+                    // Too few confirmations: the lock is released and the attempt failed;
+                    // the lock's decision says what follows.
                     client.op += 1;
                     state.broadcast(
                         c,
@@ -404,9 +439,8 @@ impl System {
                             token: client.tokens,
                         },
                     );
-                    client.phase = Phase::Done {
-                        released_until: None,
-                    };
+                    let next = client.after_failure(&votes, true, config);
+                    client.phase = self.after_failure(state, c, &mut client, next, draw);
                 }
             }
             Phase::Holding(mut lease) => {
@@ -424,10 +458,10 @@ impl System {
                         let drift = if flaws.extension_without_drift {
                             0
                         } else {
-                            Client::drift(config).min(ttl)
+                            Client::drift(config)
                         };
-                        let until = from + ttl - drift;
-                        lease.valid_until = lease.valid_until.max(until);
+                        let until = lock::extended_until(ms(from), ms(ttl), ms(drift));
+                        lease.valid_until = lease.valid_until.max(to_ms(until));
                     } else if tally.refused > config.nodes - q {
                         lease.lost = true;
                     }
@@ -450,8 +484,6 @@ impl System {
                     client.op += 1;
                     state.broadcast(c, None, req);
                     client.phase = if client.holds < client.program.rounds {
-                        client.attempts = 0;
-                        client.split_retries = 0;
                         Phase::Idle { at: now }
                     } else {
                         Phase::Done {
@@ -465,10 +497,22 @@ impl System {
         state.clients[c] = client;
     }
 
-    /// The acquisition is over (granted): its loop state is reset.
-    fn finish_acquisition(&self, client: &mut Client) {
-        client.listening = false;
-        client.last_refusing.clear();
+    /// Client `c`'s acquisition is over, granted (by every node when `everywhere`): a
+    /// plain waiter granted by only some nodes leaves the queue, and the next acquisition
+    /// starts with a new loop state.
+    fn finish_acquisition(
+        &self,
+        state: &mut State,
+        c: usize,
+        client: &mut Client,
+        everywhere: bool,
+    ) {
+        let rules = client.rules(&self.config);
+        let leaves = client.decision.leaves_queue_after_grant(&rules, everywhere);
+        if leaves && !self.config.client_flaws.stays_queued {
+            state.broadcast(c, None, Req::Leave);
+        }
+        client.decision = lock::Decision::default();
     }
 
     /// Node `n` runs a request.
@@ -491,7 +535,7 @@ impl System {
             for c in 0..state.clients.len() {
                 let waiting = matches!(state.clients[c].phase, Phase::AwaitingHandover { .. });
                 let dropped = self.config.client_flaws.listener_drops_messages && !waiting;
-                if state.clients[c].listening && !dropped {
+                if state.clients[c].listening() && !dropped {
                     state.send(Msg::Wake {
                         client: c,
                         text: text.clone(),
@@ -518,7 +562,7 @@ impl System {
             return;
         }
         *at_nodes += 1;
-        if usize::from(*at_nodes) == self.config.fencing_quorum {
+        if usize::from(*at_nodes) == self.config.fencing_quorum() {
             if claim <= state.max_fence {
                 state.fence_regressed = true;
             }
@@ -816,7 +860,7 @@ impl Model for System {
             }
             Action::Step { client, draw } => {
                 self.step(&mut state, client, draw);
-                if !state.clients[client].listening {
+                if !state.clients[client].listening() {
                     // Its listener is gone, with the messages it kept.
                     state
                         .net
@@ -880,8 +924,7 @@ impl Model for System {
                     // The promise is the lock's, at its fencing quorum (N / 2 + 2 for odd N,
                     // at most N), whatever quorum the clients use.
                     let n = model.config.nodes;
-                    let f = (n + 3) / 2;
-                    let bound = (2 * f.min(n)).saturating_sub(n);
+                    let bound = (2 * lock::fencing_quorum(n)).saturating_sub(n);
                     let lost = state.lost_data.count_ones() as usize;
                     !state.fence_regressed || lost >= bound
                 },
@@ -891,6 +934,29 @@ impl Model for System {
                 |model: &System, state: &State| {
                     let lockers = state.clients.iter().filter(|c| !c.program.skip_if_busy);
                     !model.live(state) || lockers.clone().all(|c| c.holds > 0)
+                },
+            ),
+            Property::always(
+                "a waiter whose acquisition is over has left every queue",
+                |model: &System, state: &State| {
+                    !model.live(state)
+                        || state.clients.iter().enumerate().all(|(c, client)| {
+                            let queued = |node: &NodeState| {
+                                matches!(
+                                    node.node.store.zscore(keys::QUEUE, &keys::marker(c)),
+                                    Ok(Some(_))
+                                )
+                            };
+                            // Once its calls have all landed (a leave may still be on
+                            // its way when the run ends).
+                            let in_flight = state.net.iter().any(
+                                |m| matches!(m, Msg::Request { client: from, .. } if *from == c),
+                            );
+                            client.program.mode.is_some()
+                                || client.listening()
+                                || in_flight
+                                || !state.nodes.iter().any(queued)
+                        })
                 },
             ),
             Property::always(
@@ -958,10 +1024,9 @@ impl System {
             .iter()
             .filter(|c| c.program.skip_if_busy)
             .collect();
-        let tied = skippers
-            .iter()
-            .all(|c| c.program.split_retries > 0 && c.split_retries == c.program.split_retries)
-            && skippers.windows(2).all(|w| w[0].draws == w[1].draws);
+        let tied = skippers.iter().all(|c| {
+            c.program.split_retries > 0 && c.draws.len() == usize::from(c.program.split_retries)
+        }) && skippers.windows(2).all(|w| w[0].draws == w[1].draws);
         skippers.is_empty() || skippers.iter().any(|c| c.holds > 0) || tied
     }
 }

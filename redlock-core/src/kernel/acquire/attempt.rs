@@ -169,7 +169,6 @@ impl Split {
 pub(crate) struct Clock {
     ttl: Duration,
     drift: Duration,
-    drift_factor: f64,
     /// How long the round may take: the node timeout, and never past the validity.
     pub(crate) limit: Duration,
 }
@@ -182,7 +181,6 @@ impl Clock {
         Self {
             ttl,
             drift,
-            drift_factor: options.drift_factor,
             limit: masters.node_timeout.min(ttl.saturating_sub(drift)),
         }
     }
@@ -191,11 +189,7 @@ impl Clock {
     /// send (step 1): the end of its validity, `start + ttl − drift`, or, when no validity is
     /// left, the time elapsed.
     pub(crate) fn valid_until(&self, start: Instant) -> Result<Instant, Duration> {
-        let elapsed = start.elapsed();
-        match timing::validity(self.ttl, elapsed, self.drift_factor) {
-            Some(_) => Ok(start + self.ttl - self.drift),
-            None => Err(elapsed),
-        }
+        timing::valid_until(start, Instant::now(), self.ttl, self.drift)
     }
 }
 

@@ -30,7 +30,7 @@ const _: () = assert!(crate::kernel::commands::QUEUE_TTL_MS > MAX_RETRY_WAIT.as_
 /// several contenders that split the vote to take the resource alone (each backs off for a
 /// random delay, see [`SPLIT_BACKOFF`]), few enough that a resource that stays split is
 /// reported soon.
-const SPLIT_RETRIES: u32 = 6;
+pub(super) const SPLIT_RETRIES: u32 = 6;
 
 /// The longest random delay before the first attempt after a split vote; it doubles at each
 /// one after (20, 40, …, 640 ms: at most 1.26 s in all). Longer than a round and its
@@ -108,6 +108,9 @@ pub(super) struct Policy<'a> {
     /// A semaphore's number of permits ([`Protocol::permits`](super::Protocol::permits)),
     /// named in [`LockError::PermitsMismatch`].
     pub(super) permits: Option<u32>,
+    /// Attempts after a split vote beyond the retries and the wait deadline:
+    /// [`SPLIT_RETRIES`] (the protocol model explores fewer, to bound its depth).
+    pub(super) split_retries: u32,
 }
 
 impl Policy<'_> {
@@ -260,7 +263,7 @@ pub(super) enum Step {
 }
 
 /// What the acquisition loop remembers between attempts.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Hash)]
 pub(super) struct LoopState {
     /// Attempts made, the one after joining the queue not counted.
     attempts: u32,
@@ -286,6 +289,18 @@ impl LoopState {
             self.attempts += 1;
         }
         self.attempts
+    }
+
+    /// Attempts made so far, the one after joining the queue not counted.
+    #[cfg(feature = "model")]
+    pub(super) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Attempts made after a split vote once the retries or the wait had run out.
+    #[cfg(feature = "model")]
+    pub(super) fn split_retries(&self) -> u32 {
+        self.split_retries
     }
 
     /// Whether the waiter listens for hand-over messages, having joined the queue.
@@ -323,15 +338,17 @@ impl LoopState {
         }
         let split = self.resolvable_split(&failure);
         if !retry {
-            return if split && self.split_retries < SPLIT_RETRIES {
+            return if split && self.split_retries < policy.split_retries {
                 self.split_retry()
             } else {
                 Step::GiveUp(policy.error(self.attempts, failure))
             };
         }
-        if matches!(failure, AttemptFailure::Scattered(_)) && self.split_retries < SPLIT_RETRIES {
+        if matches!(failure, AttemptFailure::Scattered(_))
+            && self.split_retries < policy.split_retries
+        {
             // Slots may be free: a short random delay, not the retry delay or a wait; at most
-            // [`SPLIT_RETRIES`] times (slots held on too few nodes by keys that outlive their
+            // `split_retries` times (slots held on too few nodes by keys that outlive their
             // holders split every round until they expire), then as a busy semaphore.
             return self.split_retry();
         }
@@ -480,6 +497,7 @@ mod tests {
             mode: false,
             queue: false,
             permits: None,
+            split_retries: SPLIT_RETRIES,
         }
     }
 

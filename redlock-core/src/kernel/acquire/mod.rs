@@ -4,6 +4,8 @@
 //! [`attempt`], the fencing round in [`fence`].
 
 pub(crate) mod attempt;
+#[cfg(feature = "model")]
+pub(crate) mod checked;
 mod decide;
 mod fence;
 pub(crate) use fence::fence;

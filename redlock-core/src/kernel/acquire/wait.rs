@@ -11,7 +11,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{AttemptFailure, Granted};
-use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, Step};
+use super::decide::{self, Deadline, LoopState, MAX_RETRY_WAIT, Policy, SPLIT_RETRIES, Step};
 use crate::error::LockError;
 use crate::kernel::commands::{AcquireKind, LazyWaiter, ModeRequest};
 use crate::kernel::guard::LockGuard;
@@ -285,6 +285,7 @@ impl Redlock {
             mode,
             queue: self.inner().waiters.is_some(),
             permits: None,
+            split_retries: SPLIT_RETRIES,
         }
     }
 

@@ -94,7 +94,7 @@ async fn extend_once(
         // Only an extension confirmed within the current validity counts (spec: "within
         // the validity time"); the signal may have fired meanwhile, and never un-fires.
         lease.check().map_err(lost)?;
-        lease.extend_to(start + ttl - drift);
+        lease.extend_to(timing::extended_until(start, ttl, drift));
         return Ok(lease.valid_until());
     }
     Err(lease.short_of_quorum(masters, refused, outcomes))
