@@ -24,7 +24,8 @@
 //! `TIME` to another read right after it, which brackets every clock reading of the server's
 //! during the operation: 0 or 1 ms unless the machine stalled); everything else must be
 //! equal. Expiries are read with `PEXPIRETIME` (Redis 7.0). A mirror 3 ms off in a ttl fails
-//! it.
+//! it. Values that expire at the very ms a script reads the clock are compared exactly, by
+//! a test of their own that keeps only runs within one ms of the server's clock.
 //!
 //! Bound: [`CASES`] cases (`MODEL_DIFF_CASES` overrides it) of 20 to 40 operations, each
 //! operation five round trips to one local server started for the test: about 5 s on a
@@ -1992,4 +1993,210 @@ fn odd_values_and_errors_agree() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Writes keys relative to the server's clock in one script call and returns that clock's
+/// ms: for each key, its kind (`hash`: a field set to `prefix .. now + offset .. suffix`;
+/// `zset`: a member scored `now + offset`; `zabs`: scored `offset`), its field or member,
+/// prefix, offset and suffix (5 arguments per key); each key then lives 500 s.
+const AT_NOW: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #KEYS do
+  local kind, member, prefix = ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 2]
+  local at, suffix = now + tonumber(ARGV[5 * i - 1]), ARGV[5 * i]
+  if kind == 'zabs' then
+    at = tonumber(ARGV[5 * i - 1])
+  end
+  if kind == 'hash' then
+    redis.call('HSET', KEYS[i], member, prefix .. at .. suffix)
+  else
+    redis.call('ZADD', KEYS[i], at, member)
+  end
+  redis.call('PEXPIRE', KEYS[i], 500000)
+end
+return now
+";
+
+/// One key written relative to the clock by [`AT_NOW`].
+struct AtNow {
+    key: String,
+    /// `hash`, `zset` or `zabs`.
+    kind: &'static str,
+    member: String,
+    prefix: &'static str,
+    offset: i64,
+    suffix: String,
+}
+
+/// Writes `setup` at the server's current ms (and the same at that ms in a fresh model),
+/// then runs `op` on both. Only a run in which the server's clock read the same ms before
+/// and after the operation counts (the model's clock is then exactly the server's: no
+/// tolerance hides an off-by-one at the boundary); up to 200 runs are tried. Returns the
+/// server's reply, after checking that it, the keyspace and the messages agree.
+async fn at_boundary(server: &Server, sync: &mut u64, setup: &[AtNow], op: &Op) -> Reply {
+    let call = op.call(&Keyspace::new()).unwrap();
+    for _ in 0..200 {
+        server.must("FLUSHALL", vec![]).await;
+        *sync += 1;
+        server.published(*sync).await;
+        let mut args: Vec<Value> = vec![AT_NOW.into(), setup.len().to_string().into()];
+        args.extend(setup.iter().map(|s| s.key.clone().into()));
+        for s in setup {
+            args.extend([
+                s.kind.into(),
+                s.member.clone().into(),
+                s.prefix.into(),
+                s.offset.to_string().into(),
+                s.suffix.clone().into(),
+            ]);
+        }
+        let now = integer(&server.must("EVAL", args).await);
+        let server_reply = server.call_alone(&call).await;
+        let after = server.now().await;
+        if i64::try_from(after).unwrap() != now {
+            continue;
+        }
+        let mut node = Node::new(&server.run_id, u64::try_from(now).unwrap());
+        for s in setup {
+            let at = if s.kind == "zabs" {
+                s.offset
+            } else {
+                now + s.offset
+            };
+            if s.kind == "hash" {
+                let value = format!("{}{at}{}", s.prefix, s.suffix);
+                node.store.hset(&s.key, &s.member, &value).unwrap();
+            } else {
+                node.store.zadd(&s.key, at, &s.member).unwrap();
+            }
+            node.store.pexpire(&s.key, 500_000);
+        }
+        let model_reply = node.run(&call);
+        *sync += 1;
+        let server_published = server.published(*sync).await;
+        let model_published = node.take_published();
+        let (server_keys, server_now) = server.keys().await;
+        let clock = Clock {
+            now: server_now,
+            tolerance: TOLERANCE_MS,
+        };
+        let what = describe(op, Some(&call));
+        assert!(
+            same_reply(call.script, &server_reply, &model_reply, clock),
+            "{what}: server {server_reply:?}, model {model_reply:?}"
+        );
+        let difference = keyspace_difference(&server_keys, &model_keys(&node), clock);
+        assert!(difference.is_none(), "{what}: {difference:?}");
+        assert_eq!(server_published, model_published, "{what}");
+        return server_reply;
+    }
+    panic!("no run of the operation fell within one ms of the server's clock");
+}
+
+/// The keys a boundary case writes, for an offset from the clock's ms.
+type Setup<'a> = Box<dyn Fn(i64) -> Vec<AtNow> + 'a>;
+
+/// Values that expire at the very ms a script reads the clock: a mode holder's entry, a
+/// mode waiter's, and a permit waiter's liveness. Each is run one ms before its expiry, at
+/// it and one ms after it, and the server and the model must agree exactly. A mirror that
+/// counted an entry live at its expiry (`<` for `<=`) fails it; the replies at the ms
+/// before and at the expiry must differ, so each case reaches the boundary it is for.
+#[test]
+fn values_expiring_at_the_ms_a_script_runs_agree() {
+    let (runtime, server) = start();
+    let mut sync = 0;
+    let key = lock(0);
+    let rival = TOKENS[1].to_owned();
+    let exclusive = Op::AcquireMode {
+        r: 0,
+        t: 0,
+        mode: Mode::Exclusive,
+        ttl: 500_000,
+        w: 0,
+        since: SINCE_BASE,
+        intent: 500_000,
+        fencing: false,
+        q: 0,
+    };
+    let permit = Op::AcquirePermit {
+        r: 0,
+        t: 0,
+        k: 1,
+        rotate: 0,
+        ttl: 500_000,
+        q: 0,
+        queued: Some(0),
+        since: SINCE_BASE,
+        alive_ms: 500_000,
+    };
+    let cases: Vec<(&str, Setup<'_>, &Op)> = vec![
+        (
+            "a mode holder's entry",
+            Box::new(|offset| {
+                vec![AtNow {
+                    key: key.clone(),
+                    kind: "hash",
+                    member: rival.clone(),
+                    prefix: "PW ",
+                    offset,
+                    suffix: String::new(),
+                }]
+            }),
+            &exclusive,
+        ),
+        (
+            "a mode waiter's entry, ranked ahead",
+            Box::new(|offset| {
+                vec![AtNow {
+                    key: key.clone(),
+                    kind: "hash",
+                    member: MARKERS[1].to_owned(),
+                    prefix: "PW ",
+                    offset,
+                    suffix: format!(" {}", SINCE_BASE - 1),
+                }]
+            }),
+            &exclusive,
+        ),
+        (
+            "a permit waiter's liveness, queued ahead",
+            Box::new(|offset| {
+                let queue = book(&key, "permit-waiters");
+                vec![
+                    AtNow {
+                        key: queue,
+                        kind: "zabs",
+                        member: MARKERS[1].to_owned(),
+                        prefix: "",
+                        offset: SINCE_BASE - 1,
+                        suffix: String::new(),
+                    },
+                    AtNow {
+                        key: book(&key, "permit-alive"),
+                        kind: "zset",
+                        member: MARKERS[1].to_owned(),
+                        prefix: "",
+                        offset,
+                        suffix: String::new(),
+                    },
+                ]
+            }),
+            &permit,
+        ),
+    ];
+    runtime.block_on(async {
+        for (name, setup, op) in &cases {
+            let replies: Vec<Reply> = {
+                let mut replies = Vec::new();
+                for offset in [-1, 0, 1] {
+                    replies.push(at_boundary(&server, &mut sync, &setup(offset), op).await);
+                }
+                replies
+            };
+            // Expired at its ms (and before): granted; live one ms later: refused.
+            let granted: Vec<Option<i64>> = replies.iter().map(|r| r.int_at(0)).collect();
+            assert_eq!(granted, [Some(1), Some(1), Some(0)], "{name}: {replies:?}");
+        }
+    });
 }

@@ -133,6 +133,9 @@ pub enum Phase {
         at_nodes: u8,
         /// Every node granted the lock (a queued waiter then left the queue everywhere).
         everywhere: bool,
+        /// The highest token confirmed (at a fencing quorum) before this write-back began:
+        /// the claim must be confirmed above it.
+        floor: u64,
     },
     /// Holding the lock.
     Holding(Lease),

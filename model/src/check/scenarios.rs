@@ -221,6 +221,14 @@ pub fn fencing() -> Config {
     config
 }
 
+/// [`fencing`] with two nodes restarted empty: still fewer than 2F − N = 3 of 3.
+pub fn fencing_two_restarts() -> Config {
+    let mut config = fencing();
+    config.name = "fencing tokens, two nodes restarted empty";
+    config.faults.restarts = 2;
+    config
+}
+
 /// Two lockers with hand-over, each waiting up to 4 attempts, under fair scheduling; their
 /// fallback timers fire past the horizon, so a waiter gets in by the hand-over alone.
 pub fn handover() -> Config {
@@ -462,6 +470,7 @@ pub fn all() -> Vec<Scenario> {
             FOREIGN_KEY,
         ),
         ok(fencing()),
+        ok(fencing_two_restarts()),
         bad(
             "known bad: a fencing write-back at a bare majority",
             fencing(),

@@ -100,7 +100,8 @@ pub struct State {
     pub lost_data: u32,
     /// The highest fencing token confirmed so far.
     pub max_fence: u64,
-    /// A fencing token was confirmed that was not above every earlier one.
+    /// A fencing token was confirmed that was not above every token confirmed before its
+    /// write-back began.
     pub fence_regressed: bool,
 }
 
@@ -378,6 +379,7 @@ impl System {
                             claim,
                             votes: vec![Vote::Pending; config.nodes],
                             at_nodes: 0,
+                            floor: state.max_fence,
                             everywhere,
                         };
                     } else {
@@ -552,10 +554,15 @@ impl System {
     }
 
     /// A node confirmed client `c`'s fencing claim: at the fencing quorum the token is
-    /// confirmed, and must be above every token confirmed before it.
+    /// confirmed, and must be above every token confirmed before its write-back began (the
+    /// tokens are a linearizable counter: a claim that starts after another was confirmed
+    /// is confirmed only above it; claims that overlap in time are in no order).
     fn count_confirmation(&self, state: &mut State, c: usize, op: Option<u16>, claim: u64) {
         let client = &mut state.clients[c];
-        let Phase::Fencing { at_nodes, .. } = &mut client.phase else {
+        let Phase::Fencing {
+            at_nodes, floor, ..
+        } = &mut client.phase
+        else {
             return;
         };
         if op != Some(client.op) {
@@ -563,7 +570,7 @@ impl System {
         }
         *at_nodes += 1;
         if usize::from(*at_nodes) == self.config.fencing_quorum() {
-            if claim <= state.max_fence {
+            if claim <= *floor {
                 state.fence_regressed = true;
             }
             state.max_fence = state.max_fence.max(claim);
