@@ -29,11 +29,12 @@ pub mod property {
 pub use super::system::witness;
 
 /// Every [`witness`] a scenario can expect.
-pub const WITNESSES: [&str; 4] = [
+pub const WITNESSES: [&str; 5] = [
     witness::GRANTED,
     witness::EXTENDED,
     witness::NAMED,
     witness::REVOTED,
+    witness::AFTER_LOSS,
 ];
 
 /// One exploration and what it must find.
@@ -98,6 +99,9 @@ pub fn witnesses(config: &Config) -> Vec<&'static str> {
     let losses = config.faults.restarts + config.faults.data_losses > 0;
     if losses && config.horizon >= config.quarantine {
         expected.push(witness::REVOTED);
+    }
+    if config.faults.lose_messages && !config.foreign_hash {
+        expected.push(witness::AFTER_LOSS);
     }
     expected
 }
@@ -245,6 +249,24 @@ pub fn handover() -> Config {
     config.horizon = 6;
     // The fallback timer fires past the horizon: only the hand-over lets the waiter in.
     config.retry_delay = 10;
+    config
+}
+
+/// Two lockers with hand-over, each waiting up to 2 attempts, under the adversarial
+/// scheduler with lost requests and replies: exclusion with the waiter queue, reservations
+/// and queued attempts in play.
+pub fn handover_faults() -> Config {
+    let waiter = Program {
+        attempts: 2,
+        handover: true,
+        ..Program::PLAIN
+    };
+    let mut config = base(
+        "exclusion, hand-over with lost requests and replies",
+        vec![waiter, waiter],
+    );
+    config.faults.lose_messages = true;
+    config.horizon = 3;
     config
 }
 
@@ -448,6 +470,12 @@ pub fn all() -> Vec<Scenario> {
                 }
             },
             witness::NAMED,
+        ),
+        bad(
+            "control: the same lockers with nothing lost (no grant follows a loss)",
+            lost_messages(),
+            |c| c.faults.lose_messages = false,
+            witness::AFTER_LOSS,
         ),
         bad(
             "control: a quarantine past the horizon (a node that lost its data never grants)",

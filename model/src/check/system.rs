@@ -23,12 +23,13 @@ pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
 /// the checker reports when some state satisfies it (see [`scenarios::witness`]).
 ///
 /// [`scenarios::witness`]: super::scenarios::witness
-pub(super) const WITNESSES: [&str; 5] = [
+pub(super) const WITNESSES: [&str; 6] = [
     RUN_ENDS,
     witness::GRANTED,
     witness::EXTENDED,
     witness::NAMED,
     witness::REVOTED,
+    witness::AFTER_LOSS,
 ];
 
 /// The witnesses' names.
@@ -41,6 +42,8 @@ pub mod witness {
     pub const NAMED: &str = "a release names its waiter";
     /// A node that restarted or lost its data holds a client's lock again.
     pub const REVOTED: &str = "a node that lost its data grants again";
+    /// A lock is granted after some request or reply was lost.
+    pub const AFTER_LOSS: &str = "a lock is granted after a lost message";
 }
 
 /// A message in flight. A node's reply reaches its client when the node runs the call (a
@@ -100,6 +103,10 @@ pub struct State {
     pub lost_data: u32,
     /// The highest fencing token confirmed so far.
     pub max_fence: u64,
+    /// Some request or reply has been lost.
+    pub lost_a_message: bool,
+    /// A lock was granted after a message was lost.
+    pub granted_after_loss: bool,
     /// A fencing token was confirmed that was not above every token confirmed before its
     /// write-back began.
     pub fence_regressed: bool,
@@ -393,6 +400,7 @@ impl System {
                             extended: false,
                         });
                         client.holds += 1;
+                        state.granted_after_loss |= state.lost_a_message;
                         self.finish_acquisition(state, c, &mut client, everywhere);
                     }
                 } else {
@@ -429,6 +437,7 @@ impl System {
                         extended: false,
                     });
                     client.holds += 1;
+                    state.granted_after_loss |= state.lost_a_message;
                     self.finish_acquisition(state, c, &mut client, everywhere);
                 } else {
                     // Too few confirmations: the lock is released and the attempt failed;
@@ -785,6 +794,8 @@ impl Model for System {
             lost_data: 0,
             max_fence: 0,
             fence_regressed: false,
+            lost_a_message: false,
+            granted_after_loss: false,
         }]
     }
 
@@ -841,6 +852,7 @@ impl Model for System {
         match action {
             Action::Deliver(msg) | Action::LoseReply(msg) => {
                 let heard = matches!(action_kind, Kind::Deliver);
+                state.lost_a_message |= !heard;
                 state.remove(&msg);
                 match msg {
                     Msg::Request {
@@ -856,6 +868,7 @@ impl Model for System {
             }
             Action::Lose(msg) => {
                 state.remove(&msg);
+                state.lost_a_message = true;
             }
             Action::Tick => {
                 state.now += 1;
@@ -988,6 +1001,9 @@ impl Model for System {
                     }
                     _ => false,
                 })
+            }),
+            Property::sometimes(witness::AFTER_LOSS, |_: &System, state: &State| {
+                state.granted_after_loss
             }),
             Property::sometimes(witness::NAMED, |_: &System, state: &State| {
                 state.net.iter().any(|m| match m {
