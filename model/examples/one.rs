@@ -17,13 +17,7 @@ fn main() {
     let every = scenarios::all()
         .into_iter()
         .chain(scenarios::deeper())
-        .chain([poller])
-        .chain([scenarios::handover_faults()].map(|config| Scenario {
-            witnesses: scenarios::witnesses(&config),
-            config,
-            rejects: None,
-            depth_first: false,
-        }));
+        .chain([poller]);
     for scenario in every.filter(|s| s.config.name.contains(&only)) {
         let verdict = check(scenario.config.clone(), 2, scenario.search());
         println!("{}", verdict.summary());
