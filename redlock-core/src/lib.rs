@@ -72,6 +72,7 @@ pub use timing::DRIFT_FLOOR;
 /// model (feature `model`), which runs this code rather than a copy of it. Not a stable
 /// API.
 #[cfg(feature = "model")]
+#[doc(hidden)]
 pub mod model {
     pub use crate::kernel::acquire::checked::*;
 }

@@ -39,7 +39,8 @@ pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
 pub(crate) trait Moment: Copy {
     /// The time from `earlier` to `self` (zero when `earlier` is later).
     fn since(self, earlier: Self) -> Duration;
-    /// `self + after`, saturating at the clock's far end.
+    /// `self + after`: at most a year ahead for an [`Instant`](tokio::time::Instant)
+    /// (as good as forever for a lock), saturating for a [`Duration`].
     fn plus(self, after: Duration) -> Self;
 }
 

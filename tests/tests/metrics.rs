@@ -176,6 +176,7 @@ async fn an_acquisition_a_contender_and_the_release_are_measured() {
     // (or failed, when a loaded machine made its call miss the node timeout).
     assert_eq!(all_votes(&a), vec![1; 3]);
     assert!(votes(&a, "acquired").iter().sum::<u64>() >= 2);
+    assert_eq!(votes(&a, "held"), vec![0; 3], "nobody else held it");
     // The full resource is never a label value.
     assert!(
         m.find("redlock_held", &[("resource_class", "m1:order:7")])

@@ -42,7 +42,7 @@ pub mod witness {
     pub const NAMED: &str = "a release names its waiter";
     /// A node that restarted or lost its data holds a client's lock again.
     pub const REVOTED: &str = "a node that lost its data grants again";
-    /// A lock is granted after some request or reply was lost.
+    /// A lock is granted to a client that lost a request or a reply of its own before.
     pub const AFTER_LOSS: &str = "a lock is granted after a lost message";
 }
 
@@ -103,9 +103,9 @@ pub struct State {
     pub lost_data: u32,
     /// The highest fencing token confirmed so far.
     pub max_fence: u64,
-    /// Some request or reply has been lost.
-    pub lost_a_message: bool,
-    /// A lock was granted after a message was lost.
+    /// The clients that lost a request or a reply of their own, as a bit set.
+    pub lost_by: u8,
+    /// A lock was granted to a client after it lost a message of its own.
     pub granted_after_loss: bool,
     /// A fencing token was confirmed that was not above every token confirmed before its
     /// write-back began.
@@ -331,9 +331,13 @@ impl System {
                 client.draws.push(u8::try_from(draw).unwrap_or(u8::MAX));
                 Phase::Idle { at: now + draw }
             }
-            Next::GiveUp => Phase::Done {
-                released_until: None,
-            },
+            Next::GiveUp => {
+                // The acquisition is over: its listener goes, as the lock's does.
+                client.decision = lock::Decision::default();
+                Phase::Done {
+                    released_until: None,
+                }
+            }
         }
     }
 
@@ -400,7 +404,7 @@ impl System {
                             extended: false,
                         });
                         client.holds += 1;
-                        state.granted_after_loss |= state.lost_a_message;
+                        state.granted_after_loss |= state.lost_by >> c & 1 == 1;
                         self.finish_acquisition(state, c, &mut client, everywhere);
                     }
                 } else {
@@ -437,7 +441,7 @@ impl System {
                         extended: false,
                     });
                     client.holds += 1;
-                    state.granted_after_loss |= state.lost_a_message;
+                    state.granted_after_loss |= state.lost_by >> c & 1 == 1;
                     self.finish_acquisition(state, c, &mut client, everywhere);
                 } else {
                     // Too few confirmations: the lock is released and the attempt failed;
@@ -794,7 +798,7 @@ impl Model for System {
             lost_data: 0,
             max_fence: 0,
             fence_regressed: false,
-            lost_a_message: false,
+            lost_by: 0,
             granted_after_loss: false,
         }]
     }
@@ -852,7 +856,9 @@ impl Model for System {
         match action {
             Action::Deliver(msg) | Action::LoseReply(msg) => {
                 let heard = matches!(action_kind, Kind::Deliver);
-                state.lost_a_message |= !heard;
+                if let (false, Msg::Request { client, .. }) = (heard, &msg) {
+                    state.lost_by |= 1 << client;
+                }
                 state.remove(&msg);
                 match msg {
                     Msg::Request {
@@ -868,7 +874,9 @@ impl Model for System {
             }
             Action::Lose(msg) => {
                 state.remove(&msg);
-                state.lost_a_message = true;
+                if let Msg::Request { client, .. } = msg {
+                    state.lost_by |= 1 << client;
+                }
             }
             Action::Tick => {
                 state.now += 1;

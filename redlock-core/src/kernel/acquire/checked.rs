@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::attempt::{AttemptFailure, Split};
-use super::decide::{Deadline, LoopState, Policy, SPLIT_RETRIES, Step};
+use super::decide::{Deadline, LoopState, Policy, Step};
 use crate::outcome::{NodeError, NodeOutcome, NodeVote, Outcomes};
 use crate::timing;
 
@@ -31,7 +31,8 @@ pub enum Answer {
 #[derive(Debug, Clone, Copy)]
 pub enum Failure<'a> {
     /// Redlock step 5: too few nodes granted it, or a quorum did but no validity was left
-    /// (the lock tells the two apart by the count of grants).
+    /// (told apart here by the count of grants: the caller reports a quorum's grants as a
+    /// failure only when the validity check refused them).
     Attempt(&'a [Answer]),
     /// A quorum granted the lock, but fewer than a fencing quorum confirmed its token.
     Fence(&'a [Answer]),
@@ -50,14 +51,9 @@ pub struct Rules {
     pub queue: bool,
     /// A request in a mode.
     pub mode: bool,
-    /// Attempts after a split vote beyond the retries: the lock makes
-    /// [`Rules::LOCK_SPLIT_RETRIES`]; the model explores fewer, to bound its depth.
+    /// Attempts after a split vote beyond the retries: the lock makes 6; the model explores
+    /// fewer, to bound its depth.
     pub split_retries: u32,
-}
-
-impl Rules {
-    /// The attempts after a split vote the lock makes.
-    pub const LOCK_SPLIT_RETRIES: u32 = SPLIT_RETRIES;
 }
 
 /// The step after a failed attempt.
@@ -84,11 +80,6 @@ impl Decision {
     /// the attempts made with it.
     pub fn begin_attempt(&mut self) -> u32 {
         self.0.begin_attempt()
-    }
-
-    /// Attempts made so far.
-    pub fn attempts(&self) -> u32 {
-        self.0.attempts()
     }
 
     /// Attempts made after split votes once the retries had run out.

@@ -291,12 +291,6 @@ impl LoopState {
         self.attempts
     }
 
-    /// Attempts made so far, the one after joining the queue not counted.
-    #[cfg(feature = "model")]
-    pub(super) fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
     /// Attempts made after a split vote once the retries or the wait had run out.
     #[cfg(feature = "model")]
     pub(super) fn split_retries(&self) -> u32 {
