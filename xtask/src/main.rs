@@ -426,7 +426,7 @@ fn test() -> anyhow::Result<()> {
     );
     cargo(&["run", "--quiet", "-p", "redlock-bench", "--", "--quick"])?;
     step(
-        "the protocol model: every scenario explored by the model checker, every known-bad variant rejected (about 2 min)",
+        "the protocol model: every scenario explored by the model checker, every known-bad variant rejected (about 4 min)",
     );
     protocol_model(&[])?;
     if nextest_available() {
