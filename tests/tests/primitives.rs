@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use redlock_core::{DetachedLock, InvalidInput, LockError, LockOptions, LostReason, Mode, Redlock};
-use redlock_tests::{HeldValue, Holding, LogCapture, RedisNodes, plain_client, redlock, within};
+use redlock_tests::{
+    HeldValue, Holding, LogCapture, RedisNodes, lock_everywhere, plain_client, redlock, within,
+};
 
 /// One attempt, no waiting.
 fn once() -> LockOptions {
@@ -402,20 +404,10 @@ mod force_release {
         let options = LockOptions::default()
             .ttl(Duration::from_secs(1))
             .auto_extend(true);
-        let guard = holder.lock_with("stuck", &options).await.unwrap();
+        // Once every node has it (the lock returns at a quorum; a grant the node timeout cut
+        // never lands).
+        let guard = lock_everywhere(&holder, &nodes, "stuck", None, &options).await;
         let lost = guard.lost();
-        // Once every node has it (the lock returns at a quorum; the others' grants follow).
-        let token = guard.token().expose().to_owned();
-        within("every node to hold it", async {
-            while tokens(&nodes, guard.key())
-                .await
-                .iter()
-                .any(|t| t.as_deref() != Some(&token))
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
         let report = operator.force_release("stuck").await.unwrap();
         assert_eq!(
             (report.removed, report.answered, report.not_a_lock),
@@ -462,24 +454,12 @@ mod force_release {
         let nodes = RedisNodes::start(5);
         let (a, operator) = (redlock(&nodes).await, redlock(&nodes).await);
         let read = Duration::from_secs(30);
-        let r1 = a
-            .lock_mode("shared", Mode::ProtectedRead, read)
-            .await
-            .unwrap();
-        let r2 = a
-            .lock_mode("shared", Mode::ProtectedRead, read)
-            .await
-            .unwrap();
-        within("both readers on every node", async {
-            while mode_holders(&nodes, r1.key())
-                .await
-                .iter()
-                .any(|h| h.len() != 2)
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        let read = LockOptions::default().ttl(read);
+        let pr = Some(Mode::ProtectedRead);
+        // Both on every node (the lock returns at a quorum; a grant the node timeout cut
+        // never lands).
+        let r1 = lock_everywhere(&a, &nodes, "shared", pr, &read).await;
+        let r2 = lock_everywhere(&a, &nodes, "shared", pr, &read).await;
         assert_eq!(operator.force_release("shared").await.unwrap().removed, 5);
         assert!(nodes.is_free(r1.key()).await);
         drop((r1, r2));
@@ -575,22 +555,11 @@ mod downgrade {
     async fn a_writer_downgrades_to_a_reader_and_readers_come_in() {
         let nodes = RedisNodes::start(5);
         let (a, b) = (redlock(&nodes).await, redlock(&nodes).await);
-        let writer = a
-            .lock_mode("catalog", Mode::Exclusive, Duration::from_secs(10))
-            .await
-            .unwrap();
-        // The lock returns at a quorum: the control attempt below, sent before the other
-        // nodes' grants land, could take one of them first and keep the writer off it.
-        within("the writer on every node", async {
-            while mode_holders(&nodes, writer.key())
-                .await
-                .iter()
-                .any(|holders| holders.is_empty())
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        // The lock returns at a quorum, and a grant the node timeout cut (a loaded machine)
+        // leaves it there: the control attempt below could then take a node the writer does
+        // not hold. So the writer is taken until every node holds it.
+        let ten = LockOptions::default().ttl(Duration::from_secs(10));
+        let writer = lock_everywhere(&a, &nodes, "catalog", Some(Mode::Exclusive), &ten).await;
         let info = writer.info();
         let read = LockOptions::default().retry_count(0);
         assert!(
@@ -605,21 +574,18 @@ mod downgrade {
         assert_eq!(info.mode(), Some(Mode::ProtectedRead));
         assert!(writer.is_valid());
         let token = writer.token().expose().to_owned();
-        // The downgrade returns at a quorum; the other nodes' conversions land just after.
-        within("every node in PR", async {
-            while mode_holders(&nodes, writer.key())
-                .await
-                .iter()
-                .any(|holders| !holders.iter().any(|(_, v)| v.starts_with("PR ")))
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        // The downgrade returns at a quorum; the other nodes' conversions land just after (a
+        // call the node timeout cut leaves its node's entry exclusive). Every node still
+        // holds the writer's one entry, and a quorum holds it in the weaker mode.
+        let in_pr = |h: &Holding| match &h.value {
+            HeldValue::Holders(fields) => fields.get(&token).is_some_and(|v| v.starts_with("PR ")),
+            _ => false,
+        };
+        let holdings = nodes.settle(writer.key(), in_pr).await;
+        assert!(holdings.iter().filter(|h| in_pr(h)).count() >= 3, "{holdings:?}");
         for holders in mode_holders(&nodes, writer.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);
-            assert!(holders[0].1.starts_with("PR "), "{holders:?}");
         }
         // Readers come in beside it now; a writer does not.
         let reader = b
