@@ -434,9 +434,14 @@ impl Op {
             } => {
                 let key = at.key();
                 let token = token(*t, &key);
-                let mut keys = vec![key.clone()];
-                keys.extend(quarantine_keys(*q, &key));
-                let mut args = vec![token.clone(), ttl.to_string(), q.to_string()];
+                // With the quarantine off and no label, the lock key alone with the token and
+                // the ttl, as the pipeline batches it (which the dispatch script runs inline).
+                let (mut keys, mut args) =
+                    (vec![key.clone()], vec![token.clone(), ttl.to_string()]);
+                if *q != 0 || label.is_some() {
+                    keys.extend(quarantine_keys(*q, &key));
+                    args.push(q.to_string());
+                }
                 if let Some(label) = label {
                     let digest = &fred::util::sha1_hash(&token)[..16];
                     keys.push(book(&key, &format!("owner:{digest}")));

@@ -582,7 +582,10 @@ mod downgrade {
             _ => false,
         };
         let holdings = nodes.settle(writer.key(), in_pr).await;
-        assert!(holdings.iter().filter(|h| in_pr(h)).count() >= 3, "{holdings:?}");
+        assert!(
+            holdings.iter().filter(|h| in_pr(h)).count() >= 3,
+            "{holdings:?}"
+        );
         for holders in mode_holders(&nodes, writer.key()).await {
             assert_eq!(holders.len(), 1, "{holders:?}");
             assert_eq!(holders[0].0, token);

@@ -39,9 +39,12 @@ pub(super) fn release(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
 /// set_nx.lua: `SET key token NX PX ttl_ms GET`, after the quarantine check; with an owner
 /// key, the label written with the grant.
 pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
-    let (key, witness_key, marker_key) = (need(call, 1)?, need(call, 2)?, need(call, 3)?);
+    let key = need(call, 1)?;
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
-    if let Some(refused) = quarantine_check(node, quarantine_ms, witness_key, marker_key)? {
+    // With the quarantine off the script reads no other key: a batched call names the lock
+    // key alone.
+    let (witness_key, marker_key) = (key_or(call, 2, key), key_or(call, 3, key));
+    if let Some(refused) = quarantine_check(node, quarantine_ms, &witness_key, &marker_key)? {
         return Ok(refused);
     }
     let ttl_ms = ms(ttl_ms)?;
@@ -134,6 +137,12 @@ pub(super) fn set_listen(node: &mut Node, listen_key: Option<&str>, ttl_ms: &str
 /// An optional key (`KEYS[i]`, nil when not passed).
 fn key_opt(call: &Call, i: usize) -> Option<String> {
     key(call, i).map(str::to_owned)
+}
+
+/// `KEYS[i]`, or `fallback` where the call names fewer keys (a key the script reads only when
+/// a feature is on).
+fn key_or(call: &Call, i: usize, fallback: &str) -> String {
+    key(call, i).unwrap_or(fallback).to_owned()
 }
 
 /// acquire_queued.lua.

@@ -39,11 +39,12 @@
 //! reserved for the named waiter), `"<named> <next> <window_ms>"` (a window for foreign clients
 //! opened; the named waiter attempts after it), or [`WAKE_ALL`](crate::node::scripts::WAKE_ALL).
 
-use crate::node::scripts::{Effect, Script};
+use crate::node::scripts::{Effect, Inline, Script};
 
 /// Compare-and-delete (`release.lua`).
 pub(crate) static RELEASE: Script =
-    Script::new(0, Effect::Compares, include_str!("scripts/release.lua"));
+    Script::new(0, Effect::Compares, include_str!("scripts/release.lua"))
+        .inlined(Inline::CompareAndDelete);
 inventory::submit!(&RELEASE);
 
 /// Release with a fair hand-over to the longest waiter, or a window for foreign clients

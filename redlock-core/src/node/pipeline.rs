@@ -242,16 +242,12 @@ impl Pipeline {
             };
             Ok((sent, counted))
         } else {
-            // With the quarantine off (as the command is only sent), its keys are the lock
-            // key's.
-            let key = Value::from(key);
+            // The lock key alone, with the token and the ttl: the quarantine is off and there
+            // is no owner label (as the command is only sent then), so the dispatch script
+            // runs the command inline (`Inline::SetNx` in scripts.rs).
             let again = Again {
-                keys: vec![key.clone(), key.clone(), key],
-                args: vec![
-                    Value::from(token),
-                    Value::Integer(ttl_ms),
-                    Value::Integer(0),
-                ],
+                keys: vec![Value::from(key)],
+                args: vec![Value::from(token), Value::Integer(ttl_ms)],
                 counted,
             };
             Err(queue(

@@ -35,13 +35,55 @@ pub(crate) struct Script {
     pub(crate) effect: Effect,
     /// The body: it reads its own `KEYS` and `ARGV`, and returns as a script would.
     pub(crate) source: &'static str,
+    /// The one-key form the dispatch script runs in its loop, without the body, when a batched
+    /// call to this script names one key ([`Inline`]); `None` for the others.
+    pub(crate) inline: Option<Inline>,
 }
 
 impl Script {
     /// The script numbered `id`, with `effect` and body `source`; submitted where it is
     /// declared (`inventory::submit!`), it is in [`scripts`] and [`BATCH`].
     pub(crate) const fn new(id: usize, effect: Effect, source: &'static str) -> Self {
-        Self { id, effect, source }
+        Self {
+            id,
+            effect,
+            source,
+            inline: None,
+        }
+    }
+
+    /// The same script, whose batched calls on one key the dispatch script runs as `inline`
+    /// in its loop.
+    pub(crate) const fn inlined(self, inline: Inline) -> Self {
+        Self {
+            inline: Some(inline),
+            ..self
+        }
+    }
+}
+
+/// The distlock spec's own two commands, which the dispatch script runs in its loop for a
+/// batched call on one key instead of making the script's function, its `KEYS` and `ARGV`
+/// tables and a protected call: most calls under load are these, and that set-up cost a node
+/// more than the commands. The script's body still runs a call alone, and a call on more
+/// keys. Each is the same as its script's body on one key (checked against a real server
+/// beside the body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Inline {
+    /// `SET key token NX PX ttl_ms GET`: [`SET_NX`] with the quarantine off and no owner label
+    /// (the call then names the lock key alone, with the token and the ttl).
+    SetNx,
+    /// Compare-and-delete of one key ([`RELEASE`](crate::kernel::scripts::RELEASE)).
+    CompareAndDelete,
+}
+
+impl Inline {
+    /// The Lua local that holds the id of the script inlined as `self` in the dispatch script.
+    fn local(self) -> &'static str {
+        match self {
+            Self::SetNx => "INLINE_SET_NX",
+            Self::CompareAndDelete => "INLINE_RELEASE",
+        }
     }
 }
 
@@ -441,7 +483,7 @@ inventory::submit!(&NOOP);
 /// plain attempt made while the pipeline holds calls not yet sent, or made by a handle with an
 /// owner label, which it writes with the grant.
 pub(crate) static SET_NX: Script =
-    Script::new(21, Effect::Grants, include_str!("scripts/set_nx.lua"));
+    Script::new(21, Effect::Grants, include_str!("scripts/set_nx.lua")).inlined(Inline::SetNx);
 inventory::submit!(&SET_NX);
 
 /// What a key kept for its minimum hold holds ([`KEEP`]) begins with this, followed by `:`
@@ -508,6 +550,13 @@ pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|
         ));
     }
     source.push_str("end\n");
+    // The ids of the scripts the loop runs inline (-1: none).
+    for inline in [Inline::SetNx, Inline::CompareAndDelete] {
+        let id = scripts()
+            .find(|script| script.inline == Some(inline))
+            .map_or(-1, |script| script.id as i64);
+        source.push_str(&format!("local {} = {id}\n", inline.local()));
+    }
     source.push_str(DISPATCH);
     let sha1 = fred::util::sha1_hash(&source);
     let heads = scripts().map(|script| format!("={}", script.id)).collect();

@@ -12,6 +12,9 @@
 -- Deletes each key that still holds `token`; a key another holder has is left. Returns how
 -- many it deleted.
 --
+-- A batched call on one key is run by the dispatch script as these commands, without this
+-- body (Inline::CompareAndDelete in node/scripts.rs).
+--
 -- The plain scripts read the key with `pcall`: a key taken meanwhile by holders in a mode is
 -- a hash, whose WRONGTYPE error then compares unequal to any token.
 local token, deleted = ARGV[1], 0

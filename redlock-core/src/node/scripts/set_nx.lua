@@ -6,13 +6,17 @@
 -- Redlock step 2 on one node (distlock spec, "The Redlock algorithm").
 --
 -- KEYS: key            the lock key
---       witness_key    the quarantine's witness (the lock key with the quarantine off)
---       marker_key     the quarantine's marker (the lock key with the quarantine off)
+--       witness_key    the quarantine's witness (the lock key, or absent, with the quarantine
+--                      off)
+--       marker_key     the quarantine's marker (the same)
 --       owner_key      optional: the holder's label key (owner.lua)
 -- ARGV: token          the attempt's token
 --       ttl_ms         the lock's ttl, in ms
---       quarantine_ms  the quarantine after a restart, in ms (0: off)
+--       quarantine_ms  the quarantine after a restart, in ms (0 or absent: off)
 --       label          with owner_key: the holder's label
+--
+-- A batched call on the lock key alone (the quarantine off, no label) is run by the dispatch
+-- script as the command itself, without this body (Inline::SetNx in scripts.rs).
 --
 -- Returns what the command returns: false (nil) when the key was set, the value that was
 -- there when it was not; or the quarantine's refusal. The pipeline sends it only with the
