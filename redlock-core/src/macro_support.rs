@@ -94,3 +94,11 @@ pub fn sent_scripts() -> [SentScript; 2] {
         },
     ]
 }
+
+/// A batched call's head in the dispatch script's layout: one number for its script's id, its
+/// number of keys and its number of arguments; `None` for a call too large for one, which the
+/// lock sends alone. For the in-memory nodes and the tests that build batches. Not public API.
+#[doc(hidden)]
+pub fn batch_head(script: usize, keys: usize, args: usize) -> Option<i64> {
+    crate::node::scripts::batch_head(script, keys, args)
+}

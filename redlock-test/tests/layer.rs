@@ -33,7 +33,8 @@ fn batch(calls: &[(usize, &[&str], &[&str])]) -> (&'static str, Vec<Value>) {
     args.extend(keys.iter().map(|k| Value::from(*k)));
     args.push(Value::from(calls.len() as i64));
     for (script, keys, argv) in calls {
-        args.extend([*script as i64, keys.len() as i64, argv.len() as i64].map(Value::Integer));
+        let head = redlock_core::__private::batch_head(*script, keys.len(), argv.len());
+        args.push(Value::Integer(head.unwrap()));
     }
     args.extend(
         calls

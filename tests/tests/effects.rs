@@ -603,11 +603,11 @@ impl Node {
 
     /// Runs `call` through the dispatch script, alone in its batch: its reply.
     async fn call(&self, call: &Call) -> Value {
-        let (nkeys, nargs) = (call.keys.len().to_string(), call.args.len().to_string());
+        let nkeys = call.keys.len().to_string();
         let mut args: Vec<Value> = vec![self.sha1.into(), nkeys.as_str().into()];
         args.extend(call.keys.iter().map(|k| Value::from(k.as_str())));
-        args.extend(["1".into(), call.id.to_string().into(), nkeys.into()]);
-        args.push(nargs.into());
+        let head = redlock_core::__private::batch_head(call.id, call.keys.len(), call.args.len());
+        args.extend(["1".into(), Value::Integer(head.unwrap())]);
         args.extend(call.args.iter().map(|a| Value::from(a.as_str())));
         match self.run("EVALSHA", args).await {
             Value::Array(mut replies) if replies.len() == 1 => replies.remove(0),

@@ -1228,9 +1228,7 @@ impl Server {
         }
         args.push("2".into());
         for call in calls {
-            args.push(call.script.to_string().into());
-            args.push(call.keys.len().to_string().into());
-            args.push(call.args.len().to_string().into());
+            args.push(head(call).into());
         }
         for call in calls {
             args.extend(call.args.iter().map(|a| Value::from(a.clone())));
@@ -1248,9 +1246,7 @@ impl Server {
         let mut args: Vec<Value> =
             vec![self.sha1.clone().into(), call.keys.len().to_string().into()];
         args.extend(call.keys.iter().map(|k| Value::from(k.clone())));
-        args.extend(["1".into(), call.script.to_string().into()]);
-        args.push(call.keys.len().to_string().into());
-        args.push(call.args.len().to_string().into());
+        args.extend(["1".into(), head(call).into()]);
         args.extend(call.args.iter().map(|a| Value::from(a.clone())));
         match self.run("EVALSHA", args).await {
             Ok(Value::Array(replies)) if replies.len() == 1 => reply(&replies[0]),
@@ -2230,4 +2226,10 @@ fn values_expiring_at_the_ms_a_script_runs_agree() {
             assert_eq!(granted, [Some(1), Some(1), Some(0)], "{name}: {replies:?}");
         }
     });
+}
+
+/// `call`'s head in a batch (its script, keys and arguments in one number, as the lock sends
+/// it).
+fn head(call: &Call) -> i64 {
+    redlock_core::__private::batch_head(call.script, call.keys.len(), call.args.len()).unwrap()
 }

@@ -74,6 +74,11 @@ enum Class {
     ReadOnly,
     /// Writes bookkeeping keys or a waiter's own entry only, never a lock key: rule 5.
     Other,
+    /// The batch loop, which runs two scripts' short forms inline (`Inline` in
+    /// node/scripts.rs): its grant (`set`) only in a branch taken for a call with no
+    /// quarantine argument (`na == 2`: the pipeline sends that form only with the quarantine
+    /// off), and any other lock write after a token compare (rule 2).
+    Inline,
 }
 
 impl Class {
@@ -85,6 +90,7 @@ impl Class {
             Self::Extend => "extend",
             Self::ReadOnly => "read-only",
             Self::Other => "other",
+            Self::Inline => "inline",
         }
     }
 }
@@ -180,8 +186,8 @@ const TABLE: &[(&str, Class, &str)] = &[
     ("noop.lua", Class::ReadOnly, "the pipeline's barrier"),
     (
         "dispatch.lua",
-        Class::ReadOnly,
-        "the batch loop: runs the scripts, no command of its own",
+        Class::Inline,
+        "the batch loop: runs the scripts, and set_nx.lua's and release.lua's short forms inline",
     ),
     (
         "prelude.lua",
@@ -772,8 +778,45 @@ fn check_script(name: &str, class: Class, text: &str, helpers: &Helpers) -> Vec<
         }
     }
 
+    if class == Class::Inline {
+        for write in writes.iter().filter(|w| w.lock) {
+            let line = line_of(&code, write.at);
+            if write.text.contains("\"set\"") {
+                // The branch it runs in: the nearest `if` or `elseif` above it.
+                let branch = code
+                    .lines()
+                    .take(line)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .find(|l| {
+                        l.trim_start().starts_with("if ") || l.trim_start().starts_with("elseif ")
+                    });
+                if !branch.is_some_and(|b| b.contains("na == 2")) {
+                    problem(
+                        "rule 1 (quarantine first)",
+                        format!(
+                            "{} grants outside a branch for the short form (`na == 2`, no \
+                             quarantine argument)",
+                            write.show(&code)
+                        ),
+                    );
+                }
+            } else if !compares.iter().any(|(at, _)| *at < write.at) {
+                problem(
+                    "rule 2 (token compared first)",
+                    format!(
+                        "{} writes the lock key before any token compare",
+                        write.show(&code)
+                    ),
+                );
+            }
+        }
+    }
+
     const FIT: &str = "rule 5 (the class fits the writes)";
     match class {
+        Class::Inline => {}
         Class::ReadOnly => {
             if let Some(write) = writes.first() {
                 problem(

@@ -47,14 +47,8 @@ async fn every_script_loads_under_the_sha_the_code_sends() {
     // arguments), by the SHA-1 the code sends; the inspect script on a free resource.
     let [dispatch, inspect] = sent_scripts();
     let sha1 = dispatch.sha1.unwrap();
-    let args: Vec<Value> = vec![
-        sha1.into(),
-        0.into(),
-        1.into(),
-        11.into(),
-        0.into(),
-        0.into(),
-    ];
+    let head = redlock_core::__private::batch_head(11, 0, 0).unwrap();
+    let args: Vec<Value> = vec![sha1.into(), 0.into(), 1.into(), head.into()];
     let replies = run(&client, "EVALSHA", args).await;
     assert_eq!(replies, Value::Array(vec![Value::Integer(1)]));
     // The barrier alone (`ARGV` opening with `=<id>`): its reply as it is.
@@ -168,7 +162,8 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
                 .chain(&rest)
                 .map(|k| Value::from(*k)),
         );
-        args.extend([1.into(), 3.into(), 9.into(), 5.into()]);
+        let head = redlock_core::__private::batch_head(3, 9, 5).unwrap();
+        args.extend([1.into(), head.into()]);
         args.extend([token.into(), 10_000.into(), 0.into(), "0".into(), 3.into()]);
         args
     };
@@ -205,7 +200,8 @@ async fn a_set_is_taken_all_or_none_on_one_node() {
     run(&client, "DEL", vec!["many:c".into()]).await;
     let mut extend: Vec<Value> = vec![sha1.into(), 3.into()];
     extend.extend(["many:a", "many:b", "many:c"].map(Value::from));
-    extend.extend([1.into(), 2.into(), 3.into(), 2.into()]);
+    let head = redlock_core::__private::batch_head(2, 3, 2).unwrap();
+    extend.extend([1.into(), head.into()]);
     extend.extend(["t2".into(), 600_000.into()]);
     let refused = run(&client, "EVALSHA", extend).await;
     assert_eq!(

@@ -42,8 +42,12 @@ pub(super) fn set_nx(node: &mut Node, call: &Call) -> Result<Reply, Raise> {
     let key = need(call, 1)?;
     let (token, ttl_ms, quarantine_ms) = (arg(call, 1), arg(call, 2), arg(call, 3));
     // With the quarantine off the script reads no other key: a batched call names the lock
-    // key alone.
-    let (witness_key, marker_key) = (key_or(call, 2, key), key_or(call, 3, key));
+    // key alone. With it on, a missing key raises, as `redis.call` with nil does.
+    let (witness_key, marker_key) = if super::prelude::number(quarantine_ms) > 0 {
+        (need(call, 2)?.to_owned(), need(call, 3)?.to_owned())
+    } else {
+        (key.to_owned(), key.to_owned())
+    };
     if let Some(refused) = quarantine_check(node, quarantine_ms, &witness_key, &marker_key)? {
         return Ok(refused);
     }
@@ -137,12 +141,6 @@ pub(super) fn set_listen(node: &mut Node, listen_key: Option<&str>, ttl_ms: &str
 /// An optional key (`KEYS[i]`, nil when not passed).
 fn key_opt(call: &Call, i: usize) -> Option<String> {
     key(call, i).map(str::to_owned)
-}
-
-/// `KEYS[i]`, or `fallback` where the call names fewer keys (a key the script reads only when
-/// a feature is on).
-fn key_or(call: &Call, i: usize, fallback: &str) -> String {
-    key(call, i).unwrap_or(fallback).to_owned()
 }
 
 /// acquire_queued.lua.

@@ -33,7 +33,7 @@ use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::scripts::{BATCH, Batch, ERROR_MARKER, SET_NX, Script};
+use super::scripts::{BATCH, Batch, ERROR_MARKER, SET_NX, Script, batch_head};
 use super::transport::Transport;
 use crate::outcome::{ClientError, NodeError};
 
@@ -419,7 +419,7 @@ impl Direct {
             keys: &keys,
             args: &args,
         }];
-        let mut sent = send(pipeline.transport.as_ref(), &call, By::Sha1);
+        let mut sent = send(pipeline.transport.as_ref(), &call, &[], By::Sha1);
         // The first poll hands the command to the client, now.
         let sent: Answer = match sent.as_mut().now_or_never() {
             Some(done) => Box::pin(std::future::ready(done)),
@@ -493,6 +493,14 @@ struct Parts<'c> {
     script: &'static Script,
     keys: &'c [Value],
     args: &'c [Value],
+}
+
+impl Parts<'_> {
+    /// The call's head in a batch ([`batch_head`]); `None` for a call too large for one,
+    /// which is sent alone.
+    fn head(&self) -> Option<i64> {
+        batch_head(self.script.id, self.keys.len(), self.args.len())
+    }
 }
 
 impl Call {
@@ -590,7 +598,20 @@ fn dispatch(
         return;
     }
     let parts: Vec<Parts<'_>> = batch.iter().map(Call::parts).collect();
-    let send = send(transport, &parts, by);
+    // A batch of several needs every call's head; one too large for a head (never a call of
+    // ours in practice) has every call sent alone, in order.
+    let heads: Option<Vec<i64>> = match parts.as_slice() {
+        [_] => Some(Vec::new()),
+        several => several.iter().map(Parts::head).collect(),
+    };
+    let Some(heads) = heads else {
+        drop(parts);
+        for call in batch {
+            dispatch(transport, in_flight, vec![call], by);
+        }
+        return;
+    };
+    let send = send(transport, &parts, &heads, by);
     drop(parts);
     let mut sent: Sent = Box::pin(async move {
         let result = send.await;
@@ -607,8 +628,9 @@ fn dispatch(
 /// which skips the loop over a batch, and its reply is answered as a batch's (an array of
 /// one). Every call goes by the one dispatch script either way, so that a node that lost its
 /// script cache answers `NOSCRIPT` to every call until one of them sends it again: calls
-/// sent again by source stay in the order they were sent.
-fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
+/// sent again by source stay in the order they were sent. A batch of several goes with
+/// `heads`, each call's head ([`Parts::head`]), in order.
+fn send(transport: &dyn Transport, batch: &[Parts<'_>], heads: &[i64], by: By) -> Answer {
     let command = match by {
         By::Sha1 => "EVALSHA",
         By::Source => "EVAL",
@@ -634,16 +656,12 @@ fn send(transport: &dyn Transport, batch: &[Parts<'_>], by: By) -> Answer {
     }
     let keys: usize = batch.iter().map(|c| c.keys.len()).sum();
     let args: usize = batch.iter().map(|c| c.args.len()).sum();
-    let mut all = Vec::with_capacity(3 + keys + 3 * batch.len() + args);
+    let mut all = Vec::with_capacity(3 + keys + batch.len() + args);
     all.push(script);
     all.push(Value::Integer(keys as i64));
     all.extend(batch.iter().flat_map(|c| c.keys.iter().cloned()));
     all.push(Value::Integer(batch.len() as i64));
-    for call in batch {
-        all.push(Value::Integer(call.script.id as i64));
-        all.push(Value::Integer(call.keys.len() as i64));
-        all.push(Value::Integer(call.args.len() as i64));
-    }
+    all.extend(heads.iter().map(|head| Value::Integer(*head)));
     all.extend(batch.iter().flat_map(|c| c.args.iter().cloned()));
     transport.send(command, all)
 }

@@ -517,6 +517,28 @@ pub(crate) fn scripts() -> impl Iterator<Item = &'static Script> {
     all.into_iter()
 }
 
+/// A batched call's head in the dispatch script's `ARGV`: one number for its script's id, its
+/// number of keys and its number of arguments, `id + 64 × (keys + 2²⁰ × args)`, decoded by
+/// `scripts/dispatch.lua` (one value for the client to encode and the node to read, not
+/// three). `None` for a call too large for it (an id from 64, 2²⁰ keys, or 2²⁷ arguments:
+/// the number stays exact in Lua's doubles), which is sent alone, in the layout of a call
+/// alone.
+pub(crate) fn batch_head(id: usize, keys: usize, args: usize) -> Option<i64> {
+    const IDS: i64 = 64;
+    const KEYS: i64 = 1 << 20;
+    const ARGS: i64 = 1 << 27;
+    let (id, keys, args) = (
+        i64::try_from(id).ok()?,
+        i64::try_from(keys).ok()?,
+        i64::try_from(args).ok()?,
+    );
+    if id >= IDS || keys >= KEYS || args >= ARGS {
+        return None;
+    }
+    // At most 2⁵³ − 1: no overflow, on any target.
+    Some(id + IDS * (keys + KEYS * args))
+}
+
 /// What a batched call that raised an error answers in place of its reply:
 /// `{ERROR_MARKER, "<the error's text>"}` (no reply of ours is a table starting with a
 /// string). Spelled out in `scripts/dispatch.lua` (checked by a test).
@@ -529,7 +551,8 @@ pub(crate) const ERROR_MARKER: &str = "redlock:error";
 /// `scripts/dispatch.lua`.
 pub(crate) struct Batch {
     /// The text: `prelude.lua`, then `script(id)`, which makes the function of the script
-    /// numbered `id` (of its own `KEYS` and `ARGV`), then `dispatch.lua`.
+    /// numbered `id` (of its own `KEYS` and `ARGV`), then the ids of the scripts run inline
+    /// ([`Inline`]), then `dispatch.lua`.
     pub(crate) source: String,
     /// The SHA-1 of `source`, which `EVALSHA` names it by.
     pub(crate) sha1: String,
@@ -570,6 +593,23 @@ pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_head_holds_its_three_numbers_and_refuses_what_does_not_fit() {
+        let decode = |h: i64| {
+            let h = h as usize;
+            (h % 64, (h / 64) % (1 << 20), h / (64 << 20))
+        };
+        for (id, keys, args) in [(0, 0, 0), (21, 1, 2), (63, (1 << 20) - 1, (1 << 27) - 1)] {
+            let head = batch_head(id, keys, args).unwrap();
+            assert_eq!(decode(head), (id, keys, args));
+            assert!(head < 1 << 53, "exact in a double");
+        }
+        assert_eq!(batch_head(64, 1, 1), None);
+        assert_eq!(batch_head(1, 1 << 20, 1), None);
+        assert_eq!(batch_head(1, 1, 1 << 27), None);
+        assert!(scripts().count() < 64, "every id fits a head");
+    }
 
     #[test]
     fn the_submitted_ids_are_unique_and_run_from_zero_without_a_gap() {

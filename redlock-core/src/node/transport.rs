@@ -14,8 +14,9 @@
 //!   script ([`dispatch_sha1`]), which carries every script of the lock. Its `ARGV` opens
 //!   either with `=<id>` (one call: the script numbered `id`, on the given keys and the
 //!   arguments after this one; its reply as the script answers it) or with `n`, the number
-//!   of calls, then three numbers per call (its script's id, its number of keys, its number
-//!   of arguments), then every call's arguments in order; `KEYS` are every call's keys in
+//!   of calls, then one number per call, `id + 64 × (keys + 2²⁰ × args)` for its script's
+//!   id, its number of keys and its number of arguments, then every call's arguments in
+//!   order; `KEYS` are every call's keys in
 //!   order, and the reply is an array of `n` replies. A call that raised an error answers
 //!   `["redlock:error", text]`; a call that answered nothing answers nil. `NOSCRIPT` to an
 //!   `EVALSHA` makes the lock send the same batch again by source.

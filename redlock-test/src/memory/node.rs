@@ -299,13 +299,15 @@ impl State {
         let number = |i: usize| -> Result<usize, NodeError> {
             argv.get(i).and_then(|v| v.parse().ok()).ok_or_else(bad)
         };
-        if n.checked_mul(3).is_none_or(|header| header >= argv.len()) {
+        if n >= argv.len() {
             return Err(bad());
         }
-        let (mut k, mut a): (usize, usize) = (0, 1 + 3 * n);
+        let (mut k, mut a): (usize, usize) = (0, 1 + n);
         let mut replies = Vec::with_capacity(n);
         for i in 0..n {
-            let (script, nk, na) = (number(1 + 3 * i)?, number(2 + 3 * i)?, number(3 + 3 * i)?);
+            // The call's head: id + 64 × (keys + 2²⁰ × args) (dispatch.lua).
+            let head = number(1 + i)?;
+            let (script, nk, na) = (head % 64, (head / 64) % (1 << 20), head / (64 << 20));
             let (k_end, a_end) = (
                 k.checked_add(nk).ok_or_else(bad)?,
                 a.checked_add(na).ok_or_else(bad)?,

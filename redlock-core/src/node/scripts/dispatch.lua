@@ -8,17 +8,19 @@
 --
 -- Assembled by scripts.rs as prelude.lua, then `local function script(id)`, which returns
 -- `function(KEYS, ARGV) <script> end` for the script at `id` (its index in SCRIPTS; made
--- only for the calls that name it), then this file. Each script reads its own KEYS and ARGV,
+-- only for the calls that name it), then the locals INLINE_SET_NX and INLINE_RELEASE (the
+-- ids of the two scripts the loop runs inline), then this file. Each script reads its own KEYS and ARGV,
 -- and returns as a script would.
 --
 -- KEYS: every call's keys, call after call
 -- ARGV: n       the number of calls
---       then, per call, three numbers: its script's id, how many keys it has, how many
---       arguments it has
+--       then, per call, its head: one number, id + 64 * (nk + 2^20 * na), for its script's
+--       id, how many keys it has (nk) and how many arguments (na) (batch_head in scripts.rs)
 --       then every call's arguments, call after call
 --
--- Returns an array of n replies. Each call runs under `pcall`: one that raises an error (an
--- OOM, a WRONGTYPE outside `pcall`) answers {"redlock:error", "<the error's text>"}
+-- Returns an array of n replies. Each call runs under `pcall` (an inlined one's commands under
+-- `redis.pcall`): one that raises an error (an OOM, a WRONGTYPE outside `pcall`) answers
+-- {"redlock:error", "<the error's text>"}
 -- (ERROR_MARKER in scripts.rs; no reply of ours is a table starting with a string), and the
 -- others still run, as separate scripts would. A reply of nil or false answers false (a nil
 -- reply), so that the array keeps its length.
@@ -39,21 +41,24 @@ end
 
 local n = tonumber(ARGV[1])
 local out, made = {}, {}
-local k, a = 1, 2 + 3 * n
+local k, a = 1, 2 + n
 for i = 1, n do
-  local h = 3 * i - 1
-  local id, nk, na = tonumber(ARGV[h]), tonumber(ARGV[h + 1]), tonumber(ARGV[h + 2])
+  local h = tonumber(ARGV[1 + i])
+  local id = h % 64
+  local nk = math.floor(h / 64) % 1048576
+  local na = math.floor(h / 67108864)
   local ok, reply
-  if nk == 1 and id == INLINE_SET_NX then
-    -- set_nx.lua on its lock key alone (the quarantine off, no owner label): the spec's
+  if nk == 1 and na == 2 and id == INLINE_SET_NX then
+    -- set_nx.lua's short form, its lock key, token and ttl alone: no quarantine argument
+    -- (the pipeline sends it only with the quarantine off) and no owner label. The spec's
     -- command, run here without the script's function, tables and `pcall` (INLINE_* are the
     -- ids of the inlined scripts, set above by scripts.rs).
     ok, reply = true, redis.pcall("set", KEYS[k], ARGV[a], "NX", "PX", ARGV[a + 1], "GET")
-  elseif nk == 1 and id == INLINE_RELEASE then
+  elseif nk == 1 and na == 1 and id == INLINE_RELEASE then
     -- release.lua on one key: compare-and-delete.
     ok, reply = true, 0
-    local key = KEYS[k]
-    if redis.pcall("get", key) == ARGV[a] then reply = redis.pcall("del", key) end
+    local key, token = KEYS[k], ARGV[a]
+    if redis.pcall("get", key) == token then reply = redis.pcall("del", key) end
   else
     -- Each script's function is made once per batch: a batch under load holds many calls
     -- of the same few scripts.
