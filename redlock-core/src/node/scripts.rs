@@ -550,9 +550,9 @@ pub(crate) const ERROR_MARKER: &str = "redlock:error";
 /// one tick as one `EVALSHA` of it). Its arguments and replies are described in
 /// `scripts/dispatch.lua`.
 pub(crate) struct Batch {
-    /// The text: `prelude.lua`, then `script(id)`, which makes the function of the script
-    /// numbered `id` (of its own `KEYS` and `ARGV`), then the ids of the scripts run inline
-    /// ([`Inline`]), then `dispatch.lua`.
+    /// The text: the ids of the scripts run inline ([`Inline`]), then `make_scripts()`,
+    /// which holds `prelude.lua` and returns `script(id)`, the maker of the function of the
+    /// script numbered `id` (of its own `KEYS` and `ARGV`), then `dispatch.lua`.
     pub(crate) source: String,
     /// The SHA-1 of `source`, which `EVALSHA` names it by.
     pub(crate) sha1: String,
@@ -562,7 +562,19 @@ pub(crate) struct Batch {
 
 /// [`Batch`], built once from every script ([`scripts`], in id order).
 pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|| {
-    let mut source = String::from(PRELUDE);
+    let mut source = String::new();
+    // The ids of the scripts the loop runs inline (-1: none).
+    for inline in [Inline::SetNx, Inline::CompareAndDelete] {
+        let id = scripts()
+            .find(|script| script.inline == Some(inline))
+            .map_or(-1, |script| script.id as i64);
+        source.push_str(&format!("local {} = {id}\n", inline.local()));
+    }
+    // The helpers and the scripts' table are made only when a call needs a script's body:
+    // a call run inline (a release alone, a batch of plain attempts and releases) skips
+    // them, which took a node as long as the commands.
+    source.push_str("local function make_scripts()\n");
+    source.push_str(PRELUDE);
     // Each script's function is made only when a call names it: making all of them at
     // every batch took more of the node's time than a plain attempt's own commands.
     source.push_str("local function script(id)\n");
@@ -572,14 +584,7 @@ pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|
             script.id, script.source
         ));
     }
-    source.push_str("end\n");
-    // The ids of the scripts the loop runs inline (-1: none).
-    for inline in [Inline::SetNx, Inline::CompareAndDelete] {
-        let id = scripts()
-            .find(|script| script.inline == Some(inline))
-            .map_or(-1, |script| script.id as i64);
-        source.push_str(&format!("local {} = {id}\n", inline.local()));
-    }
+    source.push_str("end\nreturn script\nend\n");
     source.push_str(DISPATCH);
     let sha1 = fred::util::sha1_hash(&source);
     let heads = scripts().map(|script| format!("={}", script.id)).collect();
@@ -784,7 +789,7 @@ mod tests {
     fn the_dispatch_script_answers_errors_with_the_marker() {
         let reply = format!(r#"out[i] = {{"{ERROR_MARKER}", tostring(reply)}}"#);
         assert!(DISPATCH.contains(&reply), "{DISPATCH}");
-        assert!(BATCH.source.starts_with(PRELUDE));
+        assert!(BATCH.source.contains(PRELUDE));
         assert!(BATCH.source.ends_with(DISPATCH));
     }
 }

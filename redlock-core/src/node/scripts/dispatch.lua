@@ -6,10 +6,12 @@
 --
 -- Redlock step: none; it carries every step's script.
 --
--- Assembled by scripts.rs as prelude.lua, then `local function script(id)`, which returns
--- `function(KEYS, ARGV) <script> end` for the script at `id` (its index in SCRIPTS; made
--- only for the calls that name it), then the locals INLINE_SET_NX and INLINE_RELEASE (the
--- ids of the two scripts the loop runs inline), then this file. Each script reads its own KEYS and ARGV,
+-- Assembled by scripts.rs as the locals INLINE_SET_NX and INLINE_RELEASE (the ids of the two
+-- scripts run inline), then `local function make_scripts()`, which holds prelude.lua and
+-- returns `script(id)`, itself returning `function(KEYS, ARGV) <script> end` for the script
+-- at `id` (its index in SCRIPTS; made only for the calls that name it), then this file.
+-- `make_scripts` runs only for a call that is not inlined: the helpers' definitions alone
+-- cost a node as much as a release. Each script reads its own KEYS and ARGV,
 -- and returns as a script would.
 --
 -- KEYS: every call's keys, call after call
@@ -32,15 +34,25 @@
 -- as much again as a plain release's own work.
 local head = ARGV[1]
 if head and string.byte(head, 1) == 61 then
+  local id = tonumber(string.sub(head, 2))
+  if #KEYS == 1 and #ARGV == 2 and id == INLINE_RELEASE then
+    -- release.lua alone on one key (every release of a client in sequence): compare-and-
+    -- delete, inline.
+    local key, token = KEYS[1], ARGV[2]
+    local reply = 0
+    if redis.pcall("get", key) == token then reply = redis.pcall("del", key) end
+    if type(reply) == "table" then return {"redlock:error", tostring(reply.err)} end
+    return reply
+  end
   table.remove(ARGV, 1)
-  local ok, reply = pcall(script(tonumber(string.sub(head, 2))), KEYS, ARGV)
+  local ok, reply = pcall(make_scripts()(id), KEYS, ARGV)
   if ok then return reply end
   if type(reply) == "table" then reply = reply.err end
   return {"redlock:error", tostring(reply)}
 end
 
 local n = tonumber(ARGV[1])
-local out, made = {}, {}
+local out, made, script = {}, {}, nil
 local k, a = 1, 2 + n
 for i = 1, n do
   local h = tonumber(ARGV[1 + i])
@@ -64,6 +76,7 @@ for i = 1, n do
     -- of the same few scripts.
     local run = made[id]
     if not run then
+      script = script or make_scripts()
       run = script(id)
       made[id] = run
     end
