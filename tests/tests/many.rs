@@ -75,14 +75,15 @@ async fn a_set_is_taken_all_or_none_and_a_refusal_leaves_nothing_behind() {
     assert_eq!(guard.resources(), ["a", "b", "c"]);
     assert_eq!(guard.info().resources(), ["a", "b", "c"]);
     let token = guard.token().expose().to_owned();
-    // The lock returns at a quorum; the other nodes' grants land just after.
+    // The lock returns at a quorum; the other nodes' grants land just after, unless the node
+    // timeout cut one (a loaded machine): a quorum holds every resource of the set.
     for key in ["a", "b", "c"] {
-        within("every node to hold the set", async {
-            while holding(&nodes, key, &token).await < 5 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        let holdings = nodes.settle(key, |h| h.value.token() == Some(&token)).await;
+        let held = holdings
+            .iter()
+            .filter(|h| h.value.token() == Some(&token))
+            .count();
+        assert!(held >= 3, "{key}: {holdings:?}");
     }
     // Each is the plain lock of its resource: a single holder, or a reader, is refused.
     let error = a.lock_with("c", &once()).await.unwrap_err();
