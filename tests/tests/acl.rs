@@ -77,6 +77,7 @@ fn the_readme_lists_the_commands_each_feature_needs() {
     for needed in [
         "+set",
         "+get",
+        "+mget",
         "+del",
         "+pexpire",
         "+pttl",

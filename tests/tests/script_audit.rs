@@ -74,7 +74,7 @@ enum Class {
     ReadOnly,
     /// Writes bookkeeping keys or a waiter's own entry only, never a lock key: rule 5.
     Other,
-    /// The batch loop, which runs two scripts' short forms inline (`Inline` in
+    /// The batch loop, which runs three scripts' short forms inline (`Inline` in
     /// node/scripts.rs): its grant (`set`) only in a branch taken for a call with no
     /// quarantine argument (`na == 2`: the pipeline sends that form only with the quarantine
     /// off), and any other lock write after a token compare (rule 2).

@@ -145,31 +145,39 @@ fn the_monitor_parser_reads_names_and_script_lines_and_refuses_others() {
 }
 
 /// The plain uncontended cycle runs the floor's commands, nothing else: the node's own `SET NX
-/// PX` (with `GET`, which names the holder when it is refused), then `GET` and `DEL` in the
-/// release's script.
+/// PX` (with `GET`, which names the holder when it is refused), then the release's read and
+/// `DEL` in its script. With hand-over on (the default), the read is an `MGET` that takes the
+/// listen flag beside the key (which is not there: nobody waits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_uncontended_cycle_runs_the_floors_commands_and_nothing_else() {
     let nodes = RedisNodes::start(1);
-    let redlock = warm(&nodes, Redlock::builder()).await;
-    let monitor = Monitor::start(&nodes.urls()[0]).await;
-    let seen = monitor
-        .trace(async {
-            let guard = redlock.lock("order:42").await.unwrap();
-            assert!(guard.release().await.unwrap().was_held());
-        })
-        .await;
-    assert_eq!(in_scripts(&seen), ["GET", "DEL"], "{seen:#?}");
-    assert_eq!(sent(&seen), ["SET", "EVALSHA"], "{seen:#?}");
-    // The spec's `SET key token NX PX ttl`; the `DEL` takes the key and its listen flag (which
-    // is not there: nobody waits).
-    let set = seen.iter().find(|s| s.name == "SET").unwrap();
-    assert!(set.args.starts_with(r#""order:42" ""#), "{set:?}");
-    assert!(set.args.ends_with(r#""PX" "30000" "NX" "GET""#), "{set:?}");
-    let del = seen.iter().find(|s| s.name == "DEL").unwrap();
-    assert_eq!(
-        del.args, r#""order:42" "order:42\x00redlock:listen""#,
-        "{del:?}"
-    );
+    for (builder, read) in [
+        (Redlock::builder(), "MGET"),
+        (Redlock::builder().handover_grace(Duration::ZERO), "GET"),
+    ] {
+        let redlock = warm(&nodes, builder).await;
+        let monitor = Monitor::start(&nodes.urls()[0]).await;
+        let seen = monitor
+            .trace(async {
+                let guard = redlock.lock("order:42").await.unwrap();
+                assert!(guard.release().await.unwrap().was_held());
+            })
+            .await;
+        assert_eq!(in_scripts(&seen), [read, "DEL"], "{seen:#?}");
+        assert_eq!(sent(&seen), ["SET", "EVALSHA"], "{seen:#?}");
+        // The spec's `SET key token NX PX ttl`, and the `DEL` of the key alone.
+        let set = seen.iter().find(|s| s.name == "SET").unwrap();
+        assert!(set.args.starts_with(r#""order:42" ""#), "{set:?}");
+        assert!(set.args.ends_with(r#""PX" "30000" "NX" "GET""#), "{set:?}");
+        let del = seen.iter().find(|s| s.name == "DEL").unwrap();
+        assert_eq!(del.args, r#""order:42""#, "{del:?}");
+        let read = seen.iter().find(|s| s.name == read).unwrap();
+        let listen = match read.name.as_str() {
+            "MGET" => r#""order:42" "order:42\x00redlock:listen""#,
+            _ => r#""order:42""#,
+        };
+        assert_eq!(read.args, listen, "{read:?}");
+    }
 }
 
 /// Each primitive's cycle runs no command beyond its list (a contended plain lock: the
@@ -200,7 +208,11 @@ async fn each_primitive_runs_only_its_own_commands() {
         guard.release().await.unwrap();
     })
     .await;
-    check("a fenced lock", &seen, &["SET", "GET", "DEL", "PTTL"]);
+    check(
+        "a fenced lock",
+        &seen,
+        &["SET", "GET", "MGET", "DEL", "PTTL"],
+    );
 
     // The label goes with the attempt, in the same call: one call per step, as without one.
     let seen = trace_of(&url, async {
@@ -208,7 +220,7 @@ async fn each_primitive_runs_only_its_own_commands() {
         guard.release().await.unwrap();
     })
     .await;
-    check("an owner label", &seen, &["SET", "GET", "DEL"]);
+    check("an owner label", &seen, &["SET", "GET", "MGET", "DEL"]);
     assert_eq!(sent(&seen), ["EVALSHA", "EVALSHA"], "{seen:#?}");
     let sets: Vec<&Seen> = seen.iter().filter(|s| s.name == "SET").collect();
     assert!(
@@ -262,6 +274,8 @@ async fn each_primitive_runs_only_its_own_commands() {
             "GET",
             "SET",
             "ZRANGEBYSCORE",
+            // The release's read of the slot and its listen flag.
+            "MGET",
             "DEL",
             // The semaphore's stored number of permits, kept as long as its slots.
             "PTTL",
@@ -297,8 +311,8 @@ async fn each_primitive_runs_only_its_own_commands() {
         "a contended lock",
         &seen,
         &[
-            "SET", "GET", "DEL", "PTTL", "ZCARD", "ZADD", "PEXPIRE", "ZPOPMIN", "ZRANGE", "ZREM",
-            "TIME", "PUBLISH",
+            "SET", "GET", "MGET", "DEL", "PTTL", "ZCARD", "ZADD", "PEXPIRE", "ZPOPMIN", "ZRANGE",
+            "ZREM", "TIME", "PUBLISH",
         ],
     );
     // The contended cycle did hand over: the release found the listen flag.

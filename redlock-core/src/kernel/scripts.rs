@@ -53,7 +53,8 @@ pub(crate) static RELEASE_HANDOVER: Script = Script::new(
     1,
     Effect::Compares,
     include_str!("scripts/release_handover.lua"),
-);
+)
+.inlined(Inline::Handover);
 inventory::submit!(&RELEASE_HANDOVER);
 
 /// Compare-and-pexpire, never shortening the key (`extend.lua`).

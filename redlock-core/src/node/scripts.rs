@@ -52,8 +52,8 @@ impl Script {
         }
     }
 
-    /// The same script, whose batched calls on one key the dispatch script runs as `inline`
-    /// in its loop.
+    /// The same script, whose calls of the shape `inline` names the dispatch script runs as
+    /// commands, without the script's body.
     pub(crate) const fn inlined(self, inline: Inline) -> Self {
         Self {
             inline: Some(inline),
@@ -62,12 +62,11 @@ impl Script {
     }
 }
 
-/// The distlock spec's own two commands, which the dispatch script runs in its loop for a
-/// batched call on one key instead of making the script's function, its `KEYS` and `ARGV`
-/// tables and a protected call: most calls under load are these, and that set-up cost a node
-/// more than the commands. The script's body still runs a call alone, and a call on more
-/// keys. Each is the same as its script's body on one key (checked against a real server
-/// beside the body).
+/// The distlock spec's own two commands, which the dispatch script runs for the calls that
+/// are only these instead of making the script's function, its `KEYS` and `ARGV` tables and
+/// a protected call: most calls under load are these, and that set-up cost a node more than
+/// the commands. The script's body still runs every other call. Each is the same as its
+/// script's body on the calls it takes (checked against a real server beside the body).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Inline {
     /// `SET key token NX PX ttl_ms GET`: [`SET_NX`] with the quarantine off and no owner label
@@ -75,6 +74,11 @@ pub(crate) enum Inline {
     SetNx,
     /// Compare-and-delete of one key ([`RELEASE`](crate::kernel::scripts::RELEASE)).
     CompareAndDelete,
+    /// [`RELEASE_HANDOVER`](crate::kernel::scripts::RELEASE_HANDOVER) with all five keys, on a
+    /// node where nobody listens for the release (no listen flag): compare-and-delete of the
+    /// lock key, as the script's body does then. With the flag there (a waiter may be
+    /// queued), or unreadable, the body runs.
+    Handover,
 }
 
 impl Inline {
@@ -83,6 +87,7 @@ impl Inline {
         match self {
             Self::SetNx => "INLINE_SET_NX",
             Self::CompareAndDelete => "INLINE_RELEASE",
+            Self::Handover => "INLINE_HANDOVER",
         }
     }
 }
@@ -564,7 +569,7 @@ pub(crate) struct Batch {
 pub(crate) static BATCH: std::sync::LazyLock<Batch> = std::sync::LazyLock::new(|| {
     let mut source = String::new();
     // The ids of the scripts the loop runs inline (-1: none).
-    for inline in [Inline::SetNx, Inline::CompareAndDelete] {
+    for inline in [Inline::SetNx, Inline::CompareAndDelete, Inline::Handover] {
         let id = scripts()
             .find(|script| script.inline == Some(inline))
             .map_or(-1, |script| script.id as i64);

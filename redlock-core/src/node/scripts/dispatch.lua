@@ -6,8 +6,8 @@
 --
 -- Redlock step: none; it carries every step's script.
 --
--- Assembled by scripts.rs as the locals INLINE_SET_NX and INLINE_RELEASE (the ids of the two
--- scripts run inline), then `local function make_scripts()`, which holds prelude.lua and
+-- Assembled by scripts.rs as the locals INLINE_SET_NX, INLINE_RELEASE and INLINE_HANDOVER (the
+-- ids of the scripts run inline), then `local function make_scripts()`, which holds prelude.lua and
 -- returns `script(id)`, itself returning `function(KEYS, ARGV) <script> end` for the script
 -- at `id` (its index in SCRIPTS; made only for the calls that name it), then this file.
 -- `make_scripts` runs only for a call that is not inlined: the helpers' definitions alone
@@ -35,12 +35,20 @@
 local head = ARGV[1]
 if head and string.byte(head, 1) == 61 then
   local id = tonumber(string.sub(head, 2))
-  if #KEYS == 1 and #ARGV == 2 and id == INLINE_RELEASE then
-    -- release.lua alone on one key (every release of a client in sequence): compare-and-
-    -- delete, inline.
+  -- release_handover.lua alone: its lock key and its listen flag (KEYS[5]) read at once, and
+  -- kept only if the flag is not there (with the flag, or an error reading it, the body runs).
+  local read
+  if #KEYS == 5 and #ARGV == 8 and id == INLINE_HANDOVER then
+    read = redis.pcall("mget", KEYS[1], KEYS[5])
+    if type(read) ~= "table" or read.err or read[2] then read = nil end
+  end
+  if (#KEYS == 1 and #ARGV == 2 and id == INLINE_RELEASE) or read then
+    -- release.lua alone on one key (every release of a client in sequence), or
+    -- release_handover.lua where nobody listens for the release: compare-and-delete, inline.
     local key, token = KEYS[1], ARGV[2]
-    local reply = 0
-    if redis.pcall("get", key) == token then reply = redis.pcall("del", key) end
+    local value, reply = nil, 0
+    if read then value = read[1] else value = redis.pcall("get", key) end
+    if value == token then reply = redis.pcall("del", key) end
     if type(reply) == "table" then return {"redlock:error", tostring(reply.err)} end
     return reply
   end
@@ -59,18 +67,25 @@ for i = 1, n do
   local id = h % 64
   local nk = math.floor(h / 64) % 1048576
   local na = math.floor(h / 67108864)
-  local ok, reply
+  local ok, reply, read
+  if nk == 5 and na == 7 and id == INLINE_HANDOVER then
+    read = redis.pcall("mget", KEYS[k], KEYS[k + 4])
+    if type(read) ~= "table" or read.err or read[2] then read = nil end
+  end
   if nk == 1 and na == 2 and id == INLINE_SET_NX then
     -- set_nx.lua's short form, its lock key, token and ttl alone: no quarantine argument
     -- (the pipeline sends it only with the quarantine off) and no owner label. The spec's
     -- command, run here without the script's function, tables and `pcall` (INLINE_* are the
     -- ids of the inlined scripts, set above by scripts.rs).
     ok, reply = true, redis.pcall("set", KEYS[k], ARGV[a], "NX", "PX", ARGV[a + 1], "GET")
-  elseif nk == 1 and na == 1 and id == INLINE_RELEASE then
-    -- release.lua on one key: compare-and-delete.
+  elseif (nk == 1 and na == 1 and id == INLINE_RELEASE) or read then
+    -- release.lua on one key, or release_handover.lua where nobody listens (as above):
+    -- compare-and-delete.
     ok, reply = true, 0
     local key, token = KEYS[k], ARGV[a]
-    if redis.pcall("get", key) == token then reply = redis.pcall("del", key) end
+    local value
+    if read then value = read[1] else value = redis.pcall("get", key) end
+    if value == token then reply = redis.pcall("del", key) end
   else
     -- Each script's function is made once per batch: a batch under load holds many calls
     -- of the same few scripts.
