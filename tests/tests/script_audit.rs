@@ -802,14 +802,21 @@ fn check_script(name: &str, class: Class, text: &str, helpers: &Helpers) -> Vec<
                         ),
                     );
                 }
-            } else if !compares.iter().any(|(at, _)| *at < write.at) {
-                problem(
-                    "rule 2 (token compared first)",
-                    format!(
-                        "{} writes the lock key before any token compare",
-                        write.show(&code)
-                    ),
-                );
+            } else {
+                // Every other write is guarded on its own line (`if value == token then ...`):
+                // a compare anywhere above it, in another branch, does not count.
+                let start = code[..write.at].rfind('\n').map_or(0, |i| i + 1);
+                let guard = &code[start..write.at];
+                if !(guard.contains("== token then") || guard.contains("~= token then")) {
+                    problem(
+                        "rule 2 (token compared first)",
+                        format!(
+                            "{} writes the lock key without a token compare guarding it on \
+                             its line",
+                            write.show(&code)
+                        ),
+                    );
+                }
             }
         }
     }
@@ -1267,6 +1274,23 @@ fn real_scripts_broken_in_a_copy_fail_with_a_message_naming_script_and_rule() {
         problems.len() == 1
             && problems[0].starts_with("release.lua (delete): rule 2 (token compared first)")
             && problems[0].contains("compares no token"),
+        "{problems:#?}"
+    );
+    // The dispatch script's batch loop deleting without its compare (the same compare in
+    // the branch for a call alone, above it, does not stand in for it).
+    let batch_release = "    ok, reply = true, 0\n    local key, token = KEYS[k], ARGV[a]\n    local value\n    if read then value = read[1] else value = redis.pcall(\"get\", key) end\n    if value == token then reply = redis.pcall(\"del\", key) end";
+    let problems = check(
+        "dispatch.lua",
+        batch_release,
+        &batch_release.replace(
+            "if value == token then reply = redis.pcall(\"del\", key) end",
+            "reply = redis.pcall(\"del\", key)",
+        ),
+    );
+    assert!(
+        problems.len() == 1
+            && problems[0].starts_with("dispatch.lua (inline): rule 2 (token compared first)")
+            && problems[0].contains("without a token compare"),
         "{problems:#?}"
     );
     // force_release.lua without the digest match of its string branch: the DEL there comes

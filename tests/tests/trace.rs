@@ -1,6 +1,6 @@
 //! What a node runs for one cycle of each primitive, read from `MONITOR` on a real
 //! redis-server: a plain uncontended lock + release is the floor's work and nothing else (the
-//! spec's `SET NX PX`, then its compare-and-delete: `GET`, `DEL`), and every other primitive
+//! spec's `SET NX PX`, then its compare-and-delete: a read, `DEL`), and every other primitive
 //! runs no command beyond its own list. Bookkeeping for hand-over, windows, streaks, fencing,
 //! modes or owner labels runs only when that feature is in play.
 

@@ -77,7 +77,8 @@ pub(crate) enum Inline {
     /// [`RELEASE_HANDOVER`](crate::kernel::scripts::RELEASE_HANDOVER) with all five keys, on a
     /// node where nobody listens for the release (no listen flag): compare-and-delete of the
     /// lock key, as the script's body does then. With the flag there (a waiter may be
-    /// queued), or unreadable, the body runs.
+    /// queued), or unreadable (an ACL user without `MGET`), the body runs. A flag key holding
+    /// another type than a string reads as missing: no waiter of ours writes one.
     Handover,
 }
 

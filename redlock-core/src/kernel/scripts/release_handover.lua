@@ -30,8 +30,8 @@
 -- With `listen_key` given and no listen flag on this node, this is release.lua with the flag's
 -- key in its `DEL` (which finds it missing): nobody waits to be told, so nothing is read,
 -- written or published for waiters, windows or streaks (the dispatch script runs that case as
--- the commands, without this body: Inline::Handover in node/scripts.rs). Otherwise (the flag was there, now
--- deleted with the key, or no `listen_key`) somebody may listen:
+-- the commands, without this body: Inline::Handover in node/scripts.rs). Otherwise (the flag
+-- was there, now deleted with the key, or no `listen_key`) somebody may listen:
 --
 -- Like release.lua, but if waiters are queued on this node the key is not deleted: it is
 -- reserved for the longest waiter (value: its popped marker, ttl `grace_ms`) and `channel`
