@@ -184,6 +184,9 @@ pub struct Client {
     pub holds: u8,
     /// The delays drawn after split votes, in order.
     pub draws: Vec<u8>,
+    /// Gave up while queued for a hand-over (its acquisition over, its queue entries to
+    /// leave).
+    pub gave_up_queued: bool,
 }
 
 impl Client {
@@ -198,6 +201,7 @@ impl Client {
             wait_start: 0,
             holds: 0,
             draws: Vec::new(),
+            gave_up_queued: false,
         }
     }
 

@@ -32,6 +32,9 @@ pub struct Program {
     pub hold: u64,
     /// Locks in this mode (acquire_mode.lua, release_mode.lua) instead of a plain lock.
     pub mode: Option<Mode>,
+    /// May give up by design (its attempts can end while another client holds the lock):
+    /// not counted by the liveness property that every locker holds the lock in time.
+    pub may_give_up: bool,
 }
 
 impl Program {
@@ -47,6 +50,7 @@ impl Program {
         rounds: 1,
         hold: 0,
         mode: None,
+        may_give_up: false,
     };
 }
 
@@ -96,6 +100,9 @@ pub struct ClientFlaws {
     /// A plain waiter never leaves the queue: not after a grant by only some nodes, nor when
     /// it gives up.
     pub stays_queued: bool,
+    /// A plain waiter that gives up does not leave the queue (it still leaves after a grant
+    /// by only some nodes).
+    pub give_up_stays_queued: bool,
 }
 
 /// One exploration.

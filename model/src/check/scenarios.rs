@@ -29,12 +29,13 @@ pub mod property {
 pub use super::system::witness;
 
 /// Every [`witness`] a scenario can expect.
-pub const WITNESSES: [&str; 5] = [
+pub const WITNESSES: [&str; 6] = [
     witness::GRANTED,
     witness::EXTENDED,
     witness::NAMED,
     witness::REVOTED,
     witness::AFTER_LOSS,
+    witness::GAVE_UP_QUEUED,
 ];
 
 /// One exploration and what it must find.
@@ -73,7 +74,8 @@ impl Scenario {
 
 /// The witnesses a design's exploration of `config` must satisfy: a grant always; a
 /// confirmed extension that moves the validity for a lengthening extension; a waiter named
-/// by a release with hand-over; a node granting again after it lost its data, where the
+/// by a release with hand-over (a waiter that does not give up by design); a queued waiter
+/// giving up where one may; a node granting again after it lost its data, where the
 /// scenario's horizon reaches the end of the quarantine.
 ///
 /// With another application's hash at the key nothing can be granted (the lock refuses a
@@ -91,7 +93,8 @@ pub fn witnesses(config: &Config) -> Vec<&'static str> {
     if extender {
         expected.push(witness::EXTENDED);
     }
-    if config.clients.iter().any(|c| c.handover) {
+    // A waiter that gives up queued may be gone before any release (the give-up scenario's).
+    if config.clients.iter().any(|c| c.handover && !c.may_give_up) {
         expected.push(witness::NAMED);
     }
     // Nodes start with their data witness written: one that lost its data refuses for the
@@ -102,6 +105,9 @@ pub fn witnesses(config: &Config) -> Vec<&'static str> {
     }
     if config.faults.lose_messages && !config.foreign_hash {
         expected.push(witness::AFTER_LOSS);
+    }
+    if config.clients.iter().any(|c| c.handover && c.may_give_up) {
+        expected.push(witness::GAVE_UP_QUEUED);
     }
     expected
 }
@@ -249,6 +255,30 @@ pub fn handover() -> Config {
     config.horizon = 6;
     // The fallback timer fires past the horizon: only the hand-over lets the waiter in.
     config.retry_delay = 10;
+    config
+}
+
+/// Two lockers with hand-over, each holding the lock 3 ms and attempting twice, under fair
+/// scheduling: the one refused queues, and its second attempt ends while the other still
+/// holds, so it gives up queued. It must leave every node's queue, where its entry would hold
+/// up the hand-overs of the waiters after it.
+pub fn waiter_gives_up() -> Config {
+    let waiter = Program {
+        attempts: 2,
+        handover: true,
+        hold: 3,
+        may_give_up: true,
+        ..Program::PLAIN
+    };
+    let mut config = base(
+        "liveness, a queued waiter that gives up leaves the queue",
+        vec![waiter, waiter],
+    );
+    config.fair = true;
+    // A validity longer than the hold (5 − 1 ms of drift, less the attempt's time).
+    config.ttl = 5;
+    config.quarantine = 5;
+    config.horizon = 5;
     config
 }
 
@@ -524,6 +554,23 @@ pub fn all() -> Vec<Scenario> {
             handover(),
             |c| c.client_flaws.waiter_only_listens = true,
             EVERY_LOCKER,
+        ),
+        ok(waiter_gives_up()),
+        bad(
+            "known bad: a waiter that gives up stays queued",
+            waiter_gives_up(),
+            |c| c.client_flaws.give_up_stays_queued = true,
+            QUEUE_LEFT,
+        ),
+        bad(
+            "control: the same lockers without hand-over (nobody queues to give up)",
+            waiter_gives_up(),
+            |c| {
+                for client in &mut c.clients {
+                    client.handover = false;
+                }
+            },
+            witness::GAVE_UP_QUEUED,
         ),
         ok(skip_tick()),
         bad(

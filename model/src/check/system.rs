@@ -23,13 +23,14 @@ pub(super) const RUN_ENDS: &str = "a fair run gets to its end";
 /// the checker reports when some state satisfies it (see [`scenarios::witness`]).
 ///
 /// [`scenarios::witness`]: super::scenarios::witness
-pub(super) const WITNESSES: [&str; 6] = [
+pub(super) const WITNESSES: [&str; 7] = [
     RUN_ENDS,
     witness::GRANTED,
     witness::EXTENDED,
     witness::NAMED,
     witness::REVOTED,
     witness::AFTER_LOSS,
+    witness::GAVE_UP_QUEUED,
 ];
 
 /// The witnesses' names.
@@ -44,6 +45,9 @@ pub mod witness {
     pub const REVOTED: &str = "a node that lost its data grants again";
     /// A lock is granted to a client that lost a request or a reply of its own before.
     pub const AFTER_LOSS: &str = "a lock is granted after a lost message";
+    /// A waiter queued for a hand-over gives up (its attempts end while another holds the
+    /// lock).
+    pub const GAVE_UP_QUEUED: &str = "a queued waiter gives up";
 }
 
 /// A message in flight. A node's reply reaches its client when the node runs the call (a
@@ -313,9 +317,13 @@ impl System {
     ) -> Phase {
         let now = state.now;
         let plain = client.program.mode.is_none();
-        let leaves = !self.config.client_flaws.stays_queued;
-        if next == Next::GiveUp && client.listening() && plain && leaves {
-            state.broadcast(c, None, Req::Leave);
+        let flaws = &self.config.client_flaws;
+        let leaves = !flaws.stays_queued && !flaws.give_up_stays_queued;
+        if next == Next::GiveUp && client.listening() && plain {
+            client.gave_up_queued = true;
+            if leaves {
+                state.broadcast(c, None, Req::Leave);
+            }
         }
         match next {
             Next::Retry(delay) => Phase::Idle {
@@ -960,7 +968,10 @@ impl Model for System {
             Property::always(
                 "every locker holds the lock in time",
                 |model: &System, state: &State| {
-                    let lockers = state.clients.iter().filter(|c| !c.program.skip_if_busy);
+                    let lockers = state
+                        .clients
+                        .iter()
+                        .filter(|c| !c.program.skip_if_busy && !c.program.may_give_up);
                     !model.live(state) || lockers.clone().all(|c| c.holds > 0)
                 },
             ),
@@ -998,6 +1009,9 @@ impl Model for System {
             // progress would pass every `always` above).
             Property::sometimes(witness::GRANTED, |_: &System, state: &State| {
                 state.clients.iter().any(|c| c.holds > 0)
+            }),
+            Property::sometimes(witness::GAVE_UP_QUEUED, |_: &System, state: &State| {
+                state.clients.iter().any(|c| c.gave_up_queued)
             }),
             Property::sometimes(witness::EXTENDED, |model: &System, state: &State| {
                 let config = &model.config;
