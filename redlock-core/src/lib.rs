@@ -26,6 +26,7 @@ mod keys;
 mod mode;
 mod options;
 mod outcome;
+mod random;
 mod telemetry;
 mod timing;
 mod token;
@@ -76,6 +77,8 @@ pub use timing::DRIFT_FLOOR;
 pub mod model {
     pub use crate::kernel::acquire::checked::*;
 }
+#[cfg(feature = "simulation")]
+pub use random::simulation;
 pub use token::{EntropyError, Token};
 
 #[cfg(feature = "macros")]

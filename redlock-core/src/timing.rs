@@ -129,6 +129,7 @@ where
     let mut count = 0;
     loop {
         tokio::select! {
+            biased;
             next = running.next() => match next {
                 Some((i, ok)) => {
                     ready[i] = ok;

@@ -10,7 +10,8 @@ pub(crate) const TOKEN_BYTES: usize = 20;
 ///
 /// A token is drawn from the operating system's CSPRNG (`getrandom`) for every acquisition, so
 /// that only the holder that wrote it can release or extend it (compare-and-delete, distlock spec
-/// "Correct implementation with a single instance"). It is hex encoded (40 characters).
+/// "Correct implementation with a single instance"). It is hex encoded (40 characters). (On a
+/// thread seeded for a simulation, with the `simulation` feature, it is drawn from the seed.)
 ///
 /// The token is a secret of the holder: `Debug` redacts it and this crate never logs it. Read it
 /// with [`Token::expose`] when you need it for a check-and-set on the protected resource.
@@ -24,7 +25,7 @@ impl Token {
     /// [`EntropyError`] when the OS has no entropy source to give.
     pub(crate) fn generate() -> Result<Self, EntropyError> {
         let mut bytes = [0u8; TOKEN_BYTES];
-        getrandom::fill(&mut bytes).map_err(EntropyError)?;
+        crate::random::token_bytes(&mut bytes).map_err(EntropyError)?;
         let mut hex = String::with_capacity(TOKEN_BYTES * 2);
         for byte in bytes {
             hex.push(char::from(HEX[usize::from(byte >> 4)]));

@@ -1,16 +1,23 @@
 //! The lock's own code under simulation: clients of redlock-core, with their waiters and
 //! auto-extension, on one current-thread runtime with tokio's clock paused, over five
 //! in-memory nodes (redlock-test's `MemoryNodes`, the model's mirror of the scripts behind
-//! the transport seam), while a seeded schedule of faults runs beside them: replies made
-//! late (past the node timeout or not), nodes stopped and started, nodes restarted empty
-//! (the quarantine on, as the guide asks where nodes run without persistence).
+//! the transport seam), while a seeded schedule of faults runs beside them: commands and
+//! replies made late (past the node timeout or not: a command can land after its round was
+//! decided), commands and replies lost, nodes stopped and started, nodes restarted empty
+//! (the quarantine on, as the guide asks where nodes run without persistence). Each
+//! handle's link to a node keeps its commands and replies in order, as a connection does.
 //!
 //! Every hold is recorded by its client, from the moment its lock call returned to its
 //! release or the end of its validity, whichever came first, and the interval checker (O1)
 //! finds any two that overlap. Each seed is 60 s of simulated time in about half a second of
-//! real time; `SIM_SEEDS` sets how many seeds run (default [`SEEDS`]). A failure names its
-//! seed, which fixes the faults and the clients' holds; the run is not replayed exactly (the
-//! lock's own jitter and tokio's `select!` draw from unseeded randomness).
+//! real time; `SIM_SEEDS` sets how many seeds run (default [`SEEDS`]), `SIM_SEED` runs one.
+//!
+//! A run replays exactly from its seed: the thread is seeded
+//! (`redlock_core::simulation::seed`), so the lock's tokens, waiter markers, jitter and wall
+//! clock come from the seed, and the lock's `select!`s poll in a fixed order. Each run keeps
+//! a transcript (every client's grants, with their tokens and validities, refusals and
+//! releases, to the nanosecond of the simulated clock), and a test runs seeds twice and
+//! compares them. A failure names its seed and the command that replays it.
 //!
 //! A negative control runs the same schedule without the quarantine: a node restarted empty
 //! must then vote a second holder in within the seeds, or the simulation could not see one.
@@ -20,7 +27,7 @@
 
 #![allow(clippy::unwrap_used)] // tests unwrap: a failure is the assertion
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
@@ -48,6 +55,16 @@ struct Run {
     holds: usize,
     overlaps: usize,
     first_overlap: String,
+    /// Every client's grants, refusals and releases, in the order they happened, each at its
+    /// time on the simulated clock.
+    transcript: Vec<String>,
+}
+
+/// What `seed`'s failure says: the seed, and how to run it alone.
+fn replay(seed: u64) -> String {
+    format!(
+        "seed {seed} (replay: SIM_SEED={seed} cargo nextest run -p redlock-tests --test simulation)"
+    )
 }
 
 /// One seed: clients and faults for [`RUN`] of simulated time; `quarantine` as the handles'.
@@ -58,6 +75,9 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
         .build()
         .unwrap();
     runtime.block_on(async move {
+        let _seed = redlock_core::simulation::seed(seed);
+        let began = Instant::now();
+        let transcript = Arc::new(Mutex::new(Vec::new()));
         let nodes = MemoryNodes::new(NODES);
         let options = LockOptions::default()
             .ttl(TTL)
@@ -81,20 +101,37 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
             .map(|client| {
                 let lock = handles[client % handles.len()].clone();
                 let history = Arc::clone(&history);
+                let transcript = Arc::clone(&transcript);
+                let note = move |event: String| {
+                    let at = Instant::now().duration_since(began).as_nanos();
+                    transcript
+                        .lock()
+                        .unwrap()
+                        .push(format!("{at} c{client} {event}"));
+                };
                 let mut rng = StdRng::seed_from_u64(seed * 1_000 + client as u64);
                 tokio::spawn(async move {
                     while Instant::now() < until {
                         match lock.lock("sim").await {
                             Ok(guard) => {
                                 let start = Instant::now();
+                                note(format!(
+                                    "holds {} until {}",
+                                    guard.token().expose(),
+                                    guard.valid_until().duration_since(began).as_nanos()
+                                ));
                                 // Some holds outlive their ttl: auto-extension keeps them.
                                 let hold = ms(rng.random_range(0..1_500));
                                 tokio::time::sleep(hold).await;
                                 let released = Instant::now();
                                 history.record(client, start, guard.valid_until(), released);
-                                let _ = guard.release().await;
+                                let released = guard.release().await;
+                                note(format!("released: {:?}", released.is_ok()));
                             }
-                            Err(_) => tokio::time::sleep(ms(rng.random_range(1..100))).await,
+                            Err(error) => {
+                                note(format!("refused: {error}"));
+                                tokio::time::sleep(ms(rng.random_range(1..100))).await;
+                            }
                         }
                         tokio::time::sleep(ms(rng.random_range(0..50))).await;
                     }
@@ -108,16 +145,23 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
                 while Instant::now() < until {
                     tokio::time::sleep(ms(rng.random_range(20..300))).await;
                     let node = rng.random_range(0..NODES);
-                    match rng.random_range(0..20) {
-                        0..=5 => nodes.delay(node, ms(rng.random_range(0..250))),
-                        6 | 7 => nodes.delay(node, Duration::ZERO),
-                        8..=11 => nodes.stop(node),
-                        12..=16 => nodes.start(node),
+                    match rng.random_range(0..22) {
+                        0..=3 => nodes.delay(node, ms(rng.random_range(0..250))),
+                        4 => nodes.delay(node, Duration::ZERO),
+                        5..=7 => nodes.delay_requests(node, ms(rng.random_range(0..250))),
+                        8 => nodes.delay_requests(node, Duration::ZERO),
+                        9 => nodes.lose_requests(node, rng.random_range(1..4)),
+                        10 => nodes.lose_replies(node, rng.random_range(1..4)),
+                        11..=13 => nodes.stop(node),
+                        14..=17 => nodes.start(node),
                         _ => nodes.restart(node),
                     }
                 }
                 for node in 0..NODES {
                     nodes.delay(node, Duration::ZERO);
+                    nodes.delay_requests(node, Duration::ZERO);
+                    nodes.lose_requests(node, 0);
+                    nodes.lose_replies(node, 0);
                     nodes.start(node);
                 }
             })
@@ -134,42 +178,86 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
                 .first()
                 .map(|o| format!("{o:?}"))
                 .unwrap_or_default(),
+            transcript: std::mem::take(&mut *transcript.lock().unwrap()),
         }
     })
 }
 
-fn seeds() -> u64 {
-    std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(SEEDS)
+/// The seeds to run: `SIM_SEED` alone, or the first `SIM_SEEDS` (default [`SEEDS`]).
+fn seeds() -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
+    match var("SIM_SEED") {
+        Some(seed) => seed..seed + 1,
+        None => 0..var("SIM_SEEDS").unwrap_or(SEEDS),
+    }
 }
 
 /// No two holds overlap, whatever the seed; and the clients do get the lock.
 #[test]
 fn no_two_holders_under_seeded_faults() {
     let mut holds = 0;
-    for seed in 0..seeds() {
+    for seed in seeds() {
         let run = simulate(seed, TTL);
         assert_eq!(
-            run.overlaps, 0,
-            "seed {seed}: two holders at once: {}",
+            run.overlaps,
+            0,
+            "{}: two holders at once: {}",
+            replay(seed),
             run.first_overlap
         );
-        assert!(run.holds > 0, "seed {seed}: no client ever held the lock");
+        assert!(
+            run.holds > 0,
+            "{}: no client ever held the lock",
+            replay(seed)
+        );
         holds += run.holds;
     }
-    eprintln!("{holds} holds over {} seeds, none overlapping", seeds());
+    eprintln!(
+        "{holds} holds over {} seeds, none overlapping",
+        seeds().count()
+    );
+}
+
+/// A seed replays exactly: two runs of it make the same transcript, grant for grant and token
+/// for token, to the nanosecond; and another seed makes another one (the transcript does
+/// depend on the seed).
+#[test]
+fn a_seed_replays_exactly() {
+    let mut seen = Vec::new();
+    for seed in seeds().take(3) {
+        let first = simulate(seed, TTL).transcript;
+        let again = simulate(seed, TTL).transcript;
+        assert!(
+            first.len() > 10,
+            "{}: a short transcript: {first:?}",
+            replay(seed)
+        );
+        if let Some(at) = (0..first.len().max(again.len())).find(|&i| first.get(i) != again.get(i))
+        {
+            panic!(
+                "{}: the run did not replay: event {at} was {:?}, then {:?}",
+                replay(seed),
+                first.get(at),
+                again.get(at)
+            );
+        }
+        assert!(
+            !seen.contains(&first),
+            "{}: the same transcript as another seed",
+            replay(seed)
+        );
+        seen.push(first);
+    }
 }
 
 /// The simulation can find two holders: without the quarantine, a node restarted empty
 /// votes a second holder in beside the first in some seed.
 #[test]
 fn without_the_quarantine_some_seed_finds_two_holders() {
-    let found = (0..seeds()).find(|&seed| simulate(seed, Duration::ZERO).overlaps > 0);
+    let found = seeds().find(|&seed| simulate(seed, Duration::ZERO).overlaps > 0);
     assert!(
         found.is_some(),
-        "no seed of {} found two holders without the quarantine",
+        "no seed of {:?} found two holders without the quarantine",
         seeds()
     );
 }

@@ -5,7 +5,6 @@
 //! (the replies every grant shares are decoded in [`node::replies`](crate::node::replies)).
 
 use fred::types::Value;
-use rand::Rng;
 
 use super::scripts::{
     ACQUIRE, ACQUIRE_MODE, ACQUIRE_QUEUED, DOWNGRADE, EXTEND, EXTEND_MODE, EXTEND_PERMIT, FENCE,
@@ -40,15 +39,8 @@ pub(crate) struct Waiter {
 impl Waiter {
     /// A new marker: `~` and a random id.
     fn marker() -> String {
-        format!("~{:016x}", rand::rng().random::<u64>())
+        format!("~{:016x}", crate::random::u64())
     }
-}
-
-/// The wall clock now, in ms since the Unix epoch (0 before it).
-fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A request's [`Waiter`], ranked from when the request started but drawn at its first use:
@@ -63,7 +55,7 @@ impl LazyWaiter {
     /// A request's waiter, ranked by the wall clock now.
     pub(crate) fn starting_now() -> Self {
         Self {
-            score_ms: wall_clock_ms(),
+            score_ms: crate::random::wall_clock_ms(),
             drawn: std::sync::OnceLock::new(),
         }
     }

@@ -240,6 +240,7 @@ async fn run(gone: Gone, stop: CancellationToken) {
             sleep.as_mut().reset(next);
         }
         tokio::select! {
+            biased;
             () = stop.cancelled() => return,
             () = sooner => {}
             () = &mut sleep, if next.is_some() => {}

@@ -5,15 +5,79 @@ use redlock_core::transport::{
     Channels, Deliver, Key, NodeError, Pending, Reply, Transport, Value,
 };
 
-use std::sync::PoisonError;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::oneshot;
 
 use super::node::{self, Shared};
 
-/// Commands to one in-memory node, run when first polled.
+/// Commands to one in-memory node over one connection, in order.
 #[derive(Debug)]
-pub(super) struct Link(pub(super) Shared);
+pub(super) struct Link {
+    node: Shared,
+    wire: Arc<Wire>,
+}
+
+/// One connection's order: commands reach the node, and their replies come back, in the
+/// order they were sent, however late each is made (as over TCP). Each is a line of
+/// [`Turn`]s, each waiting for the one before it alone, so that a run wakes them in the same
+/// order every time (a simulation's seed replays).
+#[derive(Debug, Default)]
+struct Wire {
+    /// The last command sent: the next one reaches the node after it.
+    arrived: Mutex<Option<oneshot::Receiver<()>>>,
+    /// The last reply to come: the next one comes back after it.
+    returned: Mutex<Option<oneshot::Receiver<()>>>,
+}
+
+impl Wire {
+    /// The next place in `line`.
+    fn line_up(line: &Mutex<Option<oneshot::Receiver<()>>>) -> Turn {
+        let (done, next) = oneshot::channel();
+        let before = line
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(next);
+        Turn { before, done }
+    }
+}
+
+/// One place in a line: it goes once the place before it has gone (or was dropped).
+#[derive(Debug)]
+struct Turn {
+    before: Option<oneshot::Receiver<()>>,
+    done: oneshot::Sender<()>,
+}
+
+impl Turn {
+    /// Whether the place before has gone.
+    fn is_next(&mut self) -> bool {
+        self.before.as_mut().is_none_or(|before| {
+            !matches!(before.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+        })
+    }
+
+    /// Waits for the place before to go.
+    async fn wait(&mut self) {
+        if let Some(before) = self.before.take() {
+            let _gone = before.await;
+        }
+    }
+
+    /// Goes, letting the next place go.
+    fn pass(self) {
+        let _gone = self.done.send(());
+    }
+}
 
 impl Link {
+    pub(super) fn new(node: Shared) -> Self {
+        Self {
+            node,
+            wire: Arc::default(),
+        }
+    }
+
     /// Runs `run` on the node at the first poll of the reply (the order in which replies are
     /// first polled is the order the node runs them), then answers no sooner than the next
     /// turn of the runtime, as over a connection, and once the node's delay has passed; a
@@ -23,26 +87,71 @@ impl Link {
     /// Never at the first poll: a round that found its quorum in the replies it polled first
     /// would drop the calls it has not polled yet, and a node answering at once would never
     /// see them, where a server is sent every call of the round before any reply comes.
+    ///
+    /// With the node's faults ([`MemoryNodes::delay_requests`](super::MemoryNodes::delay_requests),
+    /// [`MemoryNodes::lose_requests`](super::MemoryNodes::lose_requests),
+    /// [`MemoryNodes::lose_replies`](super::MemoryNodes::lose_replies)), the command runs
+    /// later, on a task of its own (it reaches the node whether or not its caller still
+    /// waits), or never; a lost request or reply leaves the caller waiting, which its own
+    /// timeout ends. Commands and replies keep the order they were sent in.
     fn reply<F>(&self, run: F) -> Reply
     where
         F: FnOnce(&Shared) -> Option<Result<Value, NodeError>> + Send + 'static,
     {
-        let node = self.0.clone();
+        let node = self.node.clone();
+        let wire = Arc::clone(&self.wire);
         Box::pin(async move {
-            let delay = node.state().delay;
-            let answer = run(&node).unwrap_or(Err(NodeError::Disconnected));
-            // The reply travels back on a task of its own, which wakes the caller: a future
-            // polled once without a waker (a call made now and awaited later) is answered
-            // when awaited, not during that first poll.
-            let (reply, answered) = tokio::sync::oneshot::channel();
-            tokio::spawn(async move {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
-                }
-                let _gone = reply.send(answer);
-            });
-            answered.await.unwrap_or(Err(NodeError::Disconnected))
+            let mut arrive = Wire::line_up(&wire.arrived);
+            let back = Wire::line_up(&wire.returned);
+            let (request_delay, lost_request) = node.request_faults();
+            let (reply, answered) = oneshot::channel();
+            if request_delay.is_zero() && !lost_request && arrive.is_next() {
+                // Nothing before it on the wire: it reaches the node now.
+                let answer = run(&node).unwrap_or(Err(NodeError::Disconnected));
+                arrive.pass();
+                tokio::spawn(carry(node, back, reply, answer));
+            } else {
+                tokio::spawn(async move {
+                    if !request_delay.is_zero() {
+                        tokio::time::sleep(request_delay).await;
+                    }
+                    arrive.wait().await;
+                    arrive.pass();
+                    if lost_request {
+                        // Nothing reaches the node, and nothing comes back (`back` goes).
+                        return;
+                    }
+                    let answer = run(&node).unwrap_or(Err(NodeError::Disconnected));
+                    carry(node, back, reply, answer).await;
+                });
+            }
+            match answered.await {
+                Ok(answer) => answer,
+                // Lost on the way: the caller's own timeout ends its wait.
+                Err(_lost) => std::future::pending().await,
+            }
         })
+    }
+}
+
+/// Carries `answer` back to its caller on a task of its own, which wakes the caller (a future
+/// polled once without a waker, a call made now and awaited later, is answered when awaited,
+/// not during that first poll), once the node's reply delay has passed and the replies sent
+/// before it are back; or loses it.
+async fn carry(
+    node: Shared,
+    mut back: Turn,
+    reply: oneshot::Sender<Result<Value, NodeError>>,
+    answer: Result<Value, NodeError>,
+) {
+    let (delay, lost_reply) = node.reply_faults();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    back.wait().await;
+    back.pass();
+    if !lost_reply {
+        let _gone = reply.send(answer);
     }
 }
 

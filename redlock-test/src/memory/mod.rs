@@ -47,7 +47,12 @@
 //! [`restart`](MemoryNodes::restart) brings it back empty, with a new run id and an empty
 //! script cache, as a server restarted without persistence; [`flush`](MemoryNodes::flush)
 //! empties it in place (`FLUSHALL`); [`delay`](MemoryNodes::delay) makes its replies late;
-//! [`clock_ahead`](MemoryNodes::clock_ahead) moves its clock forward.
+//! [`clock_ahead`](MemoryNodes::clock_ahead) moves its clock forward;
+//! [`delay_requests`](MemoryNodes::delay_requests) makes its commands land late,
+//! [`lose_requests`](MemoryNodes::lose_requests) and
+//! [`lose_replies`](MemoryNodes::lose_replies) lose some on the way. Each handle's link to a
+//! node is one connection: commands reach the node, and replies come back, in the order they
+//! were sent.
 //!
 //! # What it does not reproduce
 //!
@@ -55,7 +60,6 @@
 //!   `maxmemory`, replication, a network that cuts one direction, a node that neither runs
 //!   nor answers (use [`TestNodes`] and a [`Proxy`](crate::Proxy); a stopped node fails at
 //!   once, where a paused server makes the lock wait for its node timeout).
-//! - A delayed node's commands run at once; only its replies are late.
 //! - A restarted node keeps its listeners' subscriptions (a server drops them, and the
 //!   client subscribes again after reconnecting), and its messages are delivered at once.
 //! - Keys expire when the clock reaches their expiry, where a server keeps a key through
@@ -93,7 +97,8 @@ pub struct MemoryNodes {
 }
 
 impl MemoryNodes {
-    /// `n` empty nodes, up, their clocks at the Unix time now (in ms, as `TIME` reads). Zero nodes make
+    /// `n` empty nodes, up, their clocks at the Unix time now (in ms, as `TIME` reads; on a
+    /// thread seeded by `redlock_core::simulation::seed`, the seed's wall clock). Zero nodes make
     /// [`builder`](Self::builder)'s `build()` fail with `BuildError::NoNodes`.
     pub fn new(n: usize) -> Self {
         Self {
@@ -125,7 +130,7 @@ impl MemoryNodes {
             .fold(Redlock::builder(), |builder, (index, node)| {
                 builder.node_transport(
                     format!("memory:{}", index + 1),
-                    Arc::new(Link(node.clone())),
+                    Arc::new(Link::new(node.clone())),
                     Arc::new(Subscriptions::new(node.clone())),
                 )
             })
@@ -164,7 +169,7 @@ impl MemoryNodes {
     /// # Panics
     /// If there is no node `index`.
     pub fn transport(&self, index: usize) -> Arc<dyn redlock_core::transport::Transport> {
-        Arc::new(Link(self.node(index).clone()))
+        Arc::new(Link::new(self.node(index).clone()))
     }
 
     /// Takes node `index` (from 0) down: every command to it fails as on a dropped
@@ -212,6 +217,35 @@ impl MemoryNodes {
     /// If there is no node `index`.
     pub fn delay(&self, index: usize, delay: Duration) {
         self.node(index).state().delay = delay;
+    }
+
+    /// Makes the commands sent to node `index` from now on reach it `delay` late (zero: at
+    /// once), in the order they were sent: a command can land after its caller stopped
+    /// waiting for it (a `SET NX` of a round already decided, a release after the next
+    /// grant), as over a slow network or to a paused process.
+    ///
+    /// # Panics
+    /// If there is no node `index`.
+    pub fn delay_requests(&self, index: usize, delay: Duration) {
+        self.node(index).state().request_delay = delay;
+    }
+
+    /// Loses the next `count` commands sent to node `index` on the way: they never reach it,
+    /// and their callers wait until their own timeouts (the lock's node timeout).
+    ///
+    /// # Panics
+    /// If there is no node `index`.
+    pub fn lose_requests(&self, index: usize, count: u64) {
+        self.node(index).state().lose_requests = count;
+    }
+
+    /// Loses node `index`'s next `count` replies on the way back: their commands took
+    /// effect, and their callers wait until their own timeouts.
+    ///
+    /// # Panics
+    /// If there is no node `index`.
+    pub fn lose_replies(&self, index: usize, count: u64) {
+        self.node(index).state().lose_replies = count;
     }
 
     /// Moves node `index`'s clock `ahead` forward from now on (a clock that jumped):

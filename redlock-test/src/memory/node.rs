@@ -44,6 +44,12 @@ pub(super) struct State {
     pub(super) up: bool,
     /// How late its replies come.
     pub(super) delay: Duration,
+    /// How late commands reach it.
+    pub(super) request_delay: Duration,
+    /// How many of the next commands sent to it are lost on the way.
+    pub(super) lose_requests: u64,
+    /// How many of the next replies it sends are lost on the way.
+    pub(super) lose_replies: u64,
     /// Each handle's subscriptions on this node, and where their messages go.
     listeners: Vec<Listener>,
 }
@@ -67,11 +73,9 @@ impl Shared {
     /// Node `index` of a set, empty, its clock at the Unix time now.
     pub(super) fn new(index: usize) -> Self {
         let replid = format!("{:040x}", 0xa11ce + index as u64);
-        let base_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| {
-                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-            });
+        // The lock's own wall clock: on a seeded thread, the seed's (a replayed run's nodes
+        // read the same times).
+        let base_ms = redlock_core::simulation::wall_clock_ms();
         Self(Arc::new(Inner {
             delivery: Mutex::new(()),
             state: Mutex::new(State {
@@ -84,6 +88,9 @@ impl Shared {
                 scripts_loaded: false,
                 up: true,
                 delay: Duration::ZERO,
+                request_delay: Duration::ZERO,
+                lose_requests: 0,
+                lose_replies: 0,
                 listeners: Vec::new(),
             }),
         }))
@@ -163,6 +170,24 @@ impl Shared {
                 Ok(Value::Null)
             }
         })
+    }
+
+    /// What happens to a command sent now on its way: how late it arrives, and whether it
+    /// is lost (counting it against the losses to come).
+    pub(super) fn request_faults(&self) -> (Duration, bool) {
+        let mut state = self.state();
+        let lost = state.lose_requests > 0;
+        state.lose_requests = state.lose_requests.saturating_sub(1);
+        (state.request_delay, lost)
+    }
+
+    /// What happens to a reply sent now on its way back: how late it arrives, and whether it
+    /// is lost (counting it against the losses to come).
+    pub(super) fn reply_faults(&self) -> (Duration, bool) {
+        let mut state = self.state();
+        let lost = state.lose_replies > 0;
+        state.lose_replies = state.lose_replies.saturating_sub(1);
+        (state.delay, lost)
     }
 
     /// Whether the node is up.

@@ -5,8 +5,6 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
-use rand::Rng;
-
 use crate::kernel::masters::{Masters, Stop};
 use crate::keys::ResourceKeys;
 use crate::outcome::Outcomes;
@@ -30,8 +28,7 @@ const FENCE_SPREAD: u64 = 64;
 /// other's delayed claim does, round after round. Waiting lets the delayed claim land first
 /// and be confirmed, and the next claim then goes above it.
 fn backoff(round: Duration) -> Duration {
-    let nanos = u64::try_from(round.as_nanos()).unwrap_or(u64::MAX);
-    Duration::from_nanos(rand::rng().random_range(0..=nanos))
+    crate::random::delay_up_to(round)
 }
 
 /// The fencing write-back: claims `highest + 1` on every node as a max register, and
@@ -87,7 +84,7 @@ pub(crate) async fn fence(
         match above {
             Some(counter) => {
                 let spread = if split {
-                    rand::rng().random_range(0..=FENCE_SPREAD)
+                    crate::random::in_range(0..=FENCE_SPREAD)
                 } else {
                     0
                 };

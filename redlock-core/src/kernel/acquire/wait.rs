@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{AttemptFailure, Granted};
@@ -209,7 +208,7 @@ impl Redlock {
             if failure.refused_by_a_holder() {
                 self.inner().contended.mark(&keys.lock);
             }
-            let jitter = draw(options.retry_jitter);
+            let jitter = crate::random::delay_up_to(options.retry_jitter);
             let step = state.after_failure(&policy, failure, jitter, Instant::now());
             let shutdown = &self.inner().shutdown;
             let wake = match step {
@@ -218,7 +217,7 @@ impl Redlock {
                     return Err(error);
                 }
                 Step::SplitRetry { spread } => {
-                    let delay = draw(spread);
+                    let delay = crate::random::delay_up_to(spread);
                     tracing::debug!(
                         attempts,
                         delay_ms = delay.as_millis() as u64,
@@ -345,17 +344,9 @@ impl Redlock {
 /// [`Wake::Shutdown`].
 async fn sleep(delay: Duration, shutdown: &CancellationToken) -> Wake {
     tokio::select! {
-        () = tokio::time::sleep(delay) => Wake::Timer,
+        biased;
         () = shutdown.cancelled() => Wake::Shutdown,
-    }
-}
-
-/// A random delay from zero to `most` (both included).
-fn draw(most: Duration) -> Duration {
-    if most.is_zero() {
-        Duration::ZERO
-    } else {
-        rand::rng().random_range(Duration::ZERO..=most)
+        () = tokio::time::sleep(delay) => Wake::Timer,
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`Redlock::release_all`](crate::Redlock::release_all) releases, and the auto-extension
 //! driver that keeps the auto-extended ones alive.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -25,7 +25,7 @@ pub(crate) enum Finish {
 
 /// The held leases of one handle (and its clones).
 pub(crate) struct Ledger {
-    held: Mutex<HashMap<u64, Arc<Lease>>>,
+    held: Mutex<BTreeMap<u64, Arc<Lease>>>,
     next_id: AtomicU64,
     /// The runtime the handle was built on: the auto-extension driver runs there.
     runtime: Option<tokio::runtime::Handle>,
@@ -36,7 +36,7 @@ pub(crate) struct Ledger {
 impl Ledger {
     pub(crate) fn new(runtime: Option<tokio::runtime::Handle>) -> Self {
         Self {
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(BTreeMap::new()),
             next_id: AtomicU64::new(0),
             runtime,
             watchdog: OnceLock::new(),
@@ -48,7 +48,7 @@ impl Ledger {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<u64, Arc<Lease>>> {
+    fn held(&self) -> MutexGuard<'_, BTreeMap<u64, Arc<Lease>>> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -453,6 +453,7 @@ impl Lease {
             }
             let deadline = *validity.borrow_and_update() - self.lost_margin;
             tokio::select! {
+                biased;
                 () = self.lost.cancelled() => return,
                 () = tokio::time::sleep_until(deadline) => {}
                 // The sender lives in `self`, so this only reports a moved deadline.

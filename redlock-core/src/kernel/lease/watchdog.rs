@@ -96,17 +96,21 @@ impl Driver {
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         loop {
             tokio::select! {
+                // In this order, so that a run replays exactly (a simulation's seed), and
+                // so that a stream of commands never holds back the extensions: the
+                // answers and the due extensions are bounded by the leases watched.
+                biased;
+                Some((id, result)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
+                    self.extended(id, result);
+                }
+                Some(due) = self.queue.next(), if !self.queue.is_empty() => {
+                    self.extend(due.into_inner());
+                }
                 command = commands.recv() => match command {
                     Some(Command::Watch(lease)) => self.watch(lease),
                     Some(Command::Unwatch(id)) => self.unwatch(id),
                     None => return,
                 },
-                Some(due) = self.queue.next(), if !self.queue.is_empty() => {
-                    self.extend(due.into_inner());
-                }
-                Some((id, result)) = self.in_flight.next(), if !self.in_flight.is_empty() => {
-                    self.extended(id, result);
-                }
             }
         }
     }
