@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_core::{LockOptions, Redlock};
+use redlock_core::{LockInfo, LockOptions, Redlock};
 use redlock_test::MemoryNodes;
 use redlock_tests::checker::History;
 use tokio::time::Instant;
@@ -58,6 +58,86 @@ struct Run {
     /// Every client's grants, refusals and releases, in the order they happened, each at its
     /// time on the simulated clock.
     transcript: Vec<String>,
+    /// What the oracles on the public views found, each at the event that found it.
+    violations: Vec<String>,
+}
+
+/// How the handles of a run lock.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    /// The handles' quarantine.
+    quarantine: Duration,
+    /// Each lock with a fencing token.
+    fencing: bool,
+    /// The nodes that may be restarted empty (the first this many): fencing tokens increase
+    /// while fewer than `2F − N` nodes (3 of 5) lose their data between two holders.
+    restartable: usize,
+}
+
+impl Setup {
+    const SAFE: Self = Self {
+        quarantine: TTL,
+        fencing: false,
+        restartable: NODES,
+    };
+}
+
+/// What the clients of a run share: the transcript, and the oracles that read the public
+/// views at every event.
+struct Observed {
+    began: Instant,
+    transcript: Vec<String>,
+    /// Each client's view of the lock it holds (`LockInfo`), from its grant until its release
+    /// returned.
+    views: Vec<Option<LockInfo>>,
+    /// The highest fencing token granted so far.
+    highest_token: Option<u64>,
+    violations: Vec<String>,
+}
+
+impl Observed {
+    /// Notes `event` of `client` and checks the views: at no event do two clients' views
+    /// claim the lock valid.
+    fn note(&mut self, client: usize, event: String) {
+        let at = Instant::now().duration_since(self.began).as_nanos();
+        let line = format!("{at} c{client} {event}");
+        let valid: Vec<usize> = (0..self.views.len())
+            .filter(|&c| self.views[c].as_ref().is_some_and(LockInfo::is_valid))
+            .collect();
+        if valid.len() > 1 {
+            self.violations.push(format!(
+                "at {line}: clients {valid:?} each view the lock as valid"
+            ));
+        }
+        self.transcript.push(line);
+    }
+
+    /// A fault the schedule made on `node`.
+    fn fault(&mut self, node: usize, fault: &str) {
+        let at = Instant::now().duration_since(self.began).as_nanos();
+        self.transcript.push(format!("{at} node {node} {fault}"));
+    }
+
+    /// A grant to `client`: its view, and its fencing token, which must be above every token
+    /// granted before it (tokens increase in the real-time order of the grants).
+    fn granted(&mut self, client: usize, info: LockInfo, token: &str) {
+        let fencing = info.fencing_token();
+        let until = info.valid_until().duration_since(self.began).as_nanos();
+        if let Some(fencing) = fencing {
+            if self.highest_token.is_some_and(|highest| fencing <= highest) {
+                self.violations.push(format!(
+                    "client {client} granted fencing token {fencing} after {:?}",
+                    self.highest_token
+                ));
+            }
+            self.highest_token = self.highest_token.max(Some(fencing));
+        }
+        self.views[client] = Some(info);
+        self.note(
+            client,
+            format!("holds {token} until {until} fencing {fencing:?}"),
+        );
+    }
 }
 
 /// What `seed`'s failure says: the seed, and how to run it alone.
@@ -67,8 +147,13 @@ fn replay(seed: u64) -> String {
     )
 }
 
-/// One seed: clients and faults for [`RUN`] of simulated time; `quarantine` as the handles'.
-fn simulate(seed: u64, quarantine: Duration) -> Run {
+/// One seed: clients and faults for [`RUN`] of simulated time, the handles set up as `setup`.
+fn simulate(seed: u64, setup: Setup) -> Run {
+    let Setup {
+        quarantine,
+        fencing,
+        restartable,
+    } = setup;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
@@ -76,14 +161,20 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
         .unwrap();
     runtime.block_on(async move {
         let _seed = redlock_core::simulation::seed(seed);
-        let began = Instant::now();
-        let transcript = Arc::new(Mutex::new(Vec::new()));
+        let observed = Arc::new(Mutex::new(Observed {
+            began: Instant::now(),
+            transcript: Vec::new(),
+            views: vec![None; CLIENTS],
+            highest_token: None,
+            violations: Vec::new(),
+        }));
         let nodes = MemoryNodes::new(NODES);
         let options = LockOptions::default()
             .ttl(TTL)
             .retry_delay(ms(50))
             .wait_timeout(ms(3_000))
-            .auto_extend(true);
+            .auto_extend(true)
+            .fencing(fencing);
         let handle = || {
             nodes
                 .builder()
@@ -101,35 +192,33 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
             .map(|client| {
                 let lock = handles[client % handles.len()].clone();
                 let history = Arc::clone(&history);
-                let transcript = Arc::clone(&transcript);
-                let note = move |event: String| {
-                    let at = Instant::now().duration_since(began).as_nanos();
-                    transcript
-                        .lock()
-                        .unwrap()
-                        .push(format!("{at} c{client} {event}"));
-                };
+                let observed = Arc::clone(&observed);
                 let mut rng = StdRng::seed_from_u64(seed * 1_000 + client as u64);
                 tokio::spawn(async move {
                     while Instant::now() < until {
                         match lock.lock("sim").await {
                             Ok(guard) => {
                                 let start = Instant::now();
-                                note(format!(
-                                    "holds {} until {}",
+                                observed.lock().unwrap().granted(
+                                    client,
+                                    guard.info(),
                                     guard.token().expose(),
-                                    guard.valid_until().duration_since(began).as_nanos()
-                                ));
+                                );
                                 // Some holds outlive their ttl: auto-extension keeps them.
                                 let hold = ms(rng.random_range(0..1_500));
                                 tokio::time::sleep(hold).await;
                                 let released = Instant::now();
                                 history.record(client, start, guard.valid_until(), released);
                                 let released = guard.release().await;
-                                note(format!("released: {:?}", released.is_ok()));
+                                let mut observed = observed.lock().unwrap();
+                                observed.views[client] = None;
+                                observed.note(client, format!("released: {:?}", released.is_ok()));
                             }
                             Err(error) => {
-                                note(format!("refused: {error}"));
+                                observed
+                                    .lock()
+                                    .unwrap()
+                                    .note(client, format!("refused: {error}"));
                                 tokio::time::sleep(ms(rng.random_range(1..100))).await;
                             }
                         }
@@ -140,22 +229,60 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
             .collect();
         let faults = {
             let nodes = nodes.clone();
+            let observed = Arc::clone(&observed);
             let mut rng = StdRng::seed_from_u64(seed);
             tokio::spawn(async move {
                 while Instant::now() < until {
                     tokio::time::sleep(ms(rng.random_range(20..300))).await;
                     let node = rng.random_range(0..NODES);
-                    match rng.random_range(0..22) {
-                        0..=3 => nodes.delay(node, ms(rng.random_range(0..250))),
-                        4 => nodes.delay(node, Duration::ZERO),
-                        5..=7 => nodes.delay_requests(node, ms(rng.random_range(0..250))),
-                        8 => nodes.delay_requests(node, Duration::ZERO),
-                        9 => nodes.lose_requests(node, rng.random_range(1..4)),
-                        10 => nodes.lose_replies(node, rng.random_range(1..4)),
-                        11..=13 => nodes.stop(node),
-                        14..=17 => nodes.start(node),
-                        _ => nodes.restart(node),
-                    }
+                    let fault = rng.random_range(0..22);
+                    let fault = match fault {
+                        0..=3 => {
+                            let late = rng.random_range(0..250);
+                            nodes.delay(node, ms(late));
+                            format!("replies {late} ms late")
+                        }
+                        4 => {
+                            nodes.delay(node, Duration::ZERO);
+                            "replies on time".to_owned()
+                        }
+                        5..=7 => {
+                            let late = rng.random_range(0..250);
+                            nodes.delay_requests(node, ms(late));
+                            format!("commands {late} ms late")
+                        }
+                        8 => {
+                            nodes.delay_requests(node, Duration::ZERO);
+                            "commands on time".to_owned()
+                        }
+                        9 => {
+                            let lost = rng.random_range(1..4);
+                            nodes.lose_requests(node, lost);
+                            format!("loses {lost} commands")
+                        }
+                        10 => {
+                            let lost = rng.random_range(1..4);
+                            nodes.lose_replies(node, lost);
+                            format!("loses {lost} replies")
+                        }
+                        11..=13 => {
+                            nodes.stop(node);
+                            "stopped".to_owned()
+                        }
+                        14..=17 => {
+                            nodes.start(node);
+                            "started".to_owned()
+                        }
+                        _ if node < restartable => {
+                            nodes.restart(node);
+                            "restarted empty".to_owned()
+                        }
+                        _ => {
+                            nodes.stop(node);
+                            "stopped".to_owned()
+                        }
+                    };
+                    observed.lock().unwrap().fault(node, &fault);
                 }
                 for node in 0..NODES {
                     nodes.delay(node, Duration::ZERO);
@@ -171,6 +298,7 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
         }
         faults.await.unwrap();
         let overlaps = history.overlaps();
+        let mut observed = observed.lock().unwrap();
         Run {
             holds: history.len(),
             overlaps: overlaps.len(),
@@ -178,7 +306,8 @@ fn simulate(seed: u64, quarantine: Duration) -> Run {
                 .first()
                 .map(|o| format!("{o:?}"))
                 .unwrap_or_default(),
-            transcript: std::mem::take(&mut *transcript.lock().unwrap()),
+            transcript: std::mem::take(&mut observed.transcript),
+            violations: std::mem::take(&mut observed.violations),
         }
     })
 }
@@ -197,7 +326,8 @@ fn seeds() -> std::ops::Range<u64> {
 fn no_two_holders_under_seeded_faults() {
     let mut holds = 0;
     for seed in seeds() {
-        let run = simulate(seed, TTL);
+        let run = simulate(seed, Setup::SAFE);
+        assert_eq!(run.violations, Vec::<String>::new(), "{}", replay(seed));
         assert_eq!(
             run.overlaps,
             0,
@@ -225,8 +355,8 @@ fn no_two_holders_under_seeded_faults() {
 fn a_seed_replays_exactly() {
     let mut seen = Vec::new();
     for seed in seeds().take(3) {
-        let first = simulate(seed, TTL).transcript;
-        let again = simulate(seed, TTL).transcript;
+        let first = simulate(seed, Setup::SAFE).transcript;
+        let again = simulate(seed, Setup::SAFE).transcript;
         assert!(
             first.len() > 10,
             "{}: a short transcript: {first:?}",
@@ -254,10 +384,56 @@ fn a_seed_replays_exactly() {
 /// votes a second holder in beside the first in some seed.
 #[test]
 fn without_the_quarantine_some_seed_finds_two_holders() {
-    let found = seeds().find(|&seed| simulate(seed, Duration::ZERO).overlaps > 0);
+    let unsafe_setup = Setup {
+        quarantine: Duration::ZERO,
+        ..Setup::SAFE
+    };
+    let found = seeds().find(|&seed| simulate(seed, unsafe_setup).overlaps > 0);
     assert!(
         found.is_some(),
         "no seed of {:?} found two holders without the quarantine",
+        seeds()
+    );
+}
+
+/// With fencing tokens: no two holders, no two valid views, and every token granted is above
+/// every token granted before it, whatever the seed, while at most 2 of the 5 nodes are ever
+/// restarted empty (fewer than `2F − N`, the scheme's fault model).
+#[test]
+fn fencing_tokens_increase_under_seeded_faults() {
+    let setup = Setup {
+        fencing: true,
+        restartable: 2,
+        ..Setup::SAFE
+    };
+    let mut holds = 0;
+    for seed in seeds() {
+        let run = simulate(seed, setup);
+        assert_eq!(run.violations, Vec::<String>::new(), "{}", replay(seed));
+        assert_eq!(run.overlaps, 0, "{}: {}", replay(seed), run.first_overlap);
+        holds += run.holds;
+    }
+    assert!(holds > 0, "no fenced lock was ever granted");
+}
+
+/// The fencing oracle can fail: with every node restarted empty now and then (3 or more of
+/// 5 losing their data between two holders, outside the scheme's fault model), some seed
+/// grants a token that is not above an earlier one.
+#[test]
+fn fencing_beyond_its_fault_model_some_seed_finds_a_token_that_did_not_increase() {
+    let setup = Setup {
+        fencing: true,
+        ..Setup::SAFE
+    };
+    let found = seeds().find(|&seed| {
+        simulate(seed, setup)
+            .violations
+            .iter()
+            .any(|v| v.contains("fencing token"))
+    });
+    assert!(
+        found.is_some(),
+        "no seed of {:?} found a fencing token that did not increase",
         seeds()
     );
 }
