@@ -6,6 +6,7 @@
 //! then says what it is doing before each long step.
 
 mod cancel_safety;
+mod flaws;
 mod install;
 mod layers;
 mod package;
@@ -16,7 +17,7 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
 
-const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|package>
+const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|package|flaws>
   test   fmt check, the module layering, the public docs' vocabulary, clippy -D warnings,
          every test against real redis-server nodes, the macro's UI tests, the TLS tests
          over native-tls too, the server-facing tests again on Valkey 8.1 and on a mixed
@@ -28,6 +29,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|
          the READMEs, the CHANGELOG's Unreleased section and the library crates' rustdoc
          checked for internal vocabulary (test ids, workload numbers, seeds, issues, hashes),
          and every public async fn's doc for a `# Cancel safety` section
+  flaws  known-bad variants of redlock-core's own code, each applied in turn and caught by
+         the simulation of the lock (the source is written back after each)
   package
          `cargo package` of every published crate (each built from its package), and each
          package's files checked: licence texts, README, nothing included from outside it
@@ -35,8 +38,8 @@ const USAGE: &str = "usage: cargo xtask <test|demo|bench|soak|layers|vocabulary|
   bench  the seven workloads against 5 nodes, beside raw fred and redis-rs floors and rslock
          (args after --: --quick, --only sequential,contended)
   soak   RL-15, the randomized nemesis soak, then the validity-contract property test, each
-         for about --minutes N (default 30; --seed S replays a run), then the protocol
-         model explored further";
+         for about --minutes N (default 30; --seed S replays a run), then the simulation of
+         the lock over 20 seeds per minute, then the protocol model explored further";
 
 fn main() -> ExitCode {
     let task = std::env::args().nth(1).unwrap_or_default();
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         "bench" => bench(),
         "soak" => soak(),
         "layers" => layers::check(&workspace_root(), true),
+        "flaws" => flaws::check(&workspace_root()),
         "vocabulary" => vocabulary::check(&workspace_root())
             .and_then(|()| cancel_safety::check(&workspace_root())),
         "package" => package::check(&workspace_root()),
@@ -189,9 +193,42 @@ fn soak() -> anyhow::Result<()> {
     }
     step(&format!("the validity contract, {steps} steps"));
     integration_test_shown(&env, "contract")?;
+    step("the simulation of the lock's own code over many more seeds");
+    simulation_soak(parsed)?;
     step("the protocol model explored further (longer horizons, faults combined)");
     protocol_model(&["--ignored"])
 }
+
+/// The simulation's safety tests over `minutes` × [`SIM_SEEDS_PER_MINUTE`] seeds, with the
+/// seeds per second they ran at.
+fn simulation_soak(minutes: f64) -> anyhow::Result<()> {
+    let seeds = ((minutes * SIM_SEEDS_PER_MINUTE).ceil() as u64).max(20);
+    let seeds_text = seeds.to_string();
+    let started = std::time::Instant::now();
+    cargo_with_env(
+        &[("SIM_SEEDS", &seeds_text)],
+        &[
+            "nextest",
+            "run",
+            "-p",
+            "redlock-tests",
+            "--test",
+            "simulation",
+            "-E",
+            "test(no_two_holders) or test(fencing_tokens_increase)",
+        ],
+    )?;
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!(
+        "simulation: {seeds} seeds in each of 2 tests, {elapsed:.0} s ({:.1} seeds/s, 60 simulated seconds each)",
+        2.0 * seeds as f64 / elapsed
+    );
+    Ok(())
+}
+
+/// Seeds of the simulation per minute of `--minutes` (a seed takes about 0.7 s in a debug
+/// build, and the two safety tests run side by side).
+const SIM_SEEDS_PER_MINUTE: f64 = 20.0;
 
 /// The protocol model's explorations (`model/tests/protocol.rs`), their verdicts shown;
 /// `extra` goes to the test binary.
@@ -444,6 +481,10 @@ fn test() -> anyhow::Result<()> {
             "-E",
             "not binary(macro_ui) and not binary(protocol)",
         ])?;
+        step(
+            "known-bad variants of redlock-core's own code, each caught by the simulation of the lock at some seed",
+        );
+        flaws::check(&workspace_root())?;
     } else {
         step(
             "cargo-nextest not found: running `cargo test` (no per-test time limit; install cargo-nextest for one)",
