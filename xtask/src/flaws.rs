@@ -51,8 +51,39 @@ impl Drop for Restore {
     }
 }
 
-/// Applies each flaw in turn and fails unless the simulation rejects it.
+/// Runs the flaw test with nextest (`extra` added to its arguments): whether it passed.
+fn nextest(root: &Path, extra: &[&str]) -> anyhow::Result<bool> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "nextest",
+            "run",
+            "-p",
+            "redlock-tests",
+            "--test",
+            "simulation",
+        ])
+        .args(extra)
+        .args([
+            "--run-ignored",
+            "only",
+            "-E",
+            "test(a_flawed_lock_is_caught)",
+        ])
+        .current_dir(root)
+        .status()
+        .context("could not run cargo nextest")?;
+    Ok(status.success())
+}
+
+/// Applies each flaw in turn and fails unless the simulation rejects it; first, the same
+/// test must pass on the code as it is (so that a failure is the flaw's).
 pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
+    crate::step("the flaw test on the code as it is (a control: it must pass)");
+    ensure!(
+        nextest(root, &[])?,
+        "the simulation's flaw test fails without any flaw"
+    );
     for flaw in FLAWS {
         let path = root.join(flaw.file);
         let text = std::fs::read_to_string(&path)
@@ -69,26 +100,15 @@ pub(crate) fn check(root: &Path) -> anyhow::Result<()> {
         std::fs::write(&restore.path, flawed)
             .with_context(|| format!("writing {}", restore.path.display()))?;
         crate::step(&format!("known-bad: {}", flaw.name));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "nextest",
-                "run",
-                "--no-fail-fast",
-                "-p",
-                "redlock-tests",
-                "--test",
-                "simulation",
-                "--run-ignored",
-                "only",
-                "-E",
-                "test(a_flawed_lock_is_caught)",
-            ])
-            .current_dir(root)
-            .status()
-            .context("could not run cargo nextest")?;
+        // Built first: a flaw that does not compile would fail the test for another reason.
+        ensure!(
+            nextest(root, &["--no-run"])?,
+            "the known-bad variant `{}` does not build (update the flaw)",
+            flaw.name
+        );
+        let passed = nextest(root, &["--no-fail-fast"])?;
         drop(restore);
-        if status.success() {
+        if passed {
             bail!(
                 "the simulation did not catch the known-bad variant `{}` ({})",
                 flaw.name,
