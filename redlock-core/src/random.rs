@@ -105,6 +105,9 @@ pub mod simulation {
 
     thread_local! {
         static SEEDED: RefCell<Option<Seeded>> = const { RefCell::new(None) };
+        /// How many times this thread was seeded: a [`Seed`] dropped after a newer one
+        /// replaced it leaves the newer one in place.
+        static SEEDINGS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }
 
     pub(super) fn with<T>(draw: impl FnOnce(&mut Seeded) -> T) -> Option<T> {
@@ -122,7 +125,14 @@ pub mod simulation {
                 start: Instant::now(),
             });
         });
-        Seed(PhantomData)
+        let seeding = SEEDINGS.with(|n| {
+            n.set(n.get() + 1);
+            n.get()
+        });
+        Seed {
+            seeding,
+            _thread: PhantomData,
+        }
     }
 
     /// The wall clock the lock reads on this thread, in ms since the Unix epoch: the seeded
@@ -133,9 +143,13 @@ pub mod simulation {
     }
 
     /// A seeded thread ([`seed`]); dropping it returns the thread to the OS's randomness and
-    /// the system clock. Not `Send`: it belongs to the thread it seeded.
+    /// the system clock, unless the thread was seeded again since (the newer seed stays).
+    /// Not `Send`: it belongs to the thread it seeded.
     #[must_use = "the thread is seeded only while the Seed lives"]
-    pub struct Seed(PhantomData<*const ()>);
+    pub struct Seed {
+        seeding: u64,
+        _thread: PhantomData<*const ()>,
+    }
 
     impl std::fmt::Debug for Seed {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,7 +159,9 @@ pub mod simulation {
 
     impl Drop for Seed {
         fn drop(&mut self) {
-            SEEDED.with(|seeded| *seeded.borrow_mut() = None);
+            if SEEDINGS.with(std::cell::Cell::get) == self.seeding {
+                SEEDED.with(|seeded| *seeded.borrow_mut() = None);
+            }
         }
     }
 }
@@ -170,6 +186,12 @@ mod tests {
             tokio::time::advance(Duration::from_millis(1_500)).await;
             assert_eq!(wall_clock_ms(), 1_800_000_001_500);
         }
+        // A seed dropped after a newer one leaves the newer one in place.
+        let older = simulation::seed(1);
+        let newer = simulation::seed(2);
+        drop(older);
+        assert_eq!(wall_clock_ms(), 1_800_000_000_000);
+        drop(newer);
         // Unseeded again: the system's clock and the OS's randomness.
         let system = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -92,11 +92,16 @@ struct Observed {
     began: Instant,
     transcript: Vec<String>,
     /// Each client's view of the lock it holds (`LockInfo`), from its grant until its release
-    /// returned.
+    /// returned, and its token.
     views: Vec<Option<LockInfo>>,
+    tokens: Vec<Option<String>>,
     /// The highest fencing token granted so far.
     highest_token: Option<u64>,
     violations: Vec<String>,
+    /// The nodes, read by the view-against-nodes oracle where no node loses its data.
+    nodes: MemoryNodes,
+    /// Whether that oracle runs: no node is stopped, restarted or loses a command.
+    against_nodes: bool,
 }
 
 impl Observed {
@@ -113,7 +118,38 @@ impl Observed {
                 "at {line}: clients {valid:?} each view the lock as valid"
             ));
         }
+        if self.against_nodes {
+            self.check_against_nodes(&line, &valid);
+        }
         self.transcript.push(line);
+    }
+
+    /// Where no node loses its data: a client whose view is valid has its token on a quorum
+    /// of nodes, each key's ttl covering the validity its view has left (a validity counted
+    /// too late shows here at its grant, whoever else attempts).
+    fn check_against_nodes(&mut self, line: &str, valid: &[usize]) {
+        let (values, pttls) = (self.nodes.values("sim"), self.nodes.pttls("sim"));
+        for &client in valid {
+            let Some(info) = &self.views[client] else {
+                continue;
+            };
+            let Some(token) = &self.tokens[client] else {
+                continue;
+            };
+            let left = info.remaining_validity().as_millis();
+            let covering = (0..values.len())
+                .filter(|&n| {
+                    values[n].as_deref() == Some(token.as_str())
+                        && u128::try_from(pttls[n]).is_ok_and(|ttl| ttl >= left)
+                })
+                .count();
+            if covering < self.nodes.quorum() {
+                self.violations.push(format!(
+                    "at {line}: client {client} views {left} ms of validity left, but only \
+                     {covering} nodes hold its token that long ({values:?}, {pttls:?})"
+                ));
+            }
+        }
     }
 
     /// A fault the schedule made on `node`.
@@ -137,6 +173,7 @@ impl Observed {
             self.highest_token = self.highest_token.max(Some(fencing));
         }
         self.views[client] = Some(info);
+        self.tokens[client] = Some(token.to_owned());
         self.note(
             client,
             format!("holds {token} until {until} fencing {fencing:?}"),
@@ -144,15 +181,17 @@ impl Observed {
     }
 }
 
-/// What `seed`'s failure says: the seed, and how to run it alone.
-fn replay(seed: u64) -> String {
+/// What a failure at `seed` of `test` says: the seed, and how to run it alone.
+fn replay(seed: u64, test: &str) -> String {
     format!(
-        "seed {seed} (replay: SIM_SEED={seed} cargo nextest run -p redlock-tests --test simulation)"
+        "seed {seed} (replay: SIM_SEED={seed} cargo nextest run -p redlock-tests --test simulation --run-ignored all -E 'test({test})')"
     )
 }
 
 /// One seed: clients and faults for [`RUN`] of simulated time, the handles set up as `setup`.
 fn simulate(seed: u64, setup: Setup) -> Run {
+    // Printed first: a run that panics or hangs still names its seed.
+    eprintln!("simulating seed {seed}, {setup:?}");
     let Setup {
         quarantine,
         fencing,
@@ -165,15 +204,23 @@ fn simulate(seed: u64, setup: Setup) -> Run {
         .build()
         .unwrap();
     runtime.block_on(async move {
-        let _seed = redlock_core::simulation::seed(seed);
+        // One generator per stream (the lock's draws, each client's, the faults'), each drawn
+        // from the seed's own: no two streams repeat each other.
+        let mut streams = StdRng::seed_from_u64(seed);
+        let _seed = redlock_core::simulation::seed(streams.random());
+        let client_seeds: Vec<u64> = (0..CLIENTS).map(|_| streams.random()).collect();
+        let fault_seed: u64 = streams.random();
+        let nodes = MemoryNodes::new(NODES);
         let observed = Arc::new(Mutex::new(Observed {
             began: Instant::now(),
             transcript: Vec::new(),
             views: vec![None; CLIENTS],
+            tokens: vec![None; CLIENTS],
             highest_token: None,
             violations: Vec::new(),
+            nodes: nodes.clone(),
+            against_nodes: latency_only,
         }));
-        let nodes = MemoryNodes::new(NODES);
         let options = LockOptions::default()
             .ttl(TTL)
             .retry_delay(ms(50))
@@ -198,7 +245,7 @@ fn simulate(seed: u64, setup: Setup) -> Run {
                 let options = options.clone();
                 let history = Arc::clone(&history);
                 let observed = Arc::clone(&observed);
-                let mut rng = StdRng::seed_from_u64(seed * 1_000 + client as u64);
+                let mut rng = StdRng::seed_from_u64(client_seeds[client]);
                 tokio::spawn(async move {
                     while Instant::now() < until {
                         // Even clients keep their lock alive (auto-extension), odd ones
@@ -233,6 +280,7 @@ fn simulate(seed: u64, setup: Setup) -> Run {
                                 let released = guard.release().await;
                                 let mut observed = observed.lock().unwrap();
                                 observed.views[client] = None;
+                                observed.tokens[client] = None;
                                 observed.note(client, format!("released: {:?}", released.is_ok()));
                             }
                             Err(error) => {
@@ -251,7 +299,7 @@ fn simulate(seed: u64, setup: Setup) -> Run {
         let faults = {
             let nodes = nodes.clone();
             let observed = Arc::clone(&observed);
-            let mut rng = StdRng::seed_from_u64(seed);
+            let mut rng = StdRng::seed_from_u64(fault_seed);
             tokio::spawn(async move {
                 while Instant::now() < until {
                     tokio::time::sleep(ms(rng.random_range(20..300))).await;
@@ -348,12 +396,16 @@ fn faulty(nodes: &MemoryNodes, node: usize, rng: &mut StdRng, restartable: usize
     }
 }
 
-/// The seeds to run: `SIM_SEED` alone, or the first `SIM_SEEDS` (default [`SEEDS`]).
+/// The seeds to run: `SIM_SEED` alone, or `SIM_SEEDS` of them (default [`SEEDS`]) from
+/// `SIM_SEED_BASE` (default 0; the soak draws one).
 fn seeds() -> std::ops::Range<u64> {
     let var = |name: &str| std::env::var(name).ok().and_then(|s| s.parse::<u64>().ok());
     match var("SIM_SEED") {
-        Some(seed) => seed..seed + 1,
-        None => 0..var("SIM_SEEDS").unwrap_or(SEEDS),
+        Some(seed) => seed..seed.saturating_add(1),
+        None => {
+            let base = var("SIM_SEED_BASE").unwrap_or(0);
+            base..base.saturating_add(var("SIM_SEEDS").unwrap_or(SEEDS))
+        }
     }
 }
 
@@ -363,18 +415,23 @@ fn no_two_holders_under_seeded_faults() {
     let mut holds = 0;
     for seed in seeds() {
         let run = simulate(seed, Setup::SAFE);
-        assert_eq!(run.violations, Vec::<String>::new(), "{}", replay(seed));
+        assert_eq!(
+            run.violations,
+            Vec::<String>::new(),
+            "{}",
+            replay(seed, "no_two_holders_under_seeded_faults")
+        );
         assert_eq!(
             run.overlaps,
             0,
             "{}: two holders at once: {}",
-            replay(seed),
+            replay(seed, "no_two_holders_under_seeded_faults"),
             run.first_overlap
         );
         assert!(
             run.holds > 0,
             "{}: no client ever held the lock",
-            replay(seed)
+            replay(seed, "no_two_holders_under_seeded_faults")
         );
         holds += run.holds;
     }
@@ -389,30 +446,37 @@ fn no_two_holders_under_seeded_faults() {
 /// depend on the seed).
 #[test]
 fn a_seed_replays_exactly() {
-    let mut seen = Vec::new();
-    for seed in seeds().take(3) {
-        let first = simulate(seed, Setup::SAFE).transcript;
-        let again = simulate(seed, Setup::SAFE).transcript;
-        assert!(
-            first.len() > 10,
-            "{}: a short transcript: {first:?}",
-            replay(seed)
-        );
-        if let Some(at) = (0..first.len().max(again.len())).find(|&i| first.get(i) != again.get(i))
-        {
-            panic!(
-                "{}: the run did not replay: event {at} was {:?}, then {:?}",
-                replay(seed),
-                first.get(at),
-                again.get(at)
+    let fenced = Setup {
+        fencing: true,
+        restartable: 2,
+        ..Setup::SAFE
+    };
+    let latency = Setup {
+        latency_only: true,
+        ..Setup::SAFE
+    };
+    for setup in [Setup::SAFE, fenced, latency] {
+        let mut seen = Vec::new();
+        for seed in seeds().take(3) {
+            let failure = format!("{}, {setup:?}", replay(seed, "a_seed_replays_exactly"));
+            let first = simulate(seed, setup).transcript;
+            let again = simulate(seed, setup).transcript;
+            assert!(first.len() > 10, "{failure}: a short transcript: {first:?}");
+            if let Some(at) =
+                (0..first.len().max(again.len())).find(|&i| first.get(i) != again.get(i))
+            {
+                panic!(
+                    "{failure}: the run did not replay: event {at} was {:?}, then {:?}",
+                    first.get(at),
+                    again.get(at)
+                );
+            }
+            assert!(
+                !seen.contains(&first),
+                "{failure}: the same transcript as another seed"
             );
+            seen.push(first);
         }
-        assert!(
-            !seen.contains(&first),
-            "{}: the same transcript as another seed",
-            replay(seed)
-        );
-        seen.push(first);
     }
 }
 
@@ -424,7 +488,15 @@ fn without_the_quarantine_some_seed_finds_two_holders() {
         quarantine: Duration::ZERO,
         ..Setup::SAFE
     };
-    let found = seeds().find(|&seed| simulate(seed, unsafe_setup).overlaps > 0);
+    // Both oracles see it: the intervals overlap, and two views claim the lock at once.
+    let found = seeds().find(|&seed| {
+        let run = simulate(seed, unsafe_setup);
+        run.overlaps > 0
+            && run
+                .violations
+                .iter()
+                .any(|v| v.contains("each view the lock"))
+    });
     assert!(
         found.is_some(),
         "no seed of {:?} found two holders without the quarantine",
@@ -445,8 +517,19 @@ fn fencing_tokens_increase_under_seeded_faults() {
     let mut holds = 0;
     for seed in seeds() {
         let run = simulate(seed, setup);
-        assert_eq!(run.violations, Vec::<String>::new(), "{}", replay(seed));
-        assert_eq!(run.overlaps, 0, "{}: {}", replay(seed), run.first_overlap);
+        assert_eq!(
+            run.violations,
+            Vec::<String>::new(),
+            "{}",
+            replay(seed, "fencing_tokens_increase_under_seeded_faults")
+        );
+        assert_eq!(
+            run.overlaps,
+            0,
+            "{}: {}",
+            replay(seed, "fencing_tokens_increase_under_seeded_faults"),
+            run.first_overlap
+        );
         holds += run.holds;
     }
     assert!(holds > 0, "no fenced lock was ever granted");
@@ -488,8 +571,9 @@ fn a_flawed_lock_is_caught() {
     for seed in seeds() {
         for setup in [setup, Setup::SAFE] {
             let run = simulate(seed, setup);
-            assert_eq!(run.violations, Vec::<String>::new(), "{}", replay(seed));
-            assert_eq!(run.overlaps, 0, "{}: {}", replay(seed), run.first_overlap);
+            let failure = format!("{}, {setup:?}", replay(seed, "a_flawed_lock_is_caught"));
+            assert_eq!(run.violations, Vec::<String>::new(), "{failure}");
+            assert_eq!(run.overlaps, 0, "{failure}: {}", run.first_overlap);
         }
     }
 }

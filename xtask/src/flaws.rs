@@ -27,6 +27,12 @@ const FLAWS: &[Flaw] = &[
         replace: "    nodes / 2\n",
     },
     Flaw {
+        name: "a grant's validity counted from the decision, not from the first send",
+        file: "redlock-core/src/timing.rs",
+        find: "Some(_) => Ok(start.plus(ttl - drift)),",
+        replace: "Some(_) => Ok(now.plus(ttl - drift)),",
+    },
+    Flaw {
         name: "an extension's validity counted from its replies, not from its first send",
         file: "redlock-core/src/kernel/lease/extend.rs",
         find: "timing::extended_until(start, ttl, drift)",

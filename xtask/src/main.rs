@@ -204,9 +204,27 @@ fn soak() -> anyhow::Result<()> {
 fn simulation_soak(minutes: f64) -> anyhow::Result<()> {
     let seeds = ((minutes * SIM_SEEDS_PER_MINUTE).ceil() as u64).max(20);
     let seeds_text = seeds.to_string();
+    // Seeds the test run has not tried: a base drawn from the clock, printed to replay.
+    let base = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| since.as_secs() % 1_000_000_000);
+    let base_text = base.to_string();
+    eprintln!(
+        "simulation: seeds {base} to {} (SIM_SEED_BASE={base})",
+        base + seeds - 1
+    );
+    cargo(&[
+        "nextest",
+        "run",
+        "--no-run",
+        "-p",
+        "redlock-tests",
+        "--test",
+        "simulation",
+    ])?;
     let started = std::time::Instant::now();
     cargo_with_env(
-        &[("SIM_SEEDS", &seeds_text)],
+        &[("SIM_SEEDS", &seeds_text), ("SIM_SEED_BASE", &base_text)],
         &[
             "nextest",
             "run",

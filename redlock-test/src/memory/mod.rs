@@ -69,6 +69,10 @@
 //!   answered. [`Redlock::inspect`], [`Redlock::list_locks`], the leader's name and owner
 //!   labels work.
 //! - Clients of other languages: nothing but this process reaches the nodes.
+//! - Late or lost pub/sub messages: a release's message reaches its listeners at once (only
+//!   commands and replies are made late or lost), so a waiter's fallback timer never has to
+//!   stand in for a lost hand-over.
+//! - A connection reset: a command made late still lands after its node restarted.
 //!
 //! Do not pause tokio's clock in a test over real servers ([`TestNodes`]): their keys expire
 //! on real time while the lock's validity would stand still.
@@ -97,8 +101,9 @@ pub struct MemoryNodes {
 }
 
 impl MemoryNodes {
-    /// `n` empty nodes, up, their clocks at the Unix time now (in ms, as `TIME` reads; on a
-    /// thread seeded by `redlock_core::simulation::seed`, the seed's wall clock). Zero nodes make
+    /// `n` empty nodes, up, their clocks at the Unix time now (in ms, as `TIME` reads; with
+    /// the `simulation` feature, on a thread seeded by `redlock_core::simulation::seed`, the
+    /// seed's wall clock). Zero nodes make
     /// [`builder`](Self::builder)'s `build()` fail with `BuildError::NoNodes`.
     pub fn new(n: usize) -> Self {
         Self {

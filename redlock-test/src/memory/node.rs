@@ -75,7 +75,14 @@ impl Shared {
         let replid = format!("{:040x}", 0xa11ce + index as u64);
         // The lock's own wall clock: on a seeded thread, the seed's (a replayed run's nodes
         // read the same times).
+        #[cfg(feature = "simulation")]
         let base_ms = redlock_core::simulation::wall_clock_ms();
+        #[cfg(not(feature = "simulation"))]
+        let base_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
         Self(Arc::new(Inner {
             delivery: Mutex::new(()),
             state: Mutex::new(State {
