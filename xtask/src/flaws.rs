@@ -11,6 +11,17 @@ use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 
+/// `cargo` arguments that run the simulation of the lock (`tests/tests/simulation.rs`) with
+/// nextest; filters and options follow.
+pub(crate) const SIMULATION: [&str; 6] = [
+    "nextest",
+    "run",
+    "-p",
+    "redlock-tests",
+    "--test",
+    "simulation",
+];
+
 /// One known-bad variant: in `file`, `find` (found exactly once) becomes `replace`.
 struct Flaw {
     name: &'static str,
@@ -61,14 +72,7 @@ impl Drop for Restore {
 fn nextest(root: &Path, extra: &[&str]) -> anyhow::Result<bool> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args([
-            "nextest",
-            "run",
-            "-p",
-            "redlock-tests",
-            "--test",
-            "simulation",
-        ])
+        .args(SIMULATION)
         .args(extra)
         .args([
             "--run-ignored",

@@ -213,28 +213,18 @@ fn simulation_soak(minutes: f64) -> anyhow::Result<()> {
         "simulation: seeds {base} to {} (SIM_SEED_BASE={base})",
         base + seeds - 1
     );
-    cargo(&[
-        "nextest",
-        "run",
-        "--no-run",
-        "-p",
-        "redlock-tests",
-        "--test",
-        "simulation",
-    ])?;
+    cargo(&[&flaws::SIMULATION[..], &["--no-run"]].concat())?;
     let started = std::time::Instant::now();
     cargo_with_env(
         &[("SIM_SEEDS", &seeds_text), ("SIM_SEED_BASE", &base_text)],
         &[
-            "nextest",
-            "run",
-            "-p",
-            "redlock-tests",
-            "--test",
-            "simulation",
-            "-E",
-            "test(no_two_holders) or test(fencing_tokens_increase)",
-        ],
+            &flaws::SIMULATION[..],
+            &[
+                "-E",
+                "test(no_two_holders) or test(fencing_tokens_increase)",
+            ],
+        ]
+        .concat(),
     )?;
     let elapsed = started.elapsed().as_secs_f64();
     eprintln!(
